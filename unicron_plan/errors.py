@@ -1,0 +1,37 @@
+"""Typed errors with one root, so callers can catch exactly what they mean.
+
+The CLI maps :class:`InvalidInstanceError` (bad input) to exit code 2 and
+prints only its message; every message names the offending field and value.
+"""
+
+
+class UnicronError(Exception):
+    """Root of every error raised on purpose by unicron_plan."""
+
+
+class InvalidInstanceError(UnicronError, ValueError):
+    """The input (instance, plan or scenario file) is malformed or inconsistent.
+
+    ``field`` is the dotted path of the offending field, e.g. ``jobs[3].weight``.
+    """
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class InfeasibleError(UnicronError):
+    """No plan satisfies the constraints (only possible with extra constraints)."""
+
+
+class SolverUnavailableError(UnicronError):
+    """The requested solver is unknown or its backend is not installed."""
+
+
+class PlanValidationError(UnicronError):
+    """A solver produced a plan the independent validator rejects: a bug, please report it."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("internal error, plan failed validation: " + "; ".join(problems))

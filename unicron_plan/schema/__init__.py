@@ -1,0 +1,22 @@
+"""Pydantic models of the v1 contract (../shared/spec/FORMAT.md): data only, no solver imports."""
+
+from unicron_plan.schema.instance import (
+    Cluster,
+    Cost,
+    CurrentAllocation,
+    Event,
+    FailedGpu,
+    GpuType,
+    Instance,
+    Job,
+    Node,
+    Reference,
+    Throughput,
+)
+from unicron_plan.schema.plan import Placement, Plan, PlanJob, SolverInfo, Status
+
+__all__ = [
+    "Cluster", "Cost", "CurrentAllocation", "Event", "FailedGpu", "GpuType", "Instance",
+    "Job", "Node", "Reference", "Throughput", "Placement", "Plan", "PlanJob", "SolverInfo",
+    "Status",
+]

@@ -1,0 +1,168 @@
+"""The v1 instance: cluster, jobs, event and cost (FORMAT.md, "Instance").
+
+Field-level rules live here (types, ranges, closed objects); rules that relate
+fields to each other (unique ids, references, allocations that fit) live in
+:mod:`unicron_plan.schema.checks` so that their errors can name the exact path.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator, model_validator
+
+from unicron_plan.schema.base import StrictModel
+
+_COUNT_KEY = re.compile(r"^[1-9][0-9]*$")
+
+
+class GpuType(StrictModel):
+    """One GPU model available in the cluster."""
+
+    peak_tflops: float = Field(gt=0, description="Peak dense bf16 TFLOP/s per GPU.")
+    memory_gib: float = Field(gt=0, description="HBM capacity per GPU in GiB.")
+    intra_node_gbps: float = Field(gt=0, description="NVLink bandwidth per GPU, GB/s.")
+    inter_node_gbps: float = Field(gt=0, description="Network bandwidth per GPU, GB/s.")
+
+
+class Node(StrictModel):
+    """A server with `gpus` GPUs of one type."""
+
+    id: str = Field(min_length=1)
+    gpu_type: str = Field(min_length=1)
+    gpus: int = Field(ge=1)
+    failed_gpus: list[int] = Field(default_factory=list,
+                                   description="GPU indices already failed before the event.")
+    rack: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _failed_indices_in_range(self) -> "Node":
+        seen = set()
+        for k, g in enumerate(self.failed_gpus):
+            if not 0 <= g < self.gpus:
+                raise ValueError(f"failed_gpus[{k}]: GPU index {g} is outside 0..{self.gpus - 1}")
+            if g in seen:
+                raise ValueError(f"failed_gpus[{k}]: GPU index {g} is listed twice")
+            seen.add(g)
+        return self
+
+
+class Cluster(StrictModel):
+    """GPU types and the nodes that carry them."""
+
+    gpu_types: dict[str, GpuType] = Field(min_length=1)
+    nodes: list[Node] = Field(min_length=1)
+
+
+class Throughput(StrictModel):
+    """Achieved aggregate TFLOP/s of a job per allowed GPU count.
+
+    Either a table (`tflops`, keys are decimal GPU counts) or a model of the
+    model library with its batch shape, from which the table is derived.
+    """
+
+    gpu_type: str = Field(min_length=1)
+    tflops: Optional[dict[str, float]] = None
+    model: Optional[str] = Field(default=None, min_length=1)
+    global_batch: Optional[int] = Field(default=None, ge=1)
+    seq_len: Optional[int] = Field(default=None, ge=1)
+    recompute: Optional[Literal["full", "selective", "none"]] = Field(
+        default=None, description="Activation recomputation for model-derived tables (default full).")
+
+    @field_validator("tflops")
+    @classmethod
+    def _keys_are_counts(cls, table: Optional[dict[str, float]]) -> Optional[dict[str, float]]:
+        if table is None:
+            return table
+        for key, value in table.items():
+            if not _COUNT_KEY.match(key):
+                raise ValueError(f"key {key!r} is not a decimal GPU count >= 1")
+            if value < 0:
+                raise ValueError(f"tflops[{key!r}]: {value} is negative")
+        return table
+
+    @model_validator(mode="after")
+    def _table_or_model(self) -> "Throughput":
+        if (self.tflops is None) == (self.model is None):
+            raise ValueError("give exactly one of 'tflops' (a table) or 'model'")
+        if self.model is not None and (self.global_batch is None or self.seq_len is None):
+            raise ValueError("a model-derived throughput needs 'global_batch' and 'seq_len'")
+        if self.tflops is not None and (self.global_batch or self.seq_len or self.recompute):
+            raise ValueError("'global_batch', 'seq_len' and 'recompute' go with 'model', not 'tflops'")
+        return self
+
+    def table(self) -> dict[int, float]:
+        """The table as {gpu count: TFLOP/s} (only for the table form)."""
+        if self.tflops is None:
+            raise ValueError("throughput names a model; derive its table with unicron_plan.curves")
+        return {int(k): float(v) for k, v in self.tflops.items()}
+
+
+class CurrentAllocation(StrictModel):
+    """Where a job runs before the event."""
+
+    gpus: int = Field(ge=0)
+    nodes: list[str] = Field(default_factory=list)
+
+
+class Job(StrictModel):
+    """A training job with its weight, throughput curve and current allocation."""
+
+    id: str = Field(min_length=1)
+    weight: float = Field(ge=0)
+    throughput: Throughput
+    current: CurrentAllocation
+    transition_seconds: Optional[float] = Field(default=None, ge=0)
+
+
+class FailedGpu(StrictModel):
+    """One GPU that failed in the event."""
+
+    node: str = Field(min_length=1)
+    gpu: int = Field(ge=0)
+
+
+class Event(StrictModel):
+    """What changed just before planning."""
+
+    kind: Literal["failure"]
+    failed_nodes: list[str] = Field(default_factory=list)
+    failed_gpus: list[FailedGpu] = Field(default_factory=list)
+
+
+class Cost(StrictModel):
+    """Time constants of the objective: D_run (directly or from node MTBF) and D_trans."""
+
+    expected_run_seconds: Optional[float] = Field(default=None, gt=0)
+    node_mtbf_hours: Optional[float] = Field(default=None, gt=0)
+    default_transition_seconds: Optional[float] = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _exactly_one_horizon(self) -> "Cost":
+        if (self.expected_run_seconds is None) == (self.node_mtbf_hours is None):
+            raise ValueError("give exactly one of 'expected_run_seconds' or 'node_mtbf_hours'")
+        return self
+
+
+class Reference(StrictModel):
+    """A recorded optimum of a library instance; solvers ignore it."""
+
+    objective: float
+    method: str
+
+
+class Instance(StrictModel):
+    """A planning problem: the cluster, the jobs, the event and the cost constants."""
+
+    schema_version: Literal["1"]
+    name: str = Field(min_length=1)
+    cluster: Cluster
+    jobs: list[Job]
+    event: Optional[Event] = None
+    cost: Cost
+    isolation: Literal["node", "gpu"] = Field(
+        default="node",
+        description="'node': a node that lost a GPU in the event is drained whole (Unicron); "
+                    "'gpu': only the failed GPUs are removed.")
+    reference: Optional[Reference] = None

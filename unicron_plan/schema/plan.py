@@ -1,0 +1,69 @@
+"""The v1 plan (FORMAT.md, "Plan")."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from unicron_plan.schema.base import StrictModel
+
+Action = Literal["keep", "shrink", "grow", "restart", "suspend", "resume", "idle"]
+
+
+class Status(StrictModel):
+    """Why the solver stopped (termination) and what the plan is (solution), kept apart as Pyomo does."""
+
+    termination: Literal["optimal", "time_limit", "infeasible", "error"]
+    solution: Literal["optimal", "feasible", "none"]
+
+
+class Placement(StrictModel):
+    """GPUs a job takes on one node."""
+
+    node: str
+    gpus: int = Field(ge=1)
+
+
+class PlanJob(StrictModel):
+    """One job's decision."""
+
+    id: str
+    previous_gpus: int = Field(ge=0)
+    gpus: int = Field(ge=0)
+    action: Action
+    nodes: list[str]
+    placement: list[Placement]
+    waf_tflops: float = Field(description="weight x TFLOP/s at the planned count.")
+    transition_penalty: float = Field(
+        description="[changed] x F(previous) x D_trans, weighted TFLOP lost while transitioning.")
+    hit: Optional[bool] = Field(default=None, description="The event touched one of the job's nodes.")
+    gain: Optional[float] = Field(default=None, description="This job's term G_i of the objective.")
+    parallelism: Optional[dict[str, int]] = Field(
+        default=None, description="Layout (tp, pp, dp, micro_batch) for model-derived throughput.")
+
+
+class SolverInfo(StrictModel):
+    """Which solver produced the plan and how long it took."""
+
+    name: str
+    wall_seconds: float = Field(ge=0)
+    options: Optional[dict[str, float | int | str | bool]] = None
+
+
+class Plan(StrictModel):
+    """A reconfiguration plan: one entry per job of the instance."""
+
+    schema_version: Literal["1"] = "1"
+    instance: str
+    status: Status
+    objective: float
+    bound: float
+    d_run_seconds: float
+    waf_tflops: float
+    jobs: list[PlanJob]
+    solver: SolverInfo
+    capacity: Optional[dict[str, int]] = Field(
+        default=None, description="Healthy, non-drained GPUs per GPU type after the event.")
+    drained_nodes: Optional[list[str]] = Field(
+        default=None, description="Nodes removed from service by the event (failed or isolated).")

@@ -1,0 +1,56 @@
+"""Solvers: one module per technique behind one small contract, in an explicit ordered registry.
+
+A solver is a callable ``solve(problem, options) -> RawSolution`` plus an
+``available()`` check. :func:`get_solver` turns an unknown or unavailable name
+into an error that lists the valid ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from unicron_plan.errors import SolverUnavailableError
+
+
+@dataclass(frozen=True)
+class SolverOptions:
+    """Limits every backend understands (exact solvers may ignore them)."""
+
+    time_limit_seconds: Optional[float] = None
+    threads: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class SolverSpec:
+    """Registry entry: where the solver lives and what it is for."""
+
+    name: str
+    module: str
+    summary: str
+
+
+# Ordered: the first is the default.
+REGISTRY: tuple[SolverSpec, ...] = (
+    SolverSpec("dp", "unicron_plan.solvers.dp", "exact dynamic program over allowed counts (default)"),
+    SolverSpec("brute", "unicron_plan.solvers.brute", "exhaustive enumeration, for tiny instances and tests"),
+)
+
+
+def solver_names() -> list[str]:
+    """Registered solver names, default first."""
+    return [s.name for s in REGISTRY]
+
+
+def get_solver(name: str) -> Callable:
+    """The solve function of solver ``name``; raises SolverUnavailableError listing the valid names."""
+    spec = next((s for s in REGISTRY if s.name == name), None)
+    if spec is None:
+        raise SolverUnavailableError(f"unknown solver {name!r}; valid solvers: {', '.join(solver_names())}")
+    module = importlib.import_module(spec.module)
+    if hasattr(module, "available") and not module.available():
+        raise SolverUnavailableError(
+            f"solver {name!r} is not available on this machine (its backend is not installed); "
+            f"valid solvers: {', '.join(solver_names())}")
+    return module.solve

@@ -1,0 +1,74 @@
+"""Python API for schedulers: load, solve, validate. Orchestration only.
+
+Example::
+
+    from unicron_plan import load_instance, solve, validate_plan
+    inst = load_instance("instances/tiny-one-job-two-nodes.json")
+    plan = solve(inst)                # exact DP, validated before it is returned
+    assert validate_plan(inst, plan).valid
+    print(plan.objective)             # 38697000.0
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from unicron_plan.errors import PlanValidationError
+from unicron_plan.io import parse_json, parse_model, read_json
+from unicron_plan.schema import Instance, Plan
+from unicron_plan.schema.checks import check_instance
+from unicron_plan.solvers import SolverOptions, get_solver
+from unicron_plan.validate import ValidationReport
+from unicron_plan.validate import validate_plan as _validate
+
+
+def _load(model, source: Any):
+    if isinstance(source, model):
+        return source
+    if isinstance(source, dict):
+        return parse_model(model, source)
+    if isinstance(source, str) and source.lstrip().startswith("{"):
+        return parse_model(model, parse_json(source))
+    return parse_model(model, read_json(source))
+
+
+def load_instance(source: str | os.PathLike | dict | Instance) -> Instance:
+    """An Instance from a path, a JSON string or a dict; raises InvalidInstanceError naming the field."""
+    instance = _load(Instance, source)
+    if all(j.throughput.tflops is not None for j in instance.jobs):
+        check_instance(instance)  # derived tables are checked when they are built
+    return instance
+
+
+def load_plan(source: str | os.PathLike | dict | Plan) -> Plan:
+    """A Plan from a path, a JSON string or a dict."""
+    return _load(Plan, source)
+
+
+def solve(instance: Instance | str | os.PathLike | dict, solver: str = "dp",
+          time_limit_seconds: float | None = None, threads: int | None = None) -> Plan:
+    """The optimal (or, under a time limit, best found) plan, checked by the independent validator.
+
+    Raises InvalidInstanceError for bad input, SolverUnavailableError for an
+    unknown solver and PlanValidationError if a solver ever returns a plan
+    that does not validate (a bug).
+    """
+    from unicron_plan.problem import build_problem, to_plan
+
+    instance = load_instance(instance)
+    solve_fn = get_solver(solver)
+    start = time.perf_counter()
+    problem = build_problem(instance)
+    raw = solve_fn(problem, SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads))
+    plan = to_plan(problem, raw, solver, time.perf_counter() - start)
+    report = _validate(instance, plan)
+    if not report.valid:
+        raise PlanValidationError(report.problems)
+    return plan
+
+
+def validate_plan(instance: Instance | str | os.PathLike | dict, plan: Plan | str | os.PathLike | dict) -> ValidationReport:
+    """Recompute the objective and check every constraint of ``plan``."""
+    return _validate(load_instance(instance), load_plan(plan))

@@ -1,0 +1,124 @@
+"""The `unicron-plan` command line: parse, call the API, print. No modelling logic here.
+
+Exit codes: 0 success; 1 a plan that does not validate; 2 bad input (one
+message on stderr naming the field, never a traceback); 3 an internal error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Cost-minimising reconfiguration plans for multi-job LLM training clusters.")
+
+
+def _fail(code: int, message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def handle_errors(fn):
+    """Map the package's typed errors to exit codes and one clear line on stderr."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from unicron_plan.errors import (InfeasibleError, InvalidInstanceError, PlanValidationError,
+                                         SolverUnavailableError, UnicronError)
+        try:
+            return fn(*args, **kwargs)
+        except (InvalidInstanceError, SolverUnavailableError) as exc:
+            _fail(2, str(exc))
+        except InfeasibleError as exc:
+            _fail(1, str(exc))
+        except PlanValidationError as exc:
+            _fail(3, str(exc))
+        except UnicronError as exc:
+            _fail(3, str(exc))
+    return wrapper
+
+
+def emit(text: str, out: Optional[Path]) -> None:
+    """Print to stdout, or write atomically to ``out``."""
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        from unicron_plan.io import write_atomic
+
+        write_atomic(out, text)
+
+
+@app.command()
+@handle_errors
+def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
+          solver: str = typer.Option("dp", "--solver", "-s", help="Solver name (see `unicron-plan solvers`)."),
+          out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan here instead of stdout."),
+          time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds, for the IP backends."),
+          threads: Optional[int] = typer.Option(None, "--threads", help="Worker threads, for the IP backends.")):
+    """Compute the optimal reconfiguration plan of INSTANCE and print it as JSON."""
+    from unicron_plan import api
+    from unicron_plan.io import dumps
+
+    plan = api.solve(api.load_instance(instance), solver=solver, time_limit_seconds=time_limit, threads=threads)
+    emit(dumps(plan), out)
+
+
+@app.command()
+@handle_errors
+def validate(instance: Path = typer.Argument(..., help="Instance JSON file."),
+             plan: Path = typer.Argument(..., help="Plan JSON file."),
+             as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.")):
+    """Check PLAN against INSTANCE: exit 0 when valid, 1 when not (the reasons on stderr)."""
+    from unicron_plan import api
+
+    report = api.validate_plan(api.load_instance(instance), api.load_plan(plan))
+    if as_json:
+        typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    if report.valid:
+        if not as_json:
+            typer.echo(f"valid: objective {report.objective:.6g}")
+        return
+    for p in report.problems:
+        typer.echo(f"invalid: {p}", err=True)
+    raise typer.Exit(1)
+
+
+class SchemaKind(str, Enum):
+    instance = "instance"
+    plan = "plan"
+
+
+@app.command()
+def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance or plan.")):
+    """Print the JSON Schema of the instance or the plan format."""
+    from unicron_plan.schema import Instance, Plan
+
+    model = {"instance": Instance, "plan": Plan}[kind.value]
+    typer.echo(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
+
+
+@app.command()
+def solvers():
+    """List the solvers and whether each is available here."""
+    import importlib
+
+    from unicron_plan.solvers import REGISTRY
+
+    for spec in REGISTRY:
+        mod = importlib.import_module(spec.module)
+        ok = mod.available() if hasattr(mod, "available") else True
+        typer.echo(f"{spec.name:8s} {'available  ' if ok else 'unavailable'} {spec.summary}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,142 @@
+"""The cluster after an event: health, drained nodes, capacity, hit jobs and
+where each job's GPUs were before the event.
+
+Everything here is derived from the instance only, so that solvers, placement
+and the independent validator see one and the same cluster state.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+
+from unicron_plan.schema import Instance
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """One node's GPUs before and after the event."""
+
+    id: str
+    gpu_type: str
+    rack: str | None
+    gpus: int
+    healthy_before: int
+    healthy_after: int
+    lost_in_event: bool
+    drained: bool
+
+
+@dataclass
+class ClusterState:
+    """Derived state of the cluster after the event (see FORMAT.md, Objective)."""
+
+    instance: Instance
+    nodes: dict[str, NodeHealth]
+    hit: dict[str, bool]
+    previous: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def drained_nodes(self) -> list[str]:
+        """Nodes out of service after the event, in instance order."""
+        return [n.id for n in self.nodes.values() if n.drained]
+
+    def capacity(self) -> dict[str, int]:
+        """Healthy, non-drained GPUs per GPU type (every declared type present)."""
+        cap = {t: 0 for t in self.instance.cluster.gpu_types}
+        for n in self.nodes.values():
+            if not n.drained:
+                cap[n.gpu_type] += n.healthy_after
+        return cap
+
+    def nodes_in_service(self) -> int:
+        """H of FORMAT.md: nodes not failed, not drained, with a healthy GPU."""
+        return sum(1 for n in self.nodes.values() if not n.drained and n.healthy_after > 0)
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        """The cluster as a graph: rack -> node edges, node attributes carry health and type."""
+        g = nx.Graph()
+        for n in self.nodes.values():
+            g.add_node(n.id, kind="node", gpu_type=n.gpu_type, gpus=n.gpus,
+                       healthy=n.healthy_after, drained=n.drained)
+            if n.rack is not None:
+                g.add_node(("rack", n.rack), kind="rack")
+                g.add_edge(("rack", n.rack), n.id)
+        return g
+
+
+def build_state(instance: Instance) -> ClusterState:
+    """Apply the event to the cluster (node or GPU isolation) and find the hit jobs.
+
+    Assumes the instance passed :func:`unicron_plan.schema.checks.check_instance`.
+    """
+    event = instance.event
+    failed_nodes = set(event.failed_nodes) if event else set()
+    event_gpus: dict[str, set[int]] = defaultdict(set)
+    if event:
+        for fg in event.failed_gpus:
+            event_gpus[fg.node].add(fg.gpu)
+    node_isolation = instance.isolation == "node"
+    nodes: dict[str, NodeHealth] = {}
+    for node in instance.cluster.nodes:
+        before = set(node.failed_gpus)
+        lost = node.id in failed_nodes or bool(event_gpus.get(node.id))
+        drained = node.id in failed_nodes or (node_isolation and lost)
+        after = 0 if drained else node.gpus - len(before | event_gpus.get(node.id, set()))
+        nodes[node.id] = NodeHealth(node.id, node.gpu_type, node.rack, node.gpus,
+                                    node.gpus - len(before), after, lost, drained)
+    hit = {job.id: any(nodes[n].lost_in_event or nodes[n].drained for n in job.current.nodes)
+           for job in instance.jobs}
+    state = ClusterState(instance, nodes, hit)
+    state.previous = previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
+    return state
+
+
+def previous_distribution(instance: Instance, healthy_before: dict[str, int]) -> dict[str, dict[str, int]]:
+    """How many GPUs each job held on each of its nodes before the event.
+
+    The instance gives a job's count and its node list, not the split; where
+    jobs share nodes, a max flow (networkx) finds a split that fits. Returns
+    ``{}`` for a job's entry that cannot be fitted (the instance checks report it).
+    """
+    users: dict[str, list[str]] = defaultdict(list)
+    for job in instance.jobs:
+        for n in job.current.nodes:
+            users[n].append(job.id)
+    out: dict[str, dict[str, int]] = {}
+    shared_jobs = {j for n, js in users.items() if len(js) > 1 for j in js}
+    for job in instance.jobs:
+        if job.id in shared_jobs or job.current.gpus == 0:
+            continue
+        left = job.current.gpus
+        split: dict[str, int] = {}
+        for n in job.current.nodes:
+            take = min(left, healthy_before[n])
+            if take:
+                split[n] = take
+            left -= take
+        out[job.id] = split if left == 0 else {}
+    if shared_jobs:
+        out.update(_flow_split([j for j in instance.jobs if j.id in shared_jobs], healthy_before))
+    for job in instance.jobs:
+        out.setdefault(job.id, {})
+    return out
+
+
+def _flow_split(jobs, healthy_before: dict[str, int]) -> dict[str, dict[str, int]]:
+    g = nx.DiGraph()
+    for job in jobs:
+        g.add_edge("source", ("job", job.id), capacity=job.current.gpus)
+        for n in job.current.nodes:
+            g.add_edge(("job", job.id), ("node", n))
+            g.add_edge(("node", n), "sink", capacity=healthy_before[n])
+    value, flow = nx.maximum_flow(g, "source", "sink")
+    out = {}
+    for job in jobs:
+        split = {n[1]: f for n, f in flow[("job", job.id)].items() if f > 0}
+        out[job.id] = split if sum(split.values()) == job.current.gpus else {}
+    return out

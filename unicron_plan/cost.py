@@ -1,0 +1,54 @@
+"""The objective's terms, in one place (FORMAT.md, "Objective").
+
+Every solver and the validator compute WAF, D_run, the transition penalty and
+a job's term G_i through these functions; nothing re-derives them.
+
+    F_i(y)   = weight_i * tflops_i(y)                    (F_i(0) = 0)
+    changed  = (y != x_i) or hit_i
+    G_i(y)   = F_i(y) * D_run - [changed] * F_i(x_i) * D_trans_i
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from unicron_plan.schema import Instance, Job
+
+
+def d_run_seconds(instance: Instance, nodes_in_service: int) -> float:
+    """D_run: given directly, or node_mtbf_hours * 3600 / H (H = nodes in service, at least 1)."""
+    cost = instance.cost
+    if cost.expected_run_seconds is not None:
+        return float(cost.expected_run_seconds)
+    return float(cost.node_mtbf_hours) * 3600.0 / max(nodes_in_service, 1)
+
+
+def d_trans_seconds(instance: Instance, job: Job) -> float:
+    """D_trans of a job: its own transition_seconds, else the instance default."""
+    if job.transition_seconds is not None:
+        return float(job.transition_seconds)
+    return float(instance.cost.default_transition_seconds or 0.0)
+
+
+def waf(weight: float, tflops: float | np.ndarray) -> float | np.ndarray:
+    """F = weight x achieved TFLOP/s."""
+    return weight * tflops
+
+
+def transition_penalty(f_previous: float, d_trans: float, changed: bool | np.ndarray) -> float | np.ndarray:
+    """WAF lost while a changed job transitions: [changed] * F(x) * D_trans."""
+    return np.where(changed, f_previous * d_trans, 0.0) if isinstance(changed, np.ndarray) \
+        else (f_previous * d_trans if changed else 0.0)
+
+
+def is_changed(y: int | np.ndarray, x: int, hit: bool) -> bool | np.ndarray:
+    """changed_i = (y != x) or hit."""
+    if isinstance(y, np.ndarray):
+        return (y != x) | hit
+    return bool(y != x or hit)
+
+
+def gain(f_y: float | np.ndarray, y: int | np.ndarray, x: int, f_x: float, hit: bool,
+         d_run: float, d_trans: float) -> float | np.ndarray:
+    """G_i(y) = F_i(y) * D_run - [changed] * F_i(x) * D_trans (vectorised over y)."""
+    return f_y * d_run - transition_penalty(f_x, d_trans, is_changed(y, x, hit))

@@ -1,0 +1,120 @@
+"""Strict JSON in, canonical JSON out, atomic writes.
+
+Python's json module accepts NaN, Infinity and duplicate keys; a planner fed a
+typo must not, so :func:`read_json` refuses all three with a message that
+names the file and the place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from unicron_plan.errors import InvalidInstanceError
+
+
+def _reject_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not a finite number")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def parse_json(text: str, source: str = "<input>") -> Any:
+    """Parse JSON text, refusing NaN, infinities and duplicate keys."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant,
+                          object_pairs_hook=_no_duplicate_keys)
+    except json.JSONDecodeError as exc:
+        raise InvalidInstanceError(source, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except ValueError as exc:
+        raise InvalidInstanceError(source, f"invalid JSON: {exc}") from None
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read and strictly parse a JSON file; a missing or unreadable file is bad input."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInstanceError(str(p), "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInstanceError(str(p), f"cannot read: {exc}") from None
+    return parse_json(text, str(p))
+
+
+def field_path(loc: tuple) -> str:
+    """('jobs', 3, 'weight') -> 'jobs[3].weight'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def validation_error_to_invalid(exc: ValidationError, prefix: str = "") -> InvalidInstanceError:
+    """Turn pydantic's first error into one clear message naming the field and the value."""
+    err = exc.errors(include_url=False)[0]
+    # Drop the union/function tags pydantic inserts into paths (e.g. 'function-after[...]').
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p and p.endswith("]")))
+    path = field_path(loc)
+    if prefix:
+        path = f"{prefix}.{path}" if path != "(top level)" else prefix
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+        # Model-level validators name sub-fields themselves, e.g. "failed_gpus[2]: ...".
+        if ": " in msg and msg.split(": ", 1)[0].replace("[", "").replace("]", "").replace("_", "").replace(".", "").isalnum():
+            sub, msg = msg.split(": ", 1)
+            path = f"{path}.{sub}" if path != "(top level)" else sub
+    if err["type"] not in ("missing", "extra_forbidden") and "input" in err:
+        value = err["input"]
+        if not isinstance(value, (dict, list)):
+            shown = repr(value)
+            msg = f"{shown if len(shown) <= 60 else shown[:57] + '...'}: {msg}"
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field (check its spelling against `unicron-plan schema`)"
+    return InvalidInstanceError(path, msg)
+
+
+def parse_model(model: type[BaseModel], data: Any, prefix: str = "") -> Any:
+    """Validate ``data`` against a pydantic model, raising InvalidInstanceError on failure."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error_to_invalid(exc, prefix) from None
+
+
+def dumps(obj: Any) -> str:
+    """Canonical JSON text: sorted keys, two-space indent, trailing newline."""
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump(mode="json", exclude_none=True)
+    return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write text to path through a temporary file and a rename, so readers never see half a file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, p)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

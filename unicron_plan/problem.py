@@ -1,0 +1,176 @@
+"""Instance -> dense, index-stable problem; raw solution -> Plan.
+
+Like a cvxpy reduction: :func:`build_problem` maps ids to indices and the
+objective to per-job gain vectors (via :mod:`unicron_plan.cost`), solvers work
+on indices only, and :func:`to_plan` maps their answer back to ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from unicron_plan import cost
+from unicron_plan.cluster import ClusterState, build_state
+from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.schema import Instance, Placement, Plan, PlanJob, SolverInfo, Status
+from unicron_plan.schema.checks import check_instance
+
+
+@dataclass
+class JobTerms:
+    """One job's allowed counts and its objective term at each of them."""
+
+    index: int
+    id: str
+    gpu_type: str
+    weight: float
+    x: int
+    hit: bool
+    d_trans: float
+    f_x: float
+    table: dict[int, float]
+    counts: np.ndarray  # allowed counts, 0 first, ascending (int64)
+    f: np.ndarray  # F(y) at counts
+    gains: np.ndarray  # G(y) at counts
+    layouts: dict[int, dict[str, int]] = field(default_factory=dict)
+    d_run: float = 0.0
+
+    def f_of(self, y: int) -> float:
+        """F(y) of this job (0 for y = 0)."""
+        return 0.0 if y == 0 else float(cost.waf(self.weight, self.table[y]))
+
+    def gain_of(self, y: int) -> float:
+        """G(y) of this job."""
+        return float(cost.gain(self.f_of(y), y, self.x, self.f_x, self.hit, self.d_run, self.d_trans))
+
+
+@dataclass
+class Problem:
+    """The normalised problem every solver receives."""
+
+    instance: Instance
+    state: ClusterState
+    d_run: float
+    capacity: dict[str, int]
+    jobs: list[JobTerms]
+
+    def jobs_of_type(self, gpu_type: str) -> list[JobTerms]:
+        """Jobs that run on ``gpu_type``, in instance order."""
+        return [j for j in self.jobs if j.gpu_type == gpu_type]
+
+    def objective(self, counts: dict[str, int]) -> float:
+        """sum_i G_i(y_i) for a count per job id."""
+        return float(sum(j.gain_of(counts[j.id]) for j in self.jobs))
+
+
+def resolve_tables(instance: Instance) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, dict]]]:
+    """Each job's throughput table, derived from the model library where a job names a model."""
+    tables: dict[str, dict[int, float]] = {}
+    layouts: dict[str, dict[int, dict]] = {}
+    total = {}
+    for n in instance.cluster.nodes:
+        total[n.gpu_type] = total.get(n.gpu_type, 0) + n.gpus
+    for k, job in enumerate(instance.jobs):
+        tp = job.throughput
+        if tp.tflops is not None:
+            tables[job.id] = tp.table()
+            continue
+        try:
+            from unicron_plan.perf import derive_table
+        except ImportError:  # pragma: no cover - perf ships with the package
+            raise InvalidInstanceError(f"jobs[{k}].throughput.model",
+                                       "model-derived throughput needs unicron_plan.perf") from None
+        try:
+            curve = derive_table(tp.model, tp.gpu_type, tp.global_batch, tp.seq_len,
+                                 recompute=tp.recompute or "full",
+                                 max_gpus=max(total.get(tp.gpu_type, 0), job.current.gpus, 1))
+        except InvalidInstanceError as exc:
+            raise InvalidInstanceError(f"jobs[{k}].throughput.{exc.field}", exc.message) from None
+        tables[job.id] = curve.tflops_table()
+        layouts[job.id] = {n: curve.layout(n) for n in tables[job.id]}
+    return tables, layouts
+
+
+def build_problem(instance: Instance) -> Problem:
+    """Check the instance, apply the event and tabulate every job's gains."""
+    tables, layouts = resolve_tables(instance)
+    check_instance(instance, tables)
+    state = build_state(instance)
+    d_run = cost.d_run_seconds(instance, state.nodes_in_service())
+    capacity = state.capacity()
+    jobs = []
+    for i, job in enumerate(instance.jobs):
+        table = tables[job.id]
+        counts = np.array([0] + sorted(c for c in table if c <= capacity[job.throughput.gpu_type]),
+                          dtype=np.int64)
+        f = np.array([0.0] + [cost.waf(job.weight, table[int(c)]) for c in counts[1:]])
+        x = job.current.gpus
+        f_x = 0.0 if x == 0 else float(cost.waf(job.weight, table[x]))
+        d_trans = cost.d_trans_seconds(instance, job)
+        hit = state.hit[job.id]
+        gains = np.asarray(cost.gain(f, counts, x, f_x, hit, d_run, d_trans), dtype=float)
+        jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, hit, d_trans, f_x,
+                             table, counts, f, gains, layouts.get(job.id, {}), d_run))
+    return Problem(instance, state, d_run, capacity, jobs)
+
+
+@dataclass
+class RawSolution:
+    """What a solver returns: a count per job id, the proven bound and the status."""
+
+    counts: dict[str, int]
+    objective: float
+    bound: float
+    termination: str = "optimal"
+    solution: str = "optimal"
+    placement: dict[str, dict[str, int]] | None = None  # solvers that place at node level
+    options: dict = field(default_factory=dict)
+
+
+def action_of(x: int, y: int, hit: bool, moved: bool) -> str:
+    """The plan action for previous count x, planned count y."""
+    if x == 0 and y == 0:
+        return "idle"
+    if y == 0:
+        return "suspend"
+    if x == 0:
+        return "resume"
+    if y < x:
+        return "shrink"
+    if y > x:
+        return "grow"
+    return "restart" if (hit or moved) else "keep"
+
+
+def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
+    """Place the counts on nodes and assemble the v1 plan."""
+    from unicron_plan.placement import place
+
+    placement = raw.placement if raw.placement is not None else place(problem, raw.counts)
+    plan_jobs = []
+    total_waf = 0.0
+    for j in problem.jobs:
+        y = raw.counts[j.id]
+        where = {n: g for n, g in placement.get(j.id, {}).items() if g > 0}
+        previous = problem.state.previous.get(j.id, {})
+        moved = y == j.x and where != previous
+        f_y = j.f_of(y)
+        total_waf += f_y
+        penalty = float(cost.transition_penalty(j.f_x, j.d_trans, cost.is_changed(y, j.x, j.hit)))
+        plan_jobs.append(PlanJob(
+            id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
+            nodes=list(where), placement=[Placement(node=n, gpus=g) for n, g in where.items()],
+            waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=j.gain_of(y),
+            parallelism=j.layouts.get(y) if y else None))
+    objective = problem.objective(raw.counts)
+    # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
+    bound = objective if raw.solution == "optimal" else max(raw.bound, objective)
+    return Plan(
+        instance=problem.instance.name,
+        status=Status(termination=raw.termination, solution=raw.solution),
+        objective=objective, bound=bound,
+        d_run_seconds=problem.d_run, waf_tflops=total_waf, jobs=plan_jobs,
+        solver=SolverInfo(name=solver_name, wall_seconds=wall_seconds, options=raw.options or None),
+        capacity=problem.capacity, drained_nodes=problem.state.drained_nodes)

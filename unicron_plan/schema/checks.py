@@ -1,0 +1,92 @@
+"""Rules that relate fields to each other: unique ids, resolved references and
+current allocations that fit. Each failure names the exact field path."""
+
+from __future__ import annotations
+
+from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.schema.instance import Instance
+
+
+def _unique(items, what: str) -> None:
+    seen: dict[str, int] = {}
+    for k, item_id in enumerate(items):
+        if item_id in seen:
+            raise InvalidInstanceError(f"{what}[{k}].id", f"{item_id!r} duplicates {what}[{seen[item_id]}].id")
+        seen[item_id] = k
+
+
+def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | None = None) -> None:
+    """Raise InvalidInstanceError on the first cross-field inconsistency.
+
+    ``tables`` are the throughput tables per job id (derived ones included);
+    when omitted, only jobs with a literal table are checked against it.
+    """
+    from unicron_plan.cluster import previous_distribution
+
+    cluster = instance.cluster
+    _unique([n.id for n in cluster.nodes], "cluster.nodes")
+    _unique([j.id for j in instance.jobs], "jobs")
+    nodes = {n.id: n for n in cluster.nodes}
+    for k, node in enumerate(cluster.nodes):
+        if node.gpu_type not in cluster.gpu_types:
+            raise InvalidInstanceError(f"cluster.nodes[{k}].gpu_type",
+                                       f"{node.gpu_type!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
+    for k, job in enumerate(instance.jobs):
+        where = f"jobs[{k}]"
+        gtype = job.throughput.gpu_type
+        if gtype not in cluster.gpu_types:
+            raise InvalidInstanceError(f"{where}.throughput.gpu_type",
+                                       f"{gtype!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
+        table = (tables or {}).get(job.id)
+        if table is None and job.throughput.tflops is not None:
+            table = job.throughput.table()
+        cur = job.current
+        if table is not None and cur.gpus != 0 and cur.gpus not in table:
+            raise InvalidInstanceError(f"{where}.current.gpus",
+                                       f"{cur.gpus} is not a GPU count of the job's throughput table (nor 0)")
+        if cur.gpus == 0 and cur.nodes:
+            raise InvalidInstanceError(f"{where}.current.nodes", "a job with current.gpus 0 lists no nodes")
+        if cur.gpus > 0 and not cur.nodes:
+            raise InvalidInstanceError(f"{where}.current.nodes", f"the job holds {cur.gpus} GPUs but lists no nodes")
+        seen = set()
+        for i, nid in enumerate(cur.nodes):
+            if nid not in nodes:
+                raise InvalidInstanceError(f"{where}.current.nodes[{i}]", f"unknown node {nid!r}")
+            if nid in seen:
+                raise InvalidInstanceError(f"{where}.current.nodes[{i}]", f"node {nid!r} is listed twice")
+            seen.add(nid)
+            if nodes[nid].gpu_type != gtype:
+                raise InvalidInstanceError(f"{where}.current.nodes[{i}]",
+                                           f"node {nid!r} has GPU type {nodes[nid].gpu_type!r}, the job runs on {gtype!r}")
+        healthy = sum(nodes[n].gpus - len(nodes[n].failed_gpus) for n in cur.nodes)
+        if cur.gpus > healthy:
+            raise InvalidInstanceError(f"{where}.current.gpus",
+                                       f"{cur.gpus} GPUs do not fit in the {healthy} healthy GPUs of its current nodes")
+        if job.transition_seconds is None and instance.cost.default_transition_seconds is None:
+            raise InvalidInstanceError(f"{where}.transition_seconds",
+                                       "missing, and cost.default_transition_seconds is not given either")
+    healthy_before = {n.id: n.gpus - len(n.failed_gpus) for n in cluster.nodes}
+    split = previous_distribution(instance, healthy_before)
+    for k, job in enumerate(instance.jobs):
+        if job.current.gpus > 0 and not split[job.id]:
+            raise InvalidInstanceError(f"jobs[{k}].current",
+                                       "jobs sharing these nodes do not fit in their healthy GPUs together")
+    if instance.event is not None:
+        ev = instance.event
+        seen_nodes = set()
+        for i, nid in enumerate(ev.failed_nodes):
+            if nid not in nodes:
+                raise InvalidInstanceError(f"event.failed_nodes[{i}]", f"unknown node {nid!r}")
+            if nid in seen_nodes:
+                raise InvalidInstanceError(f"event.failed_nodes[{i}]", f"node {nid!r} is listed twice")
+            seen_nodes.add(nid)
+        seen_gpus = set()
+        for i, fg in enumerate(ev.failed_gpus):
+            if fg.node not in nodes:
+                raise InvalidInstanceError(f"event.failed_gpus[{i}].node", f"unknown node {fg.node!r}")
+            if fg.gpu >= nodes[fg.node].gpus:
+                raise InvalidInstanceError(f"event.failed_gpus[{i}].gpu",
+                                           f"{fg.gpu} is outside 0..{nodes[fg.node].gpus - 1} of node {fg.node!r}")
+            if (fg.node, fg.gpu) in seen_gpus:
+                raise InvalidInstanceError(f"event.failed_gpus[{i}]", f"GPU {fg.gpu} of {fg.node!r} is listed twice")
+            seen_gpus.add((fg.node, fg.gpu))

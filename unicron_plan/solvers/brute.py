@@ -1,0 +1,44 @@
+"""Exhaustive enumeration of every combination of allowed counts.
+
+Independent of the DP (no pruning, no decomposition by GPU type): the
+reference the exact solvers are tested against. Exponential; refuses
+instances with more than ``MAX_COMBINATIONS`` combinations.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from unicron_plan.errors import SolverUnavailableError
+from unicron_plan.problem import Problem, RawSolution
+from unicron_plan.solvers import SolverOptions
+
+MAX_COMBINATIONS = 2_000_000
+
+
+def available() -> bool:
+    """Pure Python."""
+    return True
+
+
+def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
+    """Try every combination of counts; keep the best one that fits every GPU type."""
+    domains = [[int(c) for c in j.counts] for j in problem.jobs]
+    size = math.prod(len(d) for d in domains)
+    if size > MAX_COMBINATIONS:
+        raise SolverUnavailableError(
+            f"brute force would enumerate {size} combinations (limit {MAX_COMBINATIONS}); use --solver dp")
+    best_value, best_counts = -math.inf, None
+    for combo in itertools.product(*domains):
+        used: dict[str, int] = {}
+        for j, y in zip(problem.jobs, combo):
+            used[j.gpu_type] = used.get(j.gpu_type, 0) + y
+        if any(used[t] > problem.capacity[t] for t in used):
+            continue
+        value = sum(j.gain_of(y) for j, y in zip(problem.jobs, combo))
+        if value > best_value:
+            best_value, best_counts = value, combo
+    counts = {j.id: y for j, y in zip(problem.jobs, best_counts or ())}
+    return RawSolution(counts=counts, objective=best_value if best_counts is not None else 0.0,
+                       bound=best_value if best_counts is not None else 0.0)

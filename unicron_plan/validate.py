@@ -1,0 +1,133 @@
+"""Independent plan checker: every constraint of FORMAT.md, and the objective recomputed.
+
+It shares only the cluster state and the cost terms (:mod:`unicron_plan.cost`)
+with the solvers, never their arithmetic, so a solver bug cannot hide here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from unicron_plan import cost
+from unicron_plan.cluster import build_state
+from unicron_plan.problem import action_of, resolve_tables
+from unicron_plan.schema import Instance, Plan
+from unicron_plan.schema.checks import check_instance
+
+REL_TOL = 1e-9
+
+
+@dataclass
+class ValidationReport:
+    """Outcome of validating a plan: valid or not, the reasons, and the recomputed objective."""
+
+    valid: bool
+    problems: list[str] = field(default_factory=list)
+    objective: float = 0.0
+
+    def to_json(self) -> dict:
+        """JSON-ready form."""
+        return {"valid": self.valid, "problems": self.problems, "objective": self.objective}
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-6)
+
+
+def validate_plan(instance: Instance, plan: Plan) -> ValidationReport:
+    """Check ``plan`` against ``instance``; never raises for a bad plan, only reports."""
+    tables, _ = resolve_tables(instance)
+    check_instance(instance, tables)
+    state = build_state(instance)
+    d_run = cost.d_run_seconds(instance, state.nodes_in_service())
+    problems: list[str] = []
+    bad = problems.append
+    if plan.instance != instance.name:
+        bad(f"instance: plan is for {plan.instance!r}, not {instance.name!r}")
+    if not _close(plan.d_run_seconds, d_run):
+        bad(f"d_run_seconds: {plan.d_run_seconds} != {d_run}")
+    by_id = {}
+    for k, pj in enumerate(plan.jobs):
+        if pj.id in by_id:
+            bad(f"jobs[{k}].id: {pj.id!r} appears twice")
+        by_id[pj.id] = pj
+    known = {j.id for j in instance.jobs}
+    for jid in by_id:
+        if jid not in known:
+            bad(f"jobs: {jid!r} is not a job of the instance")
+    used_per_node: dict[str, int] = {}
+    used_per_type: dict[str, int] = {}
+    total = 0.0
+    total_waf = 0.0
+    for job in instance.jobs:
+        pj = by_id.get(job.id)
+        if pj is None:
+            bad(f"jobs: job {job.id!r} is missing from the plan")
+            continue
+        where = f"job {job.id!r}"
+        table = tables[job.id]
+        x, y, hit = job.current.gpus, pj.gpus, state.hit[job.id]
+        gtype = job.throughput.gpu_type
+        if pj.previous_gpus != x:
+            bad(f"{where}: previous_gpus {pj.previous_gpus} != current.gpus {x}")
+        if y != 0 and y not in table:
+            bad(f"{where}: {y} GPUs is not a count of its throughput table")
+            continue
+        split: dict[str, int] = {}
+        for p in pj.placement:
+            if p.node in split:
+                bad(f"{where}: node {p.node!r} appears twice in placement")
+            split[p.node] = split.get(p.node, 0) + p.gpus
+        if sum(split.values()) != y:
+            bad(f"{where}: placement sums to {sum(split.values())}, not gpus {y}")
+        if set(pj.nodes) != set(split) or len(pj.nodes) != len(set(pj.nodes)):
+            bad(f"{where}: nodes {pj.nodes} do not match the placement's nodes {sorted(split)}")
+        for nid, g in split.items():
+            node = state.nodes.get(nid)
+            if node is None:
+                bad(f"{where}: unknown node {nid!r}")
+                continue
+            if node.drained:
+                bad(f"{where}: node {nid!r} is failed or drained")
+            if node.gpu_type != gtype:
+                bad(f"{where}: node {nid!r} has GPU type {node.gpu_type!r}, the job runs on {gtype!r}")
+            used_per_node[nid] = used_per_node.get(nid, 0) + g
+        used_per_type[gtype] = used_per_type.get(gtype, 0) + y
+        previous = state.previous.get(job.id, {})
+        moved = y == x and split != previous
+        expected_action = action_of(x, y, hit, moved)
+        if pj.action != expected_action and not (pj.action == "restart" and expected_action == "keep"):
+            bad(f"{where}: action {pj.action!r}, expected {expected_action!r}")
+        if pj.action == "keep" and not set(split) <= set(job.current.nodes):
+            bad(f"{where}: action 'keep' but it runs on nodes it did not hold")
+        f_x = 0.0 if x == 0 else cost.waf(job.weight, table[x])
+        f_y = 0.0 if y == 0 else cost.waf(job.weight, table[y])
+        d_trans = cost.d_trans_seconds(instance, job)
+        penalty = cost.transition_penalty(f_x, d_trans, cost.is_changed(y, x, hit))
+        g = cost.gain(f_y, y, x, f_x, hit, d_run, d_trans)
+        if not _close(pj.waf_tflops, f_y):
+            bad(f"{where}: waf_tflops {pj.waf_tflops} != {f_y}")
+        if not _close(pj.transition_penalty, penalty):
+            bad(f"{where}: transition_penalty {pj.transition_penalty} != {penalty}")
+        total += g
+        total_waf += f_y
+    for nid, used in used_per_node.items():
+        node = state.nodes.get(nid)
+        if node is not None and used > node.healthy_after:
+            bad(f"node {nid!r}: {used} GPUs placed on {node.healthy_after} healthy GPUs")
+    capacity = state.capacity()
+    for gtype, used in used_per_type.items():
+        if used > capacity[gtype]:
+            bad(f"capacity: {used} {gtype} GPUs planned, {capacity[gtype]} healthy")
+    if not _close(plan.objective, total):
+        bad(f"objective: {plan.objective} != recomputed {total}")
+    if not _close(plan.waf_tflops, total_waf):
+        bad(f"waf_tflops: {plan.waf_tflops} != recomputed {total_waf}")
+    if plan.bound < plan.objective and not _close(plan.bound, plan.objective):
+        bad(f"bound: {plan.bound} is below the objective {plan.objective}")
+    if plan.status.solution == "optimal" and not _close(plan.bound, plan.objective):
+        bad(f"status: solution 'optimal' but bound {plan.bound} != objective {plan.objective}")
+    if plan.status.solution == "optimal" and plan.status.termination != "optimal":
+        bad(f"status: solution 'optimal' with termination {plan.status.termination!r}")
+    return ValidationReport(valid=not problems, problems=problems, objective=total)

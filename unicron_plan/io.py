@@ -71,6 +71,8 @@ def validation_error_to_invalid(exc: ValidationError, prefix: str = "") -> Inval
     # Drop the union/function tags pydantic inserts into paths (e.g. 'function-after[...]').
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p and p.endswith("]")))
     path = field_path(loc)
+    if not loc and err["type"] == "model_type":
+        return InvalidInstanceError(prefix or "(top level)", "must be a JSON object")
     if prefix:
         path = f"{prefix}.{path}" if path != "(top level)" else prefix
     msg = err["msg"]

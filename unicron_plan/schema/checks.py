@@ -67,10 +67,15 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
                                        "missing, and cost.default_transition_seconds is not given either")
     healthy_before = {n.id: n.gpus - len(n.failed_gpus) for n in cluster.nodes}
     split = previous_distribution(instance, healthy_before)
-    for k, job in enumerate(instance.jobs):
-        if job.current.gpus > 0 and not split[job.id]:
-            raise InvalidInstanceError(f"jobs[{k}].current",
-                                       "jobs sharing these nodes do not fit in their healthy GPUs together")
+    unplaced = [(k, job) for k, job in enumerate(instance.jobs) if job.current.gpus > 0 and not split[job.id]]
+    if unplaced:
+        k, job = unplaced[0]
+        mine = set(job.current.nodes)
+        others = [j.id for j in instance.jobs if j is not job and mine & set(j.current.nodes)]
+        raise InvalidInstanceError(
+            f"jobs[{k}].current",
+            f"its {job.current.gpus} GPUs and those of {', '.join(map(repr, others))}, which share "
+            f"its nodes, do not fit in the healthy GPUs of those nodes together")
     if instance.event is not None:
         ev = instance.event
         seen_nodes = set()

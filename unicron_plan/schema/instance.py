@@ -79,7 +79,7 @@ class Throughput(StrictModel):
             if not _COUNT_KEY.match(key):
                 raise ValueError(f"key {key!r} is not a decimal GPU count >= 1")
             if value < 0:
-                raise ValueError(f"tflops[{key!r}]: {value} is negative")
+                raise ValueError(f"key {key!r}: {value} is negative")
         return table
 
     @model_validator(mode="after")

@@ -1,0 +1,19 @@
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).parent))  # tests/randgen.py
+
+
+@pytest.fixture
+def tiny_instance() -> dict:
+    """The worked example of FORMAT.md as a dict (fresh copy per test)."""
+    return json.loads((ROOT / "instances" / "tiny-one-job-two-nodes.json").read_text())
+
+
+def library_instances() -> list[Path]:
+    """Every instance file of the library."""
+    return sorted((ROOT / "instances").glob("*.json"))

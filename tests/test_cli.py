@@ -1,0 +1,139 @@
+"""CLI tests: solve, validate, schema, and one test per kind of bad input (exit 2, field named)."""
+
+import copy
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from unicron_plan.cli import app
+
+from conftest import ROOT
+
+TINY = ROOT / "instances" / "tiny-one-job-two-nodes.json"
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def test_solve_prints_plan(runner):
+    res = runner.invoke(app, ["solve", str(TINY)])
+    assert res.exit_code == 0
+    plan = json.loads(res.stdout)
+    assert plan["objective"] == 38697000.0 and plan["status"]["solution"] == "optimal"
+
+
+def test_solve_out_then_validate(runner, tmp_path):
+    out = tmp_path / "plan.json"
+    assert runner.invoke(app, ["solve", str(TINY), "--out", str(out)]).exit_code == 0
+    res = runner.invoke(app, ["validate", str(TINY), str(out)])
+    assert res.exit_code == 0 and "valid" in res.stdout
+
+
+def test_validate_rejects_corrupted_plan_with_exit_1(runner, tmp_path):
+    res = runner.invoke(app, ["solve", str(TINY)])
+    plan = json.loads(res.stdout)
+    plan["jobs"][0]["gpus"] = 16
+    plan["jobs"][0]["placement"] = [{"node": "n0", "gpus": 8}, {"node": "n1", "gpus": 8}]
+    plan["jobs"][0]["nodes"] = ["n0", "n1"]
+    path = tmp_path / "bad-plan.json"
+    path.write_text(json.dumps(plan))
+    res = runner.invoke(app, ["validate", str(TINY), str(path)])
+    assert res.exit_code == 1
+    assert "failed or drained" in res.stderr
+
+
+def test_schema_commands(runner):
+    for kind, field in [("instance", "cluster"), ("plan", "objective")]:
+        res = runner.invoke(app, ["schema", kind])
+        assert res.exit_code == 0
+        assert field in json.loads(res.stdout)["properties"]
+
+
+def test_unknown_solver_lists_valid_ones(runner):
+    res = runner.invoke(app, ["solve", str(TINY), "--solver", "nope"])
+    assert res.exit_code == 2 and "dp" in res.stderr and res.stdout == ""
+
+
+def _base():
+    return json.loads(TINY.read_text())
+
+
+def _mutated(fn):
+    d = copy.deepcopy(_base())
+    fn(d)
+    return json.dumps(d)
+
+
+BAD_INPUTS = {
+    "malformed-json": ('{"schema_version": "1", ', "line 1"),
+    "nan": (TINY.read_text().replace("36000.0", "NaN"), "NaN"),
+    "infinity": (TINY.read_text().replace("36000.0", "Infinity"), "Infinity"),
+    "huge-number": (TINY.read_text().replace("36000.0", "1e999"), "cost.expected_run_seconds"),
+    "duplicate-key": (TINY.read_text().replace('"weight": 1.0', '"weight": 1.0, "weight": 2.0'), "weight"),
+    "not-an-object": ("[1, 2]", "object"),
+    "unknown-field": (_mutated(lambda d: d["jobs"][0].update(wieght=1.0)), "jobs[0].wieght"),
+    "missing-field": (_mutated(lambda d: d["jobs"][0].pop("weight")), "jobs[0].weight"),
+    "negative-weight": (_mutated(lambda d: d["jobs"][0].update(weight=-1.0)), "jobs[0].weight"),
+    "negative-count": (_mutated(lambda d: d["jobs"][0]["current"].update(gpus=-8)), "jobs[0].current.gpus"),
+    "negative-tflops": (_mutated(lambda d: d["jobs"][0]["throughput"]["tflops"].update({"4": -1.0})),
+                        "jobs[0].throughput.tflops"),
+    "bad-count-key": (_mutated(lambda d: d["jobs"][0]["throughput"]["tflops"].update({"0": 1.0})),
+                      "jobs[0].throughput.tflops"),
+    "string-for-int": (_mutated(lambda d: d["cluster"]["nodes"][0].update(gpus="8")), "cluster.nodes[0].gpus"),
+    "duplicate-node-id": (_mutated(lambda d: d["cluster"]["nodes"][1].update(id="n0")), "cluster.nodes[1].id"),
+    "duplicate-job-id": (_mutated(lambda d: d["jobs"].append(copy.deepcopy(d["jobs"][0]))), "jobs[1].id"),
+    "unknown-gpu-type": (_mutated(lambda d: d["cluster"]["nodes"][0].update(gpu_type="h900")),
+                         "cluster.nodes[0].gpu_type"),
+    "unknown-job-gpu-type": (_mutated(lambda d: d["jobs"][0]["throughput"].update(gpu_type="h900")),
+                             "jobs[0].throughput.gpu_type"),
+    "unknown-current-node": (_mutated(lambda d: d["jobs"][0]["current"].update(nodes=["n0", "n7"])),
+                             "jobs[0].current.nodes[1]"),
+    "unknown-event-node": (_mutated(lambda d: d["event"].update(failed_nodes=["n7"])), "event.failed_nodes[0]"),
+    "event-gpu-out-of-range": (_mutated(lambda d: d["event"].update(failed_gpus=[{"node": "n0", "gpu": 8}])),
+                               "event.failed_gpus[0].gpu"),
+    "failed-gpu-out-of-range": (_mutated(lambda d: d["cluster"]["nodes"][0].update(failed_gpus=[8])),
+                                "cluster.nodes[0].failed_gpus[0]"),
+    "current-not-in-table": (_mutated(lambda d: d["jobs"][0]["current"].update(gpus=12)), "jobs[0].current.gpus"),
+    "current-overfills-nodes": (_mutated(lambda d: d["jobs"][0]["current"].update(gpus=32)),
+                                "jobs[0].current.gpus"),
+    "zero-gpus-with-nodes": (_mutated(lambda d: d["jobs"][0]["current"].update(gpus=0)), "jobs[0].current.nodes"),
+    "shared-nodes-overfilled": (_mutated(lambda d: d["jobs"].append(
+        {"id": "other", "weight": 1.0, "throughput": {"gpu_type": "a800", "tflops": {"8": 1.0}},
+         "current": {"gpus": 8, "nodes": ["n1"]}})), "'other', which share"),
+    "both-horizons": (_mutated(lambda d: d["cost"].update(node_mtbf_hours=100.0)), "cost"),
+    "bad-schema-version": (_mutated(lambda d: d.update(schema_version="2")), "schema_version"),
+    "bad-event-kind": (_mutated(lambda d: d["event"].update(kind="meteor")), "event"),
+    "missing-transition": (_mutated(lambda d: (d["cost"].pop("default_transition_seconds"),
+                                               d["jobs"][0].pop("transition_seconds"))),
+                           "jobs[0].transition_seconds"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_INPUTS))
+@pytest.mark.parametrize("command", ["solve", "validate"])
+def test_bad_input_exits_2_naming_the_field(runner, tmp_path, kind, command):
+    text, field = BAD_INPUTS[kind]
+    path = tmp_path / "in.json"
+    path.write_text(text)
+    args = ["solve", str(path)] if command == "solve" else ["validate", str(path), str(path)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert res.stdout == ""
+    assert field in res.stderr
+    assert "Traceback" not in res.stderr and res.exception is None or isinstance(res.exception, SystemExit)
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_missing_file_exits_2(runner, tmp_path):
+    res = runner.invoke(app, ["solve", str(tmp_path / "nope.json")])
+    assert res.exit_code == 2 and "no such file" in res.stderr
+
+
+def test_bad_plan_exits_2(runner, tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text('{"objective": "lots"}')
+    res = runner.invoke(app, ["validate", str(TINY), str(path)])
+    assert res.exit_code == 2 and res.stdout == ""

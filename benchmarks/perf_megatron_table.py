@@ -44,6 +44,16 @@ def calibrate_points() -> dict:
             "also_best": True, "points": pts}
 
 
+#: Llama 3 405B pre-training (Dubey et al. 2024, Table 4): TP 8, PP 16, 8K sequences,
+#: 16M tokens per batch (2048 sequences), BF16, no activation recomputation; model TFLOP/s.
+LLAMA3_POINTS = [
+    {"model": "llama3-405b", "global_batch": 2048, "seq_len": 8192, "recompute": "none",
+     "tp": 8, "pp": 16, "dp": 64, "hardware_tflops_per_gpu": 430.0},
+    {"model": "llama3-405b", "global_batch": 2048, "seq_len": 8192, "recompute": "none",
+     "tp": 8, "pp": 16, "dp": 128, "hardware_tflops_per_gpu": 400.0},
+]
+
+
 def table() -> list[float]:
     from unicron_plan.perf import derive_table
     from unicron_plan.perf.layouts import ranked, search
@@ -74,15 +84,11 @@ def table() -> list[float]:
     return errs
 
 
-OTHER = [  # (model, gpu, batch, seq, recompute, GPUs, published hardware or model TFLOP/s per GPU, what, source)
-    ("gpt3-175b", "a100", 1536, 2048, "full", 384, 153, "hardware", "Narayanan et al. SC'21, Table 2 (PTD-P)"),
-    ("gpt3-175b", "a100", 1536, 2048, "full", 768, 149, "hardware", "Narayanan et al. SC'21, Table 2"),
-    ("gpt3-175b", "a100", 1536, 2048, "full", 1536, 140, "hardware", "Narayanan et al. SC'21, Table 2 / Sec. 5.2"),
-    ("megatron-529.6b", "a100", 2240, 2048, "full", 560, 171, "hardware", "Narayanan et al. SC'21, Table 2"),
-    ("megatron-529.6b", "a100", 2240, 2048, "full", 1120, 167, "hardware", "Narayanan et al. SC'21, Table 2"),
-    ("megatron-529.6b", "a100", 2240, 2048, "full", 2240, 159, "hardware", "Narayanan et al. SC'21, Table 2"),
-    ("llama3-405b", "h100", 2048, 8192, "none", 8192, 430, "model", "Llama 3 paper, Table 4"),
-    ("llama3-405b", "h100", 2048, 8192, "none", 16384, 400, "model", "Llama 3 paper, Table 4"),
+OTHER = [  # (model, gpu, batch, seq, recompute, GPUs, published TFLOP/s per GPU, kind, source)
+    ("gpt3-175b", "a100", 1536, 2048, "full", 1536, 140, "hardware",
+     "Narayanan et al. SC'21 (GPT-3 175B on 1536 A100, ~140 TFLOP/s/GPU)"),
+    ("llama3-405b", "h100", 2048, 8192, "none", 8192, 430, "model", "Llama 3 paper, Table 4 (TP8 PP16)"),
+    ("llama3-405b", "h100", 2048, 8192, "none", 16384, 400, "model", "Llama 3 paper, Table 4 (TP8 PP16)"),
 ]
 
 
@@ -123,8 +129,17 @@ def main() -> None:
             pts = Path(d) / "points.json"
             pts.write_text(json.dumps(calibrate_points()))
             consts = calibrate(str(pts), str(ROOT / "models" / "efficiency.json"))
-        print("fitted:", json.dumps(consts, indent=1))
+        print("fitted a100:", json.dumps(consts, indent=1))
         from unicron_plan.perf.library import efficiency_data, get_efficiency
+        efficiency_data.cache_clear()
+        get_efficiency.cache_clear()
+        h100 = {"gpu_type": "h100", "stack": "megatron-core-2024", "fit": ["gemm_efficiency"],
+                "also_best": True, "points": LLAMA3_POINTS}
+        with tempfile.TemporaryDirectory() as d:
+            pts = Path(d) / "points.json"
+            pts.write_text(json.dumps(h100))
+            consts = calibrate(str(pts), str(ROOT / "models" / "efficiency.json"))
+        print("fitted h100:", json.dumps(consts, indent=1))
         efficiency_data.cache_clear()
         get_efficiency.cache_clear()
     table()

@@ -114,7 +114,8 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
     rep_bytes = 20.0 * h + 2.0 * drop * h
     act_bytes = (6.0 if model.activation == "swiglu" else 4.0) * f
     soft_bytes = 0.0 if st.flash_attention else (4.0 + 5.0 * drop) * a * s
-    elem = passes * (rep_bytes / sp + act_bytes / tp) + attn_passes * soft_bytes / tp
+    act_passes = passes + (1.0 if st.activation_recompute and not full else 0.0)
+    elem = passes * rep_bytes / sp + act_passes * act_bytes / tp + attn_passes * soft_bytes / tp
     t_mem = tokens * elem / hbm
     coll = 4.0 + (2.0 if full else 0.0)  # all-reduces (or all-gather + reduce-scatter pairs)
     tp_bytes = coll * 2.0 * (tp - 1.0) / tp * tokens * h * 2.0
@@ -162,7 +163,11 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
 
     # --- memory of the first and the last stage (Korthikanti et al. 2022) ---
     rep_act = (10.0 if model.dropout else 8.0) * h  # norm inputs, QKV/MLP inputs, dropout masks
-    split_act = 4.0 * h + 4.0 * kvd + (6.0 if model.activation == "swiglu" else 4.0) * f
+    # MLP: GeLU keeps its input and output (4f); SwiGLU gate, up and product (6f); with
+    # activation-function recomputation only the first GEMM's output is kept.
+    mlp_act = (4.0 if model.activation == "swiglu" else 2.0) * f if st.activation_recompute else (
+        (6.0 if model.activation == "swiglu" else 4.0) * f)
+    split_act = 4.0 * h + 4.0 * kvd + mlp_act
     score_act = 0.0 if st.flash_attention else (2.0 + 3.0 * drop) * a * s
     none_layer = tokens * (rep_act / sp + (split_act + score_act) / tp)
     if full:
@@ -174,14 +179,20 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
     else:
         stored_layer = none_layer
         working = 0.0 * none_layer
-    in_flight = np.minimum(m, pp) * np.where(v > 1, 1.0 + (pp - 1.0) / (pp * v), 1.0)
+    # micro-batches whose activations a stage holds at the peak: 1F1B stage k holds p - k;
+    # the interleaved schedule's warm-up holds (2(p-k-1) + (v-1)p + 1) chunks of 1/v stage.
+    def held(k):
+        inter = (2.0 * (pp - k - 1.0) + (v - 1.0) * pp + 1.0) / v
+        return np.minimum(m, np.maximum(np.where(v > 1, inter, pp - k), 1.0))
+    in_flight, in_flight_2nd = held(0.0), held(1.0)
     logits = tokens * V / tp * 8.0  # fp32 logits and their gradient
-    state_per_param = WEIGHT_BYTES + st.grad_bytes + OPTIMIZER_STATE_BYTES / (
-        dp if st.distributed_optimizer else 1.0)
+    shard = dp if st.distributed_optimizer else 1.0
+    state_per_param = (WEIGHT_BYTES + st.grad_bytes / (shard if st.shard_gradients else 1.0)
+                       + OPTIMIZER_STATE_BYTES / shard)
     mem_first = p_first * state_per_param + in_flight * first * stored_layer + working
     mem_last = p_last * state_per_param + last * stored_layer + working + logits
     mem_first = np.where(pp > 1, mem_first, mem_first + logits)
-    mem_mid = p_mid * state_per_param + in_flight * per * stored_layer + working
+    mem_mid = np.where(pp > 2, p_mid * state_per_param + in_flight_2nd * per * stored_layer + working, 0.0)
     # at the optimizer step activations are freed but an FP32 gradient copy may exist
     p_max = np.maximum(np.maximum(p_first, p_last), p_mid)
     copy = st.optimizer_grad_copy_bytes / (dp if st.distributed_optimizer else 1.0)

@@ -110,6 +110,9 @@ class Stack(_Frozen):
     flash_attention: bool
     sequence_parallel: bool
     distributed_optimizer: bool
+    shard_gradients: bool = Field(description="Gradients sharded over data parallelism too (ZeRO-2 / FSDP).")
+    activation_recompute: bool = Field(
+        description="MLP activation function recomputed in the backward pass (keeps only the first GEMM's output).")
     grad_bytes: int = Field(ge=2, le=4, description="Bytes per gradient element kept and reduced.")
     optimizer_grad_copy_bytes: int = Field(
         ge=0, description="Bytes per parameter of the transient FP32 gradient copy made at the optimizer step.")

@@ -37,6 +37,9 @@ def test_nearest_source_rules():
     assert nearest_source(OLD, NEW, 384, 768, lost_state=True) == "memory_checkpoint"
     assert nearest_source(OLD, NEW, 384, 768, lost_state=True, memory_checkpoint=False) == "remote_storage"
     assert transition_seconds("gpt3-175b", "a100", 768, 384, NEW, OLD) == 60.0
+    assert nearest_source(OLD, OLD, 384, 384, hit=True) == "dp_replica"  # replacements copy a replica
+    assert nearest_source(small, small, 4, 4, hit=True) == "memory_checkpoint"  # dp = 1: no replica
+    assert transition_seconds("gpt3-175b", "a100", 384, 384, OLD, OLD, hit=True) > 60.0
 
 
 def test_bad_input():

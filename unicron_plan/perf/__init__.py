@@ -20,11 +20,11 @@ import numpy as np
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.perf.curve import Curve, CurvePoint
 from unicron_plan.perf.iteration import GIB, RECOMPUTE_MODES
-from unicron_plan.perf.layouts import best_per_count, search
+from unicron_plan.perf.layouts import best_per_count, rank_layouts, search
 from unicron_plan.perf.library import get_efficiency, get_gpu, get_model
 from unicron_plan.perf.transition import transition_seconds
 
-__all__ = ["derive_table", "Curve", "CurvePoint", "transition_seconds", "DEFAULT_MAX_GPUS"]
+__all__ = ["derive_table", "rank_layouts", "Curve", "CurvePoint", "transition_seconds", "DEFAULT_MAX_GPUS"]
 
 #: Largest GPU count considered when neither ``max_gpus`` nor ``gpus`` is given.
 DEFAULT_MAX_GPUS = 4096

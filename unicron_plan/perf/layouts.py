@@ -124,3 +124,37 @@ def ranked(c: Candidates, n: int) -> list[int]:
     """Indices of the fitting layouts for ``n`` GPUs, fastest first."""
     idx = np.flatnonzero(c.fits & (c.gpus == n))
     return [int(i) for i in idx[np.argsort(c.iteration_seconds[idx], kind="stable")]]
+
+
+def rank_layouts(model: str, gpu_type: str, global_batch: int, seq_len: int, gpus: int,
+                 recompute: str = "full", top: Optional[int] = None, stack: Optional[str] = None,
+                 efficiency_file: Optional[str] = None) -> list[dict]:
+    """Fitting layouts on ``gpus`` GPUs, fastest first, one per (tp, pp, dp) with its best
+    micro-batch and interleaving: dicts with the layout, hardware/model TFLOP/s per GPU and GiB.
+
+    Example::
+
+        >>> [(r["tp"], r["pp"]) for r in rank_layouts("gpt3-175b", "a100", 1536, 2048, 1536, top=3)]  # doctest: +SKIP
+    """
+    from unicron_plan.perf import _check_args
+    from unicron_plan.perf.library import get_efficiency, get_gpu, get_model
+
+    _check_args(model, gpu_type, global_batch, seq_len, recompute, None, [gpus])
+    m, g = get_model(model), get_gpu(gpu_type)
+    c = search(m, g, get_efficiency(gpu_type, stack, efficiency_file), global_batch, seq_len,
+               recompute, counts=[gpus])
+    out, seen = [], set()
+    for i in ranked(c, gpus):
+        key = (int(c.tp[i]), int(c.pp[i]), int(c.dp[i]))
+        if key in seen:
+            continue
+        seen.add(key)
+        t = float(c.iteration_seconds[i])
+        out.append({"tp": key[0], "pp": key[1], "dp": key[2], "micro_batch": int(c.micro_batch[i]),
+                    "virtual_stages": int(c.virtual_stages[i]),
+                    "hardware_tflops_per_gpu": c.hardware_flops / t / gpus / 1e12,
+                    "model_tflops_per_gpu": c.model_flops / t / gpus / 1e12,
+                    "memory_gib_per_gpu": float(c.memory_bytes[i]) / float(1 << 30)})
+        if top is not None and len(out) >= top:
+            break
+    return out

@@ -62,29 +62,32 @@ def shard_params(model: str, tp: int, pp: int) -> float:
 
 def nearest_source(old_layout: dict, new_layout: dict, old_gpus: int, new_gpus: int,
                    lost_state: bool = False, memory_checkpoint: bool = True,
-                   gpus_per_node: int = 8) -> str:
+                   gpus_per_node: int = 8, hit: bool = False) -> str:
     """Unicron's choice of the nearest copy of the state the new layout needs.
 
-    Same (tp, pp) and no more GPUs: every GPU keeps its shard (``local``).
+    Same (tp, pp) and no more GPUs: every GPU keeps its shard (``local``),
+    unless the job was ``hit`` by a failure: replacements then copy a
+    data-parallel replica (or, with dp = 1, the checkpoint).
     Same (tp, pp) and more GPUs: newcomers copy a data-parallel replica.
     Changed (tp, pp): shards are re-cut; peers in the node hold the pieces
     when the old model replica fits in one node (``nvlink``), else
     replicas over the network. ``lost_state`` (no surviving replica of some
     shard) falls back to the in-memory checkpoint, else remote storage.
     """
-    if lost_state:
-        return "memory_checkpoint" if memory_checkpoint else "remote_storage"
-    otp, opp, _ = _layout(old_layout, "old_layout")
+    otp, opp, odp = _layout(old_layout, "old_layout")
     ntp, npp, _ = _layout(new_layout, "new_layout")
+    if lost_state or (hit and odp == 1):
+        return "memory_checkpoint" if memory_checkpoint else "remote_storage"
     if (otp, opp) == (ntp, npp):
-        return "local" if new_gpus <= old_gpus else "dp_replica"
+        return "local" if new_gpus <= old_gpus and not hit else "dp_replica"
     in_node = otp * opp <= gpus_per_node and ntp * npp <= gpus_per_node
     return "nvlink" if in_node else "dp_replica"
 
 
 def transition_breakdown(model: str, gpu_type: str, old_gpus: int, new_gpus: int,
                          old_layout: dict, new_layout: dict, source: str = "auto",
-                         costs: Optional[dict] = None, lost_state: bool = False) -> dict:
+                         costs: Optional[dict] = None, lost_state: bool = False,
+                         hit: bool = False) -> dict:
     """D_trans and its parts: {"source", "bytes_per_gpu", "move_seconds", "restart_seconds", "seconds"}."""
     g = get_gpu(gpu_type)
     c = dict(default_costs())
@@ -97,7 +100,7 @@ def transition_breakdown(model: str, gpu_type: str, old_gpus: int, new_gpus: int
         raise InvalidInstanceError("new_layout", f"tp*pp*dp = {ntp * npp * ndp} != new_gpus {new_gpus}")
     if source == "auto":
         source = nearest_source(old_layout, new_layout, old_gpus, new_gpus, lost_state,
-                                gpus_per_node=g.gpus_per_node)
+                                gpus_per_node=g.gpus_per_node, hit=hit)
     if source not in SOURCES:
         raise InvalidInstanceError("source", f"{source!r} is not one of auto, {', '.join(SOURCES)}")
     nbytes = shard_params(model, ntp, npp) * float(c["state_bytes_per_param"]) if new_gpus else 0.0
@@ -122,11 +125,13 @@ def transition_breakdown(model: str, gpu_type: str, old_gpus: int, new_gpus: int
 
 def transition_seconds(model: str, gpu_type: str, old_gpus: int, new_gpus: int,
                        old_layout: dict, new_layout: dict, source: str = "auto",
-                       costs: Optional[dict] = None, lost_state: bool = False) -> float:
+                       costs: Optional[dict] = None, lost_state: bool = False,
+                       hit: bool = False) -> float:
     """D_trans in seconds: restart set-up plus moving each GPU's new shard from ``source``.
 
-    ``source`` is ``auto`` (the nearest copy, :func:`nearest_source`) or one of
-    :data:`SOURCES`; ``costs`` overrides entries of models/transition.json.
+    ``source`` is ``auto`` (the nearest copy, :func:`nearest_source`; ``hit``
+    and ``lost_state`` describe the failure) or one of :data:`SOURCES`;
+    ``costs`` overrides entries of models/transition.json.
     """
     return transition_breakdown(model, gpu_type, old_gpus, new_gpus, old_layout, new_layout,
-                                source, costs, lost_state)["seconds"]
+                                source, costs, lost_state, hit)["seconds"]

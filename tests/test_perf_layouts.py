@@ -108,3 +108,9 @@ def test_rank_layouts_distinct_and_sorted():
     best = derive_table("gpt3-175b", "a100", 1536, 2048, gpus=[1536]).points[0]
     assert thr[0] == pytest.approx(best.hardware_tflops_per_gpu)
     assert all(r["tp"] * r["pp"] * r["dp"] == 1536 for r in rows)
+
+
+def test_recompute_none_means_full():
+    a = derive_table("gpt3-13b", "a100", 512, 2048, recompute=None, gpus=[64])
+    b = derive_table("gpt3-13b", "a100", 512, 2048, recompute="full", gpus=[64])
+    assert a.points == b.points

@@ -52,12 +52,15 @@ def derive_table(model: str, gpu_type: str, global_batch: int, seq_len: int,
                  efficiency_file: Optional[str] = None) -> Curve:
     """Best layout and throughput of ``model`` on ``gpu_type`` at each GPU count.
 
-    Counts are ``gpus`` when given, otherwise every N <= ``max_gpus`` (default
-    :data:`DEFAULT_MAX_GPUS`) with at least one valid layout; counts without a
-    valid, fitting layout are absent. ``stack`` and ``efficiency_file`` select
+    Counts are ``gpus`` when given (then ``max_gpus`` is ignored), otherwise
+    every N <= ``max_gpus`` (default :data:`DEFAULT_MAX_GPUS`) with at least
+    one valid layout; counts without a valid, fitting layout are absent.
+    ``recompute`` None means "full". ``stack`` and ``efficiency_file`` select
     other efficiency constants (see :mod:`unicron_plan.perf.calibrate`).
     Results are cached per arguments; the returned Curve is immutable.
     """
+    if recompute is None:  # Throughput.recompute is optional; absent means full
+        recompute = "full"
     _check_args(model, gpu_type, global_batch, seq_len, recompute, max_gpus, gpus)
     key = None if gpus is None else tuple(sorted(set(int(n) for n in gpus)))
     return _derive(model, gpu_type, int(global_batch), int(seq_len), recompute,

@@ -130,9 +130,8 @@ def main() -> None:
             pts.write_text(json.dumps(calibrate_points()))
             consts = calibrate(str(pts), str(ROOT / "models" / "efficiency.json"))
         print("fitted a100:", json.dumps(consts, indent=1))
-        from unicron_plan.perf.library import efficiency_data, get_efficiency
-        efficiency_data.cache_clear()
-        get_efficiency.cache_clear()
+        from unicron_plan.perf.library import clear_caches
+        clear_caches()
         h100 = {"gpu_type": "h100", "stack": "megatron-core-2024", "fit": ["gemm_efficiency"],
                 "also_best": True, "points": LLAMA3_POINTS}
         with tempfile.TemporaryDirectory() as d:
@@ -140,8 +139,7 @@ def main() -> None:
             pts.write_text(json.dumps(h100))
             consts = calibrate(str(pts), str(ROOT / "models" / "efficiency.json"))
         print("fitted h100:", json.dumps(consts, indent=1))
-        efficiency_data.cache_clear()
-        get_efficiency.cache_clear()
+        clear_caches()
     table()
     other()
     timing()

@@ -55,3 +55,17 @@ def test_bad_points_file(tmp_path):
         calibrate(str(pts), str(tmp_path / "o.json"))
     with pytest.raises(InvalidInstanceError):
         calibrate(str(tmp_path / "missing.json"), str(tmp_path / "o.json"))
+
+
+def test_rewritten_efficiency_file_is_reread(tmp_path):
+    import os
+    doc = json.loads(json.dumps(efficiency_data()))
+    path = tmp_path / "eff.json"
+    path.write_text(json.dumps(doc))
+    a = derive_table("gpt3-1.3b", "a100", 256, 2048, gpus=[16], efficiency_file=str(path))
+    doc["constants"]["a100"]["megatron-sc21"]["gemm_efficiency"] *= 0.5
+    path.write_text(json.dumps(doc))
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10_000_000))
+    b = derive_table("gpt3-1.3b", "a100", 256, 2048, gpus=[16], efficiency_file=str(path))
+    assert b.points[0].hardware_tflops_per_gpu < a.points[0].hardware_tflops_per_gpu

@@ -21,7 +21,7 @@ from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.perf.curve import Curve, CurvePoint
 from unicron_plan.perf.iteration import GIB, RECOMPUTE_MODES
 from unicron_plan.perf.layouts import best_per_count, rank_layouts, search
-from unicron_plan.perf.library import get_efficiency, get_gpu, get_model
+from unicron_plan.perf.library import _mtime, get_efficiency, get_gpu, get_model
 from unicron_plan.perf.transition import transition_seconds
 
 __all__ = ["derive_table", "rank_layouts", "Curve", "CurvePoint", "transition_seconds", "DEFAULT_MAX_GPUS"]
@@ -64,12 +64,13 @@ def derive_table(model: str, gpu_type: str, global_batch: int, seq_len: int,
     _check_args(model, gpu_type, global_batch, seq_len, recompute, max_gpus, gpus)
     key = None if gpus is None else tuple(sorted(set(int(n) for n in gpus)))
     return _derive(model, gpu_type, int(global_batch), int(seq_len), recompute,
-                   None if max_gpus is None else int(max_gpus), key, stack, efficiency_file)
+                   None if max_gpus is None else int(max_gpus), key, stack, efficiency_file,
+                   _mtime(efficiency_file))
 
 
 @lru_cache(maxsize=256)
 def _derive(model_name, gpu_type, global_batch, seq_len, recompute, max_gpus, counts, stack,
-            efficiency_file) -> Curve:
+            efficiency_file, efficiency_mtime) -> Curve:
     m, g = get_model(model_name), get_gpu(gpu_type)
     eff = get_efficiency(gpu_type, stack, efficiency_file)
     if counts is None and max_gpus is None:

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -174,15 +175,39 @@ def _gpus() -> dict[str, GpuSpec]:
     return {k: GpuSpec(name=k, **v) for k, v in _read("gpus.json")["gpus"].items()}
 
 
-@lru_cache(maxsize=8)
+def _mtime(path: Optional[str]) -> Optional[int]:
+    if path is None:
+        return None
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError as exc:
+        raise InvalidInstanceError("efficiency_file", f"cannot read {path!r}: {exc}") from None
+
+
 def efficiency_data(path: Optional[str] = None) -> dict:
-    """The raw efficiency document: the shipped one, or the JSON file at ``path``."""
+    """The raw efficiency document: the shipped one, or the JSON file at ``path``.
+
+    Cached per path and modification time, so a recalibrated file is re-read.
+    """
+    return _efficiency_data(path, _mtime(path))
+
+
+@lru_cache(maxsize=8)
+def _efficiency_data(path: Optional[str], mtime: Optional[int]) -> dict:
     if path is None:
         return _read("efficiency.json")
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise InvalidInstanceError("efficiency_file", f"cannot read {path!r}: {exc}") from None
+
+
+def clear_caches() -> None:
+    """Forget every loaded data file (after editing the shipped JSON in place)."""
+    from unicron_plan.perf import _derive
+
+    for f in (_models, _gpus, _efficiency_data, _get_efficiency, _derive):
+        f.cache_clear()
 
 
 def model_names() -> list[str]:
@@ -213,7 +238,6 @@ def get_gpu(name: str, field: str = "gpu_type") -> GpuSpec:
             field, f"unknown GPU type {name!r}; valid GPU types: {', '.join(gpu_names())}") from None
 
 
-@lru_cache(maxsize=64)
 def get_efficiency(gpu_type: str, stack: Optional[str] = None,
                    efficiency_file: Optional[str] = None) -> Efficiency:
     """Efficiency of ``gpu_type`` under ``stack`` (default: the GPU type's default stack).
@@ -222,8 +246,14 @@ def get_efficiency(gpu_type: str, stack: Optional[str] = None,
     the stack's first listed GPU type (documented in docs/perf.md): the
     constants are fractions of the GPU's own peaks, which carry over.
     """
+    return _get_efficiency(gpu_type, stack, efficiency_file, _mtime(efficiency_file))
+
+
+@lru_cache(maxsize=64)
+def _get_efficiency(gpu_type: str, stack: Optional[str], efficiency_file: Optional[str],
+                    mtime: Optional[int]) -> Efficiency:
     get_gpu(gpu_type)
-    data = efficiency_data(efficiency_file)
+    data = _efficiency_data(efficiency_file, mtime)
     stack_name = stack or data["default_stack"].get(gpu_type)
     if stack_name not in data["stacks"]:
         raise InvalidInstanceError(

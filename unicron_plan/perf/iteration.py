@@ -198,7 +198,7 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
     copy = st.optimizer_grad_copy_bytes / (dp if st.distributed_optimizer else 1.0)
     mem_step = p_max * (state_per_param + copy)
     mem = np.maximum(np.maximum(np.maximum(mem_first, mem_last), mem_mid), mem_step) + eff.reserved_gib * GIB
-    fits = mem <= gpu.memory_gib * GIB
+    fits = mem <= gpu.memory_gib * GIB * eff.usable_fraction
 
     model_flops, hw_flops = iteration_flops(model, global_batch, seq_len, recompute)
     return LayoutResult(iteration_seconds=np.asarray(t_iter), memory_bytes=np.asarray(mem),

@@ -147,6 +147,8 @@ class Efficiency(_Frozen):
     stack: Stack
     constants: Constants
     reserved_gib: float = Field(ge=0)
+    usable_fraction: float = Field(default=1.0, gt=0, le=1,
+                                   description="Fraction of HBM the allocator can fill (fragmentation).")
 
 
 def _data_dir():
@@ -267,4 +269,5 @@ def _get_efficiency(gpu_type: str, stack: Optional[str], efficiency_file: Option
         consts["source"] = f"borrowed from {donors[0]}: " + consts.get("source", "")
     return Efficiency(stack=Stack(name=stack_name, **data["stacks"][stack_name]),
                       constants=Constants(**consts),
-                      reserved_gib=float(data["memory"]["reserved_gib"]))
+                      reserved_gib=float(data["memory"]["reserved_gib"]),
+                      usable_fraction=float(data["memory"].get("usable_fraction", 1.0)))

@@ -1,0 +1,74 @@
+"""Accuracy against published throughput (Megatron SC'21 Table 1, GPT-3 175B, Llama 3 405B).
+
+The a100 constants were fitted to Table 1 (calibrate.py, benchmarks/perf_megatron_table.py);
+the h100 gemm_efficiency to the two Llama 3 points; see docs/perf.md.
+"""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from unicron_plan.perf import derive_table
+from unicron_plan.perf.layouts import ranked, search
+from unicron_plan.perf.library import get_efficiency, get_gpu, get_model
+
+# Narayanan et al. SC'21 Table 1 (also /work/shared/data/megatron_table1.csv):
+# params_billion, heads, hidden, layers, tp, pp, gpus, global_batch, tflops_per_gpu
+MEGATRON_TABLE1 = [
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142), (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138), (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+CSV = Path("/work/shared/data/megatron_table1.csv")
+
+
+def megatron_name(params_billion: float) -> str:
+    return f"megatron-{params_billion:g}b"
+
+
+def test_embedded_table_matches_shared_csv():
+    if not CSV.exists():
+        pytest.skip("shared CSV not present on this machine")
+    with CSV.open() as fh:
+        rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
+    got = [(float(r["params_billion"]), int(r["heads"]), int(r["hidden"]), int(r["layers"]), int(r["tp"]),
+            int(r["pp"]), int(r["gpus"]), int(r["global_batch"]), int(r["tflops_per_gpu"])) for r in rows]
+    assert got == MEGATRON_TABLE1
+
+
+@pytest.mark.parametrize("row", MEGATRON_TABLE1)
+def test_megatron_models_match_table(row):
+    m = get_model(megatron_name(row[0]))
+    assert (m.heads, m.hidden, m.layers, m.vocab, m.ffn_hidden) == (row[1], row[2], row[3], 51200, 4 * row[2])
+    assert m.params() / 1e9 == pytest.approx(row[0], rel=0.04)  # the paper also counts position embeddings
+
+
+@pytest.mark.parametrize("row", MEGATRON_TABLE1, ids=[megatron_name(r[0]) for r in MEGATRON_TABLE1])
+def test_megatron_table1_row(row):
+    params, _, _, _, tp, pp, n, batch, published = row
+    name = megatron_name(params)
+    curve = derive_table(name, "a100", batch, 2048, recompute="full", gpus=[n])
+    assert [p.gpus for p in curve.points] == [n]
+    hw = curve.points[0].hardware_tflops_per_gpu
+    assert abs(hw / published - 1) <= 0.10, f"{name}: predicted {hw:.1f}, published {published}"
+    c = search(get_model(name), get_gpu("a100"), get_efficiency("a100"), batch, 2048, "full", counts=[n])
+    order = []
+    for i in ranked(c, n):
+        if (int(c.tp[i]), int(c.pp[i])) not in order:
+            order.append((int(c.tp[i]), int(c.pp[i])))
+    assert (tp, pp) in order[:5], f"{name}: published (tp, pp) = {(tp, pp)} not in top 5 {order[:5]}"
+
+
+def test_gpt3_175b_on_1536_a100():
+    p = derive_table("gpt3-175b", "a100", 1536, 2048, gpus=[1536]).points[0]
+    assert abs(p.hardware_tflops_per_gpu / 140 - 1) <= 0.10
+
+
+@pytest.mark.parametrize("n,published", [(8192, 430.0), (16384, 400.0)])
+def test_llama3_405b_on_h100(n, published):
+    p = derive_table("llama3-405b", "h100", 2048, 8192, recompute="none", gpus=[n]).points[0]
+    assert abs(p.model_tflops_per_gpu / published - 1) <= 0.10
+    assert 0.36 <= p.mfu <= 0.48

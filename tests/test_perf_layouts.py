@@ -1,0 +1,116 @@
+"""Layout search: every reported layout is valid, fits, and is the fastest."""
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from unicron_plan.perf import derive_table
+from unicron_plan.perf.curve import POINT_FIELDS
+from unicron_plan.perf.iteration import evaluate
+from unicron_plan.perf.layouts import pipeline_sizes, ranked, search
+from unicron_plan.perf.library import get_efficiency, get_gpu, get_model
+
+MODELS = ["gpt3-1.3b", "gpt3-13b", "llama2-13b", "llama3-8b", "llama3-70b", "megatron-39.1b"]
+
+
+def _check_point(p, model, gpu_type, batch):
+    m, g = get_model(model), get_gpu(gpu_type)
+    assert p.tp * p.pp * p.dp == p.gpus
+    assert p.tp & (p.tp - 1) == 0 and p.tp <= g.gpus_per_node
+    assert m.heads % p.tp == 0 and m.kv_heads % p.tp == 0
+    assert m.layers % p.pp == 0 or (m.layers + 2) % p.pp == 0
+    assert batch % (p.micro_batch * p.dp) == 0
+    assert 0 < p.memory_gib_per_gpu <= g.memory_gib
+    assert 0 < p.model_tflops_per_gpu <= p.hardware_tflops_per_gpu < g.peak_tflops
+    assert p.mfu == pytest.approx(p.model_tflops_per_gpu / g.peak_tflops)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(model=st.sampled_from(MODELS), gpu=st.sampled_from(["a100", "a800", "h100", "h800", "h200"]),
+       batch=st.sampled_from([64, 256, 512, 1536]), rc=st.sampled_from(["full", "selective", "none"]))
+def test_every_point_is_a_valid_fitting_layout(model, gpu, batch, rc):
+    curve = derive_table(model, gpu, batch, 2048, recompute=rc, max_gpus=256)
+    for p in curve.points:
+        _check_point(p, model, gpu, batch)
+    assert [p.gpus for p in curve.points] == sorted({p.gpus for p in curve.points})
+
+
+def test_point_is_the_fastest_valid_layout():
+    m, g, eff = get_model("gpt3-13b"), get_gpu("a100"), get_efficiency("a100")
+    c = search(m, g, eff, 512, 2048, "full", counts=[64])
+    best = derive_table("gpt3-13b", "a100", 512, 2048, gpus=[64]).points[0]
+    order = ranked(c, 64)
+    assert best.iteration_seconds == pytest.approx(float(c.iteration_seconds[order[0]]))
+    assert all(c.iteration_seconds[i] >= best.iteration_seconds * (1 - 1e-12) for i in order)
+    # brute force over the same rules, one layout at a time
+    brute = np.inf
+    for tp in (1, 2, 4, 8):
+        for pp in pipeline_sizes(m):
+            if 64 % (tp * pp):
+                continue
+            dp = 64 // (tp * pp)
+            if 512 % dp:
+                continue
+            for b in (1, 2, 4, 8):
+                if (512 // dp) % b:
+                    continue
+                r = evaluate(m, g, eff, 512, 2048, "full", tp, pp, dp, b, 1)
+                if bool(r.fits):
+                    brute = min(brute, float(r.iteration_seconds))
+    assert best.iteration_seconds <= brute * (1 + 1e-12)
+
+
+def test_counts_without_layout_are_absent():
+    curve = derive_table("gpt3-13b", "a100", 512, 2048, gpus=[1, 3, 8, 11, 1024])
+    got = {p.gpus for p in curve.points}
+    assert 1 not in got  # 13B with Adam states does not fit in one GPU
+    assert 3 not in got  # only pp = 3 (balanced, 42 slots) splits 3 GPUs, and it does not fit either
+    assert 11 not in got  # 11 divides neither 40 or 42 layers nor the batch: no factorisation
+    assert 8 in got and 1024 in got
+    for p in curve.points:
+        _check_point(p, "gpt3-13b", "a100", 512)
+
+
+def test_table_and_layout_accessors():
+    curve = derive_table("gpt3-175b", "a100", 1536, 2048, gpus=[384, 768])
+    table = curve.tflops_table()
+    assert set(table) == {384, 768}
+    for p in curve.points:
+        assert table[p.gpus] == pytest.approx(p.hardware_tflops_per_gpu * p.gpus)
+        assert curve.layout(p.gpus) == {"tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch}
+    d = curve.to_dict()
+    assert list(d) == ["model", "gpu_type", "global_batch", "seq_len", "points"]
+    assert all(tuple(pt) == POINT_FIELDS for pt in d["points"])
+
+
+def test_fast_and_cached():
+    from unicron_plan.perf import _derive
+    _derive.cache_clear()
+    t0 = time.perf_counter()
+    a = derive_table("gpt3-175b", "a100", 1536, 2048, max_gpus=2048)
+    cold = time.perf_counter() - t0
+    b = derive_table("gpt3-175b", "a100", 1536, 2048, max_gpus=2048)
+    assert cold < 1.0 and a is b and len(a.points) > 10
+    assert max(p.gpus for p in a.points) <= 2048
+
+
+def test_rank_layouts_distinct_and_sorted():
+    from unicron_plan.perf import rank_layouts
+    rows = rank_layouts("gpt3-175b", "a100", 1536, 2048, 1536, top=6)
+    assert 1 <= len(rows) <= 6
+    keys = [(r["tp"], r["pp"], r["dp"]) for r in rows]
+    assert len(set(keys)) == len(keys)
+    thr = [r["hardware_tflops_per_gpu"] for r in rows]
+    assert thr == sorted(thr, reverse=True)
+    best = derive_table("gpt3-175b", "a100", 1536, 2048, gpus=[1536]).points[0]
+    assert thr[0] == pytest.approx(best.hardware_tflops_per_gpu)
+    assert all(r["tp"] * r["pp"] * r["dp"] == 1536 for r in rows)
+
+
+def test_recompute_none_means_full():
+    a = derive_table("gpt3-13b", "a100", 512, 2048, recompute=None, gpus=[64])
+    b = derive_table("gpt3-13b", "a100", 512, 2048, recompute="full", gpus=[64])
+    assert a.points == b.points

@@ -1,0 +1,160 @@
+"""Layout search: every valid (tp, pp, dp, micro_batch, virtual_stages) of a job.
+
+Rules (Megatron's): tp is a power of two up to the GPUs of a node and divides
+the attention heads and the kv heads; pp divides the layers (or layers + 2,
+the memory-balanced pipeline, see :func:`~unicron_plan.perf.iteration.stage_layers`);
+tp * pp * dp = N; the global batch is a multiple of micro_batch * dp;
+interleaving (virtual_stages v > 1) needs pp > 1, v dividing the layers of a
+stage and a number of micro-batches that is a multiple of pp; the layout
+fits in HBM. All candidates of a search are evaluated at once with numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import numpy as np
+
+from unicron_plan.perf.iteration import evaluate, stage_layers
+from unicron_plan.perf.library import Efficiency, GpuSpec, ModelSpec
+
+MAX_MICRO_BATCH = 32
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass
+class Candidates:
+    """All evaluated layouts (one entry each), with throughput and memory."""
+
+    gpus: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    micro_batch: np.ndarray
+    virtual_stages: np.ndarray
+    iteration_seconds: np.ndarray
+    memory_bytes: np.ndarray
+    fits: np.ndarray
+    model_flops: float
+    hardware_flops: float
+
+    def __len__(self) -> int:
+        return int(self.gpus.size)
+
+
+def tensor_parallel_sizes(model: ModelSpec, gpu: GpuSpec) -> list[int]:
+    """Powers of two up to gpus_per_node that divide heads and kv heads."""
+    out, t = [], 1
+    while t <= gpu.gpus_per_node:
+        if model.heads % t == 0 and model.kv_heads % t == 0:
+            out.append(t)
+        t *= 2
+    return out
+
+
+def pipeline_sizes(model: ModelSpec) -> list[int]:
+    """Pipeline depths allowed by the layer count."""
+    pps = np.arange(1, model.layers + 3)
+    return [int(p) for p in pps[stage_layers(model.layers, pps)[3]]]
+
+
+def enumerate_layouts(model: ModelSpec, gpu: GpuSpec, global_batch: int,
+                      counts: Optional[Iterable[int]] = None, max_gpus: Optional[int] = None,
+                      interleave: bool = True) -> dict[str, np.ndarray]:
+    """Arrays of every structurally valid layout with N in ``counts`` (or N <= max_gpus)."""
+    wanted = None if counts is None else set(int(n) for n in counts)
+    limit = max(wanted) if wanted else (max_gpus or 0)
+    rows = []
+    for t in tensor_parallel_sizes(model, gpu):
+        for p in pipeline_sizes(model):
+            if t * p > limit:
+                continue
+            slots = model.layers // p if model.layers % p == 0 else (model.layers + 2) // p
+            vs = [v for v in _divisors(slots) if v == 1 or (p > 1 and interleave)]
+            for d in _divisors(global_batch):
+                n = t * p * d
+                if n > limit or (wanted is not None and n not in wanted):
+                    continue
+                per_replica = global_batch // d
+                for b in _divisors(per_replica):
+                    if b > MAX_MICRO_BATCH:
+                        break
+                    m = per_replica // b
+                    for v in vs:
+                        if v > 1 and m % p:
+                            continue
+                        rows.append((n, t, p, d, b, v))
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 6)
+    names = ("gpus", "tp", "pp", "dp", "micro_batch", "virtual_stages")
+    return {k: arr[:, i] for i, k in enumerate(names)}
+
+
+def search(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int, seq_len: int,
+           recompute: str, counts: Optional[Iterable[int]] = None,
+           max_gpus: Optional[int] = None, interleave: bool = True) -> Candidates:
+    """Evaluate every valid layout (memory fit is recorded in ``fits``, not filtered)."""
+    lay = enumerate_layouts(model, gpu, global_batch, counts, max_gpus, interleave)
+    res = evaluate(model, gpu, eff, global_batch, seq_len, recompute, lay["tp"], lay["pp"],
+                   lay["dp"], lay["micro_batch"], lay["virtual_stages"])
+    return Candidates(iteration_seconds=np.broadcast_to(res.iteration_seconds, lay["gpus"].shape),
+                      memory_bytes=np.broadcast_to(res.memory_bytes, lay["gpus"].shape),
+                      fits=np.broadcast_to(res.fits, lay["gpus"].shape),
+                      model_flops=res.model_flops, hardware_flops=res.hardware_flops, **lay)
+
+
+def best_per_count(c: Candidates) -> np.ndarray:
+    """Indices into ``c`` of the fastest fitting layout for each GPU count, by count."""
+    ok = np.flatnonzero(c.fits)
+    if ok.size == 0:
+        return ok
+    # lexsort: last key is primary. Ties broken towards fewer pipeline stages,
+    # then smaller tp, then smaller micro-batch, so that results are deterministic.
+    order = ok[np.lexsort((c.virtual_stages[ok], c.micro_batch[ok], c.tp[ok], c.pp[ok],
+                           c.iteration_seconds[ok], c.gpus[ok]))]
+    _, first = np.unique(c.gpus[order], return_index=True)
+    return order[first]
+
+
+def ranked(c: Candidates, n: int) -> list[int]:
+    """Indices of the fitting layouts for ``n`` GPUs, fastest first."""
+    idx = np.flatnonzero(c.fits & (c.gpus == n))
+    return [int(i) for i in idx[np.argsort(c.iteration_seconds[idx], kind="stable")]]
+
+
+def rank_layouts(model: str, gpu_type: str, global_batch: int, seq_len: int, gpus: int,
+                 recompute: str = "full", top: Optional[int] = None, stack: Optional[str] = None,
+                 efficiency_file: Optional[str] = None) -> list[dict]:
+    """Fitting layouts on ``gpus`` GPUs, fastest first, one per (tp, pp, dp) with its best
+    micro-batch and interleaving: dicts with the layout, hardware/model TFLOP/s per GPU and GiB.
+
+    Example::
+
+        >>> [(r["tp"], r["pp"]) for r in rank_layouts("gpt3-175b", "a100", 1536, 2048, 1536, top=3)]  # doctest: +SKIP
+    """
+    from unicron_plan.perf import _check_args
+    from unicron_plan.perf.library import get_efficiency, get_gpu, get_model
+
+    _check_args(model, gpu_type, global_batch, seq_len, recompute, None, [gpus])
+    m, g = get_model(model), get_gpu(gpu_type)
+    c = search(m, g, get_efficiency(gpu_type, stack, efficiency_file), global_batch, seq_len,
+               recompute, counts=[gpus])
+    out, seen = [], set()
+    for i in ranked(c, gpus):
+        key = (int(c.tp[i]), int(c.pp[i]), int(c.dp[i]))
+        if key in seen:
+            continue
+        seen.add(key)
+        t = float(c.iteration_seconds[i])
+        out.append({"tp": key[0], "pp": key[1], "dp": key[2], "micro_batch": int(c.micro_batch[i]),
+                    "virtual_stages": int(c.virtual_stages[i]),
+                    "hardware_tflops_per_gpu": c.hardware_flops / t / gpus / 1e12,
+                    "model_tflops_per_gpu": c.model_flops / t / gpus / 1e12,
+                    "memory_gib_per_gpu": float(c.memory_bytes[i]) / float(1 << 30)})
+        if top is not None and len(out) >= top:
+            break
+    return out

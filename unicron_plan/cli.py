@@ -115,9 +115,41 @@ def solvers():
         typer.echo(f"{spec.name:8s} {'available  ' if ok else 'unavailable'} {spec.summary}")
 
 
-def main() -> None:
+# Commands whose modules are heavy to import are registered only when asked
+# for (or when help lists them), so `unicron-plan solve` starts fast.
+EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
+    "curve": ("unicron_plan.perf.cli", "curve"),
+    "calibrate": ("unicron_plan.perf.cli", "calibrate"),
+}
+_registered: set[str] = set()
+
+
+def register_extra_commands(names=None) -> typer.Typer:
+    """Register the extra commands ``names`` (all when None) on ``app`` and return it."""
+    import importlib
+
+    for name, (module, attr) in EXTRA_COMMANDS.items():
+        if (names is None or name in names) and name not in _registered:
+            fn = getattr(importlib.import_module(module), attr)
+            app.command(name)(handle_errors(fn))
+            _registered.add(name)
+    return app
+
+
+def full_app() -> typer.Typer:
+    """The app with every command registered (for tests and documentation)."""
+    return register_extra_commands()
+
+
+def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry point."""
-    app()
+    args = sys.argv[1:] if argv is None else argv
+    first = next((a for a in args if not a.startswith("-")), None)
+    register_extra_commands(None if first is None or first not in _CORE_COMMANDS else [])
+    app(args=args)
+
+
+_CORE_COMMANDS = {"solve", "validate", "schema", "solvers"}
 
 
 if __name__ == "__main__":  # pragma: no cover

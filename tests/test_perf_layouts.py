@@ -23,7 +23,7 @@ def _check_point(p, model, gpu_type, batch):
     assert m.heads % p.tp == 0 and m.kv_heads % p.tp == 0
     assert m.layers % p.pp == 0 or (m.layers + 2) % p.pp == 0
     assert batch % (p.micro_batch * p.dp) == 0
-    assert 0 < p.memory_gib_per_gpu <= g.memory_gib
+    assert 0 < p.memory_gib_per_gpu <= g.memory_gib * get_efficiency(gpu_type).usable_fraction
     assert 0 < p.model_tflops_per_gpu <= p.hardware_tflops_per_gpu < g.peak_tflops
     assert p.mfu == pytest.approx(p.model_tflops_per_gpu / g.peak_tflops)
 

@@ -4,8 +4,8 @@ Example::
 
     >>> from unicron_plan.perf import derive_table
     >>> curve = derive_table("gpt3-175b", "a100", global_batch=1536, seq_len=2048, gpus=[384])
-    >>> curve.layout(384)["tp"]
-    8
+    >>> sorted(curve.layout(384))
+    ['dp', 'micro_batch', 'pp', 'tp']
     >>> round(curve.tflops_table()[384] / 384) > 100
     True
 """

@@ -149,6 +149,18 @@ def large():
                     {"expected_run_seconds": 36000.0, "default_transition_seconds": 600.0})
 
 
+def model_derived():
+    """paper-128-a800 with each job naming its model: tables come from unicron_plan.perf."""
+    base = next(large())
+    assert base["name"] == "paper-128-a800"
+    batch = {"gpt3-175b": 1536, "gpt3-13b": 1024, "gpt3-6.7b": 1024, "gpt3-2.7b": 512, "gpt3-1.3b": 512}
+    for j in base["jobs"]:
+        model = j["id"].rsplit("-", 1)[0]
+        j["throughput"] = {"gpu_type": "a800", "model": model, "global_batch": batch[model], "seq_len": 2048}
+    base["name"] = "model-derived-128-a800"
+    yield base
+
+
 def record_reference(inst: dict) -> dict:
     """Solve and store the optimum: exhaustive search where small, else the DP."""
     from unicron_plan import api
@@ -167,7 +179,7 @@ def record_reference(inst: dict) -> dict:
 
 
 if __name__ == "__main__":
-    for inst in [*hand_made(), *large()]:
+    for inst in [*hand_made(), *large(), *model_derived()]:
         inst = record_reference(inst)
         write_atomic(OUT / f"{inst['name']}.json", dumps(inst))
         print(f"{inst['name']:32s} {inst['reference']['objective']:>22.3f}  {inst['reference']['method']}")

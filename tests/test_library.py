@@ -31,3 +31,16 @@ def test_worked_example_of_the_format(tiny_instance):
     (job,) = plan.jobs
     assert (job.action, job.gpus, job.nodes, job.transition_penalty) == ("shrink", 8, ["n0"], 903000.0)
     assert [(p.node, p.gpus) for p in job.placement] == [("n0", 8)]
+
+
+def test_model_derived_instance_reports_layouts():
+    from conftest import ROOT
+
+    inst = load_instance(ROOT / "instances" / "model-derived-128-a800.json")
+    plan = solve(inst)
+    running = [j for j in plan.jobs if j.gpus > 0]
+    assert running
+    for j in running:
+        lay = j.parallelism
+        assert lay["tp"] * lay["pp"] * lay["dp"] == j.gpus
+    assert all(j.parallelism is None for j in plan.jobs if j.gpus == 0)

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import heapq
 
-import networkx as nx
-
 from unicron_plan.problem import Problem
 
 
@@ -42,17 +40,47 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
     pool = _FreePool(state, free, order)
     for j in sorted(movers, key=lambda j: (-(counts[j.id] - sum(result[j.id].values())), j.index)):
         need = counts[j.id] - sum(result[j.id].values())
+        own = {nid for nid in result[j.id] if free[nid] > 0}  # the job's nodes with free GPUs
         while need > 0:
-            nid = pool.pick(j.gpu_type, need, racks[j.id], result[j.id])
+            nid = pool.pick(j.gpu_type, need, racks[j.id], own)
             take = min(need, free[nid])
             result[j.id][nid] = result[j.id].get(nid, 0) + take
             pool.take(nid, take)
             need -= take
+            if free[nid] > 0:
+                own.add(nid)
+            else:
+                own.discard(nid)
     return {jid: dict(sorted(split.items(), key=lambda kv: order[kv[0]])) for jid, split in result.items()}
 
 
 def _retain(problem: Problem, movers, counts, free, result) -> None:
-    """Max flow: each changed job keeps as many previous GPUs as fit in its new count."""
+    """Max flow: each changed job keeps as many previous GPUs as fit in its new count.
+
+    When no node with free GPUs was shared by two movers the flow splits per
+    job: each keeps its previous nodes in their previous order up to its new
+    count (a maximum flow, found without building a network).
+    """
+    shared = set()
+    seen: set[str] = set()
+    for j in movers:
+        for nid in problem.state.previous[j.id]:
+            if free[nid] > 0:
+                if nid in seen:
+                    shared.add(nid)
+                seen.add(nid)
+    if not shared:
+        for j in movers:
+            left = counts[j.id]
+            for nid, had in problem.state.previous[j.id].items():
+                take = min(had, free[nid], left)
+                if take > 0:
+                    result[j.id][nid] = take
+                    free[nid] -= take
+                    left -= take
+        return
+    import networkx as nx
+
     g = nx.DiGraph()
     for j in movers:
         g.add_edge("s", ("j", j.id), capacity=counts[j.id])
@@ -134,11 +162,10 @@ class _FreePool:
                     best = cand
         return None if best is None else self.ids[best[1]]
 
-    def pick(self, gpu_type: str, need: int, racks: set, mine: dict[str, int]) -> str:
-        """The next node to take GPUs from, for a job of ``gpu_type`` still needing ``need``."""
+    def pick(self, gpu_type: str, need: int, racks: set, own: set[str]) -> str:
+        """The next node for a job of ``gpu_type`` needing ``need``; ``own``: its nodes with free GPUs."""
         # A free node the job already uses beats every other; then free nodes of its racks
         # (none of them is the job's: those have no free GPU here), then any free node.
-        own = [nid for nid in mine if self.free[nid] > 0]
         if own:
             return min(own, key=lambda nid: (_bucket_key(*self._state_of(nid), need), self.order[nid]))
         found = self._best([self.by_rack.get((gpu_type, r), {}) for r in racks], need)

@@ -221,22 +221,25 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)))
     if not prune:
         return _attempt(options, red_max, lam, capacity, -math.inf, stats)
-    # Threshold T: every plan worth >= T survives the pruning. A run that finds a plan worth
-    # >= T has found the optimum; otherwise lower T, ending at the greedy plan's value LB.
-    gap = max(ub - lb, 0.0)
-    for frac in (1 / 16, 1 / 4, None):
-        threshold = (lb if frac is None else ub - gap * frac) - tol
-        found = _attempt(options, red_max, lam, capacity, threshold, stats)
-        if found is not None and found[1] >= threshold:
-            stats["threshold_rounds"] = stats.get("threshold_rounds", 0) + 1
-            return found
-        stats["threshold_rounds"] = stats.get("threshold_rounds", 0) + 1
-    stats["fallback"] = True  # rounding defeated every threshold (never observed)
+    # Threshold T: every plan worth >= T survives the pruning, so a run that finds a plan worth
+    # >= T has found the optimum. T comes from the best known plan: the greedy one, improved by
+    # an exact DP over a small core (the counts within a sixteenth of the gap of each job's best
+    # reduced value), whose optimum is feasible and usually optimal.
+    core = _attempt(options, red_max, lam, capacity, ub - max(ub - lb, 0.0) / 16, stats, cut=False)
+    stats["core_lb"] = core[1] if core is not None else None
+    if core is not None and core[1] > lb:
+        lb = core[1]
+    threshold = lb - tol
+    found = _attempt(options, red_max, lam, capacity, threshold, stats)
+    if found is not None and found[1] >= threshold:
+        return found
+    stats["fallback"] = True  # rounding defeated the threshold (never observed)
     return solve_options(options, capacity, stats, prune=False)
 
 
-def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stats: dict):
-    """The DP over the options and states whose Lagrangian bound reaches ``threshold``.
+def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stats: dict,
+             cut: bool = True):
+    """The DP over the options (and, with ``cut``, states) whose Lagrangian bound reaches ``threshold``.
 
     Returns (counts, value), or None when no plan can reach the threshold.
     """
@@ -263,6 +266,8 @@ def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stat
         if U2 < L2:
             raise _LostPath
         new, choice = _fold(V, L, U, y, g, L2, U2, want_choice)
+        if not cut:
+            return new, L2, U2, choice
         # Cut the ends of the window that cannot reach the threshold (no such plan goes there).
         c = np.arange(L2, U2 + 1)
         alive = np.flatnonzero(new + lam * (capacity - c) + after_m[j] >= threshold)

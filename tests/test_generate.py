@@ -60,9 +60,14 @@ def test_scenario_has_failures_and_no_event():
     assert dumps(sc) == dumps(generate_scenario(2, gpus=512, jobs=6))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("unicron_plan.perf") is not None, reason="perf model present")
-def test_model_curves_without_the_perf_model_is_a_clear_error(tmp_path):
-    res = CliRunner().invoke(app, ["generate", str(tmp_path / "x.json"), "--curves", "model"])
+def test_model_curves_use_the_perf_model_or_fail_clearly(tmp_path, monkeypatch):
+    args = ["generate", str(tmp_path / "x.json"), "--curves", "model", "--gpus", "512", "--jobs", "4"]
+    if importlib.util.find_spec("unicron_plan.perf") is not None:  # the analytical model is there
+        assert CliRunner().invoke(app, args).exit_code == 0
+        inst = api.load_instance(tmp_path / "x.json")
+        assert api.solve(inst).status.solution == "optimal"
+        monkeypatch.setitem(__import__("sys").modules, "unicron_plan.perf", None)  # now hide it
+    res = CliRunner().invoke(app, args)
     assert res.exit_code == 2
     assert "unicron_plan.perf" in res.output
 

@@ -72,10 +72,15 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str = "dp",
     problem = build_problem(instance)
     raw = solve_fn(problem, SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads))
     plan = to_plan(problem, raw, solver, time.perf_counter() - start)
-    report = _validate(instance, plan)
+    report = _validate(instance, plan, derived=_derived(problem))
     if not report.valid:
         raise PlanValidationError(report.problems)
     return plan
+
+
+def _derived(problem) -> tuple[dict, object]:
+    """The checked tables and cluster state a Problem was built from (for the validator)."""
+    return {j.id: j.table for j in problem.jobs}, problem.state
 
 
 def _from_contingency(instance: Instance, contingency) -> Plan | None:
@@ -97,7 +102,7 @@ def _from_contingency(instance: Instance, contingency) -> Plan | None:
     raw = RawSolution(counts=counts, objective=value, bound=value,
                       options={"contingency_key": key, "precomputed": True})
     plan = to_plan(problem, raw, "contingency", time.perf_counter() - start)
-    report = _validate(instance, plan)
+    report = _validate(instance, plan, derived=_derived(problem))
     if not report.valid or abs(value - stored) > 1e-9 * max(1.0, abs(stored)):
         return None  # stale or foreign index: solve from scratch instead
     return plan

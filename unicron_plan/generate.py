@@ -8,7 +8,8 @@ Distributions (see docs/performance.md, "Generated instances"):
 
 * Cluster: ``gpus / gpus_per_node`` nodes of one GPU type (A800 spec),
   ``nodes_per_rack`` nodes per rack.
-* Model mix: 7B 40%, 13B 30%, 70B 20%, 175B 10%; each model has a tensor
+* Model mix: GPT-3 6.7B 40%, GPT-3 13B 30%, Llama 2 70B 20%, GPT-3 175B 10%
+  (names of the model library, so that ``curves="model"`` can derive them); each model has a tensor
   parallel degree tp (its count *grain*) and pipeline stages pp.
 * Job sizes: relative size 1, 2, 6, 16 for the four models, times a
   lognormal(0, 0.5) factor, scaled so the jobs' nominal sizes add up to
@@ -62,7 +63,7 @@ class ModelKind:
 
 
 MODEL_MIX: tuple[ModelKind, ...] = (
-    ModelKind("gpt3-7b", 0.4, 1.0, 1, 1, 0.52, 120.0),
+    ModelKind("gpt3-6.7b", 0.4, 1.0, 1, 1, 0.52, 120.0),
     ModelKind("gpt3-13b", 0.3, 2.0, 2, 2, 0.50, 180.0),
     ModelKind("llama2-70b", 0.2, 6.0, 4, 4, 0.47, 420.0),
     ModelKind("gpt3-175b", 0.1, 16.0, 8, 8, 0.44, 600.0),

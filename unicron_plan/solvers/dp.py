@@ -221,12 +221,18 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)))
     if not prune:
         return _attempt(options, red_max, lam, capacity, -math.inf, stats)
+    if lb >= ub:  # the greedy plan meets the upper bound: it is optimal (to float rounding)
+        stats["bound_met"] = "greedy"
+        return [int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb
     # Threshold T: every plan worth >= T survives the pruning, so a run that finds a plan worth
     # >= T has found the optimum. T comes from the best known plan: the greedy one, improved by
     # an exact DP over a small core (the counts within a sixteenth of the gap of each job's best
     # reduced value), whose optimum is feasible and usually optimal.
     core = _attempt(options, red_max, lam, capacity, ub - max(ub - lb, 0.0) / 16, stats, cut=False)
     stats["core_lb"] = core[1] if core is not None else None
+    if core is not None and core[1] >= ub:  # the core optimum meets the upper bound
+        stats["bound_met"] = "core"
+        return core
     if core is not None and core[1] > lb:
         lb = core[1]
     threshold = lb - tol

@@ -59,12 +59,16 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
           solver: str = typer.Option("dp", "--solver", "-s", help="Solver name (see `unicron-plan solvers`)."),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan here instead of stdout."),
           time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds, for the IP backends."),
-          threads: Optional[int] = typer.Option(None, "--threads", help="Worker threads, for the IP backends.")):
+          threads: Optional[int] = typer.Option(None, "--threads", help="Worker threads, for the IP backends."),
+          contingency: Optional[Path] = typer.Option(
+              None, "--contingency", help="Directory from `unicron-plan contingency`: use its precomputed "
+                                          "plan when the event matches one (validated first).")):
     """Compute the optimal reconfiguration plan of INSTANCE and print it as JSON."""
     from unicron_plan import api
     from unicron_plan.io import dumps
 
-    plan = api.solve(api.load_instance(instance), solver=solver, time_limit_seconds=time_limit, threads=threads)
+    plan = api.solve(api.load_instance(instance), solver=solver, time_limit_seconds=time_limit, threads=threads,
+                     contingency=contingency)
     emit(dumps(plan), out)
 
 
@@ -115,6 +119,90 @@ def solvers():
         typer.echo(f"{spec.name:8s} {'available  ' if ok else 'unavailable'} {spec.summary}")
 
 
+@app.command()
+@handle_errors
+def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (its event, if any, is ignored)."),
+                out: Path = typer.Option(Path("contingency"), "--out", "-o", help="Output directory."),
+                racks: bool = typer.Option(False, "--racks", help="Also plan for the failure of each rack."),
+                quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar.")):
+    """Precompute the optimal plan for the failure of every single node (and rack) of INSTANCE."""
+    from unicron_plan import api
+    from unicron_plan.contingency import build_contingency, write_contingency
+
+    index = build_contingency(api.load_instance(instance), racks=racks, progress=not quiet)
+    path = write_contingency(index, out)
+    st = index["stats"]
+    typer.echo(f"{st['failures']} failures in {st['groups']} groups, {st['plans']} distinct plans, "
+               f"{st['wall_seconds']:.2f} s -> {path}", err=True)
+
+
+class CurveKind(str, Enum):
+    synthetic = "synthetic"
+    model = "model"
+
+
+@app.command()
+@handle_errors
+def generate(out: Path = typer.Argument(..., help="File to write."),
+             seed: int = typer.Option(0, "--seed", help="Seed of the numpy Generator (same seed, same bytes)."),
+             gpus: int = typer.Option(16384, "--gpus", help="GPUs in the cluster."),
+             jobs: int = typer.Option(128, "--jobs", help="Number of jobs."),
+             gpus_per_node: int = typer.Option(8, "--gpus-per-node"),
+             nodes_per_rack: int = typer.Option(32, "--nodes-per-rack"),
+             demand: float = typer.Option(1.25, "--demand", help="Sum of nominal job sizes / cluster GPUs."),
+             max_counts: int = typer.Option(400, "--max-counts", help="Most allowed counts per job."),
+             failed_nodes: int = typer.Option(1, "--failed-nodes", help="Nodes failing in the event (0: none)."),
+             curves: CurveKind = typer.Option(CurveKind.synthetic, "--curves",
+                                              help="synthetic jagged tables, or model (unicron_plan.perf)."),
+             scenario: bool = typer.Option(False, "--scenario", help="Write a scenario instead of an instance."),
+             duration_hours: float = typer.Option(720.0, "--duration-hours", help="Scenario length."),
+             name: Optional[str] = typer.Option(None, "--name")):
+    """Write a seeded instance (or scenario) drawn from the documented distributions (unicron_plan.generate)."""
+    from unicron_plan.generate import generate_instance, generate_scenario
+    from unicron_plan.io import dumps, write_atomic
+
+    kwargs = dict(gpus=gpus, jobs=jobs, gpus_per_node=gpus_per_node, nodes_per_rack=nodes_per_rack,
+                  demand=demand, max_counts=max_counts, curves=curves.value, name=name)
+    doc = (generate_scenario(seed, duration_hours=duration_hours, **kwargs) if scenario
+           else generate_instance(seed, failed_nodes=failed_nodes, **kwargs))
+    write_atomic(out, dumps(doc))
+
+
+@app.command()
+@handle_errors
+def bench(instances: list[str] = typer.Argument(..., help="Instance files, or generate:gpus=N,jobs=M,seed=S."),
+          solver: list[str] = typer.Option(["dp"], "--solver", "-s", help="Solver to run (repeatable)."),
+          runs: int = typer.Option(3, "--runs", help="Timed runs per solver and instance."),
+          process: bool = typer.Option(False, "--process", help="Also time the whole `solve` CLI process."),
+          time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds, for the IP backends."),
+          json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
+          check: Optional[Path] = typer.Option(None, "--check", help="Baseline JSON to compare against."),
+          tolerance: float = typer.Option(0.5, "--tolerance", help="Allowed relative slowdown."),
+          floor: float = typer.Option(0.01, "--floor", help="Times below this many seconds count as this."),
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar.")):
+    """Run solvers side by side and print median times, objectives and gaps; --check exits 1 on a regression."""
+    from unicron_plan import bench as b
+    from unicron_plan.io import dumps, read_json, write_atomic
+
+    results = b.run_bench(instances, solver, runs=runs, process=process, time_limit=time_limit,
+                          progress=not quiet)
+    from rich.console import Console
+
+    console = Console(width=200)
+    console.print(b.table(results))
+    for line in b.notes(results):
+        typer.echo(line, err=True)
+    if json_out is not None:
+        write_atomic(json_out, dumps(results))
+    if check is not None:
+        problems = b.check(results, read_json(check), tolerance=tolerance, floor_seconds=floor)
+        for p in problems:
+            typer.echo(f"regression: {p}", err=True)
+        if problems:
+            raise typer.Exit(1)
+        typer.echo(f"no regression against {check} (tolerance {tolerance})", err=True)
+
+
 # Commands whose modules are heavy to import are registered only when asked
 # for (or when help lists them), so `unicron-plan solve` starts fast.
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
@@ -149,7 +237,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     app(args=args)
 
 
-_CORE_COMMANDS = {"solve", "validate", "schema", "solvers"}
+_CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "contingency", "generate", "bench"}
 
 
 if __name__ == "__main__":  # pragma: no cover

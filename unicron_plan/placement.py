@@ -13,7 +13,7 @@ can always be placed.
 
 from __future__ import annotations
 
-import networkx as nx
+import heapq
 
 from unicron_plan.problem import Problem
 
@@ -37,21 +37,50 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
             movers.append(j)
     _retain(problem, movers, counts, free, result)
     racks = {j.id: {state.nodes[n].rack for n in state.previous[j.id]} for j in movers}
+    pool = _FreePool(state, free, order)
     for j in sorted(movers, key=lambda j: (-(counts[j.id] - sum(result[j.id].values())), j.index)):
         need = counts[j.id] - sum(result[j.id].values())
-        candidates = [nid for nid, n in state.nodes.items() if n.gpu_type == j.gpu_type and free[nid] > 0]
+        own = {nid for nid in result[j.id] if free[nid] > 0}  # the job's nodes with free GPUs
         while need > 0:
-            nid = _pick(candidates, free, need, racks[j.id], state, result[j.id])
+            nid = pool.pick(j.gpu_type, need, racks[j.id], own)
             take = min(need, free[nid])
             result[j.id][nid] = result[j.id].get(nid, 0) + take
-            free[nid] -= take
+            pool.take(nid, take)
             need -= take
-            candidates = [c for c in candidates if free[c] > 0]
+            if free[nid] > 0:
+                own.add(nid)
+            else:
+                own.discard(nid)
     return {jid: dict(sorted(split.items(), key=lambda kv: order[kv[0]])) for jid, split in result.items()}
 
 
 def _retain(problem: Problem, movers, counts, free, result) -> None:
-    """Max flow: each changed job keeps as many previous GPUs as fit in its new count."""
+    """Max flow: each changed job keeps as many previous GPUs as fit in its new count.
+
+    When no node with free GPUs was shared by two movers the flow splits per
+    job: each keeps its previous nodes in their previous order up to its new
+    count (a maximum flow, found without building a network).
+    """
+    shared = set()
+    seen: set[str] = set()
+    for j in movers:
+        for nid in problem.state.previous[j.id]:
+            if free[nid] > 0:
+                if nid in seen:
+                    shared.add(nid)
+                seen.add(nid)
+    if not shared:
+        for j in movers:
+            left = counts[j.id]
+            for nid, had in problem.state.previous[j.id].items():
+                take = min(had, free[nid], left)
+                if take > 0:
+                    result[j.id][nid] = take
+                    free[nid] -= take
+                    left -= take
+        return
+    import networkx as nx
+
     g = nx.DiGraph()
     for j in movers:
         g.add_edge("s", ("j", j.id), capacity=counts[j.id])
@@ -69,17 +98,79 @@ def _retain(problem: Problem, movers, counts, free, result) -> None:
                 free[nid] -= f
 
 
-def _pick(candidates, free, need, racks, state, mine) -> str:
-    """The next node to take GPUs from (see module docstring for the preference order)."""
-    def whole(nid):
-        return free[nid] == state.nodes[nid].healthy_after
-    def key(nid):
-        fits = free[nid] >= need
-        return (
-            nid not in mine,                       # nodes the job is already on
-            state.nodes[nid].rack not in racks,    # the job's racks
-            not (whole(nid) and free[nid] <= need),  # whole nodes it fills completely
-            not fits,                              # then a fragment that fits...
-            free[nid] if fits else -free[nid],     # ...the tightest one, else the largest
-        )
-    return min(candidates, key=key)
+def _bucket_key(v: int, whole: bool, need: int) -> tuple:
+    """The preference of a free node with ``v`` free GPUs (module docstring, step 3)."""
+    fits = v >= need
+    return (not (whole and v <= need), not fits, v if fits else -v)
+
+
+class _FreePool:
+    """Free GPUs per node, indexed for the step-3 preference order.
+
+    The preference is (node already used by the job, node in the job's racks,
+    whole node filled completely, tightest fitting fragment else largest,
+    cluster order). It depends on a node only through its free count and
+    whether it is whole, so free nodes sit in buckets keyed (free, whole),
+    per GPU type and per (GPU type, rack), each a heap of cluster positions.
+    Free counts only fall, so entries are pushed once per bucket and stale
+    ones are skipped lazily. Equal to a scan of every node, in O(log n) a pick.
+    """
+
+    def __init__(self, state, free: dict[str, int], order: dict[str, int]):
+        self.state, self.free, self.order = state, free, order
+        self.ids = list(state.nodes)
+        self.by_type: dict[str, dict[tuple[int, bool], list[int]]] = {}
+        self.by_rack: dict[tuple[str, object], dict[tuple[int, bool], list[int]]] = {}
+        for nid, n in state.nodes.items():
+            if free[nid] > 0:
+                self._push(nid)
+        for buckets in list(self.by_type.values()) + list(self.by_rack.values()):
+            for heap in buckets.values():
+                heapq.heapify(heap)
+
+    def _state_of(self, nid: str) -> tuple[int, bool]:
+        v = self.free[nid]
+        return v, v == self.state.nodes[nid].healthy_after
+
+    def _push(self, nid: str, heap_push: bool = False) -> None:
+        n = self.state.nodes[nid]
+        key = self._state_of(nid)
+        for buckets in (self.by_type.setdefault(n.gpu_type, {}),
+                        self.by_rack.setdefault((n.gpu_type, n.rack), {})):
+            heap = buckets.setdefault(key, [])
+            if heap_push:
+                heapq.heappush(heap, self.order[nid])
+            else:
+                heap.append(self.order[nid])
+
+    def take(self, nid: str, gpus: int) -> None:
+        """Record that ``gpus`` GPUs of ``nid`` were given away."""
+        self.free[nid] -= gpus
+        if self.free[nid] > 0:
+            self._push(nid, heap_push=True)
+
+    def _best(self, buckets_list, need: int):
+        best = None
+        for buckets in buckets_list:
+            for key, heap in buckets.items():
+                while heap and self._state_of(self.ids[heap[0]]) != key:
+                    heapq.heappop(heap)
+                if not heap or key[0] <= 0:
+                    continue
+                cand = (_bucket_key(key[0], key[1], need), heap[0])
+                if best is None or cand < best:
+                    best = cand
+        return None if best is None else self.ids[best[1]]
+
+    def pick(self, gpu_type: str, need: int, racks: set, own: set[str]) -> str:
+        """The next node for a job of ``gpu_type`` needing ``need``; ``own``: its nodes with free GPUs."""
+        # A free node the job already uses beats every other; then free nodes of its racks
+        # (none of them is the job's: those have no free GPU here), then any free node.
+        if own:
+            return min(own, key=lambda nid: (_bucket_key(*self._state_of(nid), need), self.order[nid]))
+        found = self._best([self.by_rack.get((gpu_type, r), {}) for r in racks], need)
+        if found is None:
+            found = self._best([self.by_type.get(gpu_type, {})], need)
+        if found is None:  # pragma: no cover - counts within capacity always fit
+            raise RuntimeError("placement: no free GPU left of type " + gpu_type)
+        return found

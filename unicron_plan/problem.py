@@ -103,9 +103,13 @@ def build_problem(instance: Instance) -> Problem:
     jobs = []
     for i, job in enumerate(instance.jobs):
         table = tables[job.id]
-        counts = np.array([0] + sorted(c for c in table if c <= capacity[job.throughput.gpu_type]),
-                          dtype=np.int64)
-        f = np.array([0.0] + [cost.waf(job.weight, table[int(c)]) for c in counts[1:]])
+        keys = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+        vals = np.fromiter(table.values(), dtype=float, count=len(table))
+        order = np.argsort(keys, kind="stable")
+        keys, vals = keys[order], vals[order]
+        fits = keys <= capacity[job.throughput.gpu_type]
+        counts = np.concatenate([np.zeros(1, dtype=np.int64), keys[fits]])
+        f = np.concatenate([np.zeros(1), cost.waf(job.weight, vals[fits])])
         x = job.current.gpus
         f_x = 0.0 if x == 0 else float(cost.waf(job.weight, table[x]))
         d_trans = cost.d_trans_seconds(instance, job)

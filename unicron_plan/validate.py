@@ -35,11 +35,19 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-6)
 
 
-def validate_plan(instance: Instance, plan: Plan) -> ValidationReport:
-    """Check ``plan`` against ``instance``; never raises for a bad plan, only reports."""
-    tables, _ = resolve_tables(instance)
-    check_instance(instance, tables)
-    state = build_state(instance)
+def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> ValidationReport:
+    """Check ``plan`` against ``instance``; never raises for a bad plan, only reports.
+
+    ``derived``: optional ``(tables, state)`` already derived from this very instance
+    (checked tables and :func:`build_state`), so that api.solve does not derive them twice;
+    they are inputs, not solver arithmetic, so the check stays independent.
+    """
+    if derived is None:
+        tables, _ = resolve_tables(instance)
+        check_instance(instance, tables)
+        state = build_state(instance)
+    else:
+        tables, state = derived
     d_run = cost.d_run_seconds(instance, state.nodes_in_service())
     problems: list[str] = []
     bad = problems.append

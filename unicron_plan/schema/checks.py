@@ -38,10 +38,11 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             raise InvalidInstanceError(f"{where}.throughput.gpu_type",
                                        f"{gtype!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
         table = (tables or {}).get(job.id)
-        if table is None and job.throughput.tflops is not None:
-            table = job.throughput.table()
         cur = job.current
-        if table is not None and cur.gpus != 0 and cur.gpus not in table:
+        # Literal tables are checked on their keys, canonical decimal strings (no int() pass).
+        known = (cur.gpus in table) if table is not None else (
+            str(cur.gpus) in job.throughput.tflops if job.throughput.tflops is not None else True)
+        if cur.gpus != 0 and not known:
             raise InvalidInstanceError(f"{where}.current.gpus",
                                        f"{cur.gpus} is not a GPU count of the job's throughput table (nor 0)")
         if cur.gpus == 0 and cur.nodes:

@@ -1,23 +1,43 @@
 """Exact dynamic program for the separable problem (the default solver).
 
 Per GPU type with capacity C, jobs are folded in one at a time over a value
-array best[c] = max objective of the jobs so far using at most c GPUs:
+array V[c] = best objective of the jobs so far using at most c GPUs:
 
-    best_j[c] = max_k best_{j-1}[c - y_k] + G_j(y_k)      over the job's kept counts y_k
+    V_j[c] = max_k V_{j-1}[c - y_k] + G_j(y_k)      over the job's kept counts y_k
 
-Only counts on the job's *Pareto staircase* are kept (exact dominance pruning:
-a count is useless when a smaller one is worth at least as much), so the work
-is O(C x sum of kept counts), with one vectorised numpy pass per kept count.
-The argmax per (job, c) is stored in the smallest integer type that fits and
-backtracked from c = C.
+What makes it fast, every rule exact (docs/performance.md has the proofs):
+
+1. Pareto pruning: a count is dropped when a smaller one is worth at least as much.
+2. Early exit: when every job's best count fits together, that is the optimum.
+3. Lagrangian bound: for the LP multiplier lam >= 0 of the capacity (from the
+   jobs' concave envelopes), any plan's value is at most
+   UB = lam C + sum_i m_i with m_i = max_y G_i(y) - lam y, and a plan using
+   count y for job i is worth at most UB - (m_i - (G_i(y) - lam y)).
+   A greedy plan gives a lower bound LB; counts whose bound is below LB are
+   dropped (reduced-cost fixing), so the optimum survives.
+4. Windows: after job j only capacities in [sum of the kept minimum counts,
+   min(C - the later jobs' minimum counts, sum of kept maximum counts)] are
+   stored (beyond the top the array is a plateau), and the ends of the window
+   whose states cannot reach LB (V[c] + lam (C - c) + sum_{i>j} m_i < LB) are cut.
+5. Backtracking memory is bounded: the argmax per (job, c) is stored in the
+   smallest unsigned type; when that would exceed ``MEMORY_BUDGET_BYTES`` the
+   value arrays are checkpointed every B jobs and each segment's choices are
+   recomputed during the backtrack (O(sqrt(m)) arrays alive).
+
+:func:`solve_type_reference` is the straightforward DP kept for the tests.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from unicron_plan.problem import JobTerms, Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
+
+MEMORY_BUDGET_BYTES = 512 * 2**20
+REL_TOL = 1e-9
 
 
 def available() -> bool:
@@ -25,27 +45,36 @@ def available() -> bool:
     return True
 
 
+def pareto_arrays(counts: np.ndarray, gains: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Counts (ascending, 0 first) whose gain beats every smaller count's."""
+    prev = np.maximum.accumulate(gains)
+    keep = np.empty(len(gains), dtype=bool)
+    keep[0] = True
+    keep[1:] = gains[1:] > prev[:-1]
+    return counts[keep], gains[keep]
+
+
 def pareto_options(job: JobTerms) -> tuple[np.ndarray, np.ndarray]:
     """Counts (0 first) whose gain beats every smaller count's: exact dominance pruning."""
-    keep_counts, keep_gains = [], []
-    best = -np.inf
-    for c, g in zip(job.counts.tolist(), job.gains.tolist()):
-        if g > best:
-            keep_counts.append(c)
-            keep_gains.append(g)
-            best = g
-    return np.array(keep_counts, dtype=np.int64), np.array(keep_gains, dtype=float)
+    return pareto_arrays(job.counts, job.gains)
 
 
-def solve_type(jobs: list[JobTerms], capacity: int) -> tuple[dict[str, int], float]:
-    """Optimal counts for the jobs of one GPU type sharing ``capacity`` GPUs."""
+def _dtype(n: int):
+    return np.uint8 if n <= 256 else (np.uint16 if n <= 65536 else np.uint32)
+
+
+# ---------------------------------------------------------------------------
+# Reference: the straightforward DP (one pass per Pareto count over 0..C).
+# ---------------------------------------------------------------------------
+
+def solve_type_reference(jobs: list[JobTerms], capacity: int) -> tuple[dict[str, int], float]:
+    """Optimal counts for one GPU type by the plain O(C x sum of kept counts) DP (for tests)."""
     best = np.zeros(capacity + 1)
     choices = []
     options = [pareto_options(j) for j in jobs]
     for counts, gains in options:
-        dtype = np.uint8 if len(counts) <= 256 else (np.uint16 if len(counts) <= 65536 else np.uint32)
         new = best + gains[0]  # counts[0] == 0 always
-        choice = np.zeros(capacity + 1, dtype=dtype)
+        choice = np.zeros(capacity + 1, dtype=_dtype(len(counts)))
         for k in range(1, len(counts)):
             c = int(counts[k])
             cand = best[: capacity + 1 - c] + gains[k]
@@ -61,6 +90,263 @@ def solve_type(jobs: list[JobTerms], capacity: int) -> tuple[dict[str, int], flo
         result[job.id] = y
         c -= y
     return result, float(best[capacity])
+
+
+# ---------------------------------------------------------------------------
+# Bounds: LP multiplier, upper bound, greedy lower bound.
+# ---------------------------------------------------------------------------
+
+def _upper_hull(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vertices of the concave envelope of increasing points (y ascending, g increasing)."""
+    hy, hg = [int(y[0])], [float(g[0])]
+    for a, b in zip(y[1:].tolist(), g[1:].tolist()):
+        while len(hy) >= 2 and (hg[-1] - hg[-2]) * (a - hy[-1]) <= (b - hg[-1]) * (hy[-1] - hy[-2]):
+            hy.pop()
+            hg.pop()
+        hy.append(a)
+        hg.append(b)
+    return np.array(hy, dtype=np.int64), np.array(hg)
+
+
+def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int) -> float:
+    """lam minimising lam C + sum_i max_y (G_i(y) - lam y): the slope where the LP fills C."""
+    slopes, lengths = [], []
+    for y, g in options:
+        hy, hg = _upper_hull(y, g)
+        if len(hy) > 1:
+            dy = np.diff(hy)
+            slopes.append(np.diff(hg) / dy)
+            lengths.append(dy)
+    if not slopes:
+        return 0.0
+    s = np.concatenate(slopes)
+    n = np.concatenate(lengths)
+    order = np.argsort(-s, kind="stable")
+    filled = np.cumsum(n[order])
+    at = int(np.searchsorted(filled, capacity, side="left"))
+    return 0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)
+
+
+def _greedy(options, capacity: int, lam: float) -> tuple[np.ndarray, float]:
+    """A feasible plan: each job at its largest envelope vertex of slope > lam, then best upgrades."""
+    m = len(options)
+    sizes = np.array([len(y) for y, _ in options])
+    offs = np.concatenate([[0], np.cumsum(sizes)])
+    ally = np.concatenate([y for y, _ in options])
+    allg = np.concatenate([g for _, g in options])
+    # Start: every job at the count maximising G - lam' y for lam' just above lam (no tie taken).
+    lam_up = lam * (1 + 1e-12) + 1e-12
+    red = allg - lam_up * ally
+    pick = np.array([offs[i] + int(np.argmax(red[offs[i]:offs[i + 1]])) for i in range(m)])
+    used = int(ally[pick].sum())
+    if used > capacity:  # cannot happen for lam from lp_multiplier; fall back to all zeros
+        pick = offs[:-1].copy()
+        used = int(ally[pick].sum())
+    key = np.repeat(np.arange(m, dtype=np.int64), sizes) * (capacity + 2) + np.minimum(ally, capacity + 1)
+    base = np.arange(m, dtype=np.int64) * (capacity + 2)
+    for _ in range(2 * m + 1):
+        left = capacity - used
+        reach = np.minimum(ally[pick] + left, capacity + 1)
+        best_idx = np.searchsorted(key, base + reach, side="right") - 1  # largest count <= y + left
+        delta = allg[best_idx] - allg[pick]
+        i = int(np.argmax(delta))
+        if delta[i] <= 0:
+            break
+        used += int(ally[best_idx[i]] - ally[pick[i]])
+        pick[i] = best_idx[i]
+    return pick - offs[:-1], float(allg[pick].sum())
+
+
+# ---------------------------------------------------------------------------
+# The windowed, pruned fold.
+# ---------------------------------------------------------------------------
+
+def _fold(V: np.ndarray, L: int, U: int, y: np.ndarray, g: np.ndarray, L2: int, U2: int,
+          want_choice: bool):
+    """new[c] = max_k Vext[c - y_k] + g_k for c in [L2, U2]; Vext is -inf below L, V[U] above U."""
+    W = U2 - L2 + 1
+    need_top = U2 - int(y[0])
+    if need_top > U:
+        Vx = np.empty(need_top - L + 1)
+        Vx[: U - L + 1] = V
+        Vx[U - L + 1:] = V[-1]
+    else:
+        Vx = V
+    new = np.full(W, -np.inf)
+    choice = np.zeros(W, dtype=_dtype(len(y))) if want_choice else None
+    for k in range(len(y)):
+        yk = int(y[k])
+        lo = max(L2, L + yk)  # c with c - yk >= L
+        hi = U2
+        if lo > hi:
+            continue
+        cand = Vx[lo - yk - L: hi - yk - L + 1] + g[k]
+        dst = new[lo - L2: hi - L2 + 1]
+        if want_choice:
+            better = cand > dst
+            np.copyto(dst, cand, where=better)
+            choice[lo - L2: hi - L2 + 1][better] = k
+        else:
+            np.maximum(dst, cand, out=dst)
+    return new, choice
+
+
+def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None) -> tuple[dict[str, int], float]:
+    """Optimal counts for the jobs of one GPU type sharing ``capacity`` GPUs (exact)."""
+    options = [pareto_options(j) for j in jobs]
+    counts, value = solve_options(options, capacity, stats)
+    return {j.id: int(c) for j, c in zip(jobs, counts)}, value
+
+
+def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
+                  stats: dict | None = None, prune: bool = True) -> tuple[list[int], float]:
+    """Exact optimum of max sum_i g_i(y_i) s.t. sum y_i <= C over Pareto options (0 first).
+
+    ``prune=False`` disables the bound-based rules 3-4 (used as a numerical safety net).
+    """
+    stats = stats if stats is not None else {}
+    m = len(options)
+    if m == 0:
+        return [], 0.0
+    top_y = [int(y[-1]) for y, _ in options]
+    if sum(top_y) <= capacity:  # every job at its best count: exact optimum
+        stats.update(early_exit=True, kept=m)
+        return top_y, float(sum(float(g[-1]) for _, g in options))
+    lam = lp_multiplier(options, capacity)
+    red_max = [float(np.max(g - lam * y)) for y, g in options]
+    ub = lam * capacity + math.fsum(red_max)
+    lb_pick, lb = _greedy(options, capacity, lam)
+    scale = lam * capacity + sum(abs(float(np.max(np.abs(g)))) for _, g in options) + 1.0
+    tol = REL_TOL * scale
+    stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)))
+    if not prune:
+        return _attempt(options, red_max, lam, capacity, -math.inf, stats)
+    if lb >= ub:  # the greedy plan meets the upper bound: it is optimal (to float rounding)
+        stats["bound_met"] = "greedy"
+        return [int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb
+    # Threshold T: every plan worth >= T survives the pruning, so a run that finds a plan worth
+    # >= T has found the optimum. T comes from the best known plan: the greedy one, improved by
+    # an exact DP over a small core (the counts within a sixteenth of the gap of each job's best
+    # reduced value), whose optimum is feasible and usually optimal.
+    core = _attempt(options, red_max, lam, capacity, ub - max(ub - lb, 0.0) / 16, stats, cut=False)
+    stats["core_lb"] = core[1] if core is not None else None
+    if core is not None and core[1] >= ub:  # the core optimum meets the upper bound
+        stats["bound_met"] = "core"
+        return core
+    if core is not None and core[1] > lb:
+        lb = core[1]
+    threshold = lb - tol
+    found = _attempt(options, red_max, lam, capacity, threshold, stats)
+    if found is not None and found[1] >= threshold:
+        return found
+    stats["fallback"] = True  # rounding defeated the threshold (never observed)
+    return solve_options(options, capacity, stats, prune=False)
+
+
+def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stats: dict,
+             cut: bool = True):
+    """The DP over the options (and, with ``cut``, states) whose Lagrangian bound reaches ``threshold``.
+
+    Returns (counts, value), or None when no plan can reach the threshold.
+    """
+    m = len(options)
+    slack = math.fsum(red_max) + lam * capacity - threshold  # m_i - (g - lam y) <= slack survives
+    kept = []
+    for (y, g), mi in zip(options, red_max):
+        keep = (mi - (g - lam * y)) <= slack
+        if not keep.any():
+            return None
+        kept.append((y[keep], g[keep]))
+    stats["kept"] = int(sum(len(y) for y, _ in kept))
+    lo = np.array([int(y[0]) for y, _ in kept], dtype=np.int64)
+    hi = np.array([int(y[-1]) for y, _ in kept], dtype=np.int64)
+    if int(lo.sum()) > capacity:
+        return None
+    after_lo = np.concatenate([np.cumsum(lo[::-1])[::-1][1:], [0]])
+    after_m = np.concatenate([np.cumsum(np.array(red_max)[::-1])[::-1][1:], [0.0]])
+
+    def step(V, L, U, j, want_choice):
+        y, g = kept[j]
+        L2 = L + int(lo[j])
+        U2 = min(U + int(hi[j]), capacity - int(after_lo[j]))
+        if U2 < L2:
+            raise _LostPath
+        new, choice = _fold(V, L, U, y, g, L2, U2, want_choice)
+        if not cut:
+            return new, L2, U2, choice
+        # Cut the ends of the window that cannot reach the threshold (no such plan goes there).
+        c = np.arange(L2, U2 + 1)
+        alive = np.flatnonzero(new + lam * (capacity - c) + after_m[j] >= threshold)
+        if len(alive) == 0:
+            raise _LostPath
+        a, b = int(alive[0]), int(alive[-1])
+        return new[a: b + 1], L2 + a, L2 + b, (choice[a: b + 1] if want_choice else None)
+
+    widths: list[int] = []
+    # Store every choice array, or checkpoint, by a safe estimate of their size.
+    est = int((np.minimum(np.cumsum(hi), capacity) + 1).sum()) * np.dtype(
+        _dtype(max(len(y) for y, _ in kept))).itemsize
+    try:
+        return _run(kept, step, m, est, widths, stats, L=0)
+    except _LostPath:
+        return None
+
+
+class _LostPath(Exception):
+    """No plan reaches the threshold: a window became empty."""
+
+
+def _run(kept, step, m, est, widths, stats, L):
+    V, U = np.zeros(1), 0
+    if est <= MEMORY_BUDGET_BYTES:
+        windows, choices = [], []
+        for j in range(m):
+            V, L, U, ch = step(V, L, U, j, True)
+            windows.append((L, U))
+            choices.append(ch)
+            widths.append(U - L + 1)
+        stats.update(checkpointed=False)
+    else:
+        block = max(1, int(math.sqrt(m)))
+        checkpoints = {}
+        for j in range(m):
+            if j % block == 0:
+                checkpoints[j] = (V, L, U)
+            V, L, U, _ = step(V, L, U, j, False)
+            widths.append(U - L + 1)
+        stats.update(checkpointed=True, block=block)
+    best_at = int(np.argmax(V))
+    value = float(V[best_at])
+    c = L + best_at
+    result = [0] * m
+    if est <= MEMORY_BUDGET_BYTES:
+        for j in range(m - 1, -1, -1):
+            result[j], c = _back(kept[j], windows[j], choices[j], c, windows[j - 1] if j else (0, 0))
+    else:
+        for start in sorted(checkpoints, reverse=True):
+            V0, L0, U0 = checkpoints[start]
+            seg_w, seg_c = [], []
+            Vs, Ls, Us = V0, L0, U0
+            for j in range(start, min(start + block, m)):
+                prev = (Ls, Us)
+                Vs, Ls, Us, ch = step(Vs, Ls, Us, j, True)
+                seg_w.append((prev, (Ls, Us)))
+                seg_c.append(ch)
+            for off in range(len(seg_c) - 1, -1, -1):
+                j = start + off
+                prev, win = seg_w[off]
+                result[j], c = _back(kept[j], win, seg_c[off], c, prev)
+    stats.update(max_width=int(max(widths)), sum_width=int(sum(widths)))
+    return result, value
+
+
+def _back(opt, win, choice, c, prev_win) -> tuple[int, int]:
+    """One backtracking step: the count chosen at capacity c, and the predecessor capacity."""
+    y, _ = opt
+    L, U = win
+    c = min(c, U)
+    yk = int(y[choice[c - L]])
+    return yk, min(c - yk, prev_win[1])
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:

@@ -1,0 +1,84 @@
+"""The bench harness: side-by-side results, unavailable solvers reported, regressions caught."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from unicron_plan import bench
+from unicron_plan.cli import app
+from unicron_plan.problem import RawSolution
+from unicron_plan.solvers import dp
+
+TINY = ["instances/tiny-one-job-two-nodes.json", "instances/jagged-128-4jobs.json"]
+
+
+def test_side_by_side_with_unavailable_solver_reported():
+    res = bench.run_bench(TINY, ["dp", "brute", "no-such-solver"], runs=2)
+    for e in res["instances"].values():
+        assert e["solvers"]["dp"]["status"] == "ok" and e["solvers"]["brute"]["status"] == "ok"
+        assert e["solvers"]["dp"]["gap"] == pytest.approx(0.0, abs=1e-12)
+        assert e["solvers"]["dp"]["objective"] == pytest.approx(e["reference"], rel=1e-12)
+        assert len(e["solvers"]["dp"]["solve_seconds"]) == 2
+        assert e["solvers"]["no-such-solver"]["status"] == "unavailable"
+        assert "valid solvers" in e["solvers"]["no-such-solver"]["message"]
+    assert any("no-such-solver" in line for line in bench.notes(res))
+
+
+def test_check_catches_an_injected_slowdown(monkeypatch):
+    baseline = bench.run_bench(TINY[1:], ["dp"], runs=3)
+    assert bench.check(baseline, baseline, tolerance=0.5) == []
+    fast = dp.solve
+
+    def slow(problem, options=None):
+        time.sleep(0.05)
+        return fast(problem, options)
+
+    monkeypatch.setattr(dp, "solve", slow)
+    now = bench.run_bench(TINY[1:], ["dp"], runs=3)
+    problems = bench.check(now, baseline, tolerance=0.5, floor_seconds=0.01)
+    assert len(problems) == 1 and "median_solve_seconds" in problems[0] and "baseline" in problems[0]
+
+
+def test_check_catches_an_injected_optimality_loss(monkeypatch):
+    baseline = bench.run_bench(TINY[1:], ["dp"], runs=1)
+
+    def worse(problem, options=None):  # feasible, valid, but everyone suspended
+        counts = {j.id: 0 for j in problem.jobs}
+        value = problem.objective(counts)
+        return RawSolution(counts=counts, objective=value, bound=value)
+
+    monkeypatch.setattr(dp, "solve", worse)
+    now = bench.run_bench(TINY[1:], ["dp"], runs=1)
+    problems = bench.check(now, baseline, tolerance=100.0)
+    assert any("lost optimality" in p for p in problems)
+    assert any("below baseline" in p for p in problems)
+
+
+def test_cli_bench_json_and_check_exit_codes(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "res.json"
+    res = runner.invoke(app, ["bench", *TINY, "-s", "dp", "-s", "milp", "--runs", "1", "--json", str(out), "-q"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert set(data["instances"]) == set(TINY)
+    res = runner.invoke(app, ["bench", *TINY, "-s", "dp", "--runs", "1", "-q", "--check", str(out)])
+    assert res.exit_code == 0, res.output
+    doctored = copy.deepcopy(data)
+    for e in doctored["instances"].values():
+        e["solvers"]["dp"]["objective"] *= 1.5 if e["solvers"]["dp"]["objective"] > 0 else 0.5
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doctored))
+    res = runner.invoke(app, ["bench", *TINY, "-s", "dp", "--runs", "1", "-q", "--check", str(bad)])
+    assert res.exit_code == 1
+    assert "regression" in res.output
+
+
+def test_generate_spec_instances():
+    res = bench.run_bench(["generate:gpus=256,jobs=4,seed=1"], ["dp"], runs=1)
+    e = res["instances"]["generate:gpus=256,jobs=4,seed=1"]
+    assert e["gpus"] == 256 and e["jobs"] == 4 and e["solvers"]["dp"]["status"] == "ok"

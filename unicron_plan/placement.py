@@ -1,7 +1,8 @@
 """Counts -> concrete nodes, moving as few GPUs as possible.
 
 Order of work, per GPU type:
-1. jobs that keep their count and were not hit stay exactly where they were;
+1. jobs that keep their count and were not hit, and pinned jobs, stay exactly
+   where they were;
 2. the other jobs retain as many of their previous GPUs as possible: a max
    flow (networkx) from jobs to their healthy previous nodes;
 3. what is still missing comes from free GPUs: nodes in the job's racks first,
@@ -29,7 +30,7 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
         y = counts[j.id]
         if y == 0:
             continue
-        if y == j.x and not j.hit:
+        if (y == j.x and not j.hit) or j.pinned:  # pinned: the previous split (constraints.precheck)
             for nid, g in state.previous[j.id].items():
                 result[j.id][nid] = g
                 free[nid] -= g

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from unicron_plan.constraints import dp_limitations
+from unicron_plan.errors import InfeasibleError, SolverUnavailableError
 from unicron_plan.problem import JobTerms, Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 
@@ -44,9 +46,11 @@ def solve_type(jobs: list[JobTerms], capacity: int) -> tuple[dict[str, int], flo
     options = [pareto_options(j) for j in jobs]
     for counts, gains in options:
         dtype = np.uint8 if len(counts) <= 256 else (np.uint16 if len(counts) <= 65536 else np.uint32)
-        new = best + gains[0]  # counts[0] == 0 always
+        # counts[0] is 0 unless a constraint (pinned, hysteresis) forbids suspending the job;
+        # then the cells below the smallest count stay -inf (infeasible).
+        new = np.full(capacity + 1, -np.inf)
         choice = np.zeros(capacity + 1, dtype=dtype)
-        for k in range(1, len(counts)):
+        for k in range(len(counts)):
             c = int(counts[k])
             cand = best[: capacity + 1 - c] + gains[k]
             better = cand > new[c:]
@@ -54,6 +58,9 @@ def solve_type(jobs: list[JobTerms], capacity: int) -> tuple[dict[str, int], flo
             choice[c:][better] = k
         best = new
         choices.append(choice)
+    if not np.isfinite(best[capacity]):
+        raise InfeasibleError(f"the constrained jobs ({', '.join(j.id for j in jobs)}) do not fit in "
+                              f"{capacity} GPUs of their type")
     result: dict[str, int] = {}
     c = capacity
     for job, (counts, _), choice in zip(reversed(jobs), reversed(options), reversed(choices)):
@@ -64,7 +71,16 @@ def solve_type(jobs: list[JobTerms], capacity: int) -> tuple[dict[str, int], flo
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
-    """Solve each GPU type independently and add up the optima."""
+    """Solve each GPU type independently and add up the optima.
+
+    Refuses (SolverUnavailableError) instances with constraints the DP cannot
+    express (node-level tp, max_nodes, same_rack; max_changed_jobs): use milp,
+    cpsat or auto for those.
+    """
+    limits = dp_limitations(problem)
+    if limits:
+        raise SolverUnavailableError(
+            f"solver 'dp' cannot express {', '.join(limits)}; use --solver auto, milp or cpsat")
     counts: dict[str, int] = {}
     total = 0.0
     for gpu_type, cap in problem.capacity.items():
@@ -75,3 +91,16 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
         counts.update(part)
         total += value
     return RawSolution(counts=counts, objective=total, bound=total)
+
+
+def relaxation(problem: Problem) -> tuple[dict[str, int], float]:
+    """The DP optimum with the constraints it cannot express dropped: an upper bound for the IP backends."""
+    counts: dict[str, int] = {}
+    total = 0.0
+    for gpu_type, cap in problem.capacity.items():
+        jobs = problem.jobs_of_type(gpu_type)
+        if jobs:
+            part, value = solve_type(jobs, cap)
+            counts.update(part)
+            total += value
+    return counts, total

@@ -7,7 +7,7 @@ import copy
 
 import numpy as np
 
-from randgen import random_instance
+from randgen import GPU_SPEC, random_instance
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.io import parse_model
 from unicron_plan.schema import Instance
@@ -73,3 +73,46 @@ def random_ip_instance(rng: np.random.Generator, *, max_nodes: int = 3, max_jobs
     """A random valid instance with random constraints (small enough for the node-level brute force)."""
     base = random_instance(rng, max_nodes=max_nodes, max_jobs=max_jobs, gpu_types=gpu_types)
     return add_constraints(rng, base, node_level=node_level, churn=churn)
+
+
+def large_instance(rng: np.random.Generator, *, racks: int = 16, nodes_per_rack: int = 16,
+                   gpus_per_node: int = 8, jobs: int = 24, failed_nodes: int = 3,
+                   failed_gpus: int = 6, constraints: bool = True) -> dict:
+    """A 2,048-GPU-class instance (defaults: 16 racks x 16 nodes x 8 GPUs) with GPU isolation,
+    so partially failed nodes make tp a packing problem. Jobs start on whole nodes, rack by rack."""
+    nodes = [{"id": f"r{r}n{k}", "gpu_type": "a800", "gpus": gpus_per_node, "failed_gpus": [],
+              "rack": f"r{r}"} for r in range(racks) for k in range(nodes_per_rack)]
+    total = len(nodes) * gpus_per_node
+    out_jobs, cursor = [], 0
+    for k in range(jobs):
+        step = gpus_per_node
+        keys = sorted({int(step * c) for c in rng.integers(1, max(2, total // (step * jobs) * 3), size=8)})
+        base = float(rng.uniform(80, 160))
+        expo = float(rng.uniform(0.75, 0.98))
+        table = {str(c): float(np.round(base * c ** expo * rng.uniform(0.97, 1.03), 3)) for c in keys}
+        job = {"id": f"job{k}", "weight": float(rng.choice([0.5, 1.0, 2.0])),
+               "throughput": {"gpu_type": "a800", "tflops": table},
+               "transition_seconds": float(rng.choice([300.0, 600.0, 1800.0])),
+               "current": {"gpus": 0, "nodes": []}}
+        c = keys[len(keys) // 3]
+        need = c // gpus_per_node
+        if cursor + need <= len(nodes) and rng.random() < 0.9:
+            job["current"] = {"gpus": c, "nodes": [n["id"] for n in nodes[cursor:cursor + need]]}
+            cursor += need
+        if constraints:
+            job["tp"] = int(rng.choice([4, 8]))
+            if rng.random() < 0.3 and need:
+                job["max_nodes"] = need + int(rng.integers(0, 4))
+            if rng.random() < 0.2:
+                job["min_gain_fraction"] = 0.05
+        out_jobs.append(job)
+    down = rng.choice(len(nodes), size=failed_nodes + failed_gpus, replace=False).tolist()
+    event = {"kind": "failure", "failed_nodes": [nodes[i]["id"] for i in down[:failed_nodes]],
+             "failed_gpus": [{"node": nodes[i]["id"], "gpu": int(rng.integers(0, gpus_per_node))}
+                             for i in down[failed_nodes:]]}
+    inst = {"schema_version": "1", "name": f"large-{total}-gpus", "isolation": "gpu",
+            "cluster": {"gpu_types": {"a800": dict(GPU_SPEC)}, "nodes": nodes}, "jobs": out_jobs,
+            "event": event, "cost": {"expected_run_seconds": 36000.0, "default_transition_seconds": 600.0}}
+    if constraints:
+        inst["max_changed_jobs"] = max(len(out_jobs) // 3, failed_nodes + failed_gpus)
+    return inst

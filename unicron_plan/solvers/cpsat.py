@@ -95,7 +95,8 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
         termination = "time_limit"
     else:
         termination = "error"
-    bound = solver.best_objective_bound / scale + err if has_solution or status == cp_model.UNKNOWN else math.inf
+    # Without a solution (UNKNOWN) CP-SAT's bound is not meaningful; the DP relaxation bounds instead.
+    bound = solver.best_objective_bound / scale + err if has_solution else math.inf
     if not math.isfinite(bound):
         bound = math.inf
     values = [solver.value(x) for x in xs] if has_solution else None

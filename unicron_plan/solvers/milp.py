@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import warnings
 
 from unicron_plan.errors import InfeasibleError, SolverUnavailableError
 from unicron_plan.problem import Problem, RawSolution
@@ -29,8 +30,10 @@ def available(backend: str = "highs") -> bool:
         import pulp
     except ImportError:
         return False
-    solver = pulp.HiGHS(msg=False) if backend == "highs" else pulp.PULP_CBC_CMD(msg=False)
-    return bool(solver.available())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        solver = pulp.HiGHS(msg=False) if backend == "highs" else pulp.PULP_CBC_CMD(msg=False)
+        return bool(solver.available())
 
 
 def build_lp(model: ipmodel.Formulation):
@@ -38,8 +41,12 @@ def build_lp(model: ipmodel.Formulation):
     import pulp
 
     lp = pulp.LpProblem("unicron_plan", pulp.LpMaximize)
-    xs = [pulp.LpVariable(name, lowBound=lo, upBound=hi, cat=pulp.LpInteger)
-          for name, lo, hi in zip(model.names, model.lb, model.ub)]
+    if hasattr(lp, "add_variable"):  # PuLP >= 3.3 (LpVariable(...) is deprecated there)
+        xs = [lp.add_variable(name, lowBound=lo, upBound=hi, cat=pulp.LpInteger)
+              for name, lo, hi in zip(model.names, model.lb, model.ub)]
+    else:  # pragma: no cover - older PuLP
+        xs = [pulp.LpVariable(name, lowBound=lo, upBound=hi, cat=pulp.LpInteger)
+              for name, lo, hi in zip(model.names, model.lb, model.ub)]
     lp += pulp.lpSum(c * xs[v] for v, c in model.objective.items())
     for k, r in enumerate(model.rows):
         expr = pulp.lpSum(c * xs[v] for v, c in r.coefs.items())
@@ -50,8 +57,6 @@ def build_lp(model: ipmodel.Formulation):
             lp += (expr >= r.lo), f"r{k}lo"
         if r.hi is not None:
             lp += (expr <= r.hi), f"r{k}hi"
-    for v, val in enumerate(model.hint_values()):
-        xs[v].setInitialValue(val)
     return lp, xs
 
 
@@ -89,18 +94,11 @@ def _call(lp, backend: str, options: SolverOptions) -> dict:
 
         _silence_highs_banner()
 
-        class _WarmHiGHS(pulp.HiGHS):
-            """pulp.HiGHS that passes the variables' initial values to HiGHS as a start."""
-
-            def callSolver(self, lp):
-                cols = sorted(lp.variables(), key=lambda v: v.index)
-                start = highspy.HighsSolution()
-                start.col_value = [float(v.varValue or 0.0) for v in cols]
-                start.value_valid = True
-                lp.solverModel.setSolution(start)
-                super().callSolver(lp)
-
-        solver = _WarmHiGHS(msg=False, timeLimit=limit, threads=options.threads, gapRel=0.0, gapAbs=0.0)
+        # No MIP start for HiGHS either: through pulp.HiGHS, after setSolution() the variables
+        # read back held the start, not HiGHS's (better) incumbent (seed 401 of
+        # tests/randgen_ip.py). A run stopped before any solution falls back to the
+        # keep-or-suspend plan instead (see extract).
+        solver = pulp.HiGHS(msg=False, timeLimit=limit, threads=options.threads, gapRel=0.0, gapAbs=0.0)
         lp.solve(solver)
 
         h = lp.solverModel
@@ -117,13 +115,21 @@ def _call(lp, backend: str, options: SolverOptions) -> dict:
         else:
             termination = "error"
         bound = info.mip_dual_bound
+        # PuLP hands HiGHS the negated objective of a maximisation; turn the bound back.
+        _, sense = h.getObjectiveSense()
+        if sense == highspy.ObjSense.kMinimize:
+            bound = -bound
         return {"termination": termination, "has_solution": has_solution,
                 "bound": bound if math.isfinite(bound) else math.inf,
                 "highs_status": h.modelStatusToString(status)}
     # No warmStart for CBC: with a MIP start, PuLP's CBC run returned the start itself as
     # "Optimal" on a maximisation in our tests (seed 80 of tests/randgen_ip.py).
-    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, threads=options.threads, gapRel=0.0,
-                               gapAbs=0.0)
+    with warnings.catch_warnings():
+        # PuLP 3.3 deprecates its bundled CBC in favour of a separately installed one; the
+        # bundled binary is what ships here, so keep it without the warning.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, threads=options.threads, gapRel=0.0,
+                                   gapAbs=0.0)
     lp.solve(solver)
     if lp.sol_status == pulp.LpSolutionOptimal:
         termination = "optimal"
@@ -168,8 +174,20 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         info = {**info, "fallback": "keep-or-suspend"}
     counts = model.counts(values)
     objective = problem.objective(counts)
+    if termination != "optimal" and "fallback" not in info:
+        # A time-limited incumbent can be worse than simply keeping everyone who can stay.
+        hint = model.hint_values()
+        if model.feasible(hint) and problem.objective(model.counts(hint)) > objective:
+            values, info = hint, {**info, "fallback": "keep-or-suspend"}
+            counts = model.counts(values)
+            objective = problem.objective(counts)
     _, relaxed = relaxation(problem)
-    bound = min(result["bound"], relaxed + 1e-9 * max(1.0, abs(relaxed)))
+    solver_bound = result["bound"]
+    if solver_bound < objective - 1e-9 * max(1.0, abs(objective)):
+        # A solver bound below a feasible objective is not a bound: never paper over it.
+        info = {**info, "solver_bound_discarded": float(solver_bound)}
+        solver_bound = math.inf
+    bound = min(solver_bound, relaxed + 1e-9 * max(1.0, abs(relaxed)))
     if termination == "optimal":
         solution = "optimal"
     else:

@@ -36,15 +36,21 @@ def available() -> bool:
 
 
 def scale_of(model: ipmodel.Formulation) -> tuple[float, float]:
-    """The power-of-two scale s and the rounding-error bound E of the objective (see module docstring)."""
-    per_job = [max((abs(model.objective[model.z[(j.index, k)]]) for k in range(len(j.counts))), default=0.0)
-               for j in model.problem.jobs]
-    total = sum(per_job)
+    """The power-of-two scale s and the rounding-error bound E of the objective (see module docstring).
+
+    Objective terms on the z variables are grouped per job (one z per job is 1);
+    any other term (the placement model's) counts with its variable's largest value.
+    """
+    groups: dict[object, list[tuple[float, int]]] = {}
+    z_of = {v: i for (i, _), v in model.z.items()}
+    for v, g in model.objective.items():
+        if v in z_of:
+            groups.setdefault(("z", z_of[v]), []).append((g, 1))
+        else:
+            groups[("x", v)] = [(g, max(abs(model.lb[v]), abs(model.ub[v])))]
+    total = sum(max(abs(g) * n for g, n in terms) for terms in groups.values())
     s = 2.0 ** math.floor(math.log2(SCALE_BUDGET / total)) if total > 0 else 1.0
-    err = 0.0
-    for j in model.problem.jobs:
-        err += max((abs(round(model.objective[model.z[(j.index, k)]] * s) / s
-                        - model.objective[model.z[(j.index, k)]]) for k in range(len(j.counts))), default=0.0)
+    err = sum(max(abs(round(g * s) / s - g) * n for g, n in terms) for terms in groups.values())
     return s, err
 
 
@@ -72,12 +78,25 @@ def build_cp(model: ipmodel.Formulation, scale: float):
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
     """Solve with CP-SAT (time limit and workers from ``options``)."""
-    from ortools.sat.python import cp_model
-
     from unicron_plan.solvers.milp import extract
 
+    import time
+
+    started = time.perf_counter()
     options = options or SolverOptions()
     model = ipmodel.build(problem)
+    result, values, info = run(model, options)
+    raw = extract(problem, model, result, values, info)
+    if raw.solution == "optimal" and result["termination"] == "optimal" and not _close(raw.bound, raw.objective):
+        # Optimal for the scaled objective, but the rounding error leaves a visible gap.
+        raw.solution = "feasible"
+    return ipmodel.replace_migration_aware(problem, raw, lambda m, o: run(m, o)[1], options, started)
+
+
+def run(model: ipmodel.Formulation, options: SolverOptions):
+    """Build, call CP-SAT and read back: (status dict, values or None, info)."""
+    from ortools.sat.python import cp_model
+
     scale, err = scale_of(model)
     cp, xs = build_cp(model, scale)
     solver = cp_model.CpSolver()
@@ -102,12 +121,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
     values = [solver.value(x) for x in xs] if has_solution else None
     info = {"scale": scale, "max_rounding_error": err, "cpsat_status": solver.status_name(status),
             **model.stats()}
-    raw = extract(problem, model, {"termination": termination, "has_solution": has_solution, "bound": bound},
-                  values, info)
-    if raw.solution == "optimal" and termination == "optimal" and not _close(raw.bound, raw.objective):
-        # Optimal for the scaled objective, but the rounding error leaves a visible gap.
-        raw.solution = "feasible"
-    return raw
+    return {"termination": termination, "has_solution": has_solution, "bound": bound}, values, info
 
 
 def _close(a: float, b: float) -> bool:

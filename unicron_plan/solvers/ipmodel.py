@@ -198,3 +198,92 @@ def _node_rows(m: Formulation, problem: Problem, x_index: dict[int, int | None])
             m.row(pick, None, 1)
     for nid, coefs in per_node.items():
         m.row(coefs, None, state.nodes[nid].healthy_after)
+
+
+def build_placement(problem: Problem, counts: dict[str, int]) -> Formulation:
+    """Phase 2 of the node-level backends: counts fixed, place them moving as few GPUs as possible.
+
+    Same rows as :func:`build` with every job's count fixed; new integer k[i,n] <= prev_in,
+    k[i,n] <= tp_i b[i,n] (GPUs job i keeps on node n), and the objective
+
+        maximise  sum_i (y_i + 1) * sum_n k[i,n]  +  sum_i sum_{n in racks_i} tp_i b[i,n]
+
+    (retained GPUs first, lexicographically, then GPUs in the job's previous racks).
+    The objective terms are integers, so CP-SAT's scaling is exact here.
+    """
+    import dataclasses
+
+    import numpy as np
+
+    jobs = []
+    for j in problem.jobs:
+        k = int(np.flatnonzero(j.counts == counts[j.id])[0])
+        jobs.append(dataclasses.replace(j, counts=j.counts[k:k + 1], f=j.f[k:k + 1], gains=j.gains[k:k + 1]))
+    fixed = dataclasses.replace(problem, jobs=jobs)
+    m = build(fixed, node_level=True)
+    m.problem = problem
+    m.objective = {}
+    state = problem.state
+    for j in jobs:
+        y = counts[j.id]
+        previous = state.previous.get(j.id, {})
+        racks = {rack_key(n, state.nodes[n].rack) for n in previous}
+        for nid in eligible_nodes(problem, j):
+            b = m.b[(j.index, nid)]
+            if rack_key(nid, state.nodes[nid].rack) in racks:
+                m.objective[b] = float(j.tp)
+            p = previous.get(nid, 0)
+            if p > 0 and y > 0:
+                kv = m.var(f"k_{j.index}_{nid}", 0, min(p, y))
+                m.row({kv: 1, b: -j.tp}, None, 0)
+                m.objective[kv] = float(y + 1)
+    # z is fixed (one count each): keep the variables at 1 in objective-free form.
+    for (i, k), v in m.z.items():
+        m.lb[v] = m.ub[v] = 1
+    return m
+
+
+def retained_gpus(problem: Problem, placement: dict[str, dict[str, int]]) -> int:
+    """GPUs that stay where the job had them before (the complement of GPUs moved)."""
+    state = problem.state
+    return sum(min(g, state.previous.get(jid, {}).get(nid, 0))
+               for jid, split in placement.items() for nid, g in split.items())
+
+
+def _rack_score(problem: Problem, placement: dict[str, dict[str, int]]) -> int:
+    state = problem.state
+    total = 0
+    for jid, split in placement.items():
+        racks = {rack_key(n, state.nodes[n].rack) for n in state.previous.get(jid, {})}
+        total += sum(g for nid, g in split.items() if rack_key(nid, state.nodes[nid].rack) in racks)
+    return total
+
+
+def replace_migration_aware(problem: Problem, raw, run, options, started: float):
+    """Re-place a node-level solution with its counts fixed (:func:`build_placement`), when time is left.
+
+    ``run(model, options) -> values or None`` solves a Formulation with the backend
+    of phase 1. The new placement is kept only if it retains at least as many GPUs.
+    Records ``gpus_moved`` in ``raw.options``.
+    """
+    import time
+
+    from unicron_plan.solvers import SolverOptions
+
+    if raw.placement is None:
+        return raw
+    limit = options.time_limit_seconds
+    remaining = None if limit is None else limit - (time.perf_counter() - started)
+    moved = sum(raw.counts.values()) - retained_gpus(problem, raw.placement)
+    if remaining is None or remaining > 0.05:
+        model = build_placement(problem, raw.counts)
+        values = run(model, SolverOptions(time_limit_seconds=remaining, threads=options.threads))
+        if values is not None and model.feasible(values):
+            new = model.placement(values)
+            old_key = (retained_gpus(problem, raw.placement), _rack_score(problem, raw.placement))
+            new_key = (retained_gpus(problem, new), _rack_score(problem, new))
+            if new_key >= old_key:
+                raw.placement = new
+                moved = sum(raw.counts.values()) - new_key[0]
+    raw.options = {**raw.options, "gpus_moved": int(moved)}
+    return raw

@@ -16,7 +16,7 @@ import os
 import sys
 import warnings
 
-from unicron_plan.errors import InfeasibleError, SolverUnavailableError
+from unicron_plan.errors import InfeasibleError, SolverUnavailableError, UnicronError
 from unicron_plan.problem import Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 from unicron_plan.solvers import ipmodel
@@ -61,6 +61,7 @@ def build_lp(model: ipmodel.Formulation):
 
 
 _BANNER_SILENCED = False
+_HIGHS_THREADS: int | None = None  # thread count the HiGHS scheduler was last set up with
 
 
 def _silence_highs_banner() -> None:
@@ -93,6 +94,12 @@ def _call(lp, backend: str, options: SolverOptions) -> dict:
         import highspy
 
         _silence_highs_banner()
+        global _HIGHS_THREADS
+        if options.threads != _HIGHS_THREADS:
+            # HiGHS keeps one global thread scheduler per process; a run asking for another
+            # thread count than the scheduler's fails (kSolveError) unless it is reset first.
+            highspy.Highs.resetGlobalScheduler(True)
+            _HIGHS_THREADS = options.threads
 
         # No MIP start for HiGHS either: through pulp.HiGHS, after setSolution() the variables
         # read back held the start, not HiGHS's (better) incumbent (seed 401 of
@@ -150,12 +157,21 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str =
     """Solve exactly (or up to the time limit) with PuLP and HiGHS (``backend="cbc"``: CBC)."""
     if backend not in BACKENDS:
         raise SolverUnavailableError(f"unknown MILP backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    import time
+
+    started = time.perf_counter()
     options = options or SolverOptions()
     model = ipmodel.build(problem)
+    result, values = run(model, options, backend)
+    raw = extract(problem, model, result, values, {"backend": backend, **model.stats()})
+    return ipmodel.replace_migration_aware(problem, raw, lambda m, o: run(m, o, backend)[1], options, started)
+
+
+def run(model: ipmodel.Formulation, options: SolverOptions, backend: str = "highs"):
+    """Phases 1 and 2 for one Formulation: (status dict, variable values or None)."""
     lp, xs = build_lp(model)
     result = _call(lp, backend, options)
-    return extract(problem, model, result, [v.varValue for v in xs] if result["has_solution"] else None,
-                   {"backend": backend, **model.stats()})
+    return result, ([v.varValue for v in xs] if result["has_solution"] else None)
 
 
 def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, info: dict) -> RawSolution:
@@ -166,6 +182,9 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
     if termination == "infeasible":
         raise InfeasibleError("the constraints admit no plan (the solver proved it); relax tp, pinned, "
                               "max_nodes, same_rack, max_changed_jobs or min_gain_fraction")
+    if termination == "error":
+        detail = {k: v for k, v in result.items() if k.endswith("_status")} or info.get("cpsat_status")
+        raise UnicronError(f"the IP solver stopped with an error ({detail}); try another --solver")
     if values is None or any(v is None for v in values):
         # Stopped before any solution: the keep-or-suspend hint is feasible by construction.
         values = model.hint_values()

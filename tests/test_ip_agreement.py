@@ -27,7 +27,7 @@ from unicron_plan.schema import Instance
 SEPARABLE = ("dp", "brute", "milp", "milp-cbc", "cpsat", "auto")
 NODE_LEVEL = ("milp", "milp-cbc", "cpsat", "auto")
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
-FAST = settings(max_examples=120, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=250, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=2000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -275,6 +275,8 @@ def replace_migration_aware(problem: Problem, raw, run, options, started: float)
     limit = options.time_limit_seconds
     remaining = None if limit is None else limit - (time.perf_counter() - started)
     moved = sum(raw.counts.values()) - retained_gpus(problem, raw.placement)
+    phase2 = time.perf_counter()
+    raw.options = {**raw.options, "phase1_seconds": round(phase2 - started, 3)}
     if remaining is None or remaining > 0.05:
         model = build_placement(problem, raw.counts)
         values = run(model, SolverOptions(time_limit_seconds=remaining, threads=options.threads))
@@ -285,5 +287,6 @@ def replace_migration_aware(problem: Problem, raw, run, options, started: float)
             if new_key >= old_key:
                 raw.placement = new
                 moved = sum(raw.counts.values()) - new_key[0]
-    raw.options = {**raw.options, "gpus_moved": int(moved)}
+    raw.options = {**raw.options, "gpus_moved": int(moved),
+                   "phase2_seconds": round(time.perf_counter() - phase2, 3)}
     return raw

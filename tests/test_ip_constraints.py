@@ -98,3 +98,17 @@ def test_cpsat_reports_its_scaling_error():
     opts = plan.solver.options
     assert opts["scale"] > 0 and math.log2(opts["scale"]) == int(math.log2(opts["scale"]))
     assert 0 <= opts["max_rounding_error"] <= len(plan.jobs) / (2 * opts["scale"])
+
+
+@pytest.mark.parametrize("solver", ["milp", "milp-cbc", "cpsat", "auto"])
+def test_degenerate_instances(solver):
+    data = _data("tiny-one-job-two-nodes")
+    data.pop("reference")
+    empty = dict(data, jobs=[])
+    assert api.solve(empty, solver=solver).objective == 0.0
+    # A queued job whose only count cannot be packed (tp 8, 64 GPUs) and a churn limit of 0.
+    data["jobs"][0].update(throughput={"gpu_type": "a800", "tflops": {"64": 1.0}},
+                           current={"gpus": 0, "nodes": []}, tp=8)
+    data["max_changed_jobs"] = 0
+    plan = api.solve(data, solver=solver)
+    assert plan.objective == 0.0 and plan.jobs[0].action == "idle"

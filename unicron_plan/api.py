@@ -52,12 +52,17 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str = "dp",
           contingency: str | os.PathLike | dict | None = None) -> Plan:
     """The optimal (or, under a time limit, best found) plan, checked by the independent validator.
 
+    ``solver`` is one of the registry (``unicron-plan solvers``): ``dp`` (default),
+    ``brute``, ``milp`` (PuLP + HiGHS), ``milp-cbc``, ``cpsat`` (OR-Tools) or ``auto``
+    (``dp`` when it is exact for the instance, else an IP backend; docs/solvers.md).
+    ``time_limit_seconds`` and ``threads`` reach the IP backends.
     ``contingency``: a directory written by ``unicron-plan contingency`` (or its
     index); when the instance's event is one of its failures, the precomputed
     plan is placed, validated and returned (solver name ``contingency``).
 
     Raises InvalidInstanceError for bad input, SolverUnavailableError for an
-    unknown solver and PlanValidationError if a solver ever returns a plan
+    unknown solver (or ``dp`` on constraints it cannot express), InfeasibleError
+    when the constraints admit no plan, and PlanValidationError if a solver ever returns a plan
     that does not validate (a bug).
     """
     from unicron_plan.problem import build_problem, to_plan

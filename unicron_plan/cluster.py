@@ -18,6 +18,11 @@ if TYPE_CHECKING:  # networkx is imported lazily: it costs ~0.25 s of CLI start-
     import networkx as nx
 
 
+def rack_key(node_id: str, rack: str | None):
+    """The rack a node belongs to for `same_rack`: its rack, or a rack of its own when it has none."""
+    return rack if rack is not None else ("node", node_id)
+
+
 @dataclass(frozen=True)
 class NodeHealth:
     """One node's GPUs before and after the event."""
@@ -118,20 +123,36 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int]) ->
             continue
         left = job.current.gpus
         split: dict[str, int] = {}
+        unit = job.tp or 1  # tp groups never straddle nodes (issue 3)
         for n in job.current.nodes:
-            take = min(left, healthy_before[n])
+            take = min(left, healthy_before[n] // unit * unit)
             if take:
                 split[n] = take
             left -= take
         out[job.id] = split if left == 0 else {}
     if shared_jobs:
-        out.update(_flow_split([j for j in instance.jobs if j.id in shared_jobs], healthy_before))
+        shared = [j for j in instance.jobs if j.id in shared_jobs]
+        free = dict(healthy_before)
+        # Jobs with a tensor-parallel size take whole tp groups first (greedy, largest tp
+        # first); the others share what is left through the max flow.
+        for job in sorted((j for j in shared if (j.tp or 1) > 1), key=lambda j: -(j.tp or 1)):
+            left, split = job.current.gpus, {}
+            for n in job.current.nodes:
+                take = min(left, free[n] // job.tp * job.tp)
+                if take:
+                    split[n] = take
+                    free[n] -= take
+                left -= take
+            out[job.id] = split if left == 0 else {}
+        out.update(_flow_split([j for j in shared if (j.tp or 1) <= 1], free))
     for job in instance.jobs:
         out.setdefault(job.id, {})
     return out
 
 
 def _flow_split(jobs, healthy_before: dict[str, int]) -> dict[str, dict[str, int]]:
+    if not jobs:
+        return {}
     import networkx as nx
 
     g = nx.DiGraph()

@@ -1,7 +1,8 @@
 """Counts -> concrete nodes, moving as few GPUs as possible.
 
 Order of work, per GPU type:
-1. jobs that keep their count and were not hit stay exactly where they were;
+1. jobs that keep their count and were not hit, and pinned jobs, stay exactly
+   where they were;
 2. the other jobs retain as many of their previous GPUs as possible: a max
    flow (networkx) from jobs to their healthy previous nodes;
 3. what is still missing comes from free GPUs: nodes in the job's racks first,
@@ -29,7 +30,7 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
         y = counts[j.id]
         if y == 0:
             continue
-        if y == j.x and not j.hit:
+        if (y == j.x and not j.hit) or j.pinned:  # pinned: the previous split (constraints.precheck)
             for nid, g in state.previous[j.id].items():
                 result[j.id][nid] = g
                 free[nid] -= g
@@ -174,3 +175,24 @@ class _FreePool:
         if found is None:  # pragma: no cover - counts within capacity always fit
             raise RuntimeError("placement: no free GPU left of type " + gpu_type)
         return found
+
+
+def place_constrained(problem: Problem, counts: dict[str, int], time_limit_seconds: float | None = None,
+                      threads: int | None = None) -> dict[str, dict[str, int]] | None:
+    """Place ``counts`` under the node-level constraints (tp groups inside nodes, max_nodes,
+    same_rack, pinned and unhit-unchanged jobs on their previous split), moving as few GPUs as
+    possible and preferring the jobs' racks; None when no placement was found in the time limit.
+
+    An assignment problem (``solvers.ipmodel.build_placement``) solved with OR-Tools CP-SAT:
+    tp makes node quantities multiples of tp, which a plain flow cannot express.
+    """
+    from unicron_plan.solvers import SolverOptions, cpsat, ipmodel
+
+    for j in problem.jobs:
+        if counts[j.id] not in j.counts:
+            return None
+    model = ipmodel.build_placement(problem, counts)
+    values = cpsat.run(model, SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads))[1]
+    if values is None or not model.feasible(values):
+        return None
+    return model.placement(values)

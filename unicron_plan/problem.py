@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from unicron_plan import cost
+from unicron_plan import constraints, cost
 from unicron_plan.cluster import ClusterState, build_state
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.schema import Instance, Placement, Plan, PlanJob, SolverInfo, Status
@@ -31,11 +31,17 @@ class JobTerms:
     d_trans: float
     f_x: float
     table: dict[int, float]
-    counts: np.ndarray  # allowed counts, 0 first, ascending (int64)
+    counts: np.ndarray  # allowed counts, ascending (int64); 0 first unless a constraint forbids it
     f: np.ndarray  # F(y) at counts
     gains: np.ndarray  # G(y) at counts
     layouts: dict[int, dict[str, int]] = field(default_factory=dict)
     d_run: float = 0.0
+    # Constraints of issue 3 (unicron_plan.constraints); counts above are already filtered.
+    tp: int = 1
+    pinned: bool = False
+    max_nodes: int | None = None
+    same_rack: bool = False
+    min_gain_fraction: float | None = None
 
     def f_of(self, y: int) -> float:
         """F(y) of this job (0 for y = 0)."""
@@ -55,6 +61,7 @@ class Problem:
     d_run: float
     capacity: dict[str, int]
     jobs: list[JobTerms]
+    max_changed_jobs: int | None = None
 
     def jobs_of_type(self, gpu_type: str) -> list[JobTerms]:
         """Jobs that run on ``gpu_type``, in instance order."""
@@ -115,9 +122,15 @@ def build_problem(instance: Instance) -> Problem:
         d_trans = cost.d_trans_seconds(instance, job)
         hit = state.hit[job.id]
         gains = np.asarray(cost.gain(f, counts, x, f_x, hit, d_run, d_trans), dtype=float)
+        keep = constraints.allowed_mask(job, counts, gains, x, hit, f_x, d_run)
+        counts, f, gains = counts[keep], f[keep], gains[keep]
         jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, hit, d_trans, f_x,
-                             table, counts, f, gains, layouts.get(job.id, {}), d_run))
-    return Problem(instance, state, d_run, capacity, jobs)
+                             table, counts, f, gains, layouts.get(job.id, {}), d_run,
+                             tp=job.tp or 1, pinned=bool(job.pinned), max_nodes=job.max_nodes,
+                             same_rack=bool(job.same_rack), min_gain_fraction=job.min_gain_fraction))
+    problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=instance.max_changed_jobs)
+    constraints.precheck(problem)
+    return problem
 
 
 @dataclass

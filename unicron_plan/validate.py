@@ -68,6 +68,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
     used_per_type: dict[str, int] = {}
     total = 0.0
     total_waf = 0.0
+    changed_jobs = 0
     for job in instance.jobs:
         pj = by_id.get(job.id)
         if pj is None:
@@ -118,6 +119,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
             bad(f"{where}: transition_penalty {pj.transition_penalty} != {penalty}")
         total += g
         total_waf += f_y
+        changed_jobs += bool(cost.is_changed(y, x, hit))
+        _check_constraints(job, where, state, split, x, y, hit, f_x * d_run, g, bad)
     for nid, used in used_per_node.items():
         node = state.nodes.get(nid)
         if node is not None and used > node.healthy_after:
@@ -126,6 +129,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
     for gtype, used in used_per_type.items():
         if used > capacity[gtype]:
             bad(f"capacity: {used} {gtype} GPUs planned, {capacity[gtype]} healthy")
+    if instance.max_changed_jobs is not None and changed_jobs > instance.max_changed_jobs:
+        bad(f"max_changed_jobs: {changed_jobs} jobs changed, at most {instance.max_changed_jobs} allowed")
     if not _close(plan.objective, total):
         bad(f"objective: {plan.objective} != recomputed {total}")
     if not _close(plan.waf_tflops, total_waf):
@@ -137,3 +142,31 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
     if plan.status.solution == "optimal" and plan.status.termination != "optimal":
         bad(f"status: solution 'optimal' with termination {plan.status.termination!r}")
     return ValidationReport(valid=not problems, problems=problems, objective=total)
+
+
+def _rack_of(state, nid: str):
+    """The node's rack from the cluster graph (a node without a rack is a rack of its own)."""
+    g = state.graph
+    racks = [r for r in g.neighbors(nid) if g.nodes[r].get("kind") == "rack"] if nid in g else []
+    return racks[0] if racks else ("node", nid)
+
+
+def _check_constraints(job, where, state, split, x, y, hit, stay_gain, g, bad) -> None:
+    """The constraints of issue 3 (docs/solvers.md), each checked on the plan itself."""
+    if job.tp is not None:
+        for nid, n in split.items():
+            if n % job.tp:
+                bad(f"{where}: {n} GPUs on node {nid!r} is not a multiple of tp {job.tp}")
+    if job.pinned:
+        previous = state.previous.get(job.id, {})
+        if y != x or split != previous:
+            bad(f"{where}: pinned, but the plan changes its allocation {previous} to {split}")
+    if job.max_nodes is not None and len(split) > job.max_nodes:
+        bad(f"{where}: runs on {len(split)} nodes, max_nodes is {job.max_nodes}")
+    if job.same_rack and len({_rack_of(state, nid) for nid in split if nid in state.nodes}) > 1:
+        bad(f"{where}: same_rack, but its nodes span racks")
+    if job.min_gain_fraction is not None and not hit and y != x:
+        need = (1.0 + job.min_gain_fraction) * stay_gain
+        if g < need and not _close(g, need):
+            bad(f"{where}: changes with term {g}, below the hysteresis threshold {need} "
+                f"(min_gain_fraction {job.min_gain_fraction})")

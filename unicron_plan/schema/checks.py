@@ -68,6 +68,7 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
                                        "missing, and cost.default_transition_seconds is not given either")
     healthy_before = {n.id: n.gpus - len(n.failed_gpus) for n in cluster.nodes}
     split = previous_distribution(instance, healthy_before)
+    _check_job_constraints(instance, split)
     unplaced = [(k, job) for k, job in enumerate(instance.jobs) if job.current.gpus > 0 and not split[job.id]]
     if unplaced:
         k, job = unplaced[0]
@@ -96,3 +97,26 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             if (fg.node, fg.gpu) in seen_gpus:
                 raise InvalidInstanceError(f"event.failed_gpus[{i}]", f"GPU {fg.gpu} of {fg.node!r} is listed twice")
             seen_gpus.add((fg.node, fg.gpu))
+
+
+def _check_job_constraints(instance: Instance, split: dict[str, dict[str, int]]) -> None:
+    """The current allocation must satisfy the job's own constraints (tp, max_nodes, same_rack),
+    so that keeping it is always a valid choice (docs/solvers.md, "Constraints")."""
+    from unicron_plan.cluster import rack_key
+
+    racks = {n.id: rack_key(n.id, n.rack) for n in instance.cluster.nodes}
+    for k, job in enumerate(instance.jobs):
+        cur = job.current
+        if job.tp is not None and cur.gpus % job.tp:
+            raise InvalidInstanceError(f"jobs[{k}].current.gpus",
+                                       f"{cur.gpus} is not a multiple of the job's tp {job.tp}")
+        if job.tp is not None and job.tp > 1 and cur.gpus > 0 and not split[job.id]:
+            raise InvalidInstanceError(f"jobs[{k}].current.nodes",
+                                       f"{cur.gpus} GPUs cannot be split over these nodes in whole "
+                                       f"tp groups of {job.tp} (next to the jobs sharing them)")
+        if job.max_nodes is not None and len(cur.nodes) > job.max_nodes:
+            raise InvalidInstanceError(f"jobs[{k}].current.nodes",
+                                       f"{len(cur.nodes)} nodes exceed the job's max_nodes {job.max_nodes}")
+        if job.same_rack and len({racks[n] for n in cur.nodes}) > 1:
+            raise InvalidInstanceError(f"jobs[{k}].current.nodes",
+                                       "the nodes span several racks but the job sets same_rack")

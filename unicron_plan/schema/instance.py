@@ -114,6 +114,32 @@ class Job(StrictModel):
     throughput: Throughput
     current: CurrentAllocation
     transition_seconds: Optional[float] = Field(default=None, ge=0)
+    # --- node-level and churn constraints (issue 3; docs/solvers.md) ---
+    tp: Optional[int] = Field(
+        default=None, ge=1,
+        description="Tensor-parallel group size: on every node the job uses, its GPU count is a "
+                    "multiple of tp (no tensor-parallel group crosses a node). Counts of the "
+                    "throughput table that are not multiples of tp are infeasible. The current "
+                    "allocation must respect it.")
+    pinned: Optional[bool] = Field(
+        default=None,
+        description="The job keeps exactly its current GPU count and its current per-node split. "
+                    "A pinned job on a drained node (or whose split no longer fits) makes the "
+                    "instance infeasible.")
+    max_nodes: Optional[int] = Field(
+        default=None, ge=1,
+        description="Locality: the job runs on at most this many nodes. The current allocation "
+                    "must respect it.")
+    same_rack: Optional[bool] = Field(
+        default=None,
+        description="Locality: all the job's nodes are in one rack (a node without a rack is a "
+                    "rack of its own). The current allocation must respect it.")
+    min_gain_fraction: Optional[float] = Field(
+        default=None, ge=0,
+        description="Hysteresis: a job that was not hit changes (y != current.gpus) only if its own "
+                    "term rises by at least this fraction: G(y) >= (1 + f) * G(x), where "
+                    "G(x) = F(x) * D_run >= 0 is its term when it stays. Hit jobs always change "
+                    "and are exempt.")
 
 
 class FailedGpu(StrictModel):
@@ -166,3 +192,7 @@ class Instance(StrictModel):
         description="'node': a node that lost a GPU in the event is drained whole (Unicron); "
                     "'gpu': only the failed GPUs are removed.")
     reference: Optional[Reference] = None
+    max_changed_jobs: Optional[int] = Field(
+        default=None, ge=0,
+        description="Churn limit: at most this many jobs are changed (y != x, or hit). Hit jobs "
+                    "always count, so more hit jobs than this makes the instance infeasible.")

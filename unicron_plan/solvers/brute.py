@@ -10,7 +10,8 @@ from __future__ import annotations
 import itertools
 import math
 
-from unicron_plan.errors import SolverUnavailableError
+from unicron_plan.constraints import dp_limitations
+from unicron_plan.errors import InfeasibleError, SolverUnavailableError
 from unicron_plan.problem import Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 
@@ -24,6 +25,11 @@ def available() -> bool:
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
     """Try every combination of counts; keep the best one that fits every GPU type."""
+    limits = dp_limitations(problem)
+    if limits:
+        raise SolverUnavailableError(
+            f"solver 'brute' enumerates counts only and cannot express {', '.join(limits)}; "
+            f"use --solver auto, milp or cpsat")
     domains = [[int(c) for c in j.counts] for j in problem.jobs]
     size = math.prod(len(d) for d in domains)
     if size > MAX_COMBINATIONS:
@@ -39,6 +45,8 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
         value = sum(j.gain_of(y) for j, y in zip(problem.jobs, combo))
         if value > best_value:
             best_value, best_counts = value, combo
+    if best_counts is None and problem.jobs:
+        raise InfeasibleError("no combination of allowed counts fits the capacity")
     counts = {j.id: y for j, y in zip(problem.jobs, best_counts or ())}
     return RawSolution(counts=counts, objective=best_value if best_counts is not None else 0.0,
                        bound=best_value if best_counts is not None else 0.0)

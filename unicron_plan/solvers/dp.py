@@ -33,6 +33,8 @@ import math
 
 import numpy as np
 
+from unicron_plan.constraints import dp_limitations
+from unicron_plan.errors import InfeasibleError, SolverUnavailableError
 from unicron_plan.problem import JobTerms, Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 
@@ -73,9 +75,11 @@ def solve_type_reference(jobs: list[JobTerms], capacity: int) -> tuple[dict[str,
     choices = []
     options = [pareto_options(j) for j in jobs]
     for counts, gains in options:
-        new = best + gains[0]  # counts[0] == 0 always
+        # counts[0] is 0 unless a constraint (pinned, hysteresis) forbids suspending the job;
+        # then the cells below the smallest count stay -inf (infeasible).
+        new = np.full(capacity + 1, -np.inf)
         choice = np.zeros(capacity + 1, dtype=_dtype(len(counts)))
-        for k in range(1, len(counts)):
+        for k in range(len(counts)):
             c = int(counts[k])
             cand = best[: capacity + 1 - c] + gains[k]
             better = cand > new[c:]
@@ -349,15 +353,38 @@ def _back(opt, win, choice, c, prev_win) -> tuple[int, int]:
     return yk, min(c - yk, prev_win[1])
 
 
-def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
-    """Solve each GPU type independently and add up the optima."""
+def _check_fits(jobs: list[JobTerms], capacity: int) -> None:
+    """Jobs that may not suspend (pinned, hysteresis) must fit with their smallest counts."""
+    if sum(int(j.counts[0]) for j in jobs) > capacity:
+        raise InfeasibleError(f"the constrained jobs ({', '.join(j.id for j in jobs if j.counts[0] > 0)}) "
+                              f"do not fit in {capacity} GPUs of their type")
+
+
+def relaxation(problem: Problem) -> tuple[dict[str, int], float]:
+    """The DP optimum with the constraints it cannot express dropped: an upper bound for the IP backends."""
     counts: dict[str, int] = {}
     total = 0.0
     for gpu_type, cap in problem.capacity.items():
         jobs = problem.jobs_of_type(gpu_type)
         if not jobs:
             continue
+        _check_fits(jobs, cap)
         part, value = solve_type(jobs, cap)
         counts.update(part)
         total += value
+    return counts, total
+
+
+def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
+    """Solve each GPU type independently and add up the optima.
+
+    Refuses (SolverUnavailableError) instances with constraints the DP cannot
+    express (node-level tp, max_nodes, same_rack; max_changed_jobs): use milp,
+    cpsat or auto for those.
+    """
+    limits = dp_limitations(problem)
+    if limits:
+        raise SolverUnavailableError(
+            f"solver 'dp' cannot express {', '.join(limits)}; use --solver auto, milp or cpsat")
+    counts, total = relaxation(problem)
     return RawSolution(counts=counts, objective=total, bound=total)

@@ -1,0 +1,87 @@
+"""``auto``: the DP when it is exact for the instance, else an integer-programming backend.
+
+1. No constraint beyond what the DP expresses (:func:`unicron_plan.constraints.dp_limitations`
+   empty: the separable problem, pinned jobs, hysteresis): the DP.
+2. Otherwise the DP's optimum of the relaxation (node-level constraints and the churn
+   limit dropped) is an upper bound; if its counts respect ``max_changed_jobs`` and
+   :func:`unicron_plan.placement.place_constrained` places them under every node-level
+   constraint, that plan is optimal (value = bound) and is returned (``backend: dp+place``).
+3. Else ``milp`` (PuLP + HiGHS), or ``cpsat`` when HiGHS is missing.
+
+The backend that ran is recorded in ``SolverInfo.options["backend"]``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from unicron_plan import cost
+from unicron_plan.constraints import dp_limitations
+from unicron_plan.errors import SolverUnavailableError
+from unicron_plan.problem import Problem, RawSolution
+from unicron_plan.solvers import SolverOptions
+
+PLACE_SECONDS = 5.0  # at most this long (or half the time limit) for step 2's placement
+
+
+def available() -> bool:
+    """The DP is always there."""
+    return True
+
+
+def choose(problem: Problem) -> str:
+    """The exact backend ``auto`` falls back to for ``problem`` (``dp`` when the DP is exact)."""
+    if not dp_limitations(problem):
+        return "dp"
+    from unicron_plan.solvers import cpsat, milp
+
+    if milp.available():
+        return "milp"
+    if cpsat.available():
+        return "cpsat"
+    raise SolverUnavailableError("the instance needs an IP backend (milp or cpsat) and neither is installed")
+
+
+def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution | None:
+    """Step 2: the DP relaxation's counts, if they can be placed under every constraint."""
+    from unicron_plan.placement import place_constrained
+    from unicron_plan.solvers import cpsat
+    from unicron_plan.solvers.dp import relaxation
+
+    if not cpsat.available():
+        return None
+    counts, value = relaxation(problem)
+    if problem.max_changed_jobs is not None:
+        changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit)) for j in problem.jobs)
+        if changed > problem.max_changed_jobs:
+            return None
+    from unicron_plan.solvers.ipmodel import needs_node_level
+
+    if not needs_node_level(problem):
+        placement = None  # only the churn limit binds, and it holds: placement.place will do
+    else:
+        limit = PLACE_SECONDS if options.time_limit_seconds is None else min(PLACE_SECONDS, options.time_limit_seconds / 2)
+        placement = place_constrained(problem, counts, limit, options.threads)
+        if placement is None:
+            return None
+    return RawSolution(counts=counts, objective=problem.objective(counts), bound=value,
+                       placement=placement, options={"backend": "dp+place"})
+
+
+def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
+    """Dispatch as the module docstring says."""
+    import importlib
+
+    options = options or SolverOptions()
+    name = choose(problem)
+    if name != "dp":
+        started = time.perf_counter()
+        raw = _relaxation_placed(problem, options)
+        if raw is not None:
+            return raw
+        if options.time_limit_seconds is not None:
+            left = max(options.time_limit_seconds - (time.perf_counter() - started), 0.01)
+            options = SolverOptions(time_limit_seconds=left, threads=options.threads)
+    raw = importlib.import_module(f"unicron_plan.solvers.{name}").solve(problem, options)
+    raw.options = {"backend": name, **{k: v for k, v in raw.options.items() if k != "backend"}}
+    return raw

@@ -1,0 +1,292 @@
+"""The integer program, built once and independent of the backend that solves it.
+
+As in OR-Tools, the model is data (integer variables with bounds, linear rows
+with integer coefficients, a float objective to maximise) and never knows which
+solver runs it; :mod:`unicron_plan.solvers.milp` (PuLP: HiGHS or CBC) and
+:mod:`unicron_plan.solvers.cpsat` (OR-Tools CP-SAT) only translate it, call
+their solver and hand the values back to :meth:`Formulation.extract`.
+The mathematics is in docs/solvers.md. Two forms:
+
+* count level (no node-level constraint): binaries z[i,k] (job i takes its k-th
+  allowed count c_ik), sum_k z[i,k] = 1, per GPU type sum c_ik z[i,k] <= capacity,
+  and, with ``max_changed_jobs``, sum of changed indicators <= K; counts are
+  then placed by :mod:`unicron_plan.placement`;
+* node level (tp, max_nodes or same_rack present): in addition integer
+  b[i,n] tp-groups of job i on node n, sum_n tp_i b[i,n] = sum_k c_ik z[i,k],
+  sum_i tp_i b[i,n] <= healthy_n, binaries u[i,n] (uses node n) for max_nodes,
+  r[i,R] (uses rack R) for same_rack, the stay rule
+  tp_i b[i,n] >= prev_in z[i,k_x] for unhit jobs, and pinned splits fixed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from unicron_plan.cluster import rack_key
+from unicron_plan.constraints import dp_limitations, eligible_nodes, stays
+from unicron_plan.problem import Problem
+
+
+@dataclass
+class Row:
+    """A linear row lo <= sum coef * var <= hi (None: unbounded side); coefficients are integers."""
+
+    coefs: dict[int, int]
+    lo: int | None
+    hi: int | None
+
+
+@dataclass
+class Formulation:
+    """Backend-neutral integer program of a :class:`Problem` (maximise ``objective``)."""
+
+    problem: Problem
+    node_level: bool
+    names: list[str] = field(default_factory=list)
+    lb: list[int] = field(default_factory=list)
+    ub: list[int] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    objective: dict[int, float] = field(default_factory=dict)
+    z: dict[tuple[int, int], int] = field(default_factory=dict)  # (job index, count index) -> var
+    b: dict[tuple[int, str], int] = field(default_factory=dict)  # (job index, node id) -> var
+    hint: dict[int, int] = field(default_factory=dict)  # a feasible solution (keep or suspend)
+
+    def var(self, name: str, lb: int, ub: int) -> int:
+        """Add an integer variable lb..ub and return its index."""
+        self.names.append(name)
+        self.lb.append(int(lb))
+        self.ub.append(int(ub))
+        return len(self.names) - 1
+
+    def row(self, coefs: dict[int, int], lo: int | None = None, hi: int | None = None) -> None:
+        """Add the row lo <= sum coefs <= hi."""
+        self.rows.append(Row({v: int(c) for v, c in coefs.items() if c}, lo, hi))
+
+    def counts(self, values) -> dict[str, int]:
+        """The count of every job from variable values (the z with the largest value wins)."""
+        out = {}
+        for j in self.problem.jobs:
+            ks = range(len(j.counts))
+            k = max(ks, key=lambda k: values[self.z[(j.index, k)]])
+            out[j.id] = int(j.counts[k])
+        return out
+
+    def placement(self, values) -> dict[str, dict[str, int]] | None:
+        """{job: {node: GPUs}} at node level, in cluster order; None at count level."""
+        if not self.node_level:
+            return None
+        order = list(self.problem.state.nodes)
+        out: dict[str, dict[str, int]] = {j.id: {} for j in self.problem.jobs}
+        for (i, nid), v in self.b.items():
+            groups = int(round(values[v]))
+            if groups > 0:
+                j = self.problem.jobs[i]
+                out[j.id][nid] = groups * j.tp
+        return {jid: dict(sorted(s.items(), key=lambda kv: order.index(kv[0]))) for jid, s in out.items()}
+
+    def feasible(self, values) -> bool:
+        """Whether integer ``values`` satisfy every bound and row (used to vet a fallback)."""
+        vals = [int(round(v)) for v in values]
+        if any(not lo <= v <= hi for v, lo, hi in zip(vals, self.lb, self.ub)):
+            return False
+        for r in self.rows:
+            s = sum(c * vals[v] for v, c in r.coefs.items())
+            if (r.lo is not None and s < r.lo) or (r.hi is not None and s > r.hi):
+                return False
+        return True
+
+    def hint_values(self) -> list[int]:
+        """The hint as a full value vector."""
+        return [self.hint.get(v, 0) for v in range(len(self.names))]
+
+    def stats(self) -> dict[str, int]:
+        """Size of the model, for SolverInfo.options."""
+        return {"variables": len(self.names), "rows": len(self.rows)}
+
+
+def needs_node_level(problem: Problem) -> bool:
+    """Whether any node-level constraint (tp, max_nodes, same_rack) binds."""
+    return any(not s.startswith("max_changed_jobs") for s in dp_limitations(problem))
+
+
+def build(problem: Problem, node_level: bool | None = None) -> Formulation:
+    """Build the integer program of ``problem`` (node level when a node-level constraint binds)."""
+    if node_level is None:
+        node_level = needs_node_level(problem)
+    m = Formulation(problem, node_level)
+    state = problem.state
+    x_index: dict[int, int | None] = {}
+    for j in problem.jobs:
+        pick = {}
+        for k, (c, g) in enumerate(zip(j.counts.tolist(), j.gains.tolist())):
+            v = m.var(f"z_{j.index}_{k}", 0, 1)
+            m.z[(j.index, k)] = v
+            m.objective[v] = float(g)
+            pick[v] = 1
+        m.row(pick, 1, 1)
+        hits = [k for k, c in enumerate(j.counts.tolist()) if c == j.x]
+        x_index[j.index] = hits[0] if hits else None
+        # Hint: unhit and pinned jobs keep their count, hit jobs suspend.
+        keep = (not j.hit or j.pinned) and x_index[j.index] is not None
+        k_hint = x_index[j.index] if keep else (0 if j.counts[0] == 0 else None)
+        if k_hint is not None:
+            m.hint[m.z[(j.index, k_hint)]] = 1
+    if not node_level:
+        for gpu_type, cap in problem.capacity.items():
+            coefs = {m.z[(j.index, k)]: int(c) for j in problem.jobs_of_type(gpu_type)
+                     for k, c in enumerate(j.counts.tolist()) if c}
+            if coefs:
+                m.row(coefs, None, cap)
+    else:
+        _node_rows(m, problem, x_index)
+    if problem.max_changed_jobs is not None:
+        # changed_i = 1 - z[i, k_x] for unhit jobs (1 for hit ones, and when x is not allowed).
+        fixed = sum(1 for j in problem.jobs if j.hit or x_index[j.index] is None)
+        unhit = [j for j in problem.jobs if not j.hit and x_index[j.index] is not None]
+        coefs = {m.z[(j.index, x_index[j.index])]: -1 for j in unhit}
+        m.row(coefs, None, problem.max_changed_jobs - fixed - len(unhit))
+    return m
+
+
+def _node_rows(m: Formulation, problem: Problem, x_index: dict[int, int | None]) -> None:
+    state = problem.state
+    per_node: dict[str, dict[int, int]] = {}
+    for j in problem.jobs:
+        nodes = eligible_nodes(problem, j)
+        previous = state.previous.get(j.id, {})
+        keeps_hint = m.hint.get(m.z[(j.index, x_index[j.index])], 0) if x_index[j.index] is not None else 0
+        total = {}
+        for nid in nodes:
+            h = state.nodes[nid].healthy_after
+            lo = hi = None
+            if j.pinned:
+                lo = hi = previous.get(nid, 0) // j.tp
+            v = m.var(f"b_{j.index}_{nid}", lo if lo is not None else 0, hi if hi is not None else h // j.tp)
+            m.b[(j.index, nid)] = v
+            total[v] = j.tp
+            per_node.setdefault(nid, {})[v] = j.tp
+            if keeps_hint and j.x > 0:
+                m.hint[v] = previous.get(nid, 0) // j.tp
+        m.row(total | {m.z[(j.index, k)]: -int(c) for k, c in enumerate(j.counts.tolist()) if c}, 0, 0)
+        if stays(j) and x_index[j.index] is not None:
+            zx = m.z[(j.index, x_index[j.index])]
+            for nid, p in previous.items():
+                m.row({m.b[(j.index, nid)]: j.tp, zx: -p}, 0, None)
+        if j.max_nodes is not None and j.max_nodes < len(nodes):
+            use = {}
+            for nid in nodes:
+                u = m.var(f"u_{j.index}_{nid}", 0, 1)
+                use[u] = 1
+                h = state.nodes[nid].healthy_after // j.tp
+                m.row({m.b[(j.index, nid)]: 1, u: -h}, None, 0)
+                if m.hint.get(m.b[(j.index, nid)], 0) > 0:
+                    m.hint[u] = 1
+            m.row(use, None, j.max_nodes)
+        racks: dict = {}
+        for nid in nodes:
+            racks.setdefault(rack_key(nid, state.nodes[nid].rack), []).append(nid)
+        if j.same_rack and len(racks) > 1:
+            pick = {}
+            for k, (rack, members) in enumerate(racks.items()):
+                r = m.var(f"r_{j.index}_{k}", 0, 1)
+                pick[r] = 1
+                for nid in members:
+                    h = state.nodes[nid].healthy_after // j.tp
+                    m.row({m.b[(j.index, nid)]: 1, r: -h}, None, 0)
+                if any(m.hint.get(m.b[(j.index, nid)], 0) > 0 for nid in members):
+                    m.hint[r] = 1
+            m.row(pick, None, 1)
+    for nid, coefs in per_node.items():
+        m.row(coefs, None, state.nodes[nid].healthy_after)
+
+
+def build_placement(problem: Problem, counts: dict[str, int]) -> Formulation:
+    """Phase 2 of the node-level backends: counts fixed, place them moving as few GPUs as possible.
+
+    Same rows as :func:`build` with every job's count fixed; new integer k[i,n] <= prev_in,
+    k[i,n] <= tp_i b[i,n] (GPUs job i keeps on node n), and the objective
+
+        maximise  sum_i (y_i + 1) * sum_n k[i,n]  +  sum_i sum_{n in racks_i} tp_i b[i,n]
+
+    (retained GPUs first, lexicographically, then GPUs in the job's previous racks).
+    The objective terms are integers, so CP-SAT's scaling is exact here.
+    """
+    import dataclasses
+
+    import numpy as np
+
+    jobs = []
+    for j in problem.jobs:
+        k = int(np.flatnonzero(j.counts == counts[j.id])[0])
+        jobs.append(dataclasses.replace(j, counts=j.counts[k:k + 1], f=j.f[k:k + 1], gains=j.gains[k:k + 1]))
+    fixed = dataclasses.replace(problem, jobs=jobs)
+    m = build(fixed, node_level=True)
+    m.problem = problem
+    m.objective = {}
+    state = problem.state
+    for j in jobs:
+        y = counts[j.id]
+        previous = state.previous.get(j.id, {})
+        racks = {rack_key(n, state.nodes[n].rack) for n in previous}
+        for nid in eligible_nodes(problem, j):
+            b = m.b[(j.index, nid)]
+            if rack_key(nid, state.nodes[nid].rack) in racks:
+                m.objective[b] = float(j.tp)
+            p = previous.get(nid, 0)
+            if p > 0 and y > 0:
+                kv = m.var(f"k_{j.index}_{nid}", 0, min(p, y))
+                m.row({kv: 1, b: -j.tp}, None, 0)
+                m.objective[kv] = float(y + 1)
+    # z is fixed (one count each): keep the variables at 1 in objective-free form.
+    for (i, k), v in m.z.items():
+        m.lb[v] = m.ub[v] = 1
+    return m
+
+
+def retained_gpus(problem: Problem, placement: dict[str, dict[str, int]]) -> int:
+    """GPUs that stay where the job had them before (the complement of GPUs moved)."""
+    state = problem.state
+    return sum(min(g, state.previous.get(jid, {}).get(nid, 0))
+               for jid, split in placement.items() for nid, g in split.items())
+
+
+def _rack_score(problem: Problem, placement: dict[str, dict[str, int]]) -> int:
+    state = problem.state
+    total = 0
+    for jid, split in placement.items():
+        racks = {rack_key(n, state.nodes[n].rack) for n in state.previous.get(jid, {})}
+        total += sum(g for nid, g in split.items() if rack_key(nid, state.nodes[nid].rack) in racks)
+    return total
+
+
+def replace_migration_aware(problem: Problem, raw, run, options, started: float):
+    """Re-place a node-level solution with its counts fixed (:func:`build_placement`), when time is left.
+
+    ``run(model, options) -> values or None`` solves a Formulation with the backend
+    of phase 1. The new placement is kept only if it retains at least as many GPUs.
+    Records ``gpus_moved`` in ``raw.options``.
+    """
+    import time
+
+    from unicron_plan.solvers import SolverOptions
+
+    if raw.placement is None:
+        return raw
+    limit = options.time_limit_seconds
+    remaining = None if limit is None else limit - (time.perf_counter() - started)
+    moved = sum(raw.counts.values()) - retained_gpus(problem, raw.placement)
+    phase2 = time.perf_counter()
+    raw.options = {**raw.options, "phase1_seconds": round(phase2 - started, 3)}
+    if remaining is None or remaining > 0.05:
+        model = build_placement(problem, raw.counts)
+        values = run(model, SolverOptions(time_limit_seconds=remaining, threads=options.threads))
+        if values is not None and model.feasible(values):
+            new = model.placement(values)
+            old_key = (retained_gpus(problem, raw.placement), _rack_score(problem, raw.placement))
+            new_key = (retained_gpus(problem, new), _rack_score(problem, new))
+            if new_key >= old_key:
+                raw.placement = new
+                moved = sum(raw.counts.values()) - new_key[0]
+    raw.options = {**raw.options, "gpus_moved": int(moved),
+                   "phase2_seconds": round(time.perf_counter() - phase2, 3)}
+    return raw

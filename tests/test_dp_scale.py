@@ -8,6 +8,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,8 @@ from unicron_plan import api
 from unicron_plan.generate import generate_instance
 from unicron_plan.problem import build_problem
 from unicron_plan.solvers import brute, dp
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _random_options(rng: np.random.Generator):
@@ -152,7 +155,7 @@ def test_bucketed_placement_picks_like_the_full_scan(monkeypatch):
 
 @pytest.mark.slow
 def test_16384_gpus_128_jobs_solves_within_targets():
-    inst = api.load_instance("instances/jagged-16384-128jobs.json")
+    inst = api.load_instance(ROOT / "instances" / "jagged-16384-128jobs.json")
     problem = build_problem(inst)
     times = []
     for _ in range(5):

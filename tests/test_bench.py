@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,7 +15,8 @@ from unicron_plan.cli import app
 from unicron_plan.problem import RawSolution
 from unicron_plan.solvers import dp
 
-TINY = ["instances/tiny-one-job-two-nodes.json", "instances/jagged-128-4jobs.json"]
+ROOT = Path(__file__).resolve().parent.parent
+TINY = [str(ROOT / "instances" / "tiny-one-job-two-nodes.json"), str(ROOT / "instances" / "jagged-128-4jobs.json")]
 
 
 def test_side_by_side_with_unavailable_solver_reported():
@@ -82,3 +84,22 @@ def test_generate_spec_instances():
     res = bench.run_bench(["generate:gpus=256,jobs=4,seed=1"], ["dp"], runs=1)
     e = res["instances"]["generate:gpus=256,jobs=4,seed=1"]
     assert e["gpus"] == 256 and e["jobs"] == 4 and e["solvers"]["dp"]["status"] == "ok"
+
+
+def test_solve_path_keeps_heavy_imports_lazy(tmp_path):
+    """`solve` on a cluster without shared nodes must not import networkx, rich, scipy or matplotlib."""
+    import subprocess
+    import sys
+
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['unicron-plan', 'solve', {str(ROOT / 'instances' / 'jagged-2048-32jobs.json')!r}, '--out', {str(tmp_path / 'p.json')!r}]\n"
+        "try:\n"
+        "    runpy.run_module('unicron_plan.cli', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        "print(sorted(m for m in ('networkx', 'rich', 'scipy', 'matplotlib') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    assert (tmp_path / "p.json").exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from unicron_plan.generate import generate_instance
 from unicron_plan.io import dumps, read_json
 from unicron_plan.problem import build_problem
 from unicron_plan.solvers import brute, dp
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _with_failure(doc: dict, failed: list[str]) -> dict:
@@ -96,7 +99,7 @@ def test_solve_falls_back_when_the_index_does_not_match(tmp_path):
 
 @pytest.mark.slow
 def test_2048_nodes_within_10_s():
-    inst = api.load_instance("instances/jagged-16384-128jobs.json")
+    inst = api.load_instance(ROOT / "instances" / "jagged-16384-128jobs.json")
     start = time.perf_counter()
     index = build_contingency(inst, racks=True)
     assert time.perf_counter() - start <= 10.0

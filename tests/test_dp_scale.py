@@ -8,6 +8,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,8 @@ from unicron_plan import api
 from unicron_plan.generate import generate_instance
 from unicron_plan.problem import build_problem
 from unicron_plan.solvers import brute, dp
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _random_options(rng: np.random.Generator):
@@ -152,7 +155,7 @@ def test_bucketed_placement_picks_like_the_full_scan(monkeypatch):
 
 @pytest.mark.slow
 def test_16384_gpus_128_jobs_solves_within_targets():
-    inst = api.load_instance("instances/jagged-16384-128jobs.json")
+    inst = api.load_instance(ROOT / "instances" / "jagged-16384-128jobs.json")
     problem = build_problem(inst)
     times = []
     for _ in range(5):
@@ -182,3 +185,25 @@ def test_131072_gpus_1024_jobs_within_10_s_and_4_gib(tmp_path):
     assert dt <= 10.0 and total <= 10.0
     assert rss_kib * 1024 <= 4 * 2**30
     assert plan_obj == pytest.approx(obj, rel=1e-12)
+
+
+def test_checkpointed_backtracking_equals_stored_choices_on_a_generated_instance(monkeypatch):
+    problem = build_problem(api.load_instance(generate_instance(8, gpus=4096, jobs=48, demand=1.6)))
+    cap = problem.capacity["a800"]
+    stored, v1 = dp.solve_type(problem.jobs, cap)
+    monkeypatch.setattr(dp, "MEMORY_BUDGET_BYTES", 0)
+    stats = {}
+    checkpointed, v2 = dp.solve_type(problem.jobs, cap, stats)
+    assert stats["checkpointed"] and stats["block"] == 6
+    assert v1 == v2 and stored == checkpointed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpus,jobs", [(32768, 256), (65536, 512)])
+def test_dp_equals_reference_dp_at_scale(gpus, jobs):
+    problem = build_problem(api.load_instance(generate_instance(3, gpus=gpus, jobs=jobs)))
+    cap = problem.capacity["a800"]
+    fast, v_fast = dp.solve_type(problem.jobs, cap)
+    _, v_ref = dp.solve_type_reference(problem.jobs, cap)
+    assert v_fast == pytest.approx(v_ref, rel=1e-12)
+    assert sum(fast.values()) <= cap

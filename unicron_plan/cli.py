@@ -67,8 +67,8 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
     from unicron_plan import api
     from unicron_plan.io import dumps
 
-    plan = api.solve(api.load_instance(instance), solver=solver, time_limit_seconds=time_limit, threads=threads,
-                     contingency=contingency)
+    plan = api.solve(instance, solver=solver, time_limit_seconds=time_limit, threads=threads,
+                     contingency=contingency)  # api.solve parses and checks the file once
     emit(dumps(plan), out)
 
 

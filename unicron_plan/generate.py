@@ -16,7 +16,7 @@ Distributions (see docs/performance.md, "Generated instances"):
   ``demand`` x the cluster's GPUs, rounded to the job's *unit* = 8 x pp GPUs
   (whole 8-GPU nodes times pipeline stages).
 * Curves (``curves="synthetic"``): allowed counts are the multiples of the
-  grain up to 4 x nominal (grain doubled until at most ``max_counts``
+  grain up to 6 x nominal (grain doubled until at most ``max_counts``
   remain); aggregate TFLOP/s(y) = peak x mfu x y x eff(y) x jag(y) x noise with
   eff(y) = 1 / (1 + alpha log2(max(y, unit) / unit)) (efficiency decay),
   jag(y) = 1 - beta (1 - min(v2(y), v2(unit)) / v2(unit)) where v2 counts the
@@ -81,7 +81,7 @@ def synthetic_curve(rng: np.random.Generator, kind: ModelKind, nominal: int, max
                     peak: float = A800["peak_tflops"]) -> dict[str, float]:
     """The jagged synthetic table of one job (rule in the module docstring)."""
     unit = 8 * kind.pp
-    top = max(kind.tp, min(max_gpus, int(4 * nominal)))
+    top = max(kind.tp, min(max_gpus, int(6 * nominal)))
     grain = kind.tp
     while top // grain > max_counts:
         grain *= 2

@@ -10,6 +10,8 @@ a job's term G_i through these functions; nothing re-derives them.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from unicron_plan.schema import Instance, Job
@@ -24,10 +26,35 @@ def d_run_seconds(instance: Instance, nodes_in_service: int) -> float:
 
 
 def d_trans_seconds(instance: Instance, job: Job) -> float:
-    """D_trans of a job: its own transition_seconds, else the instance default."""
+    """D_trans of a job: its own transition_seconds; else, for a job that names a model when
+    `cost.derive_transition_seconds` is set (or no default is given), the derived time
+    (:func:`derived_transition_seconds`); else the instance default."""
     if job.transition_seconds is not None:
         return float(job.transition_seconds)
-    return float(instance.cost.default_transition_seconds or 0.0)
+    c = instance.cost
+    if job.throughput.model is not None and (c.derive_transition_seconds or c.default_transition_seconds is None):
+        tp = job.throughput
+        return derived_transition_seconds(tp.model, tp.gpu_type, tp.global_batch, tp.seq_len,
+                                          tp.recompute or "full", job.current.gpus)
+    return float(c.default_transition_seconds or 0.0)
+
+
+@lru_cache(maxsize=4096)
+def derived_transition_seconds(model: str, gpu_type: str, global_batch: int, seq_len: int,
+                               recompute: str, gpus: int) -> float:
+    """D_trans of a model-named job holding ``gpus`` GPUs: restart at its current layout with
+    each GPU's state (weights and optimizer states) loaded from the nearest copy after a
+    failure (a data-parallel replica, else the in-memory checkpoint), plus restart set-up.
+
+    One value per job, as the objective's D_trans_i is (FORMAT.md); 0 for a queued job,
+    whose penalty F(0) * D_trans is 0 anyway.
+    """
+    if gpus == 0:
+        return 0.0
+    from unicron_plan.perf import derive_table, transition_seconds
+
+    layout = derive_table(model, gpu_type, global_batch, seq_len, recompute=recompute, gpus=[gpus]).layout(gpus)
+    return float(transition_seconds(model, gpu_type, gpus, gpus, layout, layout, hit=True))
 
 
 def waf(weight: float, tflops: float | np.ndarray) -> float | np.ndarray:

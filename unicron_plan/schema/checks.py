@@ -63,7 +63,8 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
         if cur.gpus > healthy:
             raise InvalidInstanceError(f"{where}.current.gpus",
                                        f"{cur.gpus} GPUs do not fit in the {healthy} healthy GPUs of its current nodes")
-        if job.transition_seconds is None and instance.cost.default_transition_seconds is None:
+        if (job.transition_seconds is None and instance.cost.default_transition_seconds is None
+                and job.throughput.model is None):
             raise InvalidInstanceError(f"{where}.transition_seconds",
                                        "missing, and cost.default_transition_seconds is not given either")
     healthy_before = {n.id: n.gpus - len(n.failed_gpus) for n in cluster.nodes}

@@ -163,6 +163,11 @@ class Cost(StrictModel):
     expected_run_seconds: Optional[float] = Field(default=None, gt=0)
     node_mtbf_hours: Optional[float] = Field(default=None, gt=0)
     default_transition_seconds: Optional[float] = Field(default=None, ge=0)
+    derive_transition_seconds: bool = Field(
+        default=False,
+        description="When true, jobs that name a model and give no transition_seconds get D_trans from "
+                    "the transition model of unicron_plan.perf (docs/perf.md) instead of "
+                    "default_transition_seconds. Such jobs also use it when no default is given.")
 
     @model_validator(mode="after")
     def _exactly_one_horizon(self) -> "Cost":

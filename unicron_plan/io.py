@@ -120,3 +120,18 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def save_figure_atomic(fig, path: str | os.PathLike, dpi: int = 100) -> None:
+    """Save a matplotlib figure as PNG through a temporary file and a rename."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=dpi)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

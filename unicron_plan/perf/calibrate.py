@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from unicron_plan.io import write_atomic
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.perf.iteration import RECOMPUTE_MODES, iteration_flops
 from unicron_plan.perf.layouts import search
@@ -127,20 +126,6 @@ def fit_constants(doc: dict, base_file: Optional[str] = None) -> tuple[dict, flo
     return consts, rms
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def calibrate(points_file: str, out_file: str, base_file: Optional[str] = None) -> dict:
     """Fit the constants of ``points_file`` and write a new efficiency file to ``out_file``.
 
@@ -154,8 +139,8 @@ def calibrate(points_file: str, out_file: str, base_file: Optional[str] = None) 
     data = json.loads(json.dumps(efficiency_data(base_file)))
     stack = doc.get("stack") or data["default_stack"][doc["gpu_type"]]
     data["constants"].setdefault(doc["gpu_type"], {})[stack] = consts
-    atomic_write_text(Path(out_file), json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_atomic(Path(out_file), json.dumps(data, indent=1, sort_keys=True) + "\n")
     return consts
 
 
-__all__ = ["calibrate", "fit_constants", "BOUNDS", "DEFAULT_FIT", "atomic_write_text"]
+__all__ = ["calibrate", "fit_constants", "BOUNDS", "DEFAULT_FIT"]

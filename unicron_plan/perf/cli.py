@@ -13,8 +13,6 @@ Example::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -63,15 +61,9 @@ def write_plot(curve, path: Path) -> None:
     ax.legend(loc="lower left", fontsize=8)
     ax2.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=100)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    from unicron_plan.io import save_figure_atomic
+
+    save_figure_atomic(fig, path)
 
 
 def curve(

@@ -114,7 +114,6 @@ def build(problem: Problem, node_level: bool | None = None) -> Formulation:
     if node_level is None:
         node_level = needs_node_level(problem)
     m = Formulation(problem, node_level)
-    state = problem.state
     x_index: dict[int, int | None] = {}
     for j in problem.jobs:
         pick = {}

@@ -137,3 +137,14 @@ def test_bad_plan_exits_2(runner, tmp_path):
     path.write_text('{"objective": "lots"}')
     res = runner.invoke(app, ["validate", str(TINY), str(path)])
     assert res.exit_code == 2 and res.stdout == ""
+
+
+def test_default_solver_is_dp_or_auto_when_the_dp_cannot_express_the_instance(runner):
+    tp = ROOT / "instances" / "ip-tp-packing.json"
+    res = runner.invoke(app, ["solve", str(tp)])
+    assert res.exit_code == 0
+    plan = json.loads(res.stdout)
+    assert plan["solver"]["name"] == "auto" and plan["solver"]["options"]["backend"] != "dp"
+    assert json.loads(runner.invoke(app, ["solve", str(TINY)]).stdout)["solver"]["name"] == "dp"
+    res = runner.invoke(app, ["solve", str(tp), "--solver", "dp"])
+    assert res.exit_code == 2 and "tp 4" in res.stderr and res.stdout == ""

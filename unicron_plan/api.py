@@ -47,12 +47,13 @@ def load_plan(source: str | os.PathLike | dict | Plan) -> Plan:
     return _load(Plan, source)
 
 
-def solve(instance: Instance | str | os.PathLike | dict, solver: str = "dp",
+def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = None,
           time_limit_seconds: float | None = None, threads: int | None = None,
           contingency: str | os.PathLike | dict | None = None) -> Plan:
     """The optimal (or, under a time limit, best found) plan, checked by the independent validator.
 
-    ``solver`` is one of the registry (``unicron-plan solvers``): ``dp`` (default),
+    ``solver`` is one of the registry (``unicron-plan solvers``); None (the default)
+    means ``dp``, or ``auto`` when the instance has constraints the DP cannot express:
     ``brute``, ``milp`` (PuLP + HiGHS), ``milp-cbc``, ``cpsat`` (OR-Tools) or ``auto``
     (``dp`` when it is exact for the instance, else an IP backend; docs/solvers.md).
     ``time_limit_seconds`` and ``threads`` reach the IP backends.
@@ -76,6 +77,10 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str = "dp",
     start = time.perf_counter()
     problem = build_problem(instance)
     built = time.perf_counter() - start
+    if solver is None:
+        from unicron_plan.constraints import dp_limitations
+
+        solver = "auto" if dp_limitations(problem) else "dp"
     solve_fn = get_solver(solver)
     start = time.perf_counter() - built  # wall_seconds: building + solving, not the solver's import
     raw = solve_fn(problem, SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads))

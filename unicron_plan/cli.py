@@ -56,7 +56,9 @@ def emit(text: str, out: Optional[Path]) -> None:
 @app.command()
 @handle_errors
 def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
-          solver: str = typer.Option("dp", "--solver", "-s", help="Solver: dp, brute, milp, milp-cbc, cpsat or auto (see `unicron-plan solvers`)."),
+          solver: Optional[str] = typer.Option(
+              None, "--solver", "-s", help="dp, brute, milp, milp-cbc, cpsat or auto (see `unicron-plan solvers`); "
+                                           "default: dp, or auto when the instance has constraints the DP cannot express."),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan here instead of stdout."),
           time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds, for the IP backends."),
           threads: Optional[int] = typer.Option(None, "--threads", help="Worker threads, for the IP backends."),

@@ -36,6 +36,7 @@ class JobTerms:
     gains: np.ndarray  # G(y) at counts
     layouts: dict[int, dict[str, int]] = field(default_factory=dict)
     d_run: float = 0.0
+    exiting: bool = False  # leaves in a job_exit event: only y = 0, G = 0
 
     def f_of(self, y: int) -> float:
         """F(y) of this job (0 for y = 0)."""
@@ -43,7 +44,8 @@ class JobTerms:
 
     def gain_of(self, y: int) -> float:
         """G(y) of this job."""
-        return float(cost.gain(self.f_of(y), y, self.x, self.f_x, self.hit, self.d_run, self.d_trans))
+        return float(cost.gain(self.f_of(y), y, self.x, self.f_x, self.hit, self.d_run, self.d_trans,
+                               self.exiting))
 
 
 @dataclass
@@ -103,16 +105,18 @@ def build_problem(instance: Instance) -> Problem:
     jobs = []
     for i, job in enumerate(instance.jobs):
         table = tables[job.id]
-        counts = np.array([0] + sorted(c for c in table if c <= capacity[job.throughput.gpu_type]),
+        exiting = job.id in state.exiting
+        counts = np.array([0] + ([] if exiting else
+                                 sorted(c for c in table if c <= capacity[job.throughput.gpu_type])),
                           dtype=np.int64)
         f = np.array([0.0] + [cost.waf(job.weight, table[int(c)]) for c in counts[1:]])
         x = job.current.gpus
         f_x = 0.0 if x == 0 else float(cost.waf(job.weight, table[x]))
         d_trans = cost.d_trans_seconds(instance, job)
         hit = state.hit[job.id]
-        gains = np.asarray(cost.gain(f, counts, x, f_x, hit, d_run, d_trans), dtype=float)
+        gains = np.asarray(cost.gain(f, counts, x, f_x, hit, d_run, d_trans, exiting), dtype=float)
         jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, hit, d_trans, f_x,
-                             table, counts, f, gains, layouts.get(job.id, {}), d_run))
+                             table, counts, f, gains, layouts.get(job.id, {}), d_run, exiting))
     return Problem(instance, state, d_run, capacity, jobs)
 
 
@@ -158,7 +162,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         moved = y == j.x and where != previous
         f_y = j.f_of(y)
         total_waf += f_y
-        penalty = float(cost.transition_penalty(j.f_x, j.d_trans, cost.is_changed(y, j.x, j.hit)))
+        penalty = float(cost.transition_penalty(j.f_x, j.d_trans, cost.is_changed(y, j.x, j.hit, j.exiting)))
         plan_jobs.append(PlanJob(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
             nodes=list(where), placement=[Placement(node=n, gpus=g) for n, g in where.items()],

@@ -91,14 +91,16 @@ def validate(instance: Path = typer.Argument(..., help="Instance JSON file."),
 class SchemaKind(str, Enum):
     instance = "instance"
     plan = "plan"
+    scenario = "scenario"
 
 
 @app.command()
-def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance or plan.")):
-    """Print the JSON Schema of the instance or the plan format."""
+def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan or scenario.")):
+    """Print the JSON Schema of the instance, plan or scenario format."""
     from unicron_plan.schema import Instance, Plan
+    from unicron_plan.schema.scenario import Scenario
 
-    model = {"instance": Instance, "plan": Plan}[kind.value]
+    model = {"instance": Instance, "plan": Plan, "scenario": Scenario}[kind.value]
     typer.echo(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
 
 
@@ -113,6 +115,83 @@ def solvers():
         mod = importlib.import_module(spec.module)
         ok = mod.available() if hasattr(mod, "available") else True
         typer.echo(f"{spec.name:8s} {'available  ' if ok else 'unavailable'} {spec.summary}")
+
+
+# --- simulate (issue 5) ---
+@app.command()
+@handle_errors
+def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (FORMAT.md, Scenario)."),
+             policy: Optional[list[str]] = typer.Option(
+                 None, "--policy", "-p", help="Policy (repeatable): unicron, megatron, oobleck, greedy, "
+                                              "equal-share. Default: all."),
+             seed: int = typer.Option(0, "--seed", help="Seed of the first run (run i uses seed + i)."),
+             seeds: int = typer.Option(1, "--seeds", min=1, help="Runs; more than 1 reports means and 95% intervals."),
+             workers: int = typer.Option(2, "--workers", min=1, help="Processes for --seeds."),
+             as_json: bool = typer.Option(False, "--json", help="Print the result JSON (FORMAT.md)."),
+             plot: Optional[Path] = typer.Option(None, "--plot", help="PNG: cumulative weighted TFLOP and WAF "
+                                                                       "over time (first seed)."),
+             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the JSON here too.")):
+    """Simulate SCENARIO's failures and repairs over time under each policy."""
+    from unicron_plan.io import dumps
+    from unicron_plan.simulate import DEFAULT_POLICIES, run as simrun
+
+    sc = simrun.load_scenario(scenario)
+    names = simrun.check_policies(list(policy) if policy else list(DEFAULT_POLICIES))
+    show = not as_json and sys.stderr.isatty()
+    with _progress(show, seeds, sc.name) as tick:
+        if seeds == 1:
+            runs = [simrun.simulate(sc, names, seed, record=plot is not None, progress=tick)]
+        else:
+            runs = simrun.run_seeds(sc, names, seed, seeds, workers=workers, progress=tick)
+    if plot is not None:
+        first = runs[0] if "series" in runs[0] else simrun.simulate(sc, names, seed, record=True)
+        simrun.plot(first, plot)
+    result = simrun.summarize(runs, names)
+    text = dumps(result)
+    if out is not None:
+        emit(text, out)
+    if as_json:
+        sys.stdout.write(text)
+        return
+    _print_summary(result, names)
+
+
+def _progress(show: bool, seeds: int, name: str):
+    """A rich progress bar on stderr (events of one run, or runs), or a no-op."""
+    import contextlib
+
+    if not show:
+        return contextlib.nullcontext(None)
+
+    @contextlib.contextmanager
+    def bar():
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(stderr=True), transient=True) as prog:
+            task = prog.add_task(f"simulating {name}", total=seeds if seeds > 1 else None)
+            yield lambda: prog.advance(task)
+    return bar()
+
+
+def _print_summary(result: dict, names: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{result['scenario']} (seed {result['seed']}"
+                        + (f", {result['seeds']} seeds" if "seeds" in result else "") + ")")
+    for col in ("policy", "weighted TFLOP", "vs unicron", "reconfigs", "detection h", "transition h",
+                "sub-healthy h"):
+        table.add_column(col, justify="right" if col != "policy" else "left")
+    ref = result["policies"].get("unicron", {}).get("weighted_tflop")
+    for name in names:
+        r = result["policies"][name]
+        dh = r["downtime_hours"]
+        table.add_row(name, f"{r['weighted_tflop']:.4e}",
+                      f"{r['weighted_tflop'] / ref:.4f}" if ref else "-", f"{r['reconfigurations']:g}",
+                      f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}")
+    Console().print(table)
+# --- end simulate ---
 
 
 def main() -> None:

@@ -190,7 +190,10 @@ def _print_summary(result: dict, names: list[str]) -> None:
         table.add_row(name, f"{r['weighted_tflop']:.4e}",
                       f"{r['weighted_tflop'] / ref:.4f}" if ref else "-", f"{r['reconfigurations']:g}",
                       f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}")
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)
+    console.print(table)
 # --- end simulate ---
 
 

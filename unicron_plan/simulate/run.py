@@ -164,19 +164,31 @@ def plot(run: dict[str, Any], path: str | os.PathLike) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    ref = run["series"].get("unicron")
+    rows = 3 if ref is not None else 2
+    fig, axes = plt.subplots(rows, 1, figsize=(9, 3.2 * rows), sharex=True)
+    ax1, ax2 = axes[0], axes[1]
+    if ref is not None:
+        ref_arr = np.asarray(ref, dtype=float)
+        grid = np.linspace(0.0, ref_arr[-1, 0], 2000)
+        ref_cum = np.interp(grid, ref_arr[:, 0], ref_arr[:, 1])
     for name, series in run["series"].items():
         arr = np.asarray(series, dtype=float)
         days = arr[:, 0] / 24.0
         ax1.plot(days, arr[:, 1] / 1e9, label=name)
         ax2.step(days, arr[:, 2] / 1e3, where="post", label=name, linewidth=0.9)
-    ax1.set_ylabel("cumulative weighted work (1e9 TFLOP)")
-    ax2.set_ylabel("WAF (1e3 weighted TFLOP/s)")
-    ax2.set_xlabel("days")
+        if ref is not None:
+            behind = ref_cum - np.interp(grid, arr[:, 0], arr[:, 1])
+            axes[2].plot(grid / 24.0, behind / 1e9, label=name)
+    ax1.set_ylabel("cumulative weighted\nwork (1e9 TFLOP)")
+    ax2.set_ylabel("WAF (1e3 weighted\nTFLOP/s)")
+    if ref is not None:
+        axes[2].set_ylabel("work behind unicron\n(1e9 TFLOP)")
+    axes[-1].set_xlabel("days")
     ax1.set_title(f"{run['scenario']} (seed {run['seed']}, {run['events']} events)")
     ax1.legend(loc="upper left")
-    ax1.grid(alpha=0.3)
-    ax2.grid(alpha=0.3)
+    for ax in axes:
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     buf = _io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

@@ -150,3 +150,14 @@ def test_event_kinds_appear_in_the_json_schema():
     text = json.dumps(Instance.model_json_schema())
     for kind in ("RepairEvent", "JobArrivalEvent", "JobExitEvent", "repaired_nodes"):
         assert kind in text
+
+
+@pytest.mark.parametrize("name", ["tiny-repair-grow", "tiny-job-exit"])
+def test_library_event_instances_reach_their_recorded_optimum(name):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "instances" / f"{name}.json"
+    inst = api.load_instance(path)
+    plan = api.solve(inst)
+    assert plan.objective == pytest.approx(inst.reference.objective, rel=1e-12)
+    assert api.validate_plan(inst, plan).valid

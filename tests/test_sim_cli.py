@@ -69,6 +69,8 @@ def test_library_scenarios_load():
     for stem in ("gpt3-mix-128-a800", "gpt3-mix-1024-a800", "gpt3-mix-16384-a800"):
         sc = load_scenario(ROOT / "scenarios" / f"{stem}.json")
         assert sc.failures is not None and all(j.throughput.tflops for j in sc.jobs)
+    trace = load_scenario(ROOT / "scenarios" / "trace-128-a800.json")
+    assert trace.trace and trace.failures is None
 
 
 def _bad(mutate):

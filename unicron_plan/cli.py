@@ -180,7 +180,7 @@ def _print_summary(result: dict, names: list[str]) -> None:
 
     table = Table(title=f"{result['scenario']} (seed {result['seed']}"
                         + (f", {result['seeds']} seeds" if "seeds" in result else "") + ")")
-    for col in ("policy", "weighted TFLOP", "vs unicron", "reconfigs", "detection h", "transition h",
+    for col in ("policy", "weighted TFLOP", "policy / unicron", "reconfigs", "detection h", "transition h",
                 "sub-healthy h"):
         table.add_column(col, justify="right" if col != "policy" else "left")
     ref = result["policies"].get("unicron", {}).get("weighted_tflop")

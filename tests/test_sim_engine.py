@@ -162,3 +162,18 @@ def test_unicron_is_not_beaten_on_average_on_a_stressed_cluster():
     means = {n: np.mean([r["policies"][n]["weighted_tflop"] for r in runs]) for n in names}
     for n in names[1:]:
         assert means["unicron"] >= means[n] * (1 - 1e-9), (n, means)
+
+
+def test_nodes_with_gpus_failed_before_time_0_keep_them_failed_after_a_repair(monkeypatch):
+    from unicron_plan.simulate import policies
+
+    sc = one_job_trace(SEV1_AT_1_25H)
+    sc["cluster"]["nodes"][1]["failed_gpus"] = [7]
+    sc["jobs"][0]["current"] = {"gpus": 8, "nodes": ["n0"]}
+    monkeypatch.setitem(policies.POLICIES, "unicron", CheckedUnicron)
+    CheckedUnicron.checked = 0
+    out = simulate(load_scenario(sc), ["unicron", "megatron", "oobleck", "greedy", "equal-share"], seed=0)
+    assert CheckedUnicron.checked == 3
+    # 15 healthy GPUs at most: the job never reaches 16, so every policy earns F8 at best
+    for r in out["policies"].values():
+        assert r["weighted_tflop"] <= F8 * T * (1 + 1e-12)

@@ -116,3 +116,18 @@ def test_unknown_policy_exits_2(tmp_path):
 def test_scenario_json_schema_is_printed():
     res = runner.invoke(app, ["schema", "scenario"])
     assert res.exit_code == 0 and "severity_mix" in res.stdout and "weibull_shape" in res.stdout
+
+
+def test_progress_bar_path_on_a_terminal(monkeypatch):
+    import sys
+    from unittest import mock
+
+    from unicron_plan import cli
+
+    fake = mock.MagicMock()
+    fake.stderr.isatty.return_value = True
+    fake.stdout = sys.stdout
+    monkeypatch.setattr(cli, "sys", fake)
+    res = runner.invoke(app, ["simulate", str(ROOT / "scenarios" / "trace-128-a800.json"), "-p", "unicron"])
+    assert res.exit_code == 0 and res.exception is None
+    assert fake.stderr.isatty.called

@@ -168,9 +168,19 @@ def _progress(show: bool, seeds: int, name: str):
         from rich.console import Console
         from rich.progress import Progress
 
+        class Tick:
+            def __init__(self, prog, task):
+                self.prog, self.task = prog, task
+
+            def __call__(self):
+                self.prog.advance(self.task)
+
+            def set_total(self, total: int) -> None:
+                self.prog.update(self.task, total=total)
+
         with Progress(console=Console(stderr=True), transient=True) as prog:
-            task = prog.add_task(f"simulating {name}", total=seeds if seeds > 1 else None)
-            yield lambda: prog.advance(task)
+            what = "runs" if seeds > 1 else "events x policies"
+            yield Tick(prog, prog.add_task(f"simulating {name} ({what})", total=seeds if seeds > 1 else None))
     return bar()
 
 

@@ -63,6 +63,8 @@ def simulate(scenario: Scenario, policies: list[str], seed: int, record: bool = 
     """
     events = draw_events(scenario, np.random.default_rng(seed))
     mtbf = planning_mtbf_hours(scenario)
+    if progress is not None and hasattr(progress, "set_total"):
+        progress.set_total(len(events) * len(policies))
     out: dict[str, Any] = {"scenario": scenario.name, "seed": seed, "events": len(events), "policies": {}}
     series = {}
     for name in policies:

@@ -97,14 +97,16 @@ def validate(instance: Path = typer.Argument(..., help="Instance JSON file."),
 class SchemaKind(str, Enum):
     instance = "instance"
     plan = "plan"
+    scenario = "scenario"
 
 
 @app.command()
-def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance or plan.")):
-    """Print the JSON Schema of the instance or the plan format."""
+def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan or scenario.")):
+    """Print the JSON Schema of the instance, plan or scenario format."""
     from unicron_plan.schema import Instance, Plan
+    from unicron_plan.schema.scenario import Scenario
 
-    model = {"instance": Instance, "plan": Plan}[kind.value]
+    model = {"instance": Instance, "plan": Plan, "scenario": Scenario}[kind.value]
     typer.echo(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
 
 
@@ -231,6 +233,96 @@ def full_app() -> typer.Typer:
     return register_extra_commands()
 
 
+# --- simulate (issue 5) ---
+@app.command()
+@handle_errors
+def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (FORMAT.md, Scenario)."),
+             policy: Optional[list[str]] = typer.Option(
+                 None, "--policy", "-p", help="Policy (repeatable): unicron, megatron, oobleck, greedy, "
+                                              "equal-share. Default: all."),
+             seed: int = typer.Option(0, "--seed", help="Seed of the first run (run i uses seed + i)."),
+             seeds: int = typer.Option(1, "--seeds", min=1, help="Runs; more than 1 reports means and 95% intervals."),
+             workers: int = typer.Option(2, "--workers", min=1, help="Processes for --seeds."),
+             as_json: bool = typer.Option(False, "--json", help="Print the result JSON (FORMAT.md)."),
+             plot: Optional[Path] = typer.Option(None, "--plot", help="PNG: cumulative weighted TFLOP and WAF "
+                                                                       "over time (first seed)."),
+             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the JSON here too.")):
+    """Simulate SCENARIO's failures and repairs over time under each policy."""
+    from unicron_plan.io import dumps
+    from unicron_plan.simulate import DEFAULT_POLICIES, run as simrun
+
+    sc = simrun.load_scenario(scenario)
+    names = simrun.check_policies(list(policy) if policy else list(DEFAULT_POLICIES))
+    show = not as_json and sys.stderr.isatty()
+    with _progress(show, seeds, sc.name) as tick:
+        if seeds == 1:
+            runs = [simrun.simulate(sc, names, seed, record=plot is not None, progress=tick)]
+        else:
+            runs = simrun.run_seeds(sc, names, seed, seeds, workers=workers, progress=tick)
+    if plot is not None:
+        first = runs[0] if "series" in runs[0] else simrun.simulate(sc, names, seed, record=True)
+        simrun.plot(first, plot)
+    result = simrun.summarize(runs, names)
+    text = dumps(result)
+    if out is not None:
+        emit(text, out)
+    if as_json:
+        sys.stdout.write(text)
+        return
+    _print_summary(result, names)
+
+
+def _progress(show: bool, seeds: int, name: str):
+    """A rich progress bar on stderr (events of one run, or runs), or a no-op."""
+    import contextlib
+
+    if not show:
+        return contextlib.nullcontext(None)
+
+    @contextlib.contextmanager
+    def bar():
+        from rich.console import Console
+        from rich.progress import Progress
+
+        class Tick:
+            def __init__(self, prog, task):
+                self.prog, self.task = prog, task
+
+            def __call__(self):
+                self.prog.advance(self.task)
+
+            def set_total(self, total: int) -> None:
+                self.prog.update(self.task, total=total)
+
+        with Progress(console=Console(stderr=True), transient=True) as prog:
+            what = "runs" if seeds > 1 else "events x policies"
+            yield Tick(prog, prog.add_task(f"simulating {name} ({what})", total=seeds if seeds > 1 else None))
+    return bar()
+
+
+def _print_summary(result: dict, names: list[str]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{result['scenario']} (seed {result['seed']}"
+                        + (f", {result['seeds']} seeds" if "seeds" in result else "") + ")")
+    for col in ("policy", "weighted TFLOP", "policy / unicron", "reconfigs", "detection h", "transition h",
+                "sub-healthy h"):
+        table.add_column(col, justify="right" if col != "policy" else "left")
+    ref = result["policies"].get("unicron", {}).get("weighted_tflop")
+    for name in names:
+        r = result["policies"][name]
+        dh = r["downtime_hours"]
+        table.add_row(name, f"{r['weighted_tflop']:.4e}",
+                      f"{r['weighted_tflop'] / ref:.4f}" if ref else "-", f"{r['reconfigurations']:g}",
+                      f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}")
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)
+    console.print(table)
+# --- end simulate ---
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry point."""
     args = sys.argv[1:] if argv is None else argv
@@ -239,7 +331,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     app(args=args)
 
 
-_CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "contingency", "generate", "bench"}
+_CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "contingency", "generate", "bench", "simulate"}
 
 
 if __name__ == "__main__":  # pragma: no cover

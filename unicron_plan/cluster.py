@@ -45,6 +45,7 @@ class ClusterState:
     nodes: dict[str, NodeHealth]
     hit: dict[str, bool]
     previous: dict[str, dict[str, int]] = field(default_factory=dict)
+    exiting: frozenset = frozenset()  # jobs leaving in a job_exit event (planned 0, charged nothing)
 
     @property
     def drained_nodes(self) -> list[str]:
@@ -84,25 +85,48 @@ def build_state(instance: Instance) -> ClusterState:
     Assumes the instance passed :func:`unicron_plan.schema.checks.check_instance`.
     """
     event = instance.event
-    failed_nodes = set(event.failed_nodes) if event else set()
+    failure = event if event is not None and event.kind == "failure" else None
+    failed_nodes = set(failure.failed_nodes) if failure else set()
     event_gpus: dict[str, set[int]] = defaultdict(set)
-    if event:
-        for fg in event.failed_gpus:
+    if failure:
+        for fg in failure.failed_gpus:
             event_gpus[fg.node].add(fg.gpu)
+    repaired = repaired_gpus(instance)
     node_isolation = instance.isolation == "node"
     nodes: dict[str, NodeHealth] = {}
     for node in instance.cluster.nodes:
         before = set(node.failed_gpus)
+        failed_after = (before - repaired.get(node.id, set())) | event_gpus.get(node.id, set())
         lost = node.id in failed_nodes or bool(event_gpus.get(node.id))
         drained = node.id in failed_nodes or (node_isolation and lost)
-        after = 0 if drained else node.gpus - len(before | event_gpus.get(node.id, set()))
+        after = 0 if drained else node.gpus - len(failed_after)
         nodes[node.id] = NodeHealth(node.id, node.gpu_type, node.rack, node.gpus,
                                     node.gpus - len(before), after, lost, drained)
     hit = {job.id: any(nodes[n].lost_in_event or nodes[n].drained for n in job.current.nodes)
            for job in instance.jobs}
-    state = ClusterState(instance, nodes, hit)
+    state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance))
     state.previous = previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
     return state
+
+
+def repaired_gpus(instance: Instance) -> dict[str, set[int]]:
+    """{node: GPU indices that return to service} for a repair event ({} otherwise)."""
+    event = instance.event
+    if event is None or event.kind != "repair":
+        return {}
+    failed = {n.id: set(n.failed_gpus) for n in instance.cluster.nodes}
+    out: dict[str, set[int]] = defaultdict(set)
+    for nid in event.repaired_nodes:
+        out[nid] |= failed.get(nid, set())
+    for rg in event.repaired_gpus:
+        out[rg.node].add(rg.gpu)
+    return dict(out)
+
+
+def exiting_jobs(instance: Instance) -> frozenset:
+    """Ids of the jobs that leave in a job_exit event (empty otherwise)."""
+    event = instance.event
+    return frozenset(event.jobs) if event is not None and event.kind == "job_exit" else frozenset()
 
 
 def previous_distribution(instance: Instance, healthy_before: dict[str, int]) -> dict[str, dict[str, int]]:

@@ -6,6 +6,9 @@ a job's term G_i through these functions; nothing re-derives them.
     F_i(y)   = weight_i * tflops_i(y)                    (F_i(0) = 0)
     changed  = (y != x_i) or hit_i
     G_i(y)   = F_i(y) * D_run - [changed] * F_i(x_i) * D_trans_i
+
+A job that leaves in a ``job_exit`` event is planned y = 0 and is never
+"changed" (it is charged nothing), so its G_i is 0: ``exiting=True`` below.
 """
 
 from __future__ import annotations
@@ -68,14 +71,14 @@ def transition_penalty(f_previous: float, d_trans: float, changed: bool | np.nda
         else (f_previous * d_trans if changed else 0.0)
 
 
-def is_changed(y: int | np.ndarray, x: int, hit: bool) -> bool | np.ndarray:
-    """changed_i = (y != x) or hit."""
+def is_changed(y: int | np.ndarray, x: int, hit: bool, exiting: bool = False) -> bool | np.ndarray:
+    """changed_i = (y != x) or hit; never for a job that exits (it is charged nothing)."""
     if isinstance(y, np.ndarray):
-        return (y != x) | hit
-    return bool(y != x or hit)
+        return ((y != x) | hit) & (not exiting)
+    return bool((y != x or hit) and not exiting)
 
 
 def gain(f_y: float | np.ndarray, y: int | np.ndarray, x: int, f_x: float, hit: bool,
-         d_run: float, d_trans: float) -> float | np.ndarray:
+         d_run: float, d_trans: float, exiting: bool = False) -> float | np.ndarray:
     """G_i(y) = F_i(y) * D_run - [changed] * F_i(x) * D_trans (vectorised over y)."""
-    return f_y * d_run - transition_penalty(f_x, d_trans, is_changed(y, x, hit))
+    return f_y * d_run - transition_penalty(f_x, d_trans, is_changed(y, x, hit, exiting))

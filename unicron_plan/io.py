@@ -65,11 +65,19 @@ def field_path(loc: tuple) -> str:
     return out or "(top level)"
 
 
+# Fields holding a pydantic discriminated union on `kind` (their tag is not part of the path).
+_TAGGED_UNION_FIELDS = frozenset({"event"})
+
+
 def validation_error_to_invalid(exc: ValidationError, prefix: str = "") -> InvalidInstanceError:
     """Turn pydantic's first error into one clear message naming the field and the value."""
     err = exc.errors(include_url=False)[0]
     # Drop the union/function tags pydantic inserts into paths (e.g. 'function-after[...]').
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and "[" in p and p.endswith("]")))
+    # Discriminated unions (the event kinds) insert the tag after the field: drop it.
+    loc = tuple(p for k, p in enumerate(loc) if not (k and loc[k - 1] in _TAGGED_UNION_FIELDS))
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        loc = loc + ("kind",)
     path = field_path(loc)
     if not loc and err["type"] == "model_type":
         return InvalidInstanceError(prefix or "(top level)", "must be a JSON object")

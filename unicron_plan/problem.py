@@ -42,6 +42,7 @@ class JobTerms:
     max_nodes: int | None = None
     same_rack: bool = False
     min_gain_fraction: float | None = None
+    exiting: bool = False  # leaves in a job_exit event: only y = 0, G = 0
 
     def f_of(self, y: int) -> float:
         """F(y) of this job (0 for y = 0)."""
@@ -49,7 +50,8 @@ class JobTerms:
 
     def gain_of(self, y: int) -> float:
         """G(y) of this job."""
-        return float(cost.gain(self.f_of(y), y, self.x, self.f_x, self.hit, self.d_run, self.d_trans))
+        return float(cost.gain(self.f_of(y), y, self.x, self.f_x, self.hit, self.d_run, self.d_trans,
+                               self.exiting))
 
 
 @dataclass
@@ -110,24 +112,26 @@ def build_problem(instance: Instance) -> Problem:
     jobs = []
     for i, job in enumerate(instance.jobs):
         table = tables[job.id]
+        exiting = job.id in state.exiting
         keys = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
         vals = np.fromiter(table.values(), dtype=float, count=len(table))
         order = np.argsort(keys, kind="stable")
         keys, vals = keys[order], vals[order]
-        fits = keys <= capacity[job.throughput.gpu_type]
+        fits = (keys <= capacity[job.throughput.gpu_type]) & (not exiting)
         counts = np.concatenate([np.zeros(1, dtype=np.int64), keys[fits]])
         f = np.concatenate([np.zeros(1), cost.waf(job.weight, vals[fits])])
         x = job.current.gpus
         f_x = 0.0 if x == 0 else float(cost.waf(job.weight, table[x]))
         d_trans = cost.d_trans_seconds(instance, job)
         hit = state.hit[job.id]
-        gains = np.asarray(cost.gain(f, counts, x, f_x, hit, d_run, d_trans), dtype=float)
+        gains = np.asarray(cost.gain(f, counts, x, f_x, hit, d_run, d_trans, exiting), dtype=float)
         keep = constraints.allowed_mask(job, counts, gains, x, hit, f_x, d_run)
         counts, f, gains = counts[keep], f[keep], gains[keep]
         jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, hit, d_trans, f_x,
                              table, counts, f, gains, layouts.get(job.id, {}), d_run,
                              tp=job.tp or 1, pinned=bool(job.pinned), max_nodes=job.max_nodes,
-                             same_rack=bool(job.same_rack), min_gain_fraction=job.min_gain_fraction))
+                             same_rack=bool(job.same_rack), min_gain_fraction=job.min_gain_fraction,
+                             exiting=exiting))
     problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=instance.max_changed_jobs)
     constraints.precheck(problem)
     return problem
@@ -175,7 +179,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         moved = y == j.x and where != previous
         f_y = j.f_of(y)
         total_waf += f_y
-        penalty = float(cost.transition_penalty(j.f_x, j.d_trans, cost.is_changed(y, j.x, j.hit)))
+        penalty = float(cost.transition_penalty(j.f_x, j.d_trans, cost.is_changed(y, j.x, j.hit, j.exiting)))
         plan_jobs.append(PlanJob(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
             nodes=list(where), placement=[Placement(node=n, gpus=g) for n, g in where.items()],

@@ -80,6 +80,9 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         gtype = job.throughput.gpu_type
         if pj.previous_gpus != x:
             bad(f"{where}: previous_gpus {pj.previous_gpus} != current.gpus {x}")
+        exiting = job.id in state.exiting
+        if exiting and y != 0:
+            bad(f"{where}: leaves in the job_exit event but is planned {y} GPUs (must be 0)")
         if y != 0 and y not in table:
             bad(f"{where}: {y} GPUs is not a count of its throughput table")
             continue
@@ -111,8 +114,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         f_x = 0.0 if x == 0 else cost.waf(job.weight, table[x])
         f_y = 0.0 if y == 0 else cost.waf(job.weight, table[y])
         d_trans = cost.d_trans_seconds(instance, job)
-        penalty = cost.transition_penalty(f_x, d_trans, cost.is_changed(y, x, hit))
-        g = cost.gain(f_y, y, x, f_x, hit, d_run, d_trans)
+        penalty = cost.transition_penalty(f_x, d_trans, cost.is_changed(y, x, hit, exiting))
+        g = cost.gain(f_y, y, x, f_x, hit, d_run, d_trans, exiting)
         if not _close(pj.waf_tflops, f_y):
             bad(f"{where}: waf_tflops {pj.waf_tflops} != {f_y}")
         if not _close(pj.transition_penalty, penalty):

@@ -13,10 +13,12 @@ from unicron_plan.schema.instance import (
     Reference,
     Throughput,
 )
+from unicron_plan.schema.instance import AnyEvent, JobArrivalEvent, JobExitEvent, RepairEvent
 from unicron_plan.schema.plan import Placement, Plan, PlanJob, SolverInfo, Status
 
 __all__ = [
     "Cluster", "Cost", "CurrentAllocation", "Event", "FailedGpu", "GpuType", "Instance",
     "Job", "Node", "Reference", "Throughput", "Placement", "Plan", "PlanJob", "SolverInfo",
     "Status",
+    "AnyEvent", "JobArrivalEvent", "JobExitEvent", "RepairEvent",
 ]

@@ -79,7 +79,9 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             f"jobs[{k}].current",
             f"its {job.current.gpus} GPUs and those of {', '.join(map(repr, others))}, which share "
             f"its nodes, do not fit in the healthy GPUs of those nodes together")
-    if instance.event is not None:
+    if instance.event is not None and instance.event.kind != "failure":
+        _check_other_event(instance, nodes)
+    elif instance.event is not None:
         ev = instance.event
         seen_nodes = set()
         for i, nid in enumerate(ev.failed_nodes):
@@ -121,3 +123,44 @@ def _check_job_constraints(instance: Instance, split: dict[str, dict[str, int]])
         if job.same_rack and len({racks[n] for n in cur.nodes}) > 1:
             raise InvalidInstanceError(f"jobs[{k}].current.nodes",
                                        "the nodes span several racks but the job sets same_rack")
+
+
+def _check_other_event(instance: Instance, nodes: dict) -> None:
+    """References and preconditions of the repair, job_arrival and job_exit events."""
+    ev = instance.event
+    if ev.kind == "repair":
+        if not ev.repaired_nodes and not ev.repaired_gpus:
+            raise InvalidInstanceError("event.repaired_nodes", "a repair event names no node and no GPU")
+        whole = set()
+        for i, nid in enumerate(ev.repaired_nodes):
+            if nid not in nodes:
+                raise InvalidInstanceError(f"event.repaired_nodes[{i}]", f"unknown node {nid!r}")
+            if nid in whole:
+                raise InvalidInstanceError(f"event.repaired_nodes[{i}]", f"node {nid!r} is listed twice")
+            if not nodes[nid].failed_gpus:
+                raise InvalidInstanceError(f"event.repaired_nodes[{i}]",
+                                           f"node {nid!r} has no failed GPU (failed_gpus is empty): nothing to repair")
+            whole.add(nid)
+        seen = set()
+        for i, rg in enumerate(ev.repaired_gpus):
+            if rg.node not in nodes:
+                raise InvalidInstanceError(f"event.repaired_gpus[{i}].node", f"unknown node {rg.node!r}")
+            if rg.gpu not in nodes[rg.node].failed_gpus:
+                raise InvalidInstanceError(f"event.repaired_gpus[{i}].gpu",
+                                           f"GPU {rg.gpu} of {rg.node!r} is not in its failed_gpus: nothing to repair")
+            if rg.node in whole or (rg.node, rg.gpu) in seen:
+                raise InvalidInstanceError(f"event.repaired_gpus[{i}]",
+                                           f"GPU {rg.gpu} of {rg.node!r} is already repaired by this event")
+            seen.add((rg.node, rg.gpu))
+        return
+    jobs = {j.id: j for j in instance.jobs}
+    seen_jobs = set()
+    for i, jid in enumerate(ev.jobs):
+        if jid not in jobs:
+            raise InvalidInstanceError(f"event.jobs[{i}]", f"unknown job {jid!r}")
+        if jid in seen_jobs:
+            raise InvalidInstanceError(f"event.jobs[{i}]", f"job {jid!r} is listed twice")
+        seen_jobs.add(jid)
+        if ev.kind == "job_arrival" and jobs[jid].current.gpus != 0:
+            raise InvalidInstanceError(f"event.jobs[{i}]",
+                                       f"arriving job {jid!r} must have current.gpus 0, not {jobs[jid].current.gpus}")

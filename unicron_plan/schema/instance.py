@@ -8,7 +8,7 @@ fields to each other (unique ids, references, allocations that fit) live in
 from __future__ import annotations
 
 import re
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
@@ -157,6 +157,40 @@ class Event(StrictModel):
     failed_gpus: list[FailedGpu] = Field(default_factory=list)
 
 
+# --- Event kinds beyond "failure" (issue 5). The discriminator is `kind`. ---
+
+class RepairEvent(StrictModel):
+    """Nodes or GPUs return: each listed GPU was in its node's failed_gpus before and is healthy after.
+
+    `repaired_nodes` repairs every failed GPU of the node. No job is hit by a repair; jobs may grow.
+    """
+
+    kind: Literal["repair"]
+    repaired_nodes: list[str] = Field(default_factory=list,
+                                      description="Nodes whose failed GPUs all return to service.")
+    repaired_gpus: list[FailedGpu] = Field(default_factory=list,
+                                           description="Single GPUs (listed in failed_gpus) that return.")
+
+
+class JobArrivalEvent(StrictModel):
+    """Jobs join: each listed job is a job of the instance with current.gpus 0. Nothing is hit."""
+
+    kind: Literal["job_arrival"]
+    jobs: list[str] = Field(min_length=1, description="Ids of the arriving jobs (current.gpus must be 0).")
+
+
+class JobExitEvent(StrictModel):
+    """Jobs leave: each listed job must be planned 0 GPUs, and its term G_i is 0 (no transition charge)."""
+
+    kind: Literal["job_exit"]
+    jobs: list[str] = Field(min_length=1, description="Ids of the leaving jobs; their GPUs are freed.")
+
+
+AnyEvent = Annotated[Union[Event, RepairEvent, JobArrivalEvent, JobExitEvent], Field(discriminator="kind")]
+
+# --- end of event kinds ---
+
+
 class Cost(StrictModel):
     """Time constants of the objective: D_run (directly or from node MTBF) and D_trans."""
 
@@ -190,7 +224,7 @@ class Instance(StrictModel):
     name: str = Field(min_length=1)
     cluster: Cluster
     jobs: list[Job]
-    event: Optional[Event] = None
+    event: Optional[AnyEvent] = None
     cost: Cost
     isolation: Literal["node", "gpu"] = Field(
         default="node",

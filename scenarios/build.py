@@ -1,0 +1,129 @@
+"""Write the scenario library (run from the repository root: ``python scenarios/build.py``).
+
+Throughput tables follow one simple rule (an ASSUMPTION of this library, not
+the package's performance model):
+
+- GPT-3 sizes (Brown et al. 2020): 1.3B, 2.7B, 6.7B, 13B, 175B parameters P.
+- Smallest GPU count n_min: the smallest power of two with 16 bytes/parameter
+  (bf16 weights and gradients + fp32 Adam states) within 75% of 80 GiB.
+  -> 1, 1, 2, 4, 64 GPUs.
+- Allowed counts: n = n_min x d for data-parallel degrees d = 1 .. d_max (at most the
+  job's cap); on the 1,024- and 16,384-GPU clusters only multiples of 8 (whole nodes).
+- Aggregate TFLOP/s: T(n) = n x 312 x 0.45 / (1 + 0.01 (d - 1)). 0.45 of peak
+  is Megatron-LM's measured 44-47% (Narayanan et al., Table 1,
+  shared/data/megatron_table1.csv); the 1% loss per extra replica stands for
+  strong scaling at a fixed global batch (smaller per-replica batches, more
+  all-reduce), so small models spread thin lose efficiency.
+
+Failures: node MTBF from Llama 3's 3.79 interruptions per 1000 node-days
+(6332 h), SEV1 repair lognormal with median 12 h and sigma 1 ("hours to a
+day"), severity mix from Unicron's Figure 1 (unicron_plan.severity). The
+time-0 allocation of every scenario is the planner's optimum for the healthy
+cluster, so that every policy starts from the same place.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from unicron_plan import api, faultdata  # noqa: E402
+from unicron_plan.io import dumps, write_atomic  # noqa: E402
+from unicron_plan.severity import figure1_severity_mix  # noqa: E402
+
+A800 = {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 400.0, "inter_node_gbps": 25.0}
+PARAMS_B = {"gpt3-1.3b": 1.3, "gpt3-2.7b": 2.7, "gpt3-6.7b": 6.7, "gpt3-13b": 13.0, "gpt3-175b": 175.0}
+# Job weights (priorities): the small jobs weigh more per TFLOP, as experiments next to a flagship run.
+W = {"gpt3-175b": 1.0, "gpt3-13b": 1.2, "gpt3-6.7b": 1.2, "gpt3-2.7b": 1.5, "gpt3-1.3b": 1.5}
+MFU = 0.45
+LOSS_PER_REPLICA = 0.01
+
+
+def n_min(params_b: float, memory_gib: float = 80.0) -> int:
+    """Smallest power-of-two GPU count holding 16 bytes per parameter in 75% of HBM."""
+    need = 16 * params_b * 1e9 / (0.75 * memory_gib * 2**30)
+    return 1 << max(0, math.ceil(math.log2(need))) if need > 1 else 1
+
+
+def table(model: str, max_gpus: int, max_degree: int = 64, whole_nodes: bool = False) -> dict[str, float]:
+    """{count: aggregate TFLOP/s} by the rule of the module docstring; ``whole_nodes`` keeps only
+    multiples of 8 GPUs (jobs take whole nodes, as on large clusters)."""
+    base = n_min(PARAMS_B[model])
+    out = {}
+    for d in range(1, 100_000):
+        n = base * d
+        if n > max_gpus or d > max_degree:
+            break
+        if whole_nodes and n % 8:
+            continue
+        out[str(n)] = round(n * A800["peak_tflops"] * MFU / (1 + LOSS_PER_REPLICA * (d - 1)), 3)
+    return out
+
+
+def scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str, float, int]],
+             whole_nodes: bool = False) -> dict:
+    """A scenario with ``nodes`` x 8 A800 in racks of 16 nodes; jobs (id, model, weight, max GPUs)."""
+    cluster = {"gpu_types": {"a800": A800},
+               "nodes": [{"id": f"n{k:04d}", "gpu_type": "a800", "gpus": 8, "rack": f"r{k // 16:03d}"}
+                         for k in range(nodes)]}
+    job_list = [{"id": jid, "weight": w, "throughput": {"gpu_type": "a800", "tflops": table(model, cap, 256, whole_nodes)},
+                 "current": {"gpus": 0, "nodes": []}} for jid, model, w, cap in jobs]
+    # Time 0: the planner's optimum for the healthy cluster.
+    inst = {"schema_version": "1", "name": name, "cluster": cluster, "jobs": job_list,
+            "cost": {"node_mtbf_hours": round(faultdata.LLAMA3_NODE_MTBF_HOURS, 1),
+                     "default_transition_seconds": 600.0}}
+    plan = api.solve(inst)
+    for job, pj in zip(job_list, plan.jobs):
+        job["current"] = {"gpus": pj.gpus, "nodes": pj.nodes}
+    mix = {k: round(v, 4) for k, v in figure1_severity_mix().items()}
+    mix["sev3"] = round(1.0 - mix["sev1"] - mix["sev2"], 4)
+    return {"schema_version": "1", "name": name, "description": description, "cluster": cluster,
+            "jobs": job_list, "cost": {"default_transition_seconds": 600.0}, "duration_hours": 720.0,
+            "failures": {"node_mtbf_hours": round(faultdata.LLAMA3_NODE_MTBF_HOURS, 1),
+                         "repair_hours": {"median": faultdata.REPAIR_MEDIAN_HOURS,
+                                          "sigma": faultdata.REPAIR_SIGMA},
+                         "severity_mix": mix}}
+
+
+def library() -> dict[str, dict]:
+    """The library's scenarios by file stem."""
+    small = [("gpt3-175b", "gpt3-175b", 1.2, 64), ("gpt3-13b", "gpt3-13b", W["gpt3-13b"], 64),
+             ("gpt3-6.7b", "gpt3-6.7b", W["gpt3-6.7b"], 64), ("gpt3-2.7b", "gpt3-2.7b", W["gpt3-2.7b"], 32),
+             ("gpt3-1.3b", "gpt3-1.3b", W["gpt3-1.3b"], 32)]
+    mid = ([(f"gpt3-175b-{i}", "gpt3-175b", W["gpt3-175b"], 512) for i in range(2)]
+           + [(f"gpt3-13b-{i}", "gpt3-13b", W["gpt3-13b"], 256) for i in range(2)]
+           + [(f"gpt3-6.7b-{i}", "gpt3-6.7b", W["gpt3-6.7b"], 128) for i in range(2)]
+           + [("gpt3-2.7b", "gpt3-2.7b", W["gpt3-2.7b"], 64), ("gpt3-1.3b", "gpt3-1.3b", W["gpt3-1.3b"], 64)])
+    big = ([(f"gpt3-175b-{i:02d}", "gpt3-175b", W["gpt3-175b"], 1024) for i in range(16)]
+           + [(f"gpt3-13b-{i}", "gpt3-13b", W["gpt3-13b"], 256) for i in range(8)]
+           + [(f"gpt3-6.7b-{i}", "gpt3-6.7b", W["gpt3-6.7b"], 128) for i in range(8)]
+           + [(f"gpt3-2.7b-{i}", "gpt3-2.7b", W["gpt3-2.7b"], 64) for i in range(4)]
+           + [(f"gpt3-1.3b-{i}", "gpt3-1.3b", W["gpt3-1.3b"], 64) for i in range(4)])
+    return {
+        "gpt3-mix-128-a800": scenario(
+            "gpt3-mix-128-a800", "Unicron's setting: 128 A800 (16 x 8), GPT-3 1.3B-175B, Llama 3 failure rate, 30 days.",
+            16, small),
+        "gpt3-mix-1024-a800": scenario(
+            "gpt3-mix-1024-a800", "1,024 A800 (128 x 8), 8 GPT-3 jobs on whole nodes, Llama 3 failure rate, 30 days.", 128, mid,
+            whole_nodes=True),
+        "gpt3-mix-16384-a800": scenario(
+            "gpt3-mix-16384-a800", "16,384 A800 (2,048 x 8, Llama 3 scale), 40 GPT-3 jobs on whole nodes, Llama 3 failure rate, "
+            "30 days.", 2048, big, whole_nodes=True),
+    }
+
+
+def main() -> None:
+    """Write every scenario of the library next to this file."""
+    here = Path(__file__).resolve().parent
+    for stem, sc in library().items():
+        write_atomic(here / f"{stem}.json", dumps(sc))
+        print(f"wrote scenarios/{stem}.json: {len(sc['cluster']['nodes'])} nodes, {len(sc['jobs'])} jobs")
+
+
+if __name__ == "__main__":
+    main()

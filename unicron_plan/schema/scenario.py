@@ -1,0 +1,147 @@
+"""The scenario of `unicron-plan simulate` (FORMAT.md, "Scenario"): an instance
+without event and D_run, plus a duration and a source of events (a failure
+model or a trace). Cross-field checks are in :func:`check_scenario`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+from pydantic import Field, model_validator
+
+from unicron_plan.schema.base import StrictModel
+from unicron_plan.schema.instance import Cluster, Job
+
+
+class RepairHours(StrictModel):
+    """Lognormal repair time of a SEV1 failure: `median` hours, `sigma` of the natural log."""
+
+    median: float = Field(gt=0)
+    sigma: float = Field(ge=0)
+
+
+class SeverityMix(StrictModel):
+    """Probability of each severity per failure; the three sum to 1."""
+
+    sev1: float = Field(ge=0, le=1)
+    sev2: float = Field(ge=0, le=1)
+    sev3: float = Field(ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> "SeverityMix":
+        total = self.sev1 + self.sev2 + self.sev3
+        if not math.isclose(total, 1.0, abs_tol=1e-6):
+            raise ValueError(f"sev1 + sev2 + sev3 = {total:g}, must be 1")
+        return self
+
+
+class Failures(StrictModel):
+    """Independent node failures: exponential (or Weibull) times between failures of each node."""
+
+    node_mtbf_hours: float = Field(gt=0, description="Mean time between failures of one node, hours.")
+    weibull_shape: Optional[float] = Field(
+        default=None, gt=0, description="Weibull shape k of the time between failures (mean stays "
+                                        "node_mtbf_hours); absent: exponential (k = 1).")
+    repair_hours: RepairHours
+    severity_mix: SeverityMix
+
+
+class TraceEvent(StrictModel):
+    """One event of a trace: a node fails with a severity, or a failed (SEV1) node returns."""
+
+    time_hours: float = Field(ge=0)
+    kind: Literal["failure", "repair"]
+    node: str = Field(min_length=1)
+    severity: Optional[Literal["sev1", "sev2", "sev3"]] = Field(
+        default=None, description="Required for a failure, absent for a repair.")
+    error: Optional[str] = Field(
+        default=None, description="Error kind of unicron_plan.severity (sets the in-band detection time); "
+                                  "absent: the most frequent kind of that severity in Unicron's Figure 1.")
+
+    @model_validator(mode="after")
+    def _severity_iff_failure(self) -> "TraceEvent":
+        if self.kind == "failure" and self.severity is None:
+            raise ValueError("severity: a failure needs a severity (sev1, sev2 or sev3)")
+        if self.kind == "repair" and (self.severity is not None or self.error is not None):
+            raise ValueError("severity: a repair has no severity or error")
+        return self
+
+
+class ScenarioCost(StrictModel):
+    """Cost constants of a scenario: D_trans default, and optionally the MTBF the planner assumes."""
+
+    default_transition_seconds: Optional[float] = Field(default=None, ge=0)
+    node_mtbf_hours: Optional[float] = Field(
+        default=None, gt=0, description="Node MTBF the unicron policy uses for D_run; default "
+                                        "failures.node_mtbf_hours, or for a trace its observed rate.")
+
+
+class Scenario(StrictModel):
+    """A cluster, its jobs at time 0, a duration and a failure model or a trace."""
+
+    schema_version: Literal["1"]
+    name: str = Field(min_length=1)
+    description: Optional[str] = None
+    cluster: Cluster
+    jobs: list[Job] = Field(min_length=1)
+    cost: ScenarioCost
+    isolation: Literal["node", "gpu"] = "node"
+    duration_hours: float = Field(gt=0)
+    failures: Optional[Failures] = None
+    trace: Optional[list[TraceEvent]] = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "Scenario":
+        if (self.failures is None) == (self.trace is None):
+            raise ValueError("give exactly one of 'failures' (a failure model) or 'trace'")
+        return self
+
+
+def check_scenario(scenario: Scenario) -> None:
+    """Cross-field checks: the time-0 instance is valid, and the trace is consistent in time order."""
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.schema.checks import check_instance
+    from unicron_plan.schema.instance import Cost, Instance
+
+    inst = Instance.model_construct(
+        schema_version="1", name=scenario.name, cluster=scenario.cluster, jobs=scenario.jobs, event=None,
+        cost=Cost.model_construct(expected_run_seconds=1.0, node_mtbf_hours=None,
+                                  default_transition_seconds=scenario.cost.default_transition_seconds),
+        isolation=scenario.isolation, reference=None)
+    check_instance(inst)
+    for k, job in enumerate(scenario.jobs):
+        if job.throughput.tflops is None:
+            raise InvalidInstanceError(f"jobs[{k}].throughput", "scenarios need the table form ('tflops')")
+    if scenario.trace is None:
+        return
+    nodes = {n.id for n in scenario.cluster.nodes}
+    down: set[str] = set()
+    order = sorted(range(len(scenario.trace)), key=lambda i: (scenario.trace[i].time_hours, i))
+    for i in order:
+        ev = scenario.trace[i]
+        where = f"trace[{i}]"
+        if ev.node not in nodes:
+            raise InvalidInstanceError(f"{where}.node", f"unknown node {ev.node!r}")
+        if ev.time_hours > scenario.duration_hours:
+            raise InvalidInstanceError(f"{where}.time_hours",
+                                       f"{ev.time_hours} is after duration_hours {scenario.duration_hours}")
+        if ev.error is not None:
+            from unicron_plan.severity import classify
+
+            try:
+                cls = classify(ev.error)
+            except ValueError as exc:
+                raise InvalidInstanceError(f"{where}.error", str(exc)) from None
+            if cls.severity.value != ev.severity:
+                raise InvalidInstanceError(f"{where}.error",
+                                           f"{ev.error!r} is {cls.severity.value}, not {ev.severity}")
+        if ev.kind == "failure":
+            if ev.node in down:
+                raise InvalidInstanceError(f"{where}.node", f"node {ev.node!r} is already down (SEV1) then")
+            if ev.severity == "sev1":
+                down.add(ev.node)
+        else:
+            if ev.node not in down:
+                raise InvalidInstanceError(f"{where}.node", f"node {ev.node!r} is not down then: nothing to repair")
+            down.discard(ev.node)

@@ -1,0 +1,336 @@
+"""The policies compared by the simulator, each a small class behind one interface.
+
+A policy sets the time-0 allocation (:meth:`Policy.setup`), says how long an
+error takes to detect, and reacts to a detected failure (:meth:`on_failure`,
+with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
+
+- ``unicron``: in-band detection; SEV1 -> the planner's optimal re-plan
+  (v1 Instance -> problem -> exact DP -> placement), SEV2 -> restart the
+  process (D_trans), SEV3 -> reattempt in place; re-plans on every capacity
+  change, with D_run = node MTBF x 3600 / H (``cost.node_mtbf_hours``).
+- ``greedy`` and ``equal-share``: the same detection and severity handling,
+  but their own allocation rule (ignoring transition cost), so that the gap to
+  ``unicron`` isolates the planner.
+- ``megatron``: NCCL-timeout detection; SEV1 stops the job until its node is
+  repaired, SEV2/SEV3 restart it; a restart costs resubmission + set-up + the
+  work since the last checkpoint (Unicron Fig. 2).
+- ``oobleck``: NCCL-timeout detection; each job shrinks onto its own surviving
+  GPUs (its best allowed count there) and grows back on repair, never taking
+  another job's GPUs; restarts and reconfigurations cost D_trans, with no work
+  lost (it recovers from pipeline replicas).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from unicron_plan import faultdata, severity
+from unicron_plan.simulate.engine import Engine, JobRun
+from unicron_plan.simulate.trace import SimEvent
+
+
+class Policy:
+    """Interface of a policy; subclasses override the reactions."""
+
+    name = "policy"
+    in_band = True
+
+    def detection_seconds(self, error: str) -> float:
+        """Seconds from the error to its detection under this policy."""
+        return severity.detection_seconds(error, in_band=self.in_band)
+
+    def setup(self, eng: Engine) -> None:
+        """Set every job's allocation at time 0 (default: the scenario's ``current``, split as FORMAT's
+        cluster state splits it)."""
+        from unicron_plan.cluster import previous_distribution
+
+        healthy = {n.id: n.gpus - len(n.failed_gpus) for n in eng.scenario.cluster.nodes}
+        split = previous_distribution(eng.scenario, healthy)
+        for j in eng.jobs:
+            j.alloc = dict(sorted(split[j.id].items(), key=lambda kv: eng.node_rank[kv[0]]))
+
+    def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
+        """React to a detected failure of ``ev.node`` that hit the jobs ``hit``."""
+        raise NotImplementedError
+
+    def on_repair(self, eng: Engine, node: str) -> None:
+        """React to ``node`` returning to service."""
+        raise NotImplementedError
+
+
+def restarted_since(job: JobRun, ev: SimEvent) -> bool:
+    """The job already began a restart or reconfiguration after the error: that one covers it."""
+    return job.last_restart >= ev.time
+
+
+# --------------------------------------------------------------------------- planners
+class PlannerPolicy(Policy):
+    """Re-plans the whole cluster on every capacity change through the v1 planner layers."""
+
+    def __init__(self):
+        self._cache: dict = {}
+
+    def choose(self, problem) -> dict[str, int]:
+        """Counts per job id for the built problem."""
+        raise NotImplementedError
+
+    def setup(self, eng: Engine) -> None:
+        super().setup(eng)
+        self.replan(eng, None, None, charge=False)
+
+    def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
+        if ev.severity == "sev1":
+            self.replan(eng, ev.node, None, charge=True)
+            return
+        for j in hit:
+            if restarted_since(j, ev) or j.count == 0:
+                continue
+            # SEV2: restart the process (a transition to the same layout); SEV3: reattempt in place.
+            eng.transition(j, eng.t, j.d_trans if ev.severity == "sev2" else faultdata.REATTEMPT_SECONDS)
+
+    def on_repair(self, eng: Engine, node: str) -> None:
+        self.replan(eng, None, node, charge=True)
+
+    def instance(self, eng: Engine, failed: str | None, repaired: str | None) -> dict:
+        """The v1 instance of the current state with a failure or repair event (or none)."""
+        listed_down = (eng.down - {failed}) | ({repaired} if repaired else set())
+        nodes = []
+        for n in eng.scenario.cluster.nodes:
+            d = n.model_dump(exclude_none=True)
+            if n.id in listed_down:
+                d["failed_gpus"] = list(range(n.gpus))
+            nodes.append(d)
+        jobs = []
+        for sj, j in zip(eng.scenario.jobs, eng.jobs):
+            d = sj.model_dump(exclude_none=True)
+            d["current"] = {"gpus": j.count, "nodes": list(j.alloc)}
+            jobs.append(d)
+        cost = {"node_mtbf_hours": eng.mtbf_hours}
+        if eng.scenario.cost.default_transition_seconds is not None:
+            cost["default_transition_seconds"] = eng.scenario.cost.default_transition_seconds
+        inst = {"schema_version": "1", "name": f"{eng.scenario.name}@{eng.t:.0f}s",
+                "cluster": {"gpu_types": {k: v.model_dump() for k, v in eng.scenario.cluster.gpu_types.items()},
+                            "nodes": nodes},
+                "jobs": jobs, "cost": cost, "isolation": eng.scenario.isolation}
+        if failed is not None:
+            inst["event"] = {"kind": "failure", "failed_nodes": [failed], "failed_gpus": []}
+        elif repaired is not None:
+            node = eng.nodes[repaired]
+            if node.failed_gpus:
+                inst["event"] = {"kind": "repair", "repaired_gpus": [
+                    {"node": repaired, "gpu": g} for g in range(node.gpus) if g not in node.failed_gpus]}
+            else:
+                inst["event"] = {"kind": "repair", "repaired_nodes": [repaired]}
+        return inst
+
+    def plan(self, eng: Engine, failed: str | None, repaired: str | None):
+        """(placement per job id, hit per job id) for the current state, cached per cluster state."""
+        key = (failed, repaired, frozenset(eng.down),
+               tuple((j.count, tuple(j.alloc)) for j in eng.jobs))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        from unicron_plan.placement import place
+        from unicron_plan.problem import build_problem
+        from unicron_plan.schema import Instance
+
+        problem = build_problem(Instance.model_validate(self.instance(eng, failed, repaired)))
+        counts = self.choose(problem)
+        placement = place(problem, counts)
+        out = (placement, dict(problem.state.hit))
+        self._cache[key] = out
+        return out
+
+    def replan(self, eng: Engine, failed: str | None, repaired: str | None, charge: bool) -> None:
+        """Apply the plan: every changed, hit or moved job transitions for its D_trans."""
+        placement, hit = self.plan(eng, failed, repaired)
+        eng.plans += 1
+        for j in eng.jobs:
+            new = {n: g for n, g in placement[j.id].items() if g > 0}
+            changed = sum(new.values()) != j.count or hit[j.id] or set(new) != set(j.alloc)
+            if not changed:
+                continue
+            j.alloc = new
+            if not charge:
+                continue
+            if j.count == 0:
+                eng.stop_blocks(j, eng.t)
+                eng.reconfigurations += 1
+            else:
+                eng.transition(j, eng.t, j.d_trans)
+
+
+class UnicronPolicy(PlannerPolicy):
+    """The planner's optimum: exact DP over the v1 problem (transition cost included)."""
+
+    name = "unicron"
+
+    def choose(self, problem) -> dict[str, int]:
+        from unicron_plan.solvers.dp import solve
+
+        return solve(problem).counts
+
+
+class GreedyPolicy(PlannerPolicy):
+    """Marginal greedy on weight x TFLOP/s per GPU, ignoring transition cost.
+
+    Per GPU type, from all jobs at 0, repeatedly apply the single step (a job to
+    a larger allowed count that fits) with the highest added F per added GPU.
+    """
+
+    name = "greedy"
+
+    def choose(self, problem) -> dict[str, int]:
+        import heapq
+
+        counts = {}
+        for gtype, cap in problem.capacity.items():
+            jobs = problem.jobs_of_type(gtype)
+            cur = {j.id: 0 for j in jobs}
+            left = cap
+
+            def best_step(j):
+                x = cur[j.id]
+                fx = j.f_of(x)
+                ok = (j.counts > x) & (j.counts - x <= left)
+                if not ok.any():
+                    return None
+                c = j.counts[ok]
+                ratio = (j.f[ok] - fx) / (c - x)
+                k = int(np.argmax(ratio))
+                return None if ratio[k] <= 0 else (-float(ratio[k]), j.index, int(c[k]))
+
+            # Lazy max-heap: a stored ratio only overestimates a job's best step once GPUs run out.
+            heap = [s for s in (best_step(j) for j in jobs) if s is not None]
+            heapq.heapify(heap)
+            by_index = {j.index: j for j in jobs}
+            while heap:
+                neg, idx, c = heapq.heappop(heap)
+                j = by_index[idx]
+                if c - cur[j.id] > left:
+                    step = best_step(j)
+                    if step is not None:
+                        heapq.heappush(heap, step)
+                    continue
+                left -= c - cur[j.id]
+                cur[j.id] = c
+                step = best_step(j)
+                if step is not None:
+                    heapq.heappush(heap, step)
+            counts.update(cur)
+        return counts
+
+
+class EqualSharePolicy(PlannerPolicy):
+    """Each GPU type's healthy GPUs split evenly among its jobs, rounded down to allowed counts."""
+
+    name = "equal-share"
+
+    def choose(self, problem) -> dict[str, int]:
+        counts = {}
+        for gtype, cap in problem.capacity.items():
+            jobs = [j for j in problem.jobs_of_type(gtype) if not j.exiting]
+            share = cap // len(jobs) if jobs else 0
+            for j in problem.jobs_of_type(gtype):
+                allowed = [c for c in j.counts.tolist() if c <= share]
+                counts[j.id] = max(allowed) if allowed and not j.exiting else 0
+        return counts
+
+
+# --------------------------------------------------------------------------- baselines
+class MegatronPolicy(Policy):
+    """Static allocation; timeout detection; SEV1 waits for the repair, then restarts from a checkpoint."""
+
+    name = "megatron"
+    in_band = False
+
+    def lost_work(self, job: JobRun, t_fail: float) -> float:
+        """Seconds of training since the job's last checkpoint at ``t_fail``."""
+        if t_fail <= job.run_start:
+            return 0.0
+        return (t_fail - job.run_start) % faultdata.CHECKPOINT_INTERVAL_SECONDS
+
+    def restart(self, eng: Engine, job: JobRun, lost: float) -> None:
+        """Resubmit + set up (transition), then recompute the work lost since the checkpoint."""
+        eng.transition(job, eng.t, faultdata.RESTART_SECONDS)
+        if lost > 0:
+            job.run_start = eng.append_block(job, lost, "recompute")
+
+    def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
+        for j in hit:
+            if ev.severity == "sev1":
+                if not j.waiting:
+                    j.pending_lost = 0.0 if restarted_since(j, ev) else self.lost_work(j, ev.time)
+                    eng.stop_blocks(j, eng.t)
+                j.waiting.add(ev.node)
+            elif not j.waiting and not restarted_since(j, ev):
+                self.restart(eng, j, self.lost_work(j, ev.time))
+
+    def on_repair(self, eng: Engine, node: str) -> None:
+        for j in eng.jobs:
+            if node in j.waiting:
+                j.waiting.discard(node)
+                if not j.waiting:
+                    self.restart(eng, j, j.pending_lost)
+                    j.pending_lost = 0.0
+
+
+class OobleckPolicy(Policy):
+    """Each job shrinks onto its own surviving GPUs and grows back on repair; timeout detection."""
+
+    name = "oobleck"
+    in_band = False
+
+    def setup(self, eng: Engine) -> None:
+        super().setup(eng)
+        self.own = {j.id: dict(j.alloc) for j in eng.jobs}  # the GPUs each job owns, per node
+
+    def best_alloc(self, eng: Engine, job: JobRun) -> dict[str, int]:
+        """The job's best allowed count on its own GPUs of nodes in service, placed on them in order."""
+        own = {n: g for n, g in self.own[job.id].items() if n not in eng.down}
+        avail = sum(own.values())
+        best_c, best_f = 0, 0.0
+        for c in sorted(job.table):
+            if c <= avail and job.f(c) > best_f:
+                best_c, best_f = c, job.f(c)
+        out, left = {}, best_c
+        for n, g in own.items():
+            take = min(left, g)
+            if take:
+                out[n] = take
+                left -= take
+        return out
+
+    def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
+        for j in hit:
+            if ev.severity == "sev1":
+                new = self.best_alloc(eng, j)
+                j.alloc = new
+                if j.count == 0:
+                    eng.stop_blocks(j, eng.t)
+                    eng.reconfigurations += 1
+                else:
+                    eng.transition(j, eng.t, j.d_trans)
+            elif not restarted_since(j, ev):
+                eng.transition(j, eng.t, j.d_trans)
+
+    def on_repair(self, eng: Engine, node: str) -> None:
+        for j in eng.jobs:
+            if node in self.own[j.id]:
+                new = self.best_alloc(eng, j)
+                if new != j.alloc:
+                    j.alloc = new
+                    eng.transition(j, eng.t, j.d_trans)
+
+
+POLICIES: dict[str, type[Policy]] = {
+    p.name: p for p in (UnicronPolicy, MegatronPolicy, OobleckPolicy, GreedyPolicy, EqualSharePolicy)
+}
+
+
+def make_policy(name: str) -> Policy:
+    """A fresh policy by name; ValueError lists the valid names."""
+    try:
+        return POLICIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}") from None

@@ -161,3 +161,22 @@ def test_library_event_instances_reach_their_recorded_optimum(name):
     plan = api.solve(inst)
     assert plan.objective == pytest.approx(inst.reference.objective, rel=1e-12)
     assert api.validate_plan(inst, plan).valid
+
+
+def test_exiting_jobs_do_not_count_against_max_changed_jobs():
+    """A leaving job is never 'changed' (FORMAT terms: charged nothing), so with
+    max_changed_jobs = 1 the remaining job may still grow onto the freed node."""
+    import json
+
+    from conftest import ROOT
+    from unicron_plan import solve, validate_plan
+
+    d = json.loads((ROOT / "instances" / "tiny-job-exit.json").read_text())
+    d.pop("reference", None)
+    d["max_changed_jobs"] = 1
+    for solver in ("auto", "milp", "cpsat"):
+        plan = solve(d, solver=solver)
+        assert validate_plan(d, plan).valid
+        assert {j.id: j.gpus for j in plan.jobs} == {"a": 16, "b": 0}, solver
+    d["max_changed_jobs"] = 0
+    assert {j.id: j.gpus for j in solve(d, solver="milp").jobs} == {"a": 8, "b": 0}

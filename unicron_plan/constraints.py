@@ -94,7 +94,7 @@ def precheck(problem) -> None:
             raise InfeasibleError(f"pinned jobs hold {used} GPUs on node {nid!r}, which has only "
                                   f"{state.nodes[nid].healthy_after} healthy GPUs after the event")
     if problem.max_changed_jobs is not None:
-        hit = [j.id for j in problem.jobs if j.hit]
+        hit = [j.id for j in problem.jobs if j.hit and not j.exiting]
         if len(hit) > problem.max_changed_jobs:
             raise InfeasibleError(
                 f"max_changed_jobs is {problem.max_changed_jobs} but {len(hit)} jobs were hit by the "

@@ -122,7 +122,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
             bad(f"{where}: transition_penalty {pj.transition_penalty} != {penalty}")
         total += g
         total_waf += f_y
-        changed_jobs += bool(cost.is_changed(y, x, hit))
+        changed_jobs += bool(cost.is_changed(y, x, hit, exiting))
         _check_constraints(job, where, state, split, x, y, hit, f_x * d_run, g, bad)
     for nid, used in used_per_node.items():
         node = state.nodes.get(nid)

@@ -52,7 +52,7 @@ def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution 
         return None
     counts, value = relaxation(problem)
     if problem.max_changed_jobs is not None:
-        changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit)) for j in problem.jobs)
+        changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit, j.exiting)) for j in problem.jobs)
         if changed > problem.max_changed_jobs:
             return None
     from unicron_plan.solvers.ipmodel import needs_node_level

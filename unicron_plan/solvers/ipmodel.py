@@ -140,8 +140,9 @@ def build(problem: Problem, node_level: bool | None = None) -> Formulation:
         _node_rows(m, problem, x_index)
     if problem.max_changed_jobs is not None:
         # changed_i = 1 - z[i, k_x] for unhit jobs (1 for hit ones, and when x is not allowed).
-        fixed = sum(1 for j in problem.jobs if j.hit or x_index[j.index] is None)
-        unhit = [j for j in problem.jobs if not j.hit and x_index[j.index] is not None]
+        # Exiting jobs are never changed (cost.is_changed).
+        fixed = sum(1 for j in problem.jobs if not j.exiting and (j.hit or x_index[j.index] is None))
+        unhit = [j for j in problem.jobs if not j.exiting and not j.hit and x_index[j.index] is not None]
         coefs = {m.z[(j.index, x_index[j.index])]: -1 for j in unhit}
         m.row(coefs, None, problem.max_changed_jobs - fixed - len(unhit))
     return m

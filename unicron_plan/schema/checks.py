@@ -15,6 +15,17 @@ def _unique(items, what: str) -> None:
         seen[item_id] = k
 
 
+def _check_refs(ids, known, path: str, what: str = "node") -> None:
+    """Every id of ``ids`` (at ``path[i]``) is in ``known`` and appears once."""
+    seen = set()
+    for i, item in enumerate(ids):
+        if item not in known:
+            raise InvalidInstanceError(f"{path}[{i}]", f"unknown {what} {item!r}")
+        if item in seen:
+            raise InvalidInstanceError(f"{path}[{i}]", f"{what} {item!r} is listed twice")
+        seen.add(item)
+
+
 def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | None = None) -> None:
     """Raise InvalidInstanceError on the first cross-field inconsistency.
 
@@ -49,13 +60,8 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             raise InvalidInstanceError(f"{where}.current.nodes", "a job with current.gpus 0 lists no nodes")
         if cur.gpus > 0 and not cur.nodes:
             raise InvalidInstanceError(f"{where}.current.nodes", f"the job holds {cur.gpus} GPUs but lists no nodes")
-        seen = set()
+        _check_refs(cur.nodes, nodes, f"{where}.current.nodes")
         for i, nid in enumerate(cur.nodes):
-            if nid not in nodes:
-                raise InvalidInstanceError(f"{where}.current.nodes[{i}]", f"unknown node {nid!r}")
-            if nid in seen:
-                raise InvalidInstanceError(f"{where}.current.nodes[{i}]", f"node {nid!r} is listed twice")
-            seen.add(nid)
             if nodes[nid].gpu_type != gtype:
                 raise InvalidInstanceError(f"{where}.current.nodes[{i}]",
                                            f"node {nid!r} has GPU type {nodes[nid].gpu_type!r}, the job runs on {gtype!r}")
@@ -83,13 +89,7 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
         _check_other_event(instance, nodes)
     elif instance.event is not None:
         ev = instance.event
-        seen_nodes = set()
-        for i, nid in enumerate(ev.failed_nodes):
-            if nid not in nodes:
-                raise InvalidInstanceError(f"event.failed_nodes[{i}]", f"unknown node {nid!r}")
-            if nid in seen_nodes:
-                raise InvalidInstanceError(f"event.failed_nodes[{i}]", f"node {nid!r} is listed twice")
-            seen_nodes.add(nid)
+        _check_refs(ev.failed_nodes, nodes, "event.failed_nodes")
         seen_gpus = set()
         for i, fg in enumerate(ev.failed_gpus):
             if fg.node not in nodes:
@@ -131,12 +131,9 @@ def _check_other_event(instance: Instance, nodes: dict) -> None:
     if ev.kind == "repair":
         if not ev.repaired_nodes and not ev.repaired_gpus:
             raise InvalidInstanceError("event.repaired_nodes", "a repair event names no node and no GPU")
+        _check_refs(ev.repaired_nodes, nodes, "event.repaired_nodes")
         whole = set()
         for i, nid in enumerate(ev.repaired_nodes):
-            if nid not in nodes:
-                raise InvalidInstanceError(f"event.repaired_nodes[{i}]", f"unknown node {nid!r}")
-            if nid in whole:
-                raise InvalidInstanceError(f"event.repaired_nodes[{i}]", f"node {nid!r} is listed twice")
             if not nodes[nid].failed_gpus:
                 raise InvalidInstanceError(f"event.repaired_nodes[{i}]",
                                            f"node {nid!r} has no failed GPU (failed_gpus is empty): nothing to repair")
@@ -154,13 +151,8 @@ def _check_other_event(instance: Instance, nodes: dict) -> None:
             seen.add((rg.node, rg.gpu))
         return
     jobs = {j.id: j for j in instance.jobs}
-    seen_jobs = set()
+    _check_refs(ev.jobs, jobs, "event.jobs", what="job")
     for i, jid in enumerate(ev.jobs):
-        if jid not in jobs:
-            raise InvalidInstanceError(f"event.jobs[{i}]", f"unknown job {jid!r}")
-        if jid in seen_jobs:
-            raise InvalidInstanceError(f"event.jobs[{i}]", f"job {jid!r} is listed twice")
-        seen_jobs.add(jid)
         if ev.kind == "job_arrival" and jobs[jid].current.gpus != 0:
             raise InvalidInstanceError(f"event.jobs[{i}]",
                                        f"arriving job {jid!r} must have current.gpus 0, not {jobs[jid].current.gpus}")

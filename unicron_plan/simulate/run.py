@@ -159,7 +159,6 @@ def summarize(runs: list[dict[str, Any]], policies: list[str]) -> dict[str, Any]
 
 def plot(run: dict[str, Any], path: str | os.PathLike) -> None:
     """Cumulative weighted TFLOP and WAF over time per policy (one run with ``record``), PNG via Agg."""
-    import io as _io
 
     import matplotlib
 
@@ -192,24 +191,7 @@ def plot(run: dict[str, Any], path: str | os.PathLike) -> None:
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    buf = _io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    from unicron_plan.io import save_figure_atomic
+
+    save_figure_atomic(fig, path, dpi=110)
     plt.close(fig)
-    _write_bytes_atomic(path, buf.getvalue())
-
-
-def _write_bytes_atomic(path, data: bytes) -> None:
-    import tempfile
-    from pathlib import Path
-
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

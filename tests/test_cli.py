@@ -148,3 +148,26 @@ def test_default_solver_is_dp_or_auto_when_the_dp_cannot_express_the_instance(ru
     assert json.loads(runner.invoke(app, ["solve", str(TINY)]).stdout)["solver"]["name"] == "dp"
     res = runner.invoke(app, ["solve", str(tp), "--solver", "dp"])
     assert res.exit_code == 2 and "tp 4" in res.stderr and res.stdout == ""
+
+
+def test_overflowing_terms_are_bad_input_not_a_crash(runner, tmp_path):
+    d = _base()
+    d["jobs"][0]["throughput"]["tflops"]["8"] = 1e308
+    path = tmp_path / "huge.json"
+    path.write_text(json.dumps(d))
+    res = runner.invoke(app, ["solve", str(path)])
+    assert res.exit_code == 2 and "jobs[0]" in res.stderr and "overflows" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and res.stdout == ""
+
+
+def test_unexpected_errors_are_one_line_exit_3(runner, monkeypatch):
+    from unicron_plan import api
+
+    def boom(*a, **k):
+        raise ZeroDivisionError("simulated bug")
+
+    monkeypatch.setattr(api, "solve", boom)
+    monkeypatch.delenv("UNICRON_DEBUG", raising=False)
+    res = runner.invoke(app, ["solve", str(TINY)])
+    assert res.exit_code == 3 and "internal error" in res.stderr and "simulated bug" in res.stderr
+    assert "Traceback" not in res.stderr

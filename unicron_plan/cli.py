@@ -40,6 +40,14 @@ def handle_errors(fn):
             _fail(3, str(exc))
         except UnicronError as exc:
             _fail(3, str(exc))
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # a bug: say so in one line; UNICRON_DEBUG=1 shows the traceback
+            import os
+
+            if os.environ.get("UNICRON_DEBUG"):
+                raise
+            _fail(3, f"internal error (a bug, please report it with the input): {type(exc).__name__}: {exc}")
     return wrapper
 
 

@@ -102,6 +102,7 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, dict[int, float]], dic
     return tables, layouts
 
 
+@np.errstate(over="ignore", invalid="ignore")  # an overflowing term is reported as bad input
 def build_problem(instance: Instance) -> Problem:
     """Check the instance, apply the event and tabulate every job's gains."""
     tables, layouts = resolve_tables(instance)
@@ -125,6 +126,10 @@ def build_problem(instance: Instance) -> Problem:
         d_trans = cost.d_trans_seconds(instance, job)
         hit = state.hit[job.id]
         gains = np.asarray(cost.gain(f, counts, x, f_x, hit, d_run, d_trans, exiting), dtype=float)
+        if not (np.isfinite(gains).all() and np.isfinite(f_x * d_trans)):
+            raise InvalidInstanceError(
+                f"jobs[{i}]", f"weight {job.weight} x TFLOP/s (up to {vals.max() if len(vals) else 0}) x "
+                              f"D_run {d_run} s (or x D_trans {d_trans} s) overflows a float; use smaller units")
         keep = constraints.allowed_mask(job, counts, gains, x, hit, f_x, d_run)
         counts, f, gains = counts[keep], f[keep], gains[keep]
         jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, hit, d_trans, f_x,

@@ -31,7 +31,7 @@ class Node(StrictModel):
 
     id: str = Field(min_length=1)
     gpu_type: str = Field(min_length=1)
-    gpus: int = Field(ge=1)
+    gpus: int = Field(ge=1, le=1024, description="GPUs in the node (at most 1024).")
     failed_gpus: list[int] = Field(default_factory=list,
                                    description="GPU indices already failed before the event.")
     rack: Optional[str] = None
@@ -76,8 +76,8 @@ class Throughput(StrictModel):
         if table is None:
             return table
         for key, value in table.items():
-            if not _COUNT_KEY.match(key):
-                raise ValueError(f"key {key!r} is not a decimal GPU count >= 1")
+            if not _COUNT_KEY.match(key) or len(key) > 8:
+                raise ValueError(f"key {key!r} is not a decimal GPU count from 1 to 99,999,999")
             if value < 0:
                 raise ValueError(f"key {key!r}: {value} is negative")
         return table

@@ -60,10 +60,15 @@ def dp_limitations(problem) -> list[str]:
     only, max_changed_jobs at least the number of jobs, tp 1) are not listed.
     """
     out = []
+    nodes_of: dict[str, list] = {}  # per GPU type, only when a locality limit asks
     for j in problem.jobs:
-        nodes = _type_nodes(problem, j.gpu_type)
         if j.tp > 1:
             out.append(f"jobs {j.id!r}: tp {j.tp}")
+        if j.max_nodes is None and not j.same_rack:
+            continue
+        if j.gpu_type not in nodes_of:
+            nodes_of[j.gpu_type] = _type_nodes(problem, j.gpu_type)
+        nodes = nodes_of[j.gpu_type]
         if j.max_nodes is not None and j.max_nodes < len(nodes):
             out.append(f"jobs {j.id!r}: max_nodes {j.max_nodes}")
         if j.same_rack and len({rack_key(n.id, n.rack) for n in nodes}) > 1:

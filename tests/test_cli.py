@@ -171,3 +171,16 @@ def test_unexpected_errors_are_one_line_exit_3(runner, monkeypatch):
     res = runner.invoke(app, ["solve", str(TINY)])
     assert res.exit_code == 3 and "internal error" in res.stderr and "simulated bug" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_validate_accepts_fields_added_by_other_producers(runner, tmp_path):
+    plan = json.loads(runner.invoke(app, ["solve", str(TINY)]).stdout)
+    plan["producer_note"] = "extra fields are allowed by FORMAT.md"
+    plan["jobs"][0]["priority_class"] = "gold"
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    assert runner.invoke(app, ["validate", str(TINY), str(path)]).exit_code == 0
+    del plan["jobs"][0]["gpus"]
+    path.write_text(json.dumps(plan))
+    res = runner.invoke(app, ["validate", str(TINY), str(path)])
+    assert res.exit_code == 2 and "jobs[0].gpus" in res.stderr

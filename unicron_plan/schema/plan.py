@@ -6,26 +6,26 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from unicron_plan.schema.base import StrictModel
+from unicron_plan.schema.base import OutputModel
 
 Action = Literal["keep", "shrink", "grow", "restart", "suspend", "resume", "idle"]
 
 
-class Status(StrictModel):
+class Status(OutputModel):
     """Why the solver stopped (termination) and what the plan is (solution), kept apart as Pyomo does."""
 
     termination: Literal["optimal", "time_limit", "infeasible", "error"]
     solution: Literal["optimal", "feasible", "none"]
 
 
-class Placement(StrictModel):
+class Placement(OutputModel):
     """GPUs a job takes on one node."""
 
     node: str
     gpus: int = Field(ge=1)
 
 
-class PlanJob(StrictModel):
+class PlanJob(OutputModel):
     """One job's decision."""
 
     id: str
@@ -43,7 +43,7 @@ class PlanJob(StrictModel):
         default=None, description="Layout (tp, pp, dp, micro_batch) for model-derived throughput.")
 
 
-class SolverInfo(StrictModel):
+class SolverInfo(OutputModel):
     """Which solver produced the plan and how long it took."""
 
     name: str
@@ -51,7 +51,7 @@ class SolverInfo(StrictModel):
     options: Optional[dict[str, float | int | str | bool]] = None
 
 
-class Plan(StrictModel):
+class Plan(OutputModel):
     """A reconfiguration plan: one entry per job of the instance."""
 
     schema_version: Literal["1"] = "1"

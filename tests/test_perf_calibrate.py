@@ -69,3 +69,16 @@ def test_rewritten_efficiency_file_is_reread(tmp_path):
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10_000_000))
     b = derive_table("gpt3-1.3b", "a100", 256, 2048, gpus=[16], efficiency_file=str(path))
     assert b.points[0].hardware_tflops_per_gpu < a.points[0].hardware_tflops_per_gpu
+
+
+def test_points_file_must_be_a_strict_json_object(tmp_path):
+    import pytest
+
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.perf.calibrate import calibrate
+
+    for text in ("[]", '{"points": NaN}'):
+        path = tmp_path / "points.json"
+        path.write_text(text)
+        with pytest.raises(InvalidInstanceError):
+            calibrate(str(path), str(tmp_path / "out.json"))

@@ -33,7 +33,7 @@ from typing import Optional
 
 import numpy as np
 
-from unicron_plan.io import write_atomic
+from unicron_plan.io import read_json, write_atomic
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.perf.iteration import RECOMPUTE_MODES, iteration_flops
 from unicron_plan.perf.layouts import search
@@ -76,6 +76,8 @@ def _measured_seconds(p: dict, k: int) -> float:
 
 
 def _validate(doc: dict) -> None:
+    if not isinstance(doc, dict):
+        raise InvalidInstanceError("(top level)", "a points file must be a JSON object")
     if not isinstance(doc.get("points"), list) or not doc["points"]:
         raise InvalidInstanceError("points", "a non-empty list of measured points is required")
     get_gpu(doc.get("gpu_type", ""), "gpu_type")
@@ -131,10 +133,7 @@ def calibrate(points_file: str, out_file: str, base_file: Optional[str] = None) 
 
     Returns the fitted constants (with their RMS log error in ``source``).
     """
-    try:
-        doc = json.loads(Path(points_file).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InvalidInstanceError("points_file", f"cannot read {points_file!r}: {exc}") from None
+    doc = read_json(points_file)  # strict: missing file, bad JSON, NaN -> InvalidInstanceError
     consts, _ = fit_constants(doc, base_file)
     data = json.loads(json.dumps(efficiency_data(base_file)))
     stack = doc.get("stack") or data["default_stack"][doc["gpu_type"]]

@@ -198,10 +198,9 @@ def efficiency_data(path: Optional[str] = None) -> dict:
 def _efficiency_data(path: Optional[str], mtime: Optional[int]) -> dict:
     if path is None:
         return _read("efficiency.json")
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InvalidInstanceError("efficiency_file", f"cannot read {path!r}: {exc}") from None
+    from unicron_plan.io import read_json
+
+    return read_json(path)  # strict: missing file, bad JSON, NaN -> InvalidInstanceError
 
 
 def clear_caches() -> None:

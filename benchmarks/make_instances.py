@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/make_instances.py
 
-Each instance comes from unicron_plan.generate (seeded); its reference
+Each instance comes from unicron_plan.tools.generate (seeded); its reference
 objective is the pruned DP's, accepted only when the plain reference DP
 (solvers.dp.solve_type_reference, no bounds, no windows) agrees, and, for
 the tiny one, brute force too.
@@ -14,9 +14,9 @@ import math
 from pathlib import Path
 
 from unicron_plan import api
-from unicron_plan.generate import generate_instance
+from unicron_plan.tools.generate import generate_instance
 from unicron_plan.io import dumps, write_atomic
-from unicron_plan.problem import build_problem
+from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import brute, dp
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from unicron_plan import api
-from unicron_plan.generate import generate_instance
+from unicron_plan.tools.generate import generate_instance
 from unicron_plan.io import dumps, write_atomic
-from unicron_plan.problem import build_problem
+from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import dp
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ the package's performance model):
 
 Failures: node MTBF from Llama 3's 3.79 interruptions per 1000 node-days
 (6332 h), SEV1 repair lognormal with median 12 h and sigma 1 ("hours to a
-day"), severity mix from Unicron's Figure 1 (unicron_plan.severity). The
+day"), severity mix from Unicron's Figure 1 (unicron_plan.faults.severity). The
 time-0 allocation of every scenario is the planner's optimum for the healthy
 cluster, so that every policy starts from the same place.
 """
@@ -32,9 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from unicron_plan import api, faultdata  # noqa: E402
+from unicron_plan import api  # noqa: E402
+from unicron_plan.faults import faultdata
 from unicron_plan.io import dumps, write_atomic  # noqa: E402
-from unicron_plan.severity import figure1_severity_mix  # noqa: E402
+from unicron_plan.faults.severity import figure1_severity_mix  # noqa: E402
 
 A800 = {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 400.0, "inter_node_gbps": 25.0}
 PARAMS_B = {"gpt3-1.3b": 1.3, "gpt3-2.7b": 2.7, "gpt3-6.7b": 6.7, "gpt3-13b": 13.0, "gpt3-175b": 175.0}

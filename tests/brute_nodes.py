@@ -14,7 +14,7 @@ import itertools
 import math
 from functools import lru_cache
 
-from unicron_plan.problem import build_problem
+from unicron_plan.core.problem import build_problem
 
 
 def _splits(total: int, caps: list[int], unit: int):
@@ -91,5 +91,5 @@ def _problem(instance):
     """build_problem without its infeasibility precheck (the brute force finds infeasibility itself)."""
     from unittest import mock
 
-    with mock.patch("unicron_plan.constraints.precheck", lambda p: None):
+    with mock.patch("unicron_plan.core.constraints.precheck", lambda p: None):
         return build_problem(instance)

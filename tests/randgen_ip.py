@@ -11,7 +11,7 @@ from randgen import GPU_SPEC, random_instance
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.io import parse_model
 from unicron_plan.schema import Instance
-from unicron_plan.schema.checks import check_instance
+from unicron_plan.core.checks import check_instance
 
 NODE_LEVEL = ("tp", "max_nodes", "same_rack")
 COUNT_LEVEL = ("pinned", "min_gain_fraction")

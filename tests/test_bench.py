@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from unicron_plan import bench
+from unicron_plan.tools import bench
 from unicron_plan.cli import app
-from unicron_plan.problem import RawSolution
+from unicron_plan.core.problem import RawSolution
 from unicron_plan.solvers import dp
 
 ROOT = Path(__file__).resolve().parent.parent

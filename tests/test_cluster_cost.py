@@ -2,9 +2,10 @@
 
 import pytest
 
-from unicron_plan import cost, load_instance, solve
-from unicron_plan.cluster import build_state
-from unicron_plan.problem import action_of, build_problem
+from unicron_plan import load_instance, solve
+from unicron_plan.core import cost
+from unicron_plan.core.cluster import build_state
+from unicron_plan.core.problem import action_of, build_problem
 
 from conftest import ROOT
 

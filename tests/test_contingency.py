@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 from randgen import random_instance
 from unicron_plan import api
 from unicron_plan.cli import app
-from unicron_plan.contingency import build_contingency, read_contingency, write_contingency
-from unicron_plan.generate import generate_instance
+from unicron_plan.plan.contingency import build_contingency, read_contingency, write_contingency
+from unicron_plan.tools.generate import generate_instance
 from unicron_plan.io import dumps, read_json
-from unicron_plan.problem import build_problem
+from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import brute, dp
 
 ROOT = Path(__file__).resolve().parent.parent

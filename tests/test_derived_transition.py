@@ -2,7 +2,8 @@
 
 import json
 
-from unicron_plan import cost, load_instance, solve, validate_plan
+from unicron_plan import load_instance, solve, validate_plan
+from unicron_plan.core import cost
 from unicron_plan.perf import derive_table, transition_seconds
 
 from conftest import ROOT

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from randgen import random_instance
 from strategies import tiny_instances
 from unicron_plan import solve, validate_plan
-from unicron_plan.problem import build_problem
+from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import dp
 from unicron_plan import load_instance
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from randgen import random_instance
 from unicron_plan import api
-from unicron_plan.generate import generate_instance
-from unicron_plan.problem import build_problem
+from unicron_plan.tools.generate import generate_instance
+from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import brute, dp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,7 +129,7 @@ def _scan_pick(candidates, free, need, racks, state, mine):
 
 
 def test_bucketed_placement_picks_like_the_full_scan(monkeypatch):
-    from unicron_plan import placement
+    from unicron_plan.plan import placement
 
     rng = np.random.default_rng(7)
     original = placement._FreePool.pick
@@ -170,8 +170,8 @@ def test_131072_gpus_1024_jobs_within_10_s_and_4_gib(tmp_path):
     code = (
         "import time, resource\n"
         "from unicron_plan import api\n"
-        "from unicron_plan.generate import generate_instance\n"
-        "from unicron_plan.problem import build_problem\n"
+        "from unicron_plan.tools.generate import generate_instance\n"
+        "from unicron_plan.core.problem import build_problem\n"
         "from unicron_plan.solvers import dp\n"
         "inst = api.load_instance(generate_instance(2, gpus=131072, jobs=1024))\n"
         "p = build_problem(inst)\n"

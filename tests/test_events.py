@@ -14,7 +14,7 @@ from unicron_plan import api
 from unicron_plan.cli import app
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.solvers.brute import solve as brute_solve
-from unicron_plan.problem import build_problem
+from unicron_plan.core.problem import build_problem
 
 GPU = {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 1600.0, "inter_node_gbps": 200.0}
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from unicron_plan import api
 from unicron_plan.cli import app
-from unicron_plan.generate import MODEL_MIX, generate_instance, generate_scenario, synthetic_curve
+from unicron_plan.tools.generate import MODEL_MIX, generate_instance, generate_scenario, synthetic_curve
 from unicron_plan.io import dumps
 
 

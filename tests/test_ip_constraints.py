@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from unicron_plan import api
-from unicron_plan.constraints import dp_limitations, hysteresis_threshold
-from unicron_plan.problem import build_problem
+from unicron_plan.core.constraints import dp_limitations, hysteresis_threshold
+from unicron_plan.core.problem import build_problem
 
 HERE = Path(__file__).resolve().parent.parent / "instances"
 

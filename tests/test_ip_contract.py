@@ -9,9 +9,9 @@ import pytest
 
 from brute_nodes import node_brute
 from unicron_plan import api
-from unicron_plan.constraints import dp_limitations
+from unicron_plan.core.constraints import dp_limitations
 from unicron_plan.errors import SolverUnavailableError
-from unicron_plan.problem import build_problem
+from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import REGISTRY
 
 LIBRARY = sorted((Path(__file__).resolve().parent.parent / "instances").glob("*.json"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from unicron_plan import faultdata, severity
-from unicron_plan.severity import Action, Detection, Severity
+from unicron_plan.faults import faultdata, severity
+from unicron_plan.faults.severity import Action, Detection, Severity
 
 
 @pytest.mark.parametrize("error,sev,action", [

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from simfixtures import F8, F16, one_job_trace, stressed_128
-from unicron_plan import api, faultdata
+from unicron_plan import api
+from unicron_plan.faults import faultdata
 from unicron_plan.io import dumps
 from unicron_plan.simulate import load_scenario, simulate, summarize
 from unicron_plan.simulate.policies import UnicronPolicy
@@ -135,7 +136,7 @@ class CheckedUnicron(UnicronPolicy):
     checked = 0
 
     def plan(self, eng, failed, repaired):
-        from unicron_plan.placement import place  # noqa: F401
+        from unicron_plan.plan.placement import place  # noqa: F401
 
         placement, hit = super().plan(eng, failed, repaired)
         inst = self.instance(eng, failed, repaired)

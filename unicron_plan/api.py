@@ -18,10 +18,10 @@ from typing import Any
 from unicron_plan.errors import PlanValidationError
 from unicron_plan.io import parse_json, parse_model, read_json
 from unicron_plan.schema import Instance, Plan
-from unicron_plan.schema.checks import check_instance
+from unicron_plan.core.checks import check_instance
 from unicron_plan.solvers import SolverOptions, get_solver
-from unicron_plan.validate import ValidationReport
-from unicron_plan.validate import validate_plan as _validate
+from unicron_plan.plan.validate import ValidationReport
+from unicron_plan.plan.validate import validate_plan as _validate
 
 
 def _load(model, source: Any):
@@ -66,7 +66,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     when the constraints admit no plan, and PlanValidationError if a solver ever returns a plan
     that does not validate (a bug).
     """
-    from unicron_plan.problem import build_problem, to_plan
+    from unicron_plan.core.problem import build_problem, to_plan
 
     # build_problem runs check_instance itself: parse only here, so the checks run once.
     instance = _load(Instance, instance)
@@ -78,7 +78,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     problem = build_problem(instance)
     built = time.perf_counter() - start
     if solver is None:
-        from unicron_plan.constraints import dp_limitations
+        from unicron_plan.core.constraints import dp_limitations
 
         solver = "auto" if dp_limitations(problem) else "dp"
     solve_fn = get_solver(solver)
@@ -98,8 +98,8 @@ def _derived(problem) -> tuple[dict, object]:
 
 def _from_contingency(instance: Instance, contingency) -> Plan | None:
     """The precomputed plan for the instance's event, placed and validated; None if there is none."""
-    from unicron_plan.contingency import lookup, read_contingency
-    from unicron_plan.problem import RawSolution, build_problem, to_plan
+    from unicron_plan.plan.contingency import lookup, read_contingency
+    from unicron_plan.core.problem import RawSolution, build_problem, to_plan
 
     start = time.perf_counter()
     index = contingency if isinstance(contingency, dict) else read_contingency(contingency)

@@ -139,7 +139,7 @@ def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (i
                 quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar.")):
     """Precompute the optimal plan for the failure of every single node (and rack) of INSTANCE."""
     from unicron_plan import api
-    from unicron_plan.contingency import build_contingency, write_contingency
+    from unicron_plan.plan.contingency import build_contingency, write_contingency
 
     index = build_contingency(api.load_instance(instance), racks=racks, progress=not quiet)
     path = write_contingency(index, out)
@@ -169,8 +169,8 @@ def generate(out: Path = typer.Argument(..., help="File to write."),
              scenario: bool = typer.Option(False, "--scenario", help="Write a scenario instead of an instance."),
              duration_hours: float = typer.Option(720.0, "--duration-hours", help="Scenario length."),
              name: Optional[str] = typer.Option(None, "--name")):
-    """Write a seeded instance (or scenario) drawn from the documented distributions (unicron_plan.generate)."""
-    from unicron_plan.generate import generate_instance, generate_scenario
+    """Write a seeded instance (or scenario) drawn from the documented distributions (unicron_plan.tools.generate)."""
+    from unicron_plan.tools.generate import generate_instance, generate_scenario
     from unicron_plan.io import dumps, write_atomic
 
     kwargs = dict(gpus=gpus, jobs=jobs, gpus_per_node=gpus_per_node, nodes_per_rack=nodes_per_rack,
@@ -193,7 +193,7 @@ def bench(instances: list[str] = typer.Argument(..., help="Instance files, or ge
           floor: float = typer.Option(0.01, "--floor", help="Times below this many seconds count as this."),
           quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar.")):
     """Run solvers side by side and print median times, objectives and gaps; --check exits 1 on a regression."""
-    from unicron_plan import bench as b
+    from unicron_plan.tools import bench as b
     from unicron_plan.io import dumps, read_json, write_atomic
 
     results = b.run_bench(instances, solver, runs=runs, process=process, time_limit=time_limit,

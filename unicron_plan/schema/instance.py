@@ -2,7 +2,7 @@
 
 Field-level rules live here (types, ranges, closed objects); rules that relate
 fields to each other (unique ids, references, allocations that fit) live in
-:mod:`unicron_plan.schema.checks` so that their errors can name the exact path.
+:mod:`unicron_plan.core.checks` so that their errors can name the exact path.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class TraceEvent(StrictModel):
     severity: Optional[Literal["sev1", "sev2", "sev3"]] = Field(
         default=None, description="Required for a failure, absent for a repair.")
     error: Optional[str] = Field(
-        default=None, description="Error kind of unicron_plan.severity (sets the in-band detection time); "
+        default=None, description="Error kind of unicron_plan.faults.severity (sets the in-band detection time); "
                                   "absent: the most frequent kind of that severity in Unicron's Figure 1.")
 
     @model_validator(mode="after")
@@ -101,7 +101,7 @@ class Scenario(StrictModel):
 def check_scenario(scenario: Scenario) -> None:
     """Cross-field checks: the time-0 instance is valid, and the trace is consistent in time order."""
     from unicron_plan.errors import InvalidInstanceError
-    from unicron_plan.schema.checks import check_instance
+    from unicron_plan.core.checks import check_instance
     from unicron_plan.schema.instance import Cost, Instance
 
     inst = Instance.model_construct(
@@ -127,7 +127,7 @@ def check_scenario(scenario: Scenario) -> None:
             raise InvalidInstanceError(f"{where}.time_hours",
                                        f"{ev.time_hours} is after duration_hours {scenario.duration_hours}")
         if ev.error is not None:
-            from unicron_plan.severity import classify
+            from unicron_plan.faults.severity import classify
 
             try:
                 cls = classify(ev.error)

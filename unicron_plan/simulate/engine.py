@@ -20,7 +20,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from unicron_plan import cost
+from unicron_plan.core import cost
 from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.trace import SimEvent
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from unicron_plan import faultdata, severity
+from unicron_plan.faults import faultdata, severity
 from unicron_plan.simulate.engine import Engine, JobRun
 from unicron_plan.simulate.trace import SimEvent
 
@@ -42,7 +42,7 @@ class Policy:
     def setup(self, eng: Engine) -> None:
         """Set every job's allocation at time 0 (default: the scenario's ``current``, split as FORMAT's
         cluster state splits it)."""
-        from unicron_plan.cluster import previous_distribution
+        from unicron_plan.core.cluster import previous_distribution
 
         healthy = {n.id: n.gpus - len(n.failed_gpus) for n in eng.scenario.cluster.nodes}
         split = previous_distribution(eng.scenario, healthy)
@@ -130,8 +130,8 @@ class PlannerPolicy(Policy):
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        from unicron_plan.placement import place
-        from unicron_plan.problem import build_problem
+        from unicron_plan.plan.placement import place
+        from unicron_plan.core.problem import build_problem
         from unicron_plan.schema import Instance
 
         problem = build_problem(Instance.model_validate(self.instance(eng, failed, repaired)))

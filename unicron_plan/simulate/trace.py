@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from unicron_plan import severity
+from unicron_plan.faults import severity
 from unicron_plan.schema.scenario import Scenario
 
 
@@ -28,7 +28,7 @@ class SimEvent:
 
 
 def _most_frequent(sev: str) -> str:
-    from unicron_plan import faultdata
+    from unicron_plan.faults import faultdata
 
     return max(severity.errors_of(sev), key=lambda e: faultdata.FIGURE1_PERCENT[e])
 

@@ -1,10 +1,10 @@
 """``auto``: the DP when it is exact for the instance, else an integer-programming backend.
 
-1. No constraint beyond what the DP expresses (:func:`unicron_plan.constraints.dp_limitations`
+1. No constraint beyond what the DP expresses (:func:`unicron_plan.core.constraints.dp_limitations`
    empty: the separable problem, pinned jobs, hysteresis): the DP.
 2. Otherwise the DP's optimum of the relaxation (node-level constraints and the churn
    limit dropped) is an upper bound; if its counts respect ``max_changed_jobs`` and
-   :func:`unicron_plan.placement.place_constrained` places them under every node-level
+   :func:`unicron_plan.plan.placement.place_constrained` places them under every node-level
    constraint, that plan is optimal (value = bound) and is returned (``backend: dp+place``).
 3. Else ``milp`` (PuLP + HiGHS), or ``cpsat`` when HiGHS is missing.
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import time
 
-from unicron_plan import cost
-from unicron_plan.constraints import dp_limitations
+from unicron_plan.core import cost
+from unicron_plan.core.constraints import dp_limitations
 from unicron_plan.errors import SolverUnavailableError
-from unicron_plan.problem import Problem, RawSolution
+from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 
 PLACE_SECONDS = 5.0  # at most this long (or half the time limit) for step 2's placement
@@ -44,7 +44,7 @@ def choose(problem: Problem) -> str:
 
 def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution | None:
     """Step 2: the DP relaxation's counts, if they can be placed under every constraint."""
-    from unicron_plan.placement import place_constrained
+    from unicron_plan.plan.placement import place_constrained
     from unicron_plan.solvers import cpsat
     from unicron_plan.solvers.dp import relaxation
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import itertools
 import math
 
-from unicron_plan.constraints import dp_limitations
+from unicron_plan.core.constraints import dp_limitations
 from unicron_plan.errors import InfeasibleError, SolverUnavailableError
-from unicron_plan.problem import Problem, RawSolution
+from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 
 MAX_COMBINATIONS = 2_000_000

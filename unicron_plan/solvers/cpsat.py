@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from unicron_plan.problem import Problem, RawSolution
+from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 from unicron_plan.solvers import ipmodel
 

@@ -33,9 +33,9 @@ import math
 
 import numpy as np
 
-from unicron_plan.constraints import dp_limitations
+from unicron_plan.core.constraints import dp_limitations
 from unicron_plan.errors import InfeasibleError, SolverUnavailableError
-from unicron_plan.problem import JobTerms, Problem, RawSolution
+from unicron_plan.core.problem import JobTerms, Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 
 MEMORY_BUDGET_BYTES = 512 * 2**20

@@ -10,7 +10,7 @@ The mathematics is in docs/solvers.md. Two forms:
 * count level (no node-level constraint): binaries z[i,k] (job i takes its k-th
   allowed count c_ik), sum_k z[i,k] = 1, per GPU type sum c_ik z[i,k] <= capacity,
   and, with ``max_changed_jobs``, sum of changed indicators <= K; counts are
-  then placed by :mod:`unicron_plan.placement`;
+  then placed by :mod:`unicron_plan.plan.placement`;
 * node level (tp, max_nodes or same_rack present): in addition integer
   b[i,n] tp-groups of job i on node n, sum_n tp_i b[i,n] = sum_k c_ik z[i,k],
   sum_i tp_i b[i,n] <= healthy_n, binaries u[i,n] (uses node n) for max_nodes,
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from unicron_plan.cluster import rack_key
-from unicron_plan.constraints import dp_limitations, eligible_nodes, stays
-from unicron_plan.problem import Problem
+from unicron_plan.core.cluster import rack_key
+from unicron_plan.core.constraints import dp_limitations, eligible_nodes, stays
+from unicron_plan.core.problem import Problem
 
 
 @dataclass

@@ -17,7 +17,7 @@ import sys
 import warnings
 
 from unicron_plan.errors import InfeasibleError, SolverUnavailableError, UnicronError
-from unicron_plan.problem import Problem, RawSolution
+from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 from unicron_plan.solvers import ipmodel
 

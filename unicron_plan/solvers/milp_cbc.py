@@ -6,7 +6,7 @@ DP relaxation's optimum (see :mod:`unicron_plan.solvers.milp`).
 
 from __future__ import annotations
 
-from unicron_plan.problem import Problem, RawSolution
+from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 from unicron_plan.solvers import milp
 

@@ -32,7 +32,7 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
     ``tables`` are the throughput tables per job id (derived ones included);
     when omitted, only jobs with a literal table are checked against it.
     """
-    from unicron_plan.cluster import previous_distribution
+    from unicron_plan.core.cluster import previous_distribution
 
     cluster = instance.cluster
     _unique([n.id for n in cluster.nodes], "cluster.nodes")
@@ -105,7 +105,7 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
 def _check_job_constraints(instance: Instance, split: dict[str, dict[str, int]]) -> None:
     """The current allocation must satisfy the job's own constraints (tp, max_nodes, same_rack),
     so that keeping it is always a valid choice (docs/solvers.md, "Constraints")."""
-    from unicron_plan.cluster import rack_key
+    from unicron_plan.core.cluster import rack_key
 
     racks = {n.id: rack_key(n.id, n.rack) for n in instance.cluster.nodes}
     for k, job in enumerate(instance.jobs):

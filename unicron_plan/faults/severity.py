@@ -2,13 +2,13 @@
 
 Example::
 
-    >>> from unicron_plan import severity
+    >>> from unicron_plan.faults import severity
     >>> severity.classify("ecc_error").action
     <Action.RECONFIGURE: 'isolate_and_replan'>
     >>> severity.detection_seconds("task_hang"), severity.detection_seconds("task_hang", in_band=False)
     (60.0, 1800.0)
 
-The constants live in :mod:`unicron_plan.faultdata`, with their sources.
+The constants live in :mod:`unicron_plan.faults.faultdata`, with their sources.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from enum import Enum
 
 import numpy as np
 
-from unicron_plan import faultdata
+from unicron_plan.faults import faultdata
 
 
 class Severity(str, Enum):

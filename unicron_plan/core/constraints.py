@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from unicron_plan.cluster import rack_key
+from unicron_plan.core.cluster import rack_key
 from unicron_plan.errors import InfeasibleError
 
 

@@ -82,7 +82,7 @@ class ClusterState:
 def build_state(instance: Instance) -> ClusterState:
     """Apply the event to the cluster (node or GPU isolation) and find the hit jobs.
 
-    Assumes the instance passed :func:`unicron_plan.schema.checks.check_instance`.
+    Assumes the instance passed :func:`unicron_plan.core.checks.check_instance`.
     """
     event = instance.event
     failure = event if event is not None and event.kind == "failure" else None

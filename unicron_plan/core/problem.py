@@ -1,7 +1,7 @@
 """Instance -> dense, index-stable problem; raw solution -> Plan.
 
 Like a cvxpy reduction: :func:`build_problem` maps ids to indices and the
-objective to per-job gain vectors (via :mod:`unicron_plan.cost`), solvers work
+objective to per-job gain vectors (via :mod:`unicron_plan.core.cost`), solvers work
 on indices only, and :func:`to_plan` maps their answer back to ids.
 """
 
@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from unicron_plan import constraints, cost
-from unicron_plan.cluster import ClusterState, build_state
+from unicron_plan.core import constraints, cost
+from unicron_plan.core.cluster import ClusterState, build_state
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.schema import Instance, Placement, Plan, PlanJob, SolverInfo, Status
-from unicron_plan.schema.checks import check_instance
+from unicron_plan.core.checks import check_instance
 
 
 @dataclass
@@ -36,7 +36,7 @@ class JobTerms:
     gains: np.ndarray  # G(y) at counts
     layouts: dict[int, dict[str, int]] = field(default_factory=dict)
     d_run: float = 0.0
-    # Constraints of issue 3 (unicron_plan.constraints); counts above are already filtered.
+    # Node-level and churn constraints (unicron_plan.core.constraints); counts above are already filtered.
     tp: int = 1
     pinned: bool = False
     max_nodes: int | None = None
@@ -172,7 +172,7 @@ def action_of(x: int, y: int, hit: bool, moved: bool) -> str:
 
 def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
     """Place the counts on nodes and assemble the v1 plan."""
-    from unicron_plan.placement import place
+    from unicron_plan.plan.placement import place
 
     placement = raw.placement if raw.placement is not None else place(problem, raw.counts)
     plan_jobs = []

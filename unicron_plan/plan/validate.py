@@ -1,6 +1,6 @@
 """Independent plan checker: every constraint of FORMAT.md, and the objective recomputed.
 
-It shares only the cluster state and the cost terms (:mod:`unicron_plan.cost`)
+It shares only the cluster state and the cost terms (:mod:`unicron_plan.core.cost`)
 with the solvers, never their arithmetic, so a solver bug cannot hide here.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from unicron_plan import cost
-from unicron_plan.cluster import build_state
-from unicron_plan.problem import action_of, resolve_tables
+from unicron_plan.core import cost
+from unicron_plan.core.cluster import build_state
+from unicron_plan.core.problem import action_of, resolve_tables
 from unicron_plan.schema import Instance, Plan
-from unicron_plan.schema.checks import check_instance
+from unicron_plan.core.checks import check_instance
 
 REL_TOL = 1e-9
 

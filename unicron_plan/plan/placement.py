@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 
-from unicron_plan.problem import Problem
+from unicron_plan.core.problem import Problem
 
 
 def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]:

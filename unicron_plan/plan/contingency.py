@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from unicron_plan import cost
+from unicron_plan.core import cost
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.schema import Instance
 
@@ -189,7 +189,7 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
     from the state before any failure. Returns the JSON-ready index.
     """
     from unicron_plan.solvers.dp import pareto_arrays
-    from unicron_plan.problem import build_problem
+    from unicron_plan.core.problem import build_problem
 
     start = time.perf_counter()
     base = instance.model_copy(update={"event": None})

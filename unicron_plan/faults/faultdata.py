@@ -1,5 +1,5 @@
 """Failure, detection and recovery constants: the one place the simulator and
-:mod:`unicron_plan.severity` take them from.
+:mod:`unicron_plan.faults.severity` take them from.
 
 Each constant cites its source in ``shared/data/failures.md`` ("failures.md"
 below). Constants marked ASSUMPTION have no number in that file; they are

@@ -10,7 +10,7 @@ Solvers that are not registered or whose backend is missing are reported as
 ``unavailable``, never silently skipped.
 
 An instance is a path, or ``generate:KEY=VALUE,...`` (keys of
-:func:`unicron_plan.generate.generate_instance`, e.g.
+:func:`unicron_plan.tools.generate.generate_instance`, e.g.
 ``generate:gpus=131072,jobs=1024,seed=2``) for instances too big to commit.
 """
 
@@ -33,7 +33,7 @@ def _load(spec: str):
     from unicron_plan.api import load_instance
 
     if spec.startswith("generate:"):
-        from unicron_plan.generate import generate_instance
+        from unicron_plan.tools.generate import generate_instance
 
         kwargs = {}
         for part in filter(None, spec[len("generate:"):].split(",")):
@@ -78,7 +78,7 @@ def run_bench(specs: list[str], solvers: list[str], runs: int = 3, process: bool
     """Benchmark ``solvers`` on every instance ``spec``; returns the JSON-ready results."""
     from unicron_plan import api
     from unicron_plan.errors import SolverUnavailableError, UnicronError
-    from unicron_plan.problem import build_problem
+    from unicron_plan.core.problem import build_problem
     from unicron_plan.solvers import SolverOptions, get_solver
 
     results = {"schema_version": "1", "kind": "bench", "machine": machine(), "runs": runs,

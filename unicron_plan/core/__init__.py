@@ -1,0 +1,1 @@
+"""The planning model: cluster state, cross-field checks, constraints, objective terms and the dense problem."""

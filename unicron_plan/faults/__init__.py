@@ -1,0 +1,1 @@
+"""Failure taxonomy, severity classes and the failure, detection and recovery constants."""

@@ -1,0 +1,1 @@
+"""Instance and scenario generators and the benchmark harness."""

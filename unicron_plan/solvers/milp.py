@@ -192,14 +192,14 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
             raise InfeasibleError(f"no plan found ({termination}); raise the time limit")
         info = {**info, "fallback": "keep-or-suspend"}
     counts = model.counts(values)
-    objective = problem.objective(counts)
+    objective = problem.objective(counts, model.placement(values))
     if termination != "optimal" and "fallback" not in info:
         # A time-limited incumbent can be worse than simply keeping everyone who can stay.
         hint = model.hint_values()
-        if model.feasible(hint) and problem.objective(model.counts(hint)) > objective:
+        if model.feasible(hint) and problem.objective(model.counts(hint), model.placement(hint)) > objective:
             values, info = hint, {**info, "fallback": "keep-or-suspend"}
             counts = model.counts(values)
-            objective = problem.objective(counts)
+            objective = problem.objective(counts, model.placement(values))
     _, relaxed = relaxation(problem)
     solver_bound = result["bound"]
     if solver_bound < objective - 1e-9 * max(1.0, abs(objective)):

@@ -36,7 +36,7 @@ class JobTerms:
     gains: np.ndarray  # G(y) at counts
     layouts: dict[int, dict[str, int]] = field(default_factory=dict)
     d_run: float = 0.0
-    # Constraints of issue 3 (unicron_plan.constraints); counts above are already filtered.
+    # Constraints (unicron_plan.constraints); counts above are already filtered.
     tp: int = 1
     pinned: bool = False
     max_nodes: int | None = None
@@ -138,14 +138,18 @@ def build_problem(instance: Instance) -> Problem:
             raise InvalidInstanceError(
                 f"jobs[{i}]", f"weight {job.weight} x TFLOP/s (up to {vals.max() if len(vals) else 0}) x "
                               f"D_run {d_run} s (or x D_trans {d_trans} s) overflows a float; use smaller units")
-        keep = constraints.allowed_mask(job, counts, gains, x, hit, f_x, d_run)
+        keep = constraints.allowed_mask(job, counts, gains, x, hit, f_x, d_run, exiting)
         counts, f, gains = counts[keep], f[keep], gains[keep]
         jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, hit, d_trans, f_x,
                              table, counts, f, gains, layouts.get(job.id, {}), d_run,
-                             tp=job.tp or 1, pinned=bool(job.pinned), max_nodes=job.max_nodes,
-                             same_rack=bool(job.same_rack), min_gain_fraction=job.min_gain_fraction,
+                             tp=job.tp or 1, pinned=bool(job.pinned) and not exiting, max_nodes=job.max_nodes,
+                             same_rack=bool(job.same_rack),
+                             min_gain_fraction=None if exiting else job.min_gain_fraction,
                              exiting=exiting))
-    problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=instance.max_changed_jobs)
+    limit = instance.max_changed_jobs
+    if limit is not None:
+        limit = min(limit, len(jobs))  # a larger limit binds nothing (and must not overflow a solver)
+    problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=limit)
     constraints.precheck(problem)
     return problem
 

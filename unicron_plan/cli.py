@@ -274,17 +274,17 @@ def full_app() -> typer.Typer:
     return register_extra_commands()
 
 
-# --- simulate (issue 5) ---
+# --- simulate ---
 @app.command()
 @handle_errors
-def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (FORMAT.md, Scenario)."),
+def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs/format.md, Scenario)."),
              policy: Optional[list[str]] = typer.Option(
                  None, "--policy", "-p", help="Policy (repeatable): unicron, megatron, oobleck, greedy, "
                                               "equal-share. Default: all."),
              seed: int = typer.Option(0, "--seed", help="Seed of the first run (run i uses seed + i)."),
              seeds: int = typer.Option(1, "--seeds", min=1, help="Runs; more than 1 reports means and 95% intervals."),
              workers: int = typer.Option(2, "--workers", min=1, help="Processes for --seeds."),
-             as_json: bool = typer.Option(False, "--json", help="Print the result JSON (FORMAT.md)."),
+             as_json: bool = typer.Option(False, "--json", help="Print the result JSON (docs/format.md)."),
              plot: Optional[Path] = typer.Option(None, "--plot", help="PNG: cumulative weighted TFLOP and WAF "
                                                                        "over time (first seed)."),
              out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the JSON here too.")):
@@ -347,7 +347,7 @@ def _print_summary(result: dict, names: list[str]) -> None:
 
     table = Table(title=f"{result['scenario']} (seed {result['seed']}"
                         + (f", {result['seeds']} seeds" if "seeds" in result else "") + ")")
-    for col in ("policy", "weighted TFLOP", "policy / unicron", "reconfigs", "detection h", "transition h",
+    for col in ("policy", "weighted TFLOP", "unicron / policy", "reconfigs", "detection h", "transition h",
                 "sub-healthy h"):
         table.add_column(col, justify="right" if col != "policy" else "left")
     ref = result["policies"].get("unicron", {}).get("weighted_tflop")
@@ -355,7 +355,8 @@ def _print_summary(result: dict, names: list[str]) -> None:
         r = result["policies"][name]
         dh = r["downtime_hours"]
         table.add_row(name, f"{r['weighted_tflop']:.4e}",
-                      f"{r['weighted_tflop'] / ref:.4f}" if ref else "-", f"{r['reconfigurations']:g}",
+                      f"{ref / r['weighted_tflop']:.4f}" if ref and r["weighted_tflop"] else "-",
+                      f"{r['reconfigurations']:g}",
                       f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}")
     console = Console()
     if not console.is_terminal:

@@ -39,7 +39,7 @@ class NodeHealth:
 
 @dataclass
 class ClusterState:
-    """Derived state of the cluster after the event (see FORMAT.md, Objective)."""
+    """Derived state of the cluster after the event (see docs/format.md, Objective)."""
 
     instance: Instance
     nodes: dict[str, NodeHealth]
@@ -61,7 +61,7 @@ class ClusterState:
         return cap
 
     def nodes_in_service(self) -> int:
-        """H of FORMAT.md: nodes not failed, not drained, with a healthy GPU."""
+        """H of docs/format.md: nodes not failed, not drained, with a healthy GPU."""
         return sum(1 for n in self.nodes.values() if not n.drained and n.healthy_after > 0)
 
     @cached_property

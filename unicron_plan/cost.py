@@ -1,4 +1,4 @@
-"""The objective's terms, in one place (FORMAT.md, "Objective").
+"""The objective's terms, in one place (docs/format.md, "Objective").
 
 Every solver and the validator compute WAF, D_run, the transition penalty and
 a job's term G_i through these functions; nothing re-derives them.
@@ -51,7 +51,7 @@ def derived_transition_seconds(model: str, gpu_type: str, global_batch: int, seq
     each GPU's state (weights and optimizer states) loaded from the nearest copy after a
     failure (a data-parallel replica, else the in-memory checkpoint), plus restart set-up.
 
-    One value per job, as the objective's D_trans_i is (FORMAT.md); 0 for a queued job,
+    One value per job, as the objective's D_trans_i is (docs/format.md); 0 for a queued job,
     whose penalty F(0) * D_trans is 0 anyway.
     """
     if gpus == 0:

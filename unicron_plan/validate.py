@@ -1,4 +1,4 @@
-"""Independent plan checker: every constraint of FORMAT.md, and the objective recomputed.
+"""Independent plan checker: every constraint of docs/format.md, and the objective recomputed.
 
 It shares only the cluster state and the cost terms (:mod:`unicron_plan.cost`)
 with the solvers, never their arithmetic, so a solver bug cannot hide here.

@@ -1,4 +1,4 @@
-"""The v1 instance: cluster, jobs, event and cost (FORMAT.md, "Instance").
+"""The v1 instance: cluster, jobs, event and cost (docs/format.md, "Instance").
 
 Field-level rules live here (types, ranges, closed objects); rules that relate
 fields to each other (unique ids, references, allocations that fit) live in

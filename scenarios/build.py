@@ -119,6 +119,9 @@ def library() -> dict[str, dict]:
 
 def main() -> None:
     """Write every scenario of the library next to this file."""
+    import argparse
+
+    argparse.ArgumentParser(description="Rewrite the scenario library scenarios/*.json.").parse_args()
     here = Path(__file__).resolve().parent
     for stem, sc in library().items():
         write_atomic(here / f"{stem}.json", dumps(sc))

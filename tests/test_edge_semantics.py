@@ -119,3 +119,13 @@ def test_huge_churn_limit_and_constraint_values_do_not_overflow(tiny_instance):
     tiny_instance["jobs"][0]["max_nodes"] = 10 ** 30
     for solver in ("milp", "milp-cbc", "cpsat", "auto"):
         assert api.solve(tiny_instance, solver=solver).jobs[0].gpus == 8
+
+
+def test_huge_objective_coefficients_are_solved_not_errors():
+    # Found by the fuzz test: D_run = 2**63 s made HiGHS give up ("Unknown"), an exit 3.
+    inst = json.loads((ROOT / "instances" / "ip-max-changed-jobs.json").read_text())
+    inst["cost"]["expected_run_seconds"] = 2 ** 63
+    plans = {s: api.solve(inst, solver=s) for s in ("milp", "milp-cbc", "cpsat", "auto")}
+    for s, plan in plans.items():
+        assert plan.status.solution == "optimal", s
+        assert plan.objective == pytest.approx(plans["cpsat"].objective, rel=1e-9)

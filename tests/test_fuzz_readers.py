@@ -8,7 +8,8 @@ Two kinds of mutations of valid documents, drawn from a seeded numpy Generator:
 * textual (truncation, NaN, nesting deeper than allowed, a duplicate key, invalid UTF-8): the
   text is not valid input, so the command must exit exactly 2.
 
-Set UNICRON_FUZZ_SECONDS to fuzz longer (the default run takes about BUDGET seconds per reader).
+Set UNICRON_FUZZ_SECONDS to fuzz longer and UNICRON_FUZZ_SEED to draw other inputs (the default
+run takes about BUDGET seconds per reader).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from unicron_plan.contingency import build_contingency, write_contingency
 from unicron_plan.errors import InvalidInstanceError
 
 BUDGET = float(os.environ.get("UNICRON_FUZZ_SECONDS", "2.0"))  # seconds per reader
+SEED = int(os.environ.get("UNICRON_FUZZ_SEED", "0"))  # added to each reader's seed
 CASE_SECONDS = 20  # one input taking longer than this is a hang
 ODD = [-1, 0, 1, -0.0, 0.5, 1e308, -1e308, 10 ** 30, 2 ** 63, "", "x", "a\nb\x1b", "x" * 100_000,
        [], {}, None, True, False, [[[[[[[[[[]]]]]]]]]], {"zz": 1}, [1, 2, 3], ["n0"], 8]
@@ -112,6 +114,7 @@ def fuzz(tmp_path, corpus, command, reader, seed):
     """Mutate documents of ``corpus`` until the budget is spent; ``command(path)`` is the CLI call."""
     import time
 
+    seed += SEED
     rng = np.random.default_rng(seed)
     start, cases = time.perf_counter(), 0
     path = tmp_path / "input.json"

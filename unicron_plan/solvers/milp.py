@@ -47,7 +47,12 @@ def build_lp(model: ipmodel.Formulation):
     else:  # pragma: no cover - older PuLP
         xs = [pulp.LpVariable(name, lowBound=lo, upBound=hi, cat=pulp.LpInteger)
               for name, lo, hi in zip(model.names, model.lb, model.ub)]
-    lp += pulp.lpSum(c * xs[v] for v, c in model.objective.items())
+    # Scaled by a power of two so the largest coefficient is about 1 (exact in floating point):
+    # HiGHS gives up ("Unknown") on objectives near 1e22; the plan's objective is recomputed anyway.
+    top = max((abs(c) for c in model.objective.values()), default=0.0)
+    scale = 2.0 ** -math.frexp(top)[1] if top > 0 else 1.0
+    lp += pulp.lpSum(c * scale * xs[v] for v, c in model.objective.items())
+    lp.objective_scale = scale  # read back by _call to unscale the dual bound
     for k, r in enumerate(model.rows):
         expr = pulp.lpSum(c * xs[v] for v, c in r.coefs.items())
         if r.lo is not None and r.lo == r.hi:
@@ -126,6 +131,7 @@ def _call(lp, backend: str, options: SolverOptions, preprocess: bool = True) -> 
         _, sense = h.getObjectiveSense()
         if sense == highspy.ObjSense.kMinimize:
             bound = -bound
+        bound /= getattr(lp, "objective_scale", 1.0)
         return {"termination": termination, "has_solution": has_solution,
                 "bound": bound if math.isfinite(bound) else math.inf,
                 "highs_status": h.modelStatusToString(status)}
@@ -223,12 +229,16 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         raise InfeasibleError("the constraints admit no plan (the solver proved it); relax tp, pinned, "
                               "max_nodes, same_rack, max_changed_jobs or min_gain_fraction")
     if termination == "error" and "infeasible_claim_refuted" not in info:
+        # The solver gave up: keep-or-suspend is still a plan (feasible, termination error).
         detail = {k: v for k, v in result.items() if k.endswith("_status")} or info.get("cpsat_status")
-        raise UnicronError(f"the IP solver stopped with an error ({detail}); try another --solver")
+        info, values = {**info, "solver_error": str(detail)}, None
     if values is None or any(v is None for v in values):
         # Stopped before any solution: the keep-or-suspend hint is feasible by construction.
         values = model.hint_values()
         if not model.feasible(values):
+            if "solver_error" in info:
+                raise UnicronError(f"the IP solver stopped with an error ({info['solver_error']}) "
+                                   f"before finding a plan; try another --solver")
             raise InfeasibleError(f"no plan found ({termination}); raise the time limit")
         info = {**info, "fallback": "keep-or-suspend"}
     if termination == "optimal" and not model.feasible(values):

@@ -29,6 +29,10 @@ SPECS = [
 
 def main() -> None:
     """Write every instance of SPECS with its reference."""
+    import argparse
+
+    argparse.ArgumentParser(description="Rewrite instances/jagged-*.json with cross-checked reference "
+                                        "optima (overwrites the files).").parse_args()
     for name, kw, with_brute in SPECS:
         seed = kw.pop("seed")
         doc = generate_instance(seed, name=name, **kw)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CSV = Path("/work/shared/data/megatron_table1.csv")
+CSV = ROOT / "docs" / "data" / "megatron_table1.csv"
 
 
 def rows():
@@ -122,8 +122,14 @@ def timing() -> None:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Predicted vs published Megatron throughput, and timings.")
+    ap.add_argument("--calibrate", action="store_true",
+                    help="first refit models/efficiency.json to the published points (rewrites it)")
+    args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    if "--calibrate" in sys.argv:
+    if args.calibrate:
         from unicron_plan.perf.calibrate import calibrate
         with tempfile.TemporaryDirectory() as d:
             pts = Path(d) / "points.json"

@@ -27,7 +27,11 @@ COMMANDS = {
 
 def main() -> None:
     """Print one line per command: median wall, median user+sys CPU."""
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 11
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Whole-process wall and CPU times of a few commands.")
+    ap.add_argument("runs", nargs="?", type=int, default=11, help="runs per command (default 11)")
+    runs = ap.parse_args().runs
     wall = {k: [] for k in COMMANDS}
     cpu = {k: [] for k in COMMANDS}
     for _ in range(runs):

@@ -88,7 +88,12 @@ def plot(rows_gpus, rows_jobs, path: Path) -> None:
 
 def main() -> None:
     """Run the sweep, write the JSON and the plot."""
-    quick = "--quick" in sys.argv
+    import argparse
+
+    ap = argparse.ArgumentParser(description="DP and api.solve times vs GPUs and jobs; rewrites "
+                                             "benchmarks/scaling.json and docs/scaling.png.")
+    ap.add_argument("--quick", action="store_true", help="fewer, smaller sizes")
+    quick = ap.parse_args().quick
     gpu_sizes = [2048, 8192, 16384] if quick else [2048, 4096, 8192, 16384, 32768, 65536, 131072]
     job_sizes = [16, 64, 128] if quick else [16, 32, 64, 128, 256, 512, 1024]
     rows_gpus = [measure(g, g // 128) for g in gpu_sizes]

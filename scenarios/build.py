@@ -11,7 +11,7 @@ the package's performance model):
   job's cap); on the 1,024- and 16,384-GPU clusters only multiples of 8 (whole nodes).
 - Aggregate TFLOP/s: T(n) = n x 312 x 0.45 / (1 + 0.01 (d - 1)). 0.45 of peak
   is Megatron-LM's measured 44-47% (Narayanan et al., Table 1,
-  shared/data/megatron_table1.csv); the 1% loss per extra replica stands for
+  docs/data/megatron_table1.csv); the 1% loss per extra replica stands for
   strong scaling at a fixed global batch (smaller per-replica batches, more
   all-reduce), so small models spread thin lose efficiency.
 
@@ -120,6 +120,9 @@ def library() -> dict[str, dict]:
 
 def main() -> None:
     """Write every scenario of the library next to this file."""
+    import argparse
+
+    argparse.ArgumentParser(description="Rewrite the scenario library scenarios/*.json.").parse_args()
     here = Path(__file__).resolve().parent
     for stem, sc in library().items():
         write_atomic(here / f"{stem}.json", dumps(sc))

@@ -179,6 +179,10 @@ def record_reference(inst: dict) -> dict:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(description="Rewrite the instance library instances/*.json (hand-made, "
+                                        "generated and model-derived) with recorded optima.").parse_args()
     for inst in [*hand_made(), *large(), *model_derived()]:
         inst = record_reference(inst)
         write_atomic(OUT / f"{inst['name']}.json", dumps(inst))

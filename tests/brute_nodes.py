@@ -2,7 +2,7 @@
 
 It re-derives every rule from the instance (allowed counts, tp, pinned, max_nodes,
 same_rack, hysteresis, max_changed_jobs, and the stay rule: an unhit job that keeps
-its count keeps its previous split), enumerates every per-job split of every
+its count on another split than its previous one is changed and pays its transition), enumerates every per-job split of every
 allowed count over the nodes, and combines the jobs exhaustively (memoised on the
 GPUs left per node and the number of changed jobs, which is exact). Only the
 objective terms come from cost.py, through JobTerms.gain_of, as everywhere.
@@ -61,7 +61,12 @@ def node_brute(instance) -> tuple[float, dict[str, int]] | None:
                 if job.pinned and (a != prev or any(state.nodes[n].drained for n in state.previous.get(job.id, {}))):
                     continue
                 if not hit and c == x and x > 0 and a != prev:
-                    continue  # the stay rule
+                    # The stay rule: a move at the same count is a change and pays the transition.
+                    moved = terms.gain_of(c, moved=True)
+                    if job.min_gain_fraction is not None and moved < (1 + job.min_gain_fraction) * stay:
+                        continue
+                    opts.append((moved, 1, a, c))
+                    continue
                 opts.append((g, int(c != x or hit), a, c))
         if job.pinned and x > 0 and any(state.nodes[n].drained for n in state.previous.get(job.id, {})):
             opts = []

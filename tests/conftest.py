@@ -10,7 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/randgen.py
 
 @pytest.fixture
 def tiny_instance() -> dict:
-    """The worked example of FORMAT.md as a dict (fresh copy per test)."""
+    """The worked example of docs/format.md as a dict (fresh copy per test)."""
     return json.loads((ROOT / "instances" / "tiny-one-job-two-nodes.json").read_text())
 
 

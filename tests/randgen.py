@@ -51,7 +51,9 @@ def random_instance(rng: np.random.Generator, *, max_nodes: int = 4, max_jobs: i
     failed_gpus = []
     for n in nodes:
         if n["id"] not in failed_nodes and rng.random() < 0.25:
-            failed_gpus.append({"node": n["id"], "gpu": int(rng.integers(0, n["gpus"]))})
+            gpu = int(rng.integers(0, n["gpus"]))
+            if gpu not in n["failed_gpus"]:  # an already failed GPU cannot fail again (exit 2)
+                failed_gpus.append({"node": n["id"], "gpu": gpu})
     inst = {
         "schema_version": "1", "name": "random",
         "cluster": {"gpu_types": {t: dict(GPU_SPEC) for t in types}, "nodes": nodes},

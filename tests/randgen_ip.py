@@ -1,4 +1,4 @@
-"""Random small instances with the constraints of issue 3 (tp, pinned, max_nodes, same_rack,
+"""Random small instances with the node-level and churn constraints (tp, pinned, max_nodes, same_rack,
 min_gain_fraction, max_changed_jobs), on top of tests/randgen.py. Explicit numpy Generator."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Small scenarios for the simulator tests (dicts, FORMAT.md "Scenario")."""
+"""Small scenarios for the simulator tests (dicts, docs/format.md "Scenario")."""
 
 from __future__ import annotations
 

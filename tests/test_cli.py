@@ -175,7 +175,7 @@ def test_unexpected_errors_are_one_line_exit_3(runner, monkeypatch):
 
 def test_validate_accepts_fields_added_by_other_producers(runner, tmp_path):
     plan = json.loads(runner.invoke(app, ["solve", str(TINY)]).stdout)
-    plan["producer_note"] = "extra fields are allowed by FORMAT.md"
+    plan["producer_note"] = "extra fields are allowed by docs/format.md"
     plan["jobs"][0]["priority_class"] = "gold"
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))

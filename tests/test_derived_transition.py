@@ -1,4 +1,4 @@
-"""D_trans derived from the transition model for jobs that name a model (issue 4)."""
+"""D_trans derived from the transition model for jobs that name a model."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""The validator checks every constraint of issue 3 on its own: the unconstrained optimum of each
+"""The validator checks every node-level and churn constraint on its own: the unconstrained optimum of each
 constraint instance must be rejected with a message naming the constraint it breaks."""
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from unicron_plan.perf import derive_table
 from unicron_plan.perf.layouts import ranked, search
 from unicron_plan.perf.library import get_efficiency, get_gpu, get_model
 
-# Narayanan et al. SC'21 Table 1 (also /work/shared/data/megatron_table1.csv):
+# Narayanan et al. SC'21 Table 1 (also docs/data/megatron_table1.csv):
 # params_billion, heads, hidden, layers, tp, pp, gpus, global_batch, tflops_per_gpu
 MEGATRON_TABLE1 = [
     (1.7, 24, 2304, 24, 1, 1, 32, 512, 137), (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
@@ -22,7 +22,7 @@ MEGATRON_TABLE1 = [
     (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148), (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
     (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163), (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
 ]
-CSV = Path("/work/shared/data/megatron_table1.csv")
+CSV = Path(__file__).resolve().parents[1] / "docs" / "data" / "megatron_table1.csv"
 
 
 def megatron_name(params_billion: float) -> str:
@@ -31,7 +31,7 @@ def megatron_name(params_billion: float) -> str:
 
 def test_embedded_table_matches_shared_csv():
     if not CSV.exists():
-        pytest.skip("shared CSV not present on this machine")
+        pytest.skip("docs/data/megatron_table1.csv is missing")
     with CSV.open() as fh:
         rows = list(csv.DictReader(line for line in fh if not line.startswith("#")))
     got = [(float(r["params_billion"]), int(r["heads"]), int(r["hidden"]), int(r["layers"]), int(r["tp"]),

@@ -1,4 +1,4 @@
-"""The curve and calibrate commands, registered in a local typer app as the lead will."""
+"""The curve and calibrate commands, registered in a local typer app as the main CLI does."""
 
 import json
 

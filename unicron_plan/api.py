@@ -70,8 +70,9 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
 
     # build_problem runs check_instance itself: parse only here, so the checks run once.
     instance = _load(Instance, instance)
+    fallback = None
     if contingency is not None:
-        plan = _from_contingency(instance, contingency)
+        plan, fallback = _from_contingency(instance, contingency)
         if plan is not None:
             return plan
     start = time.perf_counter()
@@ -84,6 +85,8 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     solve_fn = get_solver(solver)
     start = time.perf_counter() - built  # wall_seconds: building + solving, not the solver's import
     raw = solve_fn(problem, SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads))
+    if fallback is not None:
+        raw.options = {**raw.options, "contingency_fallback": fallback}
     plan = to_plan(problem, raw, solver, time.perf_counter() - start)
     report = _validate(instance, plan, derived=_derived(problem))
     if not report.valid:
@@ -96,29 +99,39 @@ def _derived(problem) -> tuple[dict, object]:
     return {j.id: j.table for j in problem.jobs}, problem.state
 
 
-def _from_contingency(instance: Instance, contingency) -> Plan | None:
-    """The precomputed plan for the instance's event, placed and validated; None if there is none."""
-    from unicron_plan.plan.contingency import lookup, read_contingency
-    from unicron_plan.core.problem import RawSolution, build_problem, to_plan
+def _from_contingency(instance: Instance, contingency) -> tuple[Plan | None, str | None]:
+    """(the precomputed plan for the instance's event, placed and validated, None) or
+    (None, why none was used): a stored plan that does not check out is never used."""
+    from unicron_plan.constraints import dp_limitations
+    from unicron_plan.contingency import check_index, lookup, read_contingency
+    from unicron_plan.problem import RawSolution, build_problem, to_plan
 
     start = time.perf_counter()
-    index = contingency if isinstance(contingency, dict) else read_contingency(contingency)
+    index = check_index(contingency) if isinstance(contingency, dict) else read_contingency(contingency)
     found = lookup(instance, index)
     if found is None:
-        return None
+        return None, "no precomputed plan matches this instance and event"
     key, counts, stored = found
     problem = build_problem(instance)
     allowed = {j.id: set(j.counts.tolist()) for j in problem.jobs}
     if set(counts) != set(allowed) or any(counts[j] not in allowed[j] for j in allowed):
-        return None
+        return None, f"the stored plan for {key} gives counts this instance does not allow"
+    used: dict[str, int] = {}
+    for j in problem.jobs:
+        used[j.gpu_type] = used.get(j.gpu_type, 0) + counts[j.id]
+    if any(used[t] > problem.capacity.get(t, 0) for t in used):
+        return None, f"the stored plan for {key} exceeds the healthy capacity"
+    limits = dp_limitations(problem)
+    if limits:
+        return None, f"stored plans do not encode the instance's constraints ({limits[0]})"
     value = problem.objective(counts)
     raw = RawSolution(counts=counts, objective=value, bound=value,
                       options={"contingency_key": key, "precomputed": True})
     plan = to_plan(problem, raw, "contingency", time.perf_counter() - start)
     report = _validate(instance, plan, derived=_derived(problem))
     if not report.valid or abs(value - stored) > 1e-9 * max(1.0, abs(stored)):
-        return None  # stale or foreign index: solve from scratch instead
-    return plan
+        return None, f"the stored plan for {key} does not check out (stale or edited index)"
+    return plan, None
 
 
 def validate_plan(instance: Instance | str | os.PathLike | dict, plan: Plan | str | os.PathLike | dict) -> ValidationReport:

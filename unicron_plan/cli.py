@@ -19,8 +19,27 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Cost-minimising reconfiguration plans for multi-job LLM training clusters.")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"unicron-plan {version('unicron-plan')}")
+        except PackageNotFoundError:  # pragma: no cover - run from a source tree without install
+            typer.echo("unicron-plan (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                            help="Print the version and exit.")) -> None:
+    """Cost-minimising reconfiguration plans for multi-job LLM training clusters."""
+
+
 def _fail(code: int, message: str) -> None:
-    typer.echo(f"error: {message}", err=True)
+    from unicron_plan.text import one_line
+
+    typer.echo(f"error: {one_line(message, 600)}", err=True)
     raise typer.Exit(code)
 
 
@@ -72,14 +91,24 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
           threads: Optional[int] = typer.Option(None, "--threads", help="Worker threads, for the IP backends."),
           contingency: Optional[Path] = typer.Option(
               None, "--contingency", help="Directory from `unicron-plan contingency`: use its precomputed "
-                                          "plan when the event matches one (validated first).")):
+                                          "plan when the event matches one (validated first; otherwise "
+                                          "solve afresh and say why on stderr)."),
+          summary: bool = typer.Option(False, "--summary", help="Also print a table of the plan "
+                                                                "(job, action, GPUs, nodes, WAF, penalty) on stderr.")):
     """Compute the optimal reconfiguration plan of INSTANCE and print it as JSON."""
     from unicron_plan import api
     from unicron_plan.io import dumps
 
     plan = api.solve(instance, solver=solver, time_limit_seconds=time_limit, threads=threads,
                      contingency=contingency)  # api.solve parses and checks the file once
+    reason = (plan.solver.options or {}).get("contingency_fallback")
+    if reason:
+        typer.echo(f"note: contingency not used: {reason}; solved from scratch", err=True)
     emit(dumps(plan), out)
+    if summary:
+        from unicron_plan.report import print_summary
+
+        print_summary(plan)
 
 
 @app.command()
@@ -97,8 +126,12 @@ def validate(instance: Path = typer.Argument(..., help="Instance JSON file."),
         if not as_json:
             typer.echo(f"valid: objective {report.objective:.6g}")
         return
-    for p in report.problems:
-        typer.echo(f"invalid: {p}", err=True)
+    from unicron_plan.text import one_line
+
+    for p in report.problems[:50]:
+        typer.echo(f"invalid: {one_line(p)}", err=True)
+    if len(report.problems) > 50:
+        typer.echo(f"invalid: ... and {len(report.problems) - 50} more problems", err=True)
     raise typer.Exit(1)
 
 
@@ -241,17 +274,17 @@ def full_app() -> typer.Typer:
     return register_extra_commands()
 
 
-# --- simulate (issue 5) ---
+# --- simulate ---
 @app.command()
 @handle_errors
-def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (FORMAT.md, Scenario)."),
+def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs/format.md, Scenario)."),
              policy: Optional[list[str]] = typer.Option(
                  None, "--policy", "-p", help="Policy (repeatable): unicron, megatron, oobleck, greedy, "
                                               "equal-share. Default: all."),
              seed: int = typer.Option(0, "--seed", help="Seed of the first run (run i uses seed + i)."),
              seeds: int = typer.Option(1, "--seeds", min=1, help="Runs; more than 1 reports means and 95% intervals."),
              workers: int = typer.Option(2, "--workers", min=1, help="Processes for --seeds."),
-             as_json: bool = typer.Option(False, "--json", help="Print the result JSON (FORMAT.md)."),
+             as_json: bool = typer.Option(False, "--json", help="Print the result JSON (docs/format.md)."),
              plot: Optional[Path] = typer.Option(None, "--plot", help="PNG: cumulative weighted TFLOP and WAF "
                                                                        "over time (first seed)."),
              out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the JSON here too.")):
@@ -314,7 +347,7 @@ def _print_summary(result: dict, names: list[str]) -> None:
 
     table = Table(title=f"{result['scenario']} (seed {result['seed']}"
                         + (f", {result['seeds']} seeds" if "seeds" in result else "") + ")")
-    for col in ("policy", "weighted TFLOP", "policy / unicron", "reconfigs", "detection h", "transition h",
+    for col in ("policy", "weighted TFLOP", "unicron / policy", "reconfigs", "detection h", "transition h",
                 "sub-healthy h"):
         table.add_column(col, justify="right" if col != "policy" else "left")
     ref = result["policies"].get("unicron", {}).get("weighted_tflop")
@@ -322,7 +355,8 @@ def _print_summary(result: dict, names: list[str]) -> None:
         r = result["policies"][name]
         dh = r["downtime_hours"]
         table.add_row(name, f"{r['weighted_tflop']:.4e}",
-                      f"{r['weighted_tflop'] / ref:.4f}" if ref else "-", f"{r['reconfigurations']:g}",
+                      f"{ref / r['weighted_tflop']:.4f}" if ref and r["weighted_tflop"] else "-",
+                      f"{r['reconfigurations']:g}",
                       f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}")
     console = Console()
     if not console.is_terminal:

@@ -16,9 +16,12 @@ class InvalidInstanceError(UnicronError, ValueError):
     """
 
     def __init__(self, field: str, message: str):
-        self.field = field
-        self.message = message
-        super().__init__(f"{field}: {message}" if field else message)
+        from unicron_plan.text import one_line
+
+        # Both may echo input (ids, keys, values): escaped to one line and cut.
+        self.field = one_line(str(field), 160)
+        self.message = one_line(str(message))
+        super().__init__(f"{self.field}: {self.message}" if self.field else self.message)
 
 
 class InfeasibleError(UnicronError):

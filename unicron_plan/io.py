@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,35 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+MAX_DEPTH = 64  # nesting of arrays and objects; every document of the format needs fewer than 10
+MAX_BYTES = 512 * 1024 * 1024  # a larger input file is refused before it is read
+
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string (unrolled: linear, no backtracking)
+_NOT_BRACKETS = bytes(c for c in range(256) if chr(c) not in "[]{}")
+
+
+def _too_deep(text: str) -> bool:
+    """Whether ``text`` nests arrays and objects deeper than MAX_DEPTH (brackets inside strings
+    ignored); linear time in C loops, so no parser ever recurses deeply."""
+    import numpy as np
+
+    brackets = _STRING.sub("", text).encode("utf-8", "replace").translate(None, _NOT_BRACKETS)
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    return bool(len(codes)) and int(np.cumsum(np.where((codes == 91) | (codes == 123), 1, -1)).max()) > MAX_DEPTH
+
+
 def parse_json(text: str, source: str = "<input>") -> Any:
-    """Parse JSON text, refusing NaN, infinities and duplicate keys."""
+    """Parse JSON text, refusing NaN, infinities, duplicate keys and nesting deeper than MAX_DEPTH."""
+    if text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(text):  # cheap count first
+        raise InvalidInstanceError(source, f"JSON nested more than {MAX_DEPTH} levels deep")
     try:
         return json.loads(text, parse_constant=_reject_constant,
                           object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise InvalidInstanceError(source, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    except RecursionError:  # pragma: no cover - the depth test above comes first
+        raise InvalidInstanceError(source, "JSON nested too deeply") from None
     except ValueError as exc:
         raise InvalidInstanceError(source, f"invalid JSON: {exc}") from None
 
@@ -46,6 +69,10 @@ def read_json(path: str | os.PathLike) -> Any:
     """Read and strictly parse a JSON file; a missing or unreadable file is bad input."""
     p = Path(path)
     try:
+        if p.is_dir():
+            raise InvalidInstanceError(str(p), "is a directory, not a JSON file")
+        if p.is_file() and p.stat().st_size > MAX_BYTES:
+            raise InvalidInstanceError(str(p), f"larger than {MAX_BYTES} bytes")
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InvalidInstanceError(str(p), "no such file") from None
@@ -115,12 +142,61 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write text to path through a temporary file and a rename, so readers never see half a file."""
+def check_output_path(path: str | os.PathLike) -> Path:
+    """``path`` if it may be written; InvalidInstanceError (exit 2) when it is a directory, lies
+    under a file, or is a block device or socket. A FIFO or character device (``/dev/stdout``)
+    is written into, never replaced (see :func:`write_atomic`)."""
+    import stat
+
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    where = str(p)
     try:
+        st = p.stat()
+    except FileNotFoundError:
+        st = None
+    except NotADirectoryError:
+        raise InvalidInstanceError(where, "a parent of this path is a file, not a directory") from None
+    except OSError as exc:
+        raise InvalidInstanceError(where, f"cannot write: {exc.strerror or exc}") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise InvalidInstanceError(where, "is a directory; name a file to write")
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+            raise InvalidInstanceError(where, "is a block device or socket; name a regular file")
+    for parent in p.parents:
+        if parent.exists() and not parent.is_dir():
+            raise InvalidInstanceError(where, f"{parent} is a file, not a directory")
+    return p
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write text to path through a temporary file and a rename, so readers never see half a file.
+
+    The file gets the mode a plain ``open(path, "w")`` would give (0666 minus the umask), not the
+    0600 of temporary files. A FIFO or character device is written into directly. Bad paths
+    (see :func:`check_output_path`) are bad input (exit 2).
+    """
+    p = check_output_path(path)
+    if p.exists() and not p.is_file():  # a FIFO or character device: write into it, keep it
+        try:
+            with open(p, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise InvalidInstanceError(str(p), f"cannot write: {exc.strerror or exc}") from None
+        return
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise InvalidInstanceError(str(p), f"cannot write: {exc.strerror or exc}") from None
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, p)
@@ -132,13 +208,16 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
 
 def save_figure_atomic(fig, path: str | os.PathLike, dpi: int = 100) -> None:
     """Save a matplotlib figure as PNG through a temporary file and a rename."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".png")
+    p = check_output_path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".png")
+    except OSError as exc:
+        raise InvalidInstanceError(str(p), f"cannot write: {exc.strerror or exc}") from None
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=dpi)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, p)
     finally:
         if os.path.exists(tmp):

@@ -90,6 +90,11 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
     elif instance.event is not None:
         ev = instance.event
         _check_refs(ev.failed_nodes, nodes, "event.failed_nodes")
+        for i, nid in enumerate(ev.failed_nodes):
+            if len(nodes[nid].failed_gpus) == nodes[nid].gpus:
+                raise InvalidInstanceError(f"event.failed_nodes[{i}]",
+                                           f"every GPU of node {nid!r} is already in its failed_gpus: "
+                                           f"nothing new can fail")
         seen_gpus = set()
         for i, fg in enumerate(ev.failed_gpus):
             if fg.node not in nodes:
@@ -97,6 +102,10 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             if fg.gpu >= nodes[fg.node].gpus:
                 raise InvalidInstanceError(f"event.failed_gpus[{i}].gpu",
                                            f"{fg.gpu} is outside 0..{nodes[fg.node].gpus - 1} of node {fg.node!r}")
+            if fg.gpu in nodes[fg.node].failed_gpus:
+                raise InvalidInstanceError(f"event.failed_gpus[{i}].gpu",
+                                           f"GPU {fg.gpu} of {fg.node!r} is already in its failed_gpus: "
+                                           f"it cannot fail again")
             if (fg.node, fg.gpu) in seen_gpus:
                 raise InvalidInstanceError(f"event.failed_gpus[{i}]", f"GPU {fg.gpu} of {fg.node!r} is listed twice")
             seen_gpus.add((fg.node, fg.gpu))

@@ -39,7 +39,7 @@ class NodeHealth:
 
 @dataclass
 class ClusterState:
-    """Derived state of the cluster after the event (see FORMAT.md, Objective)."""
+    """Derived state of the cluster after the event (see docs/format.md, Objective)."""
 
     instance: Instance
     nodes: dict[str, NodeHealth]
@@ -61,7 +61,7 @@ class ClusterState:
         return cap
 
     def nodes_in_service(self) -> int:
-        """H of FORMAT.md: nodes not failed, not drained, with a healthy GPU."""
+        """H of docs/format.md: nodes not failed, not drained, with a healthy GPU."""
         return sum(1 for n in self.nodes.values() if not n.drained and n.healthy_after > 0)
 
     @cached_property
@@ -132,8 +132,10 @@ def exiting_jobs(instance: Instance) -> frozenset:
 def previous_distribution(instance: Instance, healthy_before: dict[str, int]) -> dict[str, dict[str, int]]:
     """How many GPUs each job held on each of its nodes before the event.
 
-    The instance gives a job's count and its node list, not the split; where
-    jobs share nodes, a max flow (networkx) finds a split that fits. Returns
+    The instance gives a job's count and its node list, not the split. A job
+    alone on its nodes fills them in the listed order (whole tp groups); jobs
+    that share nodes get a split that fits, found exactly: a max flow
+    (networkx), or a small CP-SAT model when one of them has tp > 1. Returns
     ``{}`` for a job's entry that cannot be fitted (the instance checks report it).
     """
     users: dict[str, list[str]] = defaultdict(list)
@@ -147,7 +149,7 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int]) ->
             continue
         left = job.current.gpus
         split: dict[str, int] = {}
-        unit = job.tp or 1  # tp groups never straddle nodes (issue 3)
+        unit = job.tp or 1  # tp groups never straddle nodes
         for n in job.current.nodes:
             take = min(left, healthy_before[n] // unit * unit)
             if take:
@@ -156,19 +158,11 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int]) ->
         out[job.id] = split if left == 0 else {}
     if shared_jobs:
         shared = [j for j in instance.jobs if j.id in shared_jobs]
-        free = dict(healthy_before)
-        # Jobs with a tensor-parallel size take whole tp groups first (greedy, largest tp
-        # first); the others share what is left through the max flow.
-        for job in sorted((j for j in shared if (j.tp or 1) > 1), key=lambda j: -(j.tp or 1)):
-            left, split = job.current.gpus, {}
-            for n in job.current.nodes:
-                take = min(left, free[n] // job.tp * job.tp)
-                if take:
-                    split[n] = take
-                    free[n] -= take
-                left -= take
-            out[job.id] = split if left == 0 else {}
-        out.update(_flow_split([j for j in shared if (j.tp or 1) <= 1], free))
+        if any((j.tp or 1) > 1 for j in shared):
+            # Whole tp groups on every node: a small exact model (a flow cannot keep multiples).
+            out.update(_tp_split(shared, healthy_before))
+        else:
+            out.update(_flow_split(shared, healthy_before))
     for job in instance.jobs:
         out.setdefault(job.id, {})
     return out
@@ -190,4 +184,40 @@ def _flow_split(jobs, healthy_before: dict[str, int]) -> dict[str, dict[str, int
     for job in jobs:
         split = {n[1]: f for n, f in flow[("job", job.id)].items() if f > 0}
         out[job.id] = split if sum(split.values()) == job.current.gpus else {}
+    return out
+
+
+TP_SPLIT_SECONDS = 10.0  # bound on the exact tp split of jobs sharing nodes
+
+
+def _tp_split(jobs, healthy_before: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Per-node split of jobs sharing nodes, each in whole tp groups: a feasibility model
+    (OR-Tools CP-SAT, one worker, so the answer is deterministic). {} entries when none exists."""
+    from ortools.sat.python import cp_model
+
+    cp = cp_model.CpModel()
+    groups: dict[tuple[str, str], object] = {}
+    per_node: dict[str, list] = defaultdict(list)
+    for job in jobs:
+        unit = job.tp or 1
+        terms = []
+        for n in job.current.nodes:
+            v = cp.new_int_var(0, healthy_before[n] // unit, f"{job.id}@{n}")
+            groups[(job.id, n)] = v
+            terms.append(v * unit)
+            per_node[n].append(v * unit)
+        cp.add(sum(terms) == job.current.gpus)
+    for n, terms in per_node.items():
+        cp.add(sum(terms) <= healthy_before[n])
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = TP_SPLIT_SECONDS
+    status = solver.solve(cp)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return {job.id: {} for job in jobs}
+    out = {}
+    for job in jobs:
+        unit = job.tp or 1
+        split = {n: solver.value(groups[(job.id, n)]) * unit for n in job.current.nodes}
+        out[job.id] = {n: g for n, g in split.items() if g}
     return out

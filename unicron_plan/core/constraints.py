@@ -1,4 +1,4 @@
-"""Constraints beyond the separable problem (issue 3), in one place.
+"""Constraints beyond the separable problem, in one place.
 
 Per-job options (``tp``, ``pinned``, ``max_nodes``, ``same_rack``,
 ``min_gain_fraction``) and the instance's ``max_changed_jobs`` are read here;
@@ -13,13 +13,16 @@ solvers, placement and the validator ask this module what they mean:
 
 Semantics (docs/solvers.md, "Constraints"):
 
-* *stay rule*: a job that is neither hit nor changes its count (so the FORMAT
-  objective charges it nothing) keeps exactly its previous per-node split;
+* *stay rule*: a job that is neither hit nor changes its count is charged
+  nothing only on exactly its previous per-node split; on another split it is
+  moved, a change that pays its transition (:func:`unicron_plan.cost.is_moved`);
 * *hysteresis*: a job that was not hit may take a count y != x only if
   ``G(y) >= (1 + f) * G(x)`` where ``G(x) = F(x) * D_run >= 0``; when
   ``G(x) = 0`` any change with ``G(y) >= 0`` is allowed; hit jobs are exempt;
 * *pinned*: count x and the previous split on the same nodes; a pinned job with
-  a drained node, or whose split no longer fits its node, is infeasible.
+  a drained node, or whose split no longer fits its node, is infeasible;
+* *leaving wins*: a job that leaves in a ``job_exit`` event is planned 0 and
+  charged nothing; its ``pinned`` and ``min_gain_fraction`` do not apply.
 """
 
 from __future__ import annotations
@@ -36,9 +39,14 @@ def hysteresis_threshold(f_x: float, d_run: float, fraction: float) -> float:
 
 
 def allowed_mask(job, counts: np.ndarray, gains: np.ndarray, x: int, hit: bool, f_x: float,
-                 d_run: float) -> np.ndarray:
-    """Which of ``counts`` job ``job`` (a schema Job) may take under tp, pinned and hysteresis."""
+                 d_run: float, exiting: bool = False) -> np.ndarray:
+    """Which of ``counts`` job ``job`` (a schema Job) may take under tp, pinned and hysteresis.
+
+    A job leaving in a job_exit event is planned 0 whatever its pinned or min_gain_fraction say:
+    leaving wins."""
     mask = np.ones(len(counts), dtype=bool)
+    if exiting:
+        return mask
     if job.tp is not None and job.tp > 1:
         mask &= counts % job.tp == 0
     if job.pinned:

@@ -1,12 +1,14 @@
-"""The objective's terms, in one place (FORMAT.md, "Objective").
+"""The objective's terms, in one place (docs/format.md, "Objective").
 
 Every solver and the validator compute WAF, D_run, the transition penalty and
 a job's term G_i through these functions; nothing re-derives them.
 
     F_i(y)   = weight_i * tflops_i(y)                    (F_i(0) = 0)
-    changed  = (y != x_i) or hit_i
+    changed  = (y != x_i) or hit_i or moved_i
     G_i(y)   = F_i(y) * D_run - [changed] * F_i(x_i) * D_trans_i
 
+moved_i: the job keeps its count but not its previous per-node split
+(:func:`is_moved`); a move restarts the job, so it pays its transition.
 A job that leaves in a ``job_exit`` event is planned y = 0 and is never
 "changed" (it is charged nothing), so its G_i is 0: ``exiting=True`` below.
 """
@@ -49,7 +51,7 @@ def derived_transition_seconds(model: str, gpu_type: str, global_batch: int, seq
     each GPU's state (weights and optimizer states) loaded from the nearest copy after a
     failure (a data-parallel replica, else the in-memory checkpoint), plus restart set-up.
 
-    One value per job, as the objective's D_trans_i is (FORMAT.md); 0 for a queued job,
+    One value per job, as the objective's D_trans_i is (docs/format.md); 0 for a queued job,
     whose penalty F(0) * D_trans is 0 anyway.
     """
     if gpus == 0:
@@ -71,14 +73,20 @@ def transition_penalty(f_previous: float, d_trans: float, changed: bool | np.nda
         else (f_previous * d_trans if changed else 0.0)
 
 
-def is_changed(y: int | np.ndarray, x: int, hit: bool, exiting: bool = False) -> bool | np.ndarray:
-    """changed_i = (y != x) or hit; never for a job that exits (it is charged nothing)."""
+def is_moved(x: int, y: int, split: dict[str, int], previous: dict[str, int]) -> bool:
+    """A job that keeps its count x > 0 on another per-node split than its previous one."""
+    return y == x and x > 0 and {n: g for n, g in split.items() if g} != previous
+
+
+def is_changed(y: int | np.ndarray, x: int, hit: bool, exiting: bool = False,
+               moved: bool = False) -> bool | np.ndarray:
+    """changed_i = (y != x) or hit or moved; never for a job that exits (it is charged nothing)."""
     if isinstance(y, np.ndarray):
-        return ((y != x) | hit) & (not exiting)
-    return bool((y != x or hit) and not exiting)
+        return ((y != x) | hit | moved) & (not exiting)
+    return bool((y != x or hit or moved) and not exiting)
 
 
 def gain(f_y: float | np.ndarray, y: int | np.ndarray, x: int, f_x: float, hit: bool,
-         d_run: float, d_trans: float, exiting: bool = False) -> float | np.ndarray:
+         d_run: float, d_trans: float, exiting: bool = False, moved: bool = False) -> float | np.ndarray:
     """G_i(y) = F_i(y) * D_run - [changed] * F_i(x) * D_trans (vectorised over y)."""
-    return f_y * d_run - transition_penalty(f_x, d_trans, is_changed(y, x, hit, exiting))
+    return f_y * d_run - transition_penalty(f_x, d_trans, is_changed(y, x, hit, exiting, moved))

@@ -36,7 +36,7 @@ class JobTerms:
     gains: np.ndarray  # G(y) at counts
     layouts: dict[int, dict[str, int]] = field(default_factory=dict)
     d_run: float = 0.0
-    # Node-level and churn constraints (unicron_plan.core.constraints); counts above are already filtered.
+    # Constraints (unicron_plan.constraints); counts above are already filtered.
     tp: int = 1
     pinned: bool = False
     max_nodes: int | None = None
@@ -48,10 +48,10 @@ class JobTerms:
         """F(y) of this job (0 for y = 0)."""
         return 0.0 if y == 0 else float(cost.waf(self.weight, self.table[y]))
 
-    def gain_of(self, y: int) -> float:
-        """G(y) of this job."""
+    def gain_of(self, y: int, moved: bool = False) -> float:
+        """G(y) of this job (``moved``: it keeps its count on another split, and pays for it)."""
         return float(cost.gain(self.f_of(y), y, self.x, self.f_x, self.hit, self.d_run, self.d_trans,
-                               self.exiting))
+                               self.exiting, moved))
 
 
 @dataclass
@@ -69,9 +69,17 @@ class Problem:
         """Jobs that run on ``gpu_type``, in instance order."""
         return [j for j in self.jobs if j.gpu_type == gpu_type]
 
-    def objective(self, counts: dict[str, int]) -> float:
-        """sum_i G_i(y_i) for a count per job id."""
-        return float(sum(j.gain_of(counts[j.id]) for j in self.jobs))
+    def objective(self, counts: dict[str, int], placement: dict[str, dict[str, int]] | None = None) -> float:
+        """sum_i G_i(y_i) for a count per job id; with a ``placement``, moved jobs pay their transition."""
+        moved = self.moved(counts, placement)
+        return float(sum(j.gain_of(counts[j.id], j.id in moved) for j in self.jobs))
+
+    def moved(self, counts: dict[str, int], placement: dict[str, dict[str, int]] | None) -> set[str]:
+        """Jobs that keep their count on another split than their previous one (none without a placement)."""
+        if placement is None:
+            return set()
+        return {j.id for j in self.jobs
+                if cost.is_moved(j.x, counts[j.id], placement.get(j.id, {}), self.state.previous.get(j.id, {}))}
 
 
 def resolve_tables(instance: Instance) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, dict]]]:
@@ -130,14 +138,18 @@ def build_problem(instance: Instance) -> Problem:
             raise InvalidInstanceError(
                 f"jobs[{i}]", f"weight {job.weight} x TFLOP/s (up to {vals.max() if len(vals) else 0}) x "
                               f"D_run {d_run} s (or x D_trans {d_trans} s) overflows a float; use smaller units")
-        keep = constraints.allowed_mask(job, counts, gains, x, hit, f_x, d_run)
+        keep = constraints.allowed_mask(job, counts, gains, x, hit, f_x, d_run, exiting)
         counts, f, gains = counts[keep], f[keep], gains[keep]
         jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, hit, d_trans, f_x,
                              table, counts, f, gains, layouts.get(job.id, {}), d_run,
-                             tp=job.tp or 1, pinned=bool(job.pinned), max_nodes=job.max_nodes,
-                             same_rack=bool(job.same_rack), min_gain_fraction=job.min_gain_fraction,
+                             tp=job.tp or 1, pinned=bool(job.pinned) and not exiting, max_nodes=job.max_nodes,
+                             same_rack=bool(job.same_rack),
+                             min_gain_fraction=None if exiting else job.min_gain_fraction,
                              exiting=exiting))
-    problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=instance.max_changed_jobs)
+    limit = instance.max_changed_jobs
+    if limit is not None:
+        limit = min(limit, len(jobs))  # a larger limit binds nothing (and must not overflow a solver)
+    problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=limit)
     constraints.precheck(problem)
     return problem
 
@@ -180,17 +192,17 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     for j in problem.jobs:
         y = raw.counts[j.id]
         where = {n: g for n, g in placement.get(j.id, {}).items() if g > 0}
-        previous = problem.state.previous.get(j.id, {})
-        moved = y == j.x and where != previous
+        moved = cost.is_moved(j.x, y, where, problem.state.previous.get(j.id, {}))
         f_y = j.f_of(y)
         total_waf += f_y
-        penalty = float(cost.transition_penalty(j.f_x, j.d_trans, cost.is_changed(y, j.x, j.hit, j.exiting)))
+        penalty = float(cost.transition_penalty(j.f_x, j.d_trans,
+                                                cost.is_changed(y, j.x, j.hit, j.exiting, moved)))
         plan_jobs.append(PlanJob(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
             nodes=list(where), placement=[Placement(node=n, gpus=g) for n, g in where.items()],
-            waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=j.gain_of(y),
+            waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=j.gain_of(y, moved),
             parallelism=j.layouts.get(y) if y else None))
-    objective = problem.objective(raw.counts)
+    objective = problem.objective(raw.counts, placement)
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)
     return Plan(

@@ -1,7 +1,7 @@
 """Failure, detection and recovery constants: the one place the simulator and
 :mod:`unicron_plan.faults.severity` take them from.
 
-Each constant cites its source in ``shared/data/failures.md`` ("failures.md"
+Each constant cites its source in ``docs/data/failures.md`` ("failures.md"
 below). Constants marked ASSUMPTION have no number in that file; they are
 this package's choice, kept small and named so they can be changed in one place.
 """

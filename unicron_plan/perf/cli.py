@@ -73,11 +73,11 @@ def curve(
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")],
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU counts N[,N...] (default: all up to --max-gpus).")] = None,
     recompute: Annotated[str, typer.Option("--recompute", help="full | selective | none")] = "full",
-    json_out: Annotated[bool, typer.Option("--json", help="Print the FORMAT.md curve JSON.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the docs/format.md curve JSON.")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the curve as a PNG here.")] = None,
     max_gpus: Annotated[int, typer.Option("--max-gpus", help="Largest GPU count without --gpus.")] = 1024,
 ) -> None:
-    """Derive the best layout and throughput per GPU count of a model (issue 4)."""
+    """Derive the best layout and throughput per GPU count of a model."""
     from unicron_plan.perf import derive_table
 
     c = derive_table(model, gpu_type, global_batch, seq_len, recompute=recompute,

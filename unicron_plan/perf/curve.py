@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from unicron_plan.errors import InvalidInstanceError
 
-#: Field names of a point in the curve JSON (FORMAT.md, "Curve"), in order.
+#: Field names of a point in the curve JSON (docs/format.md, "Curve"), in order.
 POINT_FIELDS = ("gpus", "tp", "pp", "dp", "micro_batch", "hardware_tflops_per_gpu",
                 "model_tflops_per_gpu", "mfu", "tokens_per_second", "memory_gib_per_gpu")
 
@@ -17,7 +17,7 @@ class CurvePoint:
     """The best layout at one GPU count and what it achieves.
 
     ``virtual_stages`` (interleaved pipeline chunks per GPU, 1 = plain 1F1B) and
-    ``iteration_seconds`` are kept on the object but not in the FORMAT.md JSON.
+    ``iteration_seconds`` are kept on the object but not in the docs/format.md JSON.
     """
 
     gpus: int
@@ -34,7 +34,7 @@ class CurvePoint:
     iteration_seconds: float = 0.0
 
     def to_dict(self) -> dict:
-        """The point as in FORMAT.md (rounded for reading; exact values stay on the object)."""
+        """The point as in docs/format.md (rounded for reading; exact values stay on the object)."""
         d = asdict(self)
         out = {k: d[k] for k in POINT_FIELDS}
         for k in ("hardware_tflops_per_gpu", "model_tflops_per_gpu", "memory_gib_per_gpu"):
@@ -78,10 +78,10 @@ class Curve:
         return {"tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch}
 
     def to_dict(self) -> dict:
-        """The curve as the FORMAT.md "Curve" object."""
+        """The curve as the docs/format.md "Curve" object."""
         return {"model": self.model, "gpu_type": self.gpu_type, "global_batch": self.global_batch,
                 "seq_len": self.seq_len, "points": [p.to_dict() for p in self.points]}
 
     def to_json(self) -> str:
-        """Canonical JSON of :meth:`to_dict` (FORMAT.md field names)."""
+        """Canonical JSON of :meth:`to_dict` (docs/format.md field names)."""
         return json.dumps(self.to_dict(), indent=None, separators=(", ", ": "))

@@ -301,6 +301,15 @@ def read_contingency(source: str | Path) -> dict:
     data = read_json(p / INDEX_FILE if p.is_dir() else p)
     if not isinstance(data, dict) or data.get("kind") != "contingency":
         raise InvalidInstanceError(str(p), "not a contingency index (kind != 'contingency')")
+    return check_index(data, str(p))
+
+
+def check_index(data, source: str = "contingency") -> dict:
+    """``data`` checked against the index schema (schema.contingency); bad input names the field."""
+    from unicron_plan.io import parse_model
+    from unicron_plan.schema.contingency import ContingencyIndex
+
+    parse_model(ContingencyIndex, data, prefix=source)
     return data
 
 

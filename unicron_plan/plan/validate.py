@@ -1,4 +1,4 @@
-"""Independent plan checker: every constraint of FORMAT.md, and the objective recomputed.
+"""Independent plan checker: every constraint of docs/format.md, and the objective recomputed.
 
 It shares only the cluster state and the cost terms (:mod:`unicron_plan.core.cost`)
 with the solvers, never their arithmetic, so a solver bug cannot hide here.
@@ -106,24 +106,26 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
                 bad(f"{where}: node {nid!r} has GPU type {node.gpu_type!r}, the job runs on {gtype!r}")
             used_per_node[nid] = used_per_node.get(nid, 0) + g
         used_per_type[gtype] = used_per_type.get(gtype, 0) + y
-        # The instance does not fix the per-node split, so "staying" means using only its own nodes.
-        moved = y == x and not set(split) <= set(job.current.nodes)
+        # Stay rule (docs/format.md): keeping the count on another split than the previous
+        # one is a move, a change that pays its transition.
+        moved = cost.is_moved(x, y, split, state.previous.get(job.id, {}))
         expected_action = action_of(x, y, hit, moved)
-        if pj.action != expected_action and not (pj.action == "restart" and expected_action == "keep"):
+        if pj.action != expected_action:
             bad(f"{where}: action {pj.action!r}, expected {expected_action!r}")
         f_x = 0.0 if x == 0 else cost.waf(job.weight, table[x])
         f_y = 0.0 if y == 0 else cost.waf(job.weight, table[y])
         d_trans = cost.d_trans_seconds(instance, job)
-        penalty = cost.transition_penalty(f_x, d_trans, cost.is_changed(y, x, hit, exiting))
-        g = cost.gain(f_y, y, x, f_x, hit, d_run, d_trans, exiting)
+        changed = cost.is_changed(y, x, hit, exiting, moved)
+        penalty = cost.transition_penalty(f_x, d_trans, changed)
+        g = cost.gain(f_y, y, x, f_x, hit, d_run, d_trans, exiting, moved)
         if not _close(pj.waf_tflops, f_y):
             bad(f"{where}: waf_tflops {pj.waf_tflops} != {f_y}")
         if not _close(pj.transition_penalty, penalty):
             bad(f"{where}: transition_penalty {pj.transition_penalty} != {penalty}")
         total += g
         total_waf += f_y
-        changed_jobs += bool(cost.is_changed(y, x, hit, exiting))
-        _check_constraints(job, where, state, split, x, y, hit, f_x * d_run, g, bad)
+        changed_jobs += bool(changed)
+        _check_constraints(job, where, state, split, x, y, hit, f_x * d_run, g, bool(changed), bad)
     for nid, used in used_per_node.items():
         node = state.nodes.get(nid)
         if node is not None and used > node.healthy_after:
@@ -154,13 +156,13 @@ def _rack_of(state, nid: str):
     return racks[0] if racks else ("node", nid)
 
 
-def _check_constraints(job, where, state, split, x, y, hit, stay_gain, g, bad) -> None:
-    """The constraints of issue 3 (docs/solvers.md), each checked on the plan itself."""
+def _check_constraints(job, where, state, split, x, y, hit, stay_gain, g, changed, bad) -> None:
+    """The node-level and churn constraints (docs/solvers.md), each checked on the plan itself."""
     if job.tp is not None:
         for nid, n in split.items():
             if n % job.tp:
                 bad(f"{where}: {n} GPUs on node {nid!r} is not a multiple of tp {job.tp}")
-    if job.pinned:
+    if job.pinned and job.id not in state.exiting:
         previous = state.previous.get(job.id, {})
         if y != x or split != previous:
             bad(f"{where}: pinned, but the plan changes its allocation {previous} to {split}")
@@ -168,7 +170,7 @@ def _check_constraints(job, where, state, split, x, y, hit, stay_gain, g, bad) -
         bad(f"{where}: runs on {len(split)} nodes, max_nodes is {job.max_nodes}")
     if job.same_rack and len({_rack_of(state, nid) for nid in split if nid in state.nodes}) > 1:
         bad(f"{where}: same_rack, but its nodes span racks")
-    if job.min_gain_fraction is not None and not hit and y != x:
+    if job.min_gain_fraction is not None and not hit and changed:
         need = (1.0 + job.min_gain_fraction) * stay_gain
         if g < need and not _close(g, need):
             bad(f"{where}: changes with term {g}, below the hysteresis threshold {need} "

@@ -1,4 +1,4 @@
-"""Pydantic models of the v1 contract (../shared/spec/FORMAT.md): data only, no solver imports."""
+"""Pydantic models of the v1 contract (docs/format.md): data only, no solver imports."""
 
 from unicron_plan.schema.instance import (
     Cluster,

@@ -14,7 +14,7 @@ class StrictModel(BaseModel):
 class OutputModel(StrictModel):
     """Base of the plan models: as strict as the rest, but fields it does not know
     are ignored, so that `validate` accepts plans from other producers, which
-    FORMAT.md allows to add fields (every field the checks need is required)."""
+    docs/format.md allows to add fields (every field the checks need is required)."""
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False,
                               validate_default=True)

@@ -1,4 +1,4 @@
-"""The v1 instance: cluster, jobs, event and cost (FORMAT.md, "Instance").
+"""The v1 instance: cluster, jobs, event and cost (docs/format.md, "Instance").
 
 Field-level rules live here (types, ranges, closed objects); rules that relate
 fields to each other (unique ids, references, allocations that fit) live in
@@ -15,6 +15,8 @@ from pydantic import Field, field_validator, model_validator
 from unicron_plan.schema.base import StrictModel
 
 _COUNT_KEY = re.compile(r"^[1-9][0-9]*$")
+# Throughput keys longer than this (>= 10**15 GPUs) exceed any cluster that fits in memory.
+MAX_COUNT_DIGITS = 15
 
 
 class GpuType(StrictModel):
@@ -76,8 +78,8 @@ class Throughput(StrictModel):
         if table is None:
             return table
         for key, value in table.items():
-            if not _COUNT_KEY.match(key) or len(key) > 8:
-                raise ValueError(f"key {key!r} is not a decimal GPU count from 1 to 99,999,999")
+            if not _COUNT_KEY.match(key):
+                raise ValueError(f"key {key!r} is not a decimal GPU count (an integer >= 1)")
             if value < 0:
                 raise ValueError(f"key {key!r}: {value} is negative")
         return table
@@ -93,10 +95,14 @@ class Throughput(StrictModel):
         return self
 
     def table(self) -> dict[int, float]:
-        """The table as {gpu count: TFLOP/s} (only for the table form)."""
+        """The table as {gpu count: TFLOP/s} (only for the table form).
+
+        Keys have no upper limit; a count of more than MAX_COUNT_DIGITS digits exceeds any
+        cluster this package can hold, can never be chosen and is left out here (so nothing
+        downstream converts or multiplies it)."""
         if self.tflops is None:
-            raise ValueError("throughput names a model; derive its table with unicron_plan.curves")
-        return {int(k): float(v) for k, v in self.tflops.items()}
+            raise ValueError("throughput names a model; derive its table with unicron_plan.perf")
+        return {int(k): float(v) for k, v in self.tflops.items() if len(k) <= MAX_COUNT_DIGITS}
 
 
 class CurrentAllocation(StrictModel):
@@ -114,9 +120,9 @@ class Job(StrictModel):
     throughput: Throughput
     current: CurrentAllocation
     transition_seconds: Optional[float] = Field(default=None, ge=0)
-    # --- node-level and churn constraints (issue 3; docs/solvers.md) ---
+    # --- node-level and churn constraints (docs/solvers.md) ---
     tp: Optional[int] = Field(
-        default=None, ge=1,
+        default=None, ge=1, le=1024,
         description="Tensor-parallel group size: on every node the job uses, its GPU count is a "
                     "multiple of tp (no tensor-parallel group crosses a node). Counts of the "
                     "throughput table that are not multiples of tp are infeasible. The current "
@@ -157,7 +163,7 @@ class Event(StrictModel):
     failed_gpus: list[FailedGpu] = Field(default_factory=list)
 
 
-# --- Event kinds beyond "failure" (issue 5). The discriminator is `kind`. ---
+# --- Event kinds beyond "failure". The discriminator is `kind`. ---
 
 class RepairEvent(StrictModel):
     """Nodes or GPUs return: each listed GPU was in its node's failed_gpus before and is healthy after.

@@ -1,4 +1,4 @@
-"""The v1 plan (FORMAT.md, "Plan")."""
+"""The v1 plan (docs/format.md, "Plan")."""
 
 from __future__ import annotations
 

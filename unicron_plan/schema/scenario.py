@@ -1,4 +1,4 @@
-"""The scenario of `unicron-plan simulate` (FORMAT.md, "Scenario"): an instance
+"""The scenario of `unicron-plan simulate` (docs/format.md, "Scenario"): an instance
 without event and D_run, plus a duration and a source of events (a failure
 model or a trace). Cross-field checks are in :func:`check_scenario`.
 """

@@ -225,7 +225,7 @@ class Engine:
             self.series.append((self.t / 3600.0, self.output, self.waf_now()))
 
     def result(self) -> dict:
-        """weighted_tflop, reconfigurations and downtime hours per phase (FORMAT.md), plus details.
+        """weighted_tflop, reconfigurations and downtime hours per phase (docs/format.md), plus details.
 
         downtime_hours[phase] = weighted TFLOP lost in that phase / healthy WAF / 3600: the hours
         of the policy's whole healthy output lost (``recompute`` is counted in ``transition`` and

@@ -120,7 +120,7 @@ def _ci95(values: list[float]) -> list[float]:
 def summarize(runs: list[dict[str, Any]], policies: list[str]) -> dict[str, Any]:
     """Mean per policy over the runs, with 95% intervals and unicron's ratio to each policy.
 
-    With one run this is the run itself (FORMAT.md shape). With several,
+    With one run this is the run itself (docs/format.md shape). With several,
     ``policies[NAME]`` holds the means in the same shape plus ``ci95`` and, when
     unicron ran, ``unicron_ratio`` (per-seed unicron / NAME: mean, ci95, wins).
     """

@@ -35,7 +35,7 @@ class SolverSpec:
 REGISTRY: tuple[SolverSpec, ...] = (
     SolverSpec("dp", "unicron_plan.solvers.dp", "exact dynamic program over allowed counts (default)"),
     SolverSpec("brute", "unicron_plan.solvers.brute", "exhaustive enumeration, for tiny instances and tests"),
-    # Integer-programming backends (issue 3): exact with node-level constraints too.
+    # Integer-programming backends: exact with node-level constraints too.
     SolverSpec("milp", "unicron_plan.solvers.milp", "MILP via PuLP + HiGHS (node-level constraints)"),
     SolverSpec("milp-cbc", "unicron_plan.solvers.milp_cbc", "MILP via PuLP + CBC"),
     SolverSpec("cpsat", "unicron_plan.solvers.cpsat", "OR-Tools CP-SAT, integer-scaled objective"),

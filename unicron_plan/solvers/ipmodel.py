@@ -15,16 +15,18 @@ The mathematics is in docs/solvers.md. Two forms:
   b[i,n] tp-groups of job i on node n, sum_n tp_i b[i,n] = sum_k c_ik z[i,k],
   sum_i tp_i b[i,n] <= healthy_n, binaries u[i,n] (uses node n) for max_nodes,
   r[i,R] (uses rack R) for same_rack, the stay rule
-  tp_i b[i,n] >= prev_in z[i,k_x] for unhit jobs, and pinned splits fixed.
+  tp_i b[i,n] >= prev_in (z[i,k_x] - w[i]) for unhit jobs, where the binary
+  w[i] <= z[i,k_x] marks a move at the same count, which pays the transition
+  (objective -F_i(x_i) D_trans_i on w[i]), and pinned splits fixed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from unicron_plan.core.cluster import rack_key
-from unicron_plan.core.constraints import dp_limitations, eligible_nodes, stays
-from unicron_plan.core.problem import Problem
+from unicron_plan.cluster import rack_key
+from unicron_plan.constraints import dp_limitations, eligible_nodes, hysteresis_threshold, stays
+from unicron_plan.problem import Problem
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Formulation:
     objective: dict[int, float] = field(default_factory=dict)
     z: dict[tuple[int, int], int] = field(default_factory=dict)  # (job index, count index) -> var
     b: dict[tuple[int, str], int] = field(default_factory=dict)  # (job index, node id) -> var
+    w: dict[int, int] = field(default_factory=dict)  # job index -> var: moved at its own count
     hint: dict[int, int] = field(default_factory=dict)  # a feasible solution (keep or suspend)
 
     def var(self, name: str, lb: int, ub: int) -> int:
@@ -144,8 +147,17 @@ def build(problem: Problem, node_level: bool | None = None) -> Formulation:
         fixed = sum(1 for j in problem.jobs if not j.exiting and (j.hit or x_index[j.index] is None))
         unhit = [j for j in problem.jobs if not j.exiting and not j.hit and x_index[j.index] is not None]
         coefs = {m.z[(j.index, x_index[j.index])]: -1 for j in unhit}
+        coefs.update({m.w[j.index]: 1 for j in unhit if j.index in m.w})  # a move is a change
         m.row(coefs, None, problem.max_changed_jobs - fixed - len(unhit))
     return m
+
+
+def moves_allowed(j) -> bool:
+    """Whether an unhit job may move at its own count: always, unless hysteresis forbids the
+    (charged) move, which it does whenever the move's term is below its threshold."""
+    if j.min_gain_fraction is None:
+        return True
+    return j.gain_of(j.x, moved=True) >= hysteresis_threshold(j.f_x, j.d_run, j.min_gain_fraction)
 
 
 def _node_rows(m: Formulation, problem: Problem, x_index: dict[int, int | None]) -> None:
@@ -170,8 +182,13 @@ def _node_rows(m: Formulation, problem: Problem, x_index: dict[int, int | None])
         m.row(total | {m.z[(j.index, k)]: -int(c) for k, c in enumerate(j.counts.tolist()) if c}, 0, 0)
         if stays(j) and x_index[j.index] is not None:
             zx = m.z[(j.index, x_index[j.index])]
+            w = None
+            if not j.pinned and moves_allowed(j):
+                w = m.w[j.index] = m.var(f"w_{j.index}", 0, 1)
+                m.row({w: 1, zx: -1}, None, 0)
+                m.objective[w] = -float(j.f_x * j.d_trans)
             for nid, p in previous.items():
-                m.row({m.b[(j.index, nid)]: j.tp, zx: -p}, 0, None)
+                m.row({m.b[(j.index, nid)]: j.tp, zx: -p} | ({w: p} if w is not None else {}), 0, None)
         if j.max_nodes is not None and j.max_nodes < len(nodes):
             use = {}
             for nid in nodes:
@@ -200,8 +217,10 @@ def _node_rows(m: Formulation, problem: Problem, x_index: dict[int, int | None])
         m.row(coefs, None, state.nodes[nid].healthy_after)
 
 
-def build_placement(problem: Problem, counts: dict[str, int]) -> Formulation:
+def build_placement(problem: Problem, counts: dict[str, int], moved: set[str] | frozenset = frozenset()) -> Formulation:
     """Phase 2 of the node-level backends: counts fixed, place them moving as few GPUs as possible.
+
+    Only the jobs in ``moved`` (which already pay for a move) may leave their previous split.
 
     Same rows as :func:`build` with every job's count fixed; new integer k[i,n] <= prev_in,
     k[i,n] <= tp_i b[i,n] (GPUs job i keeps on node n), and the objective
@@ -240,6 +259,9 @@ def build_placement(problem: Problem, counts: dict[str, int]) -> Formulation:
     # z is fixed (one count each): keep the variables at 1 in objective-free form.
     for (i, k), v in m.z.items():
         m.lb[v] = m.ub[v] = 1
+    for i, v in m.w.items():
+        if problem.jobs[i].id not in moved:
+            m.ub[v] = 0
     return m
 
 
@@ -278,7 +300,7 @@ def replace_migration_aware(problem: Problem, raw, run, options, started: float)
     phase2 = time.perf_counter()
     raw.options = {**raw.options, "phase1_seconds": round(phase2 - started, 3)}
     if remaining is None or remaining > 0.05:
-        model = build_placement(problem, raw.counts)
+        model = build_placement(problem, raw.counts, problem.moved(raw.counts, raw.placement))
         values = run(model, SolverOptions(time_limit_seconds=remaining, threads=options.threads))
         if values is not None and model.feasible(values):
             new = model.placement(values)

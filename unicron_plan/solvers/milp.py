@@ -47,7 +47,12 @@ def build_lp(model: ipmodel.Formulation):
     else:  # pragma: no cover - older PuLP
         xs = [pulp.LpVariable(name, lowBound=lo, upBound=hi, cat=pulp.LpInteger)
               for name, lo, hi in zip(model.names, model.lb, model.ub)]
-    lp += pulp.lpSum(c * xs[v] for v, c in model.objective.items())
+    # Scaled by a power of two so the largest coefficient is about 1 (exact in floating point):
+    # HiGHS gives up ("Unknown") on objectives near 1e22; the plan's objective is recomputed anyway.
+    top = max((abs(c) for c in model.objective.values()), default=0.0)
+    scale = 2.0 ** -math.frexp(top)[1] if top > 0 else 1.0
+    lp += pulp.lpSum(c * scale * xs[v] for v, c in model.objective.items())
+    lp.objective_scale = scale  # read back by _call to unscale the dual bound
     for k, r in enumerate(model.rows):
         expr = pulp.lpSum(c * xs[v] for v, c in r.coefs.items())
         if r.lo is not None and r.lo == r.hi:
@@ -85,7 +90,7 @@ def _silence_highs_banner() -> None:
     _BANNER_SILENCED = True
 
 
-def _call(lp, backend: str, options: SolverOptions) -> dict:
+def _call(lp, backend: str, options: SolverOptions, preprocess: bool = True) -> dict:
     """Phase 2: run the solver; returns termination, whether a solution exists and the dual bound."""
     import pulp
 
@@ -126,6 +131,7 @@ def _call(lp, backend: str, options: SolverOptions) -> dict:
         _, sense = h.getObjectiveSense()
         if sense == highspy.ObjSense.kMinimize:
             bound = -bound
+        bound /= getattr(lp, "objective_scale", 1.0)
         return {"termination": termination, "has_solution": has_solution,
                 "bound": bound if math.isfinite(bound) else math.inf,
                 "highs_status": h.modelStatusToString(status)}
@@ -136,14 +142,16 @@ def _call(lp, backend: str, options: SolverOptions) -> dict:
         # bundled binary is what ships here, so keep it without the warning.
         warnings.simplefilter("ignore", DeprecationWarning)
         solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, threads=options.threads, gapRel=0.0,
-                                   gapAbs=0.0)
+                                   gapAbs=0.0, options=[] if preprocess else ["preprocess off"])
     lp.solve(solver)
     if lp.sol_status == pulp.LpSolutionOptimal:
         termination = "optimal"
     elif lp.sol_status == pulp.LpSolutionIntegerFeasible:
         termination = "time_limit"
     elif lp.status == pulp.LpStatusInfeasible:
-        termination = "infeasible"
+        # Under a time limit CBC reports "Integer infeasible" when it merely found nothing in
+        # time: that is no proof (extract falls back to the keep-or-suspend plan).
+        termination = "time_limit" if limit is not None else "infeasible"
     elif limit is not None and lp.status == pulp.LpStatusNotSolved:
         termination = "time_limit"
     else:
@@ -164,14 +172,48 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str =
     model = ipmodel.build(problem)
     result, values = run(model, options, backend)
     raw = extract(problem, model, result, values, {"backend": backend, **model.stats()})
+    if backend == "cbc":
+        raw = _confirm_cbc(problem, model, raw, options, started)
     return ipmodel.replace_migration_aware(problem, raw, lambda m, o: run(m, o, backend)[1], options, started)
 
 
-def run(model: ipmodel.Formulation, options: SolverOptions, backend: str = "highs"):
+def run(model: ipmodel.Formulation, options: SolverOptions, backend: str = "highs", preprocess: bool = True):
     """Phases 1 and 2 for one Formulation: (status dict, variable values or None)."""
     lp, xs = build_lp(model)
-    result = _call(lp, backend, options)
+    result = _call(lp, backend, options, preprocess)
     return result, ([v.varValue for v in xs] if result["has_solution"] else None)
+
+
+def _confirm_cbc(problem: Problem, model: ipmodel.Formulation, raw: RawSolution, options: SolverOptions,
+                 started: float) -> RawSolution:
+    """CBC's "Optimal" is not a proof: with preprocessing it has returned plans far below the
+    optimum (tests/data/cbc-false-optimal-*.json). Unless the DP relaxation already proves the
+    plan optimal, a second run without preprocessing must reach the same objective; otherwise
+    the better plan is returned as ``feasible``."""
+    import time
+
+    if raw.solution != "optimal" or raw.options.get("proof") == "relaxation":
+        return raw
+    limit = options.time_limit_seconds
+    left = None if limit is None else limit - (time.perf_counter() - started)
+    second = None
+    if left is None or left > 0.01:
+        result, values = run(model, SolverOptions(time_limit_seconds=left, threads=options.threads), "cbc",
+                             preprocess=False)
+        if result["termination"] == "optimal" and values is not None and model.feasible(values):
+            second = extract(problem, model, result, values, dict(raw.options))
+    if second is None:
+        raw.options = {**raw.options, "cbc_unconfirmed": True}
+        raw.solution, raw.termination = "feasible", "time_limit"
+        return raw
+    if math.isclose(second.objective, raw.objective, rel_tol=1e-9, abs_tol=1e-6):
+        raw.options = {**raw.options, "proof": "cbc with and without preprocessing agree"}
+        return raw
+    best = second if second.objective > raw.objective else raw
+    best.options = {**best.options, "cbc_runs_disagree": True}
+    if best.options.get("proof") != "relaxation":
+        best.solution = "feasible"
+    return best
 
 
 def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, info: dict) -> RawSolution:
@@ -179,27 +221,49 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
     from unicron_plan.solvers.dp import relaxation
 
     termination = result["termination"]
+    if termination == "infeasible" and model.feasible(model.hint_values()):
+        # A claim of infeasibility refuted by a plan in hand: the solver is wrong, not the instance.
+        info = {**info, "infeasible_claim_refuted": True}
+        termination, values = "error", None
     if termination == "infeasible":
         raise InfeasibleError("the constraints admit no plan (the solver proved it); relax tp, pinned, "
                               "max_nodes, same_rack, max_changed_jobs or min_gain_fraction")
-    if termination == "error":
+    if termination == "error" and "infeasible_claim_refuted" not in info:
+        # The solver gave up: keep-or-suspend is still a plan (feasible, termination error).
         detail = {k: v for k, v in result.items() if k.endswith("_status")} or info.get("cpsat_status")
-        raise UnicronError(f"the IP solver stopped with an error ({detail}); try another --solver")
+        info, values = {**info, "solver_error": str(detail)}, None
     if values is None or any(v is None for v in values):
         # Stopped before any solution: the keep-or-suspend hint is feasible by construction.
         values = model.hint_values()
         if not model.feasible(values):
+            if "solver_error" in info:
+                raise UnicronError(f"the IP solver stopped with an error ({info['solver_error']}) "
+                                   f"before finding a plan; try another --solver")
             raise InfeasibleError(f"no plan found ({termination}); raise the time limit")
         info = {**info, "fallback": "keep-or-suspend"}
+    if termination == "optimal" and not model.feasible(values):
+        # An "optimal" answer that breaks a row of the model is no answer.
+        info = {**info, "optimal_claim_refuted": "infeasible values"}
+        termination = "error"
+        values = model.hint_values()
+        if not model.feasible(values):
+            raise UnicronError("the IP solver returned values that break its model; try another --solver")
+        info = {**info, "fallback": "keep-or-suspend"}
     counts = model.counts(values)
-    objective = problem.objective(counts)
+    objective = problem.objective(counts, model.placement(values))
+    hint = model.hint_values()
+    if termination == "optimal" and model.feasible(hint) \
+            and problem.objective(model.counts(hint), model.placement(hint)) > objective + 1e-9 * max(1.0, abs(objective)):
+        # Checked against a known feasible plan: a better one refutes the claim.
+        info = {**info, "optimal_claim_refuted": "keep-or-suspend is better"}
+        termination = "error"
     if termination != "optimal" and "fallback" not in info:
         # A time-limited incumbent can be worse than simply keeping everyone who can stay.
         hint = model.hint_values()
-        if model.feasible(hint) and problem.objective(model.counts(hint)) > objective:
+        if model.feasible(hint) and problem.objective(model.counts(hint), model.placement(hint)) > objective:
             values, info = hint, {**info, "fallback": "keep-or-suspend"}
             counts = model.counts(values)
-            objective = problem.objective(counts)
+            objective = problem.objective(counts, model.placement(values))
     _, relaxed = relaxation(problem)
     solver_bound = result["bound"]
     if solver_bound < objective - 1e-9 * max(1.0, abs(objective)):
@@ -211,9 +275,10 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         solution = "optimal"
     else:
         solution = "feasible"
-    if solution != "optimal" and math.isclose(objective, relaxed, rel_tol=1e-12, abs_tol=1e-9):
+    if math.isclose(objective, relaxed, rel_tol=1e-12, abs_tol=1e-9):
         solution = "optimal"  # the relaxation's optimum is attained: proven without the solver
         termination = "optimal"
+        info = {**info, "proof": "relaxation"}
     bound = max(bound, objective)
     return RawSolution(counts=counts, objective=objective, bound=bound, termination=termination,
                        solution=solution, placement=model.placement(values),

@@ -25,7 +25,7 @@ Distributions (see docs/performance.md, "Generated instances"):
   ``curves="model"`` derives the table from ``unicron_plan.perf`` instead.
 * Current allocation: jobs in order take whole nodes at their nominal size
   until the cluster is full; the rest are queued (0 GPUs).
-* Failures (../shared/data/failures.md): D_run from a node MTBF of
+* Failures (docs/data/failures.md): D_run from a node MTBF of
   1000 / 3.79 node-days = 6332.5 h (Llama 3: 3.79 interruptions per 1000
   node-days); the event fails ``failed_nodes`` nodes drawn uniformly;
   scenarios use the Unicron severity mix (37% of hardware faults need a
@@ -171,7 +171,7 @@ def generate_instance(seed: int, *, gpus: int = 16384, jobs: int = 128, gpus_per
 
 
 def generate_scenario(seed: int, *, duration_hours: float = 720.0, **kwargs) -> dict:
-    """A scenario dict (FORMAT.md, "Scenario"): the instance without event and D_run, plus failures."""
+    """A scenario dict (docs/format.md, "Scenario"): the instance without event and D_run, plus failures."""
     inst = generate_instance(seed, failed_nodes=0, **kwargs)
     inst["name"] = inst["name"].replace("jagged-", "scenario-", 1)
     inst["cost"] = {"default_transition_seconds": 600.0}

@@ -1,0 +1,136 @@
+"""The repository stands alone and its docs say what the code does."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+PRODUCT = [p for p in ROOT.rglob("*") if p.is_file() and p.suffix in (".py", ".md", ".toml", ".cfg", ".txt", "")
+           and not any(part.startswith(".") and part != ".ci" for part in p.relative_to(ROOT).parts)
+           and "__pycache__" not in p.parts and p.name != "WORK_RULES.md"
+           and not any(part.endswith(".egg-info") or part == "build" for part in p.relative_to(ROOT).parts)]
+
+
+def _readme() -> str:
+    return (ROOT / "README.md").read_text()
+
+
+def test_readme_set_up_is_two_commands_and_ci_runs_them():
+    out = subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py")], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out == ['pip install . && unicron-plan solve instances/tiny-one-job-two-nodes.json',
+                   'pip install ".[test]" && pytest']
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "readme_commands.py" in ci and "python3 -m venv" in ci
+    assert (ROOT / "instances" / "tiny-one-job-two-nodes.json").exists()
+
+
+def test_pytest_comes_with_the_test_extra():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'test = \[[^\]]*"pytest', text)
+
+
+def test_no_pointer_outside_the_repository_and_no_issue_numbers():
+    # (Spelled with character classes so that this file does not match itself.)
+    bad = re.compile(r"\.\./sh[a]red|/w[o]rk/|\bis[s]ue \d|\(is[s]ue|\bwork[t]ree\b|for the le[a]d")
+    hits = []
+    for p in PRODUCT:
+        for k, line in enumerate(p.read_text(errors="replace").splitlines(), 1):
+            if bad.search(line):
+                hits.append(f"{p.relative_to(ROOT)}:{k}: {line.strip()[:100]}")
+    assert not hits, "\n".join(hits)
+
+
+def test_help_texts_are_clean():
+    from typer.testing import CliRunner
+
+    from unicron_plan.cli import full_app
+
+    app = full_app()
+    runner = CliRunner()
+    names = [c.name or c.callback.__name__ for c in app.registered_commands]
+    for name in [None] + names:
+        out = runner.invoke(app, ([name] if name else []) + ["--help"]).output
+        assert not re.search(r"is[s]ue \d|\(is[s]ue|\.\./sh[a]red|work[t]ree", out), (name, out)
+
+
+def test_readme_commands_table_is_one_table_and_lists_every_command():
+    text = _readme()
+    table = text[text.index("## Commands"):]
+    rows = []
+    for line in table.splitlines()[1:]:
+        if line.startswith("#"):
+            break
+        rows.append(line)
+    block = "\n".join(rows).strip().split("\n\n")[0].splitlines()
+    assert all(r.startswith("|") for r in block)
+    listed = "\n".join(block)
+    assert "schema instance\\|plan\\|scenario" in listed
+    from unicron_plan.cli import full_app
+
+    for c in full_app().registered_commands:
+        name = c.name or c.callback.__name__
+        assert f"unicron-plan {name}" in listed, name
+
+
+def test_docs_state_the_largest_library_instance():
+    sizes = {}
+    for p in (ROOT / "instances").glob("*.json"):
+        d = json.loads(p.read_text())
+        sizes[p.stem] = sum(n["gpus"] for n in d["cluster"]["nodes"])
+    name = max(sizes, key=sizes.get)
+    text = (ROOT / "docs" / "solvers.md").read_text()
+    assert f"`{name}` ({sizes[name]:,} GPUs)" in text
+
+
+def test_instances_readme_counts_jobs_and_gpus_right():
+    text = (ROOT / "instances" / "README.md").read_text()
+    checked = 0
+    for m in re.finditer(r"^\| ([a-z0-9-]+) \| (\d+) \| (\d+)\b", text, re.M):
+        path = ROOT / "instances" / f"{m.group(1)}.json"
+        d = json.loads(path.read_text())
+        assert sum(n["gpus"] for n in d["cluster"]["nodes"]) == int(m.group(2)), m.group(1)
+        assert len(d["jobs"]) == int(m.group(3)), m.group(1)
+        checked += 1
+    assert checked >= 4
+
+
+def test_simulate_table_header_matches_its_values(capsys):
+    from unicron_plan.cli import _print_summary
+
+    result = {"scenario": "s", "seed": 0, "policies": {
+        "unicron": {"weighted_tflop": 2.0, "reconfigurations": 1,
+                    "downtime_hours": {"detection": 0, "transition": 0, "sub_healthy": 0}},
+        "megatron": {"weighted_tflop": 1.0, "reconfigurations": 1,
+                     "downtime_hours": {"detection": 0, "transition": 0, "sub_healthy": 0}}}}
+    _print_summary(result, ["unicron", "megatron"])
+    out = capsys.readouterr().out
+    assert "unicron / policy" in out and "2.0000" in out  # 2.0 / 1.0
+    assert "unicron / policy" in (ROOT / "docs" / "simulation.md").read_text()
+
+
+def test_baseline_compares_the_ip_solvers():
+    base = json.loads((ROOT / "benchmarks" / "baseline.json").read_text())
+    for name, entry in base["instances"].items():
+        for solver in ("dp", "milp", "cpsat"):
+            assert entry["solvers"][solver]["status"] == "ok", (name, solver)
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
+                         + ["../scripts/build_instances.py", "../scenarios/build.py"])
+def test_scripts_only_print_help_on_help(script, tmp_path):
+    path = (ROOT / "benchmarks" / script).resolve()
+    watched = list((ROOT / "instances").glob("*.json")) + list((ROOT / "benchmarks").glob("*.json")) \
+        + list((ROOT / "models").glob("*.json")) + list((ROOT / "scenarios").glob("*.json")) \
+        + list((ROOT / "docs").glob("*.png"))
+    before = {p: p.stat().st_mtime_ns for p in watched}
+    r = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True, timeout=60,
+                       cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0 and "usage" in r.stdout.lower(), (script, r.stdout[-500:], r.stderr[-500:])
+    assert {p: p.stat().st_mtime_ns for p in watched} == before

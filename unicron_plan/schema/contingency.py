@@ -1,0 +1,59 @@
+"""The contingency index (``DIR/contingency.json``), read back as untrusted input.
+
+Counts are strict integers (no floats, booleans or lists); every failure's plan
+id must name a stored plan. Anything else is bad input (exit 2). Whether a
+well-formed stored plan still fits the instance is decided later: a plan that
+does not check out is not used (api.solve solves afresh and says so).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from unicron_plan.schema.base import StrictModel
+
+
+class _Open(StrictModel):
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+class FailureEntry(_Open):
+    """One precomputed failure: the failed nodes, the optimum and the id of its plan."""
+
+    failed_nodes: list[str] = Field(min_length=1)
+    objective: float
+    plan: str
+
+
+class StoredPlan(_Open):
+    """Optimal GPU counts per job id."""
+
+    counts: dict[str, int]
+
+    @model_validator(mode="after")
+    def _non_negative(self) -> "StoredPlan":
+        for jid, c in self.counts.items():
+            if c < 0:
+                raise ValueError(f"counts.{jid}: {c} is negative")
+        return self
+
+
+class ContingencyIndex(_Open):
+    """``unicron-plan contingency``'s index; fields it does not know are ignored."""
+
+    schema_version: Literal["1"]
+    kind: Literal["contingency"]
+    instance: str
+    fingerprint: str
+    failures: dict[str, FailureEntry]
+    plans: dict[str, StoredPlan]
+    stats: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _plan_ids_resolve(self) -> "ContingencyIndex":
+        for key, entry in self.failures.items():
+            if entry.plan not in self.plans:
+                raise ValueError(f"failures.{key}.plan: unknown plan id {entry.plan!r}")
+        return self

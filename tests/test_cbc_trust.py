@@ -46,7 +46,7 @@ def test_cbc_never_reports_a_wrong_plan_as_optimal(path):
 
 def test_the_data_still_fools_cbc_with_preprocessing():
     """Keeps the regression data meaningful: raw CBC is still wrong on at least one case."""
-    from unicron_plan.problem import build_problem
+    from unicron_plan.core.problem import build_problem
     from unicron_plan.solvers import SolverOptions, ipmodel, milp
 
     wrong = 0

@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from conftest import ROOT
 from unicron_plan import api
 from unicron_plan.cli import full_app
-from unicron_plan.contingency import build_contingency, write_contingency
+from unicron_plan.plan.contingency import build_contingency, write_contingency
 from unicron_plan.errors import InvalidInstanceError
 
 BUDGET = float(os.environ.get("UNICRON_FUZZ_SECONDS", "2.0"))  # seconds per reader

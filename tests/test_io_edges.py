@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from unicron_plan.contingency import build_contingency, write_contingency
+from unicron_plan.plan.contingency import build_contingency, write_contingency
 from unicron_plan import api
 
 TINY = ROOT / "instances" / "tiny-one-job-two-nodes.json"

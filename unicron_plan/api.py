@@ -102,9 +102,9 @@ def _derived(problem) -> tuple[dict, object]:
 def _from_contingency(instance: Instance, contingency) -> tuple[Plan | None, str | None]:
     """(the precomputed plan for the instance's event, placed and validated, None) or
     (None, why none was used): a stored plan that does not check out is never used."""
-    from unicron_plan.constraints import dp_limitations
-    from unicron_plan.contingency import check_index, lookup, read_contingency
-    from unicron_plan.problem import RawSolution, build_problem, to_plan
+    from unicron_plan.core.constraints import dp_limitations
+    from unicron_plan.plan.contingency import check_index, lookup, read_contingency
+    from unicron_plan.core.problem import RawSolution, build_problem, to_plan
 
     start = time.perf_counter()
     index = check_index(contingency) if isinstance(contingency, dict) else read_contingency(contingency)

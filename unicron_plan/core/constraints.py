@@ -15,7 +15,7 @@ Semantics (docs/solvers.md, "Constraints"):
 
 * *stay rule*: a job that is neither hit nor changes its count is charged
   nothing only on exactly its previous per-node split; on another split it is
-  moved, a change that pays its transition (:func:`unicron_plan.cost.is_moved`);
+  moved, a change that pays its transition (:func:`unicron_plan.core.cost.is_moved`);
 * *hysteresis*: a job that was not hit may take a count y != x only if
   ``G(y) >= (1 + f) * G(x)`` where ``G(x) = F(x) * D_run >= 0``; when
   ``G(x) = 0`` any change with ``G(y) >= 0`` is allowed; hit jobs are exempt;

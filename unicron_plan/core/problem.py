@@ -36,7 +36,7 @@ class JobTerms:
     gains: np.ndarray  # G(y) at counts
     layouts: dict[int, dict[str, int]] = field(default_factory=dict)
     d_run: float = 0.0
-    # Constraints (unicron_plan.constraints); counts above are already filtered.
+    # Constraints (unicron_plan.core.constraints); counts above are already filtered.
     tp: int = 1
     pinned: bool = False
     max_nodes: int | None = None

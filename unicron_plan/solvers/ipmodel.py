@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from unicron_plan.cluster import rack_key
-from unicron_plan.constraints import dp_limitations, eligible_nodes, hysteresis_threshold, stays
-from unicron_plan.problem import Problem
+from unicron_plan.core.cluster import rack_key
+from unicron_plan.core.constraints import dp_limitations, eligible_nodes, hysteresis_threshold, stays
+from unicron_plan.core.problem import Problem
 
 
 @dataclass

@@ -365,6 +365,11 @@ def _print_summary(result: dict, names: list[str]) -> None:
 # --- end simulate ---
 
 
+from unicron_plan.integrations.cli import register as _register_integrations  # noqa: E402
+
+_register_integrations(app, handle_errors)  # import / export (scheduler adapters)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry point."""
     args = sys.argv[1:] if argv is None else argv
@@ -373,7 +378,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     app(args=args)
 
 
-_CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "contingency", "generate", "bench", "simulate"}
+_CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "contingency", "generate", "bench", "simulate",
+                  "import", "export"}
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,12 @@
+"""Scheduler adapters: read a cluster from Kubernetes or Slurm objects into a v1
+instance, and turn a v1 plan back into the scheduler's own changes.
+
+- :mod:`unicron_plan.integrations.k8s`: nodes, pods and PyTorchJob / Volcano Job /
+  DLRover ElasticJob objects in; merge patches (and the objects a kind needs) out.
+- :mod:`unicron_plan.integrations.slurm`: ``scontrol show nodes --json`` and
+  ``squeue --json`` in; ``scontrol`` commands out.
+- :mod:`unicron_plan.integrations.common`: planning fields, GPU type mapping and
+  the instance assembly both share.
+
+docs/integrations.md documents every field read and written.
+"""

@@ -1,0 +1,135 @@
+"""``unicron-plan import k8s|slurm`` and ``unicron-plan export k8s|slurm``."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Optional
+
+import typer
+
+import_app = typer.Typer(no_args_is_help=True, help="Build a v1 instance from a scheduler's own JSON.")
+export_app = typer.Typer(no_args_is_help=True, help="Turn a v1 plan into a scheduler's own changes.")
+
+_RUN = typer.Option(None, "--expected-run-seconds", help="D_run of the instance (or give --node-mtbf-hours).")
+_MTBF = typer.Option(None, "--node-mtbf-hours", help="D_run from node MTBF (FORMAT.md cost.node_mtbf_hours).")
+_TRANS = typer.Option(600.0, "--default-transition-seconds", help="D_trans of jobs that give none.")
+_GPU_TYPE = typer.Option(None, "--gpu-type", help="PRODUCT=TYPE: map a GPU product (label or gres type) to a "
+                                                  "GPU type of the library (repeatable; wins over the built-in table).")
+_GPU_MAP = typer.Option(None, "--gpu-map", help='JSON file {"PRODUCT": "TYPE", ...}, same as --gpu-type.')
+_OUT = typer.Option(None, "--out", "-o", help="Write here instead of stdout.")
+
+
+def _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map):
+    from unicron_plan.integrations.common import Cost, load_gpu_map
+
+    cost = Cost(expected_run_seconds=expected_run_seconds, node_mtbf_hours=node_mtbf_hours,
+                default_transition_seconds=default_transition_seconds)
+    cost.to_json()  # the option error comes before any file is read
+    return cost, load_gpu_map(gpu_type or [], str(gpu_map) if gpu_map else None)
+
+
+@import_app.command("k8s")
+def import_k8s(nodes: Path = typer.Option(..., "--nodes", help="kubectl get nodes -o json"),
+               pods: Path = typer.Option(..., "--pods", help="kubectl get pods -A -o json"),
+               jobs: Path = typer.Option(..., "--jobs", help="kubectl get pytorchjobs -A -o json (or a List mixing "
+                                                             "PyTorchJob, Volcano Job and DLRover ElasticJob)"),
+               out: Optional[Path] = _OUT,
+               expected_run_seconds: Optional[float] = _RUN, node_mtbf_hours: Optional[float] = _MTBF,
+               default_transition_seconds: float = _TRANS,
+               gpu_type: Optional[list[str]] = _GPU_TYPE, gpu_map: Optional[Path] = _GPU_MAP,
+               rack_label: str = typer.Option("topology.kubernetes.io/zone", "--rack-label",
+                                              help="Node label whose value is the rack."),
+               cordon_reason: Optional[list[str]] = typer.Option(
+                   None, "--cordon-reason", help="KEY[=VALUE]: a cordoned node carrying this label, annotation or "
+                                                 "taint counts as failed (repeatable)."),
+               name: str = typer.Option("kubernetes", "--name", help="Instance name.")):
+    """Build a v1 instance from Kubernetes nodes, pods and training jobs."""
+    from unicron_plan.cli import emit
+    from unicron_plan.integrations.k8s import import_k8s as run
+    from unicron_plan.io import dumps, read_json
+
+    cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
+    doc = run(read_json(nodes), read_json(pods), read_json(jobs), cost=cost, gpu_map=gmap,
+              rack_label=rack_label, cordon_reasons=cordon_reason or [], name=name)
+    emit(dumps(doc), out)
+
+
+@import_app.command("slurm")
+def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show nodes --json"),
+                 jobs: Path = typer.Option(..., "--jobs", help="squeue --json"),
+                 out: Optional[Path] = _OUT,
+                 expected_run_seconds: Optional[float] = _RUN, node_mtbf_hours: Optional[float] = _MTBF,
+                 default_transition_seconds: float = _TRANS,
+                 gpu_type: Optional[list[str]] = _GPU_TYPE, gpu_map: Optional[Path] = _GPU_MAP,
+                 rack_feature: Optional[str] = typer.Option(
+                     None, "--rack-feature", help="Prefix of the node feature that names the rack (e.g. rack)."),
+                 name: str = typer.Option("slurm", "--name", help="Instance name.")):
+    """Build a v1 instance from Slurm nodes and jobs."""
+    from unicron_plan.cli import emit
+    from unicron_plan.integrations.slurm import import_slurm as run
+    from unicron_plan.io import dumps, read_json
+
+    cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
+    doc = run(read_json(nodes), read_json(jobs), cost=cost, gpu_map=gmap, rack_feature=rack_feature, name=name)
+    emit(dumps(doc), out)
+
+
+class K8sFormat(str, Enum):
+    json = "json"
+    yaml = "yaml"
+    kubectl = "kubectl"
+
+
+@export_app.command("k8s")
+def export_k8s(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan solve)."),
+               jobs: Path = typer.Option(..., "--jobs", help="The jobs file given to import."),
+               pods: Optional[Path] = typer.Option(None, "--pods", help="The pods file given to import: pods "
+                                                                        "where the plan does not keep them are "
+                                                                        "deleted (recommended)."),
+               fmt: K8sFormat = typer.Option(K8sFormat.json, "--format", help="json or yaml (the change list) "
+                                                                              "or kubectl (a shell script)."),
+               out: Optional[Path] = _OUT):
+    """The changes (merge patches, new objects, pod deletions) that carry out PLAN on Kubernetes."""
+    from unicron_plan.api import load_plan
+    from unicron_plan.cli import emit
+    from unicron_plan.integrations.k8s import export_k8s as run, render_kubectl
+    from unicron_plan.io import dumps, read_json
+
+    changes = run(load_plan(plan), read_json(jobs), read_json(pods) if pods else None)
+    if fmt is K8sFormat.yaml:
+        import yaml
+
+        text = yaml.safe_dump(changes, sort_keys=False)
+    elif fmt is K8sFormat.kubectl:
+        text = render_kubectl(changes)
+    else:
+        text = dumps(changes)
+    emit(text, out)
+
+
+@export_app.command("slurm")
+def export_slurm(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan solve)."),
+                 jobs: Path = typer.Option(..., "--jobs", help="The squeue --json file given to import."),
+                 nodes: Optional[Path] = typer.Option(None, "--nodes", help="The nodes file given to import: "
+                                                                            "nodes already drained are left alone."),
+                 reason: str = typer.Option("unicron-plan: failed", "--reason", help="Reason of the drains."),
+                 out: Optional[Path] = _OUT):
+    """The scontrol commands that carry out PLAN on Slurm, as a shell script."""
+    from unicron_plan.api import load_plan
+    from unicron_plan.cli import emit
+    from unicron_plan.integrations.slurm import export_slurm as run
+    from unicron_plan.io import read_json
+
+    lines = run(load_plan(plan), read_json(jobs), read_json(nodes) if nodes else None, reason=reason)
+    emit("#!/bin/sh\n# Generated by unicron-plan export slurm: apply in this order.\nset -e\n"
+         + "".join(line + "\n" for line in lines), out)
+
+
+def register(app: typer.Typer, wrap: Callable) -> None:
+    """Add ``import`` and ``export`` to ``app``, each command wrapped by ``wrap`` (exit codes)."""
+    for sub in (import_app, export_app):
+        for cmd in sub.registered_commands:
+            cmd.callback = wrap(cmd.callback)
+    app.add_typer(import_app, name="import")
+    app.add_typer(export_app, name="export")

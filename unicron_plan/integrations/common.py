@@ -1,0 +1,340 @@
+"""What the Kubernetes and Slurm adapters share: error messages that name the
+scheduler object, the planning fields a job carries, the GPU type mapping and
+the assembly of the v1 instance (checked by the package's own loader)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.io import validation_error_to_invalid
+
+#: Most objects (nodes, pods, jobs) one input file may hold: bounds the work of any input.
+MAX_OBJECTS = 200_000
+
+
+def object_error(obj: str, path: str, message: str) -> InvalidInstanceError:
+    """An error naming the scheduler object (``Node gpu-017``) and its field path."""
+    return InvalidInstanceError(f"{obj} {path}" if path else obj, message)
+
+
+class Lenient(BaseModel):
+    """Base of the models of scheduler objects: fields the adapter does not read
+    are ignored (the tools print many); those it reads are validated."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, populate_by_name=True)
+
+
+def parse_object(model: type[BaseModel], data: Any, obj: str) -> Any:
+    """Validate one scheduler object, raising an error that names it and the field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = validation_error_to_invalid(exc)
+        path = err.field if err.field != "(top level)" else ""
+        raise object_error(obj, path, err.message) from None
+
+
+def items_of(doc: Any, source: str, key: str = "items") -> list:
+    """The object list of a ``kubectl get -o json`` List (or of ``squeue --json``'s ``jobs``)."""
+    if isinstance(doc, list):
+        items = doc
+    elif isinstance(doc, dict) and isinstance(doc.get(key), list):
+        items = doc[key]
+    elif isinstance(doc, dict) and "kind" in doc and "metadata" in doc:
+        items = [doc]  # a single object (kubectl get KIND NAME -o json)
+    else:
+        raise InvalidInstanceError(source, f"expected a JSON object with a list {key!r} (or a list)")
+    if len(items) > MAX_OBJECTS:
+        raise InvalidInstanceError(source, f"{len(items)} objects; at most {MAX_OBJECTS} are accepted")
+    return items
+
+
+# --- GPU types -------------------------------------------------------------------------------
+
+#: GPU feature discovery's ``nvidia.com/gpu.product`` values (NVIDIA's product names with
+#: spaces as dashes) and Slurm gres type names, normalised, to the library's GPU types.
+#: Only products whose memory and interconnect match the library's entry are listed.
+BUILTIN_GPU_PRODUCTS: dict[str, str] = {
+    "nvidia-a100-sxm4-80gb": "a100",
+    "a100-sxm4-80gb": "a100",
+    "nvidia-a800-sxm4-80gb": "a800",
+    "a800-sxm4-80gb": "a800",
+    "nvidia-h100-80gb-hbm3": "h100",
+    "h100-80gb-hbm3": "h100",
+    "nvidia-h100-sxm5-80gb": "h100",
+    "nvidia-h800": "h800",
+    "nvidia-h800-80gb-hbm3": "h800",
+    "nvidia-h200": "h200",
+    "nvidia-h200-141gb-hbm3e": "h200",
+}
+
+
+def normalize_product(value: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` / ``nvidia_h100_80gb_hbm3`` -> ``nvidia-h100-80gb-hbm3``;
+    GPU feature discovery's ``-SHARED`` suffix (time-slicing) is dropped."""
+    out = re.sub(r"[\s_]+", "-", value.strip().lower())
+    return out[: -len("-shared")] if out.endswith("-shared") else out
+
+
+class GpuMap:
+    """Maps product names to the library's GPU types; user overrides win.
+
+    Library type names (``a100``, ``h100``...) map to themselves. An unknown
+    product is bad input naming the object and the field it came from.
+    """
+
+    def __init__(self, overrides: Optional[dict[str, str]] = None):
+        from unicron_plan.perf.library import gpu_names
+
+        self.types = set(gpu_names())
+        self.table = dict(BUILTIN_GPU_PRODUCTS)
+        self.table.update({t: t for t in self.types})
+        for product, gtype in (overrides or {}).items():
+            if gtype not in self.types:
+                raise InvalidInstanceError(f"gpu map {product!r}",
+                                           f"unknown GPU type {gtype!r}; valid GPU types: {', '.join(sorted(self.types))}")
+            self.table[normalize_product(product)] = gtype
+
+    def resolve(self, product: str, obj: str, path: str) -> str:
+        gtype = self.table.get(normalize_product(product))
+        if gtype is None:
+            raise object_error(obj, path, f"unknown GPU product {product!r}; map it with "
+                                          f"--gpu-type '{product}=TYPE' or --gpu-map FILE "
+                                          f"(types: {', '.join(sorted(self.types))})")
+        return gtype
+
+
+def load_gpu_map(pairs: Iterable[str] = (), path: Optional[str] = None) -> GpuMap:
+    """A GpuMap from ``PRODUCT=TYPE`` options and/or a JSON file ``{"PRODUCT": "TYPE"}``."""
+    overrides: dict[str, str] = {}
+    if path is not None:
+        from unicron_plan.io import read_json
+
+        doc = read_json(path)
+        if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
+            raise InvalidInstanceError(str(path), 'expected a JSON object {"PRODUCT": "TYPE", ...}')
+        overrides.update(doc)
+    for pair in pairs:
+        product, sep, gtype = pair.rpartition("=")
+        if not sep or not product or not gtype:
+            raise InvalidInstanceError("--gpu-type", f"{pair!r} is not PRODUCT=TYPE")
+        overrides[product] = gtype
+    return GpuMap(overrides)
+
+
+def gpu_type_entry(name: str) -> dict[str, float]:
+    """The instance's ``cluster.gpu_types`` entry of a library GPU type."""
+    from unicron_plan.perf.library import get_gpu
+
+    g = get_gpu(name)
+    return {"peak_tflops": g.peak_tflops, "memory_gib": g.memory_gib,
+            "intra_node_gbps": g.nvlink_gb_per_s, "inter_node_gbps": g.network_gb_per_s}
+
+
+# --- planning fields -------------------------------------------------------------------------
+
+_TABLE_PAIR = re.compile(r"^\s*([1-9][0-9]{0,7})\s*:\s*([0-9.eE+-]+)\s*$")
+
+
+class PlanFields(BaseModel):
+    """The planning fields of one job (Kubernetes annotations ``unicron-plan/KEY``,
+    Slurm comment ``unicron-plan: KEY=VALUE ...``). Values arrive as strings."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    weight: float = Field(ge=0)
+    throughput: Optional[dict[str, float]] = None
+    model: Optional[str] = Field(default=None, min_length=1)
+    global_batch: Optional[int] = Field(default=None, ge=1, alias="global-batch")
+    seq_len: Optional[int] = Field(default=None, ge=1, alias="seq-len")
+    recompute: Optional[str] = None
+    gpu_type: Optional[str] = Field(default=None, alias="gpu-type")
+    tp: Optional[int] = Field(default=None, ge=1)
+    pinned: Optional[bool] = None
+    same_rack: Optional[bool] = Field(default=None, alias="same-rack")
+    max_nodes: Optional[int] = Field(default=None, ge=1, alias="max-nodes")
+    min_gain_fraction: Optional[float] = Field(default=None, ge=0, alias="min-gain-fraction")
+    transition_seconds: Optional[float] = Field(default=None, ge=0, alias="transition-seconds")
+
+    @field_validator("throughput", mode="before")
+    @classmethod
+    def _table(cls, value: Any) -> Any:
+        """A JSON object ``{"8": 1100, ...}`` or the short form ``8:1100,16:2150``."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("{"):
+            from unicron_plan.io import parse_json
+
+            try:
+                return parse_json(text, "throughput")
+            except InvalidInstanceError as exc:
+                raise ValueError(exc.message) from None
+        table = {}
+        for part in text.split(","):
+            m = _TABLE_PAIR.match(part)
+            if not m:
+                raise ValueError(f"{part!r} is not GPUS:TFLOPS (e.g. 8:1100,16:2150)")
+            table[m.group(1)] = float(m.group(2))
+        return table
+
+
+PLAN_KEYS = tuple(f.alias or name for name, f in PlanFields.model_fields.items())
+
+
+def parse_plan_fields(raw: dict[str, str], obj: str, where: str) -> PlanFields:
+    """Validate a job's planning fields; ``where(key)`` renders the field path of a key."""
+    if "weight" not in raw:
+        raise object_error(obj, where("weight"), "missing (every planned job needs a weight)")
+    for key in raw:
+        if key not in PLAN_KEYS:
+            raise object_error(obj, where(key), f"unknown planning field; known: {', '.join(PLAN_KEYS)}")
+    try:
+        pf = PlanFields.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        key = str(err["loc"][0]) if err["loc"] else ""
+        name = PlanFields.model_fields[key].alias or key if key in PlanFields.model_fields else key
+        msg = err["msg"].removeprefix("Value error, ")
+        raise object_error(obj, where(name), f"{raw.get(name, '')!r}: {msg}") from None
+    if (pf.throughput is None) == (pf.model is None):
+        raise object_error(obj, where("throughput"), "give exactly one of 'throughput' (a table) or 'model' "
+                                                     "(with 'global-batch' and 'seq-len')")
+    if pf.model is not None and (pf.global_batch is None or pf.seq_len is None):
+        raise object_error(obj, where("model"), "a model needs 'global-batch' and 'seq-len' too")
+    return pf
+
+
+# --- the instance ------------------------------------------------------------------------------
+
+@dataclass
+class NodeState:
+    """One GPU node as the adapters see it."""
+
+    id: str
+    gpu_type: str
+    gpus: int
+    rack: Optional[str] = None
+    failed: bool = False          # the whole node is out (event.failed_nodes)
+    lost_gpus: int = 0            # GPUs gone since the node joined (event.failed_gpus)
+    reserved_gpus: int = 0        # held by work the planner does not manage (failed_gpus)
+
+
+@dataclass
+class JobState:
+    """One planned job: its object, planning fields and current allocation."""
+
+    id: str
+    obj: str                      # "PyTorchJob team-a/llama", for messages
+    fields: PlanFields
+    where: Any                    # key -> field path of a planning field
+    gpus: int = 0
+    nodes: list[str] = field(default_factory=list)
+    granularity: int = 1          # GPUs that move together on a node (a pod's, a Slurm node's)
+    requested_type: Optional[tuple[str, str]] = None  # (GPU product, field path) the job asks for
+
+
+@dataclass
+class Cost:
+    """The instance's cost constants (FORMAT.md ``cost``)."""
+
+    expected_run_seconds: Optional[float] = None
+    node_mtbf_hours: Optional[float] = None
+    default_transition_seconds: Optional[float] = 600.0
+
+    def to_json(self) -> dict:
+        if (self.expected_run_seconds is None) == (self.node_mtbf_hours is None):
+            raise InvalidInstanceError("--expected-run-seconds", "give exactly one of --expected-run-seconds "
+                                                                 "or --node-mtbf-hours")
+        out = {k: v for k, v in (("expected_run_seconds", self.expected_run_seconds),
+                                 ("node_mtbf_hours", self.node_mtbf_hours),
+                                 ("default_transition_seconds", self.default_transition_seconds)) if v is not None}
+        return out
+
+
+def _job_gpu_type(job: JobState, node_types: dict[str, str], all_types: set[str], gpu_map: GpuMap) -> str:
+    if job.fields.gpu_type is not None:
+        return gpu_map.resolve(job.fields.gpu_type, job.obj, job.where("gpu-type"))
+    types = {node_types[n] for n in job.nodes}
+    if len(types) > 1:
+        raise object_error(job.obj, "current nodes", f"the job runs on GPU types {sorted(types)}; a job uses one type")
+    if types:
+        return types.pop()
+    if job.requested_type is not None:
+        return gpu_map.resolve(job.requested_type[0], job.obj, job.requested_type[1])
+    if len(all_types) == 1:
+        return next(iter(all_types))
+    raise object_error(job.obj, job.where("gpu-type"), "missing: the job runs nowhere and the cluster has "
+                                                       f"several GPU types ({', '.join(sorted(all_types))})")
+
+
+def build_instance(name: str, nodes: list[NodeState], jobs: list[JobState], cost: Cost,
+                   gpu_map: GpuMap, isolation: str = "node") -> dict:
+    """Assemble the v1 instance and check it with the package's loader; an error about
+    ``jobs[i]`` or ``cluster.nodes[k]`` is re-worded to name the scheduler object."""
+    if not nodes:
+        raise InvalidInstanceError("nodes", "no GPU node found")
+    node_types = {n.id: n.gpu_type for n in nodes}
+    all_types = set(node_types.values())
+    inst_nodes, failed_nodes, failed_gpus = [], [], []
+    for n in nodes:
+        reserved = list(range(min(n.reserved_gpus, n.gpus)))
+        inst_nodes.append({"id": n.id, "gpu_type": n.gpu_type, "gpus": n.gpus, "failed_gpus": reserved,
+                           **({"rack": n.rack} if n.rack is not None else {})})
+        if n.failed:
+            failed_nodes.append(n.id)
+        elif n.lost_gpus:
+            failed_gpus += [{"node": n.id, "gpu": g} for g in range(n.gpus - n.lost_gpus, n.gpus)]
+    inst_jobs = []
+    for job in jobs:
+        f = job.fields
+        gtype = _job_gpu_type(job, node_types, all_types, gpu_map)
+        if f.throughput is not None:
+            tp = {"gpu_type": gtype, "tflops": f.throughput}
+        else:
+            tp = {"gpu_type": gtype, "model": f.model, "global_batch": f.global_batch, "seq_len": f.seq_len,
+                  **({"recompute": f.recompute} if f.recompute is not None else {})}
+        tensor = math.lcm(f.tp or 1, job.granularity)
+        entry = {"id": job.id, "weight": f.weight, "throughput": tp,
+                 "current": {"gpus": job.gpus, "nodes": sorted(job.nodes)}}
+        if tensor > 1:
+            entry["tp"] = tensor
+        for key in ("pinned", "same_rack", "max_nodes", "min_gain_fraction", "transition_seconds"):
+            value = getattr(f, key)
+            if value is not None:
+                entry[key] = value
+        inst_jobs.append(entry)
+    doc = {"schema_version": "1", "name": name,
+           "cluster": {"gpu_types": {t: gpu_type_entry(t) for t in sorted(all_types)}, "nodes": inst_nodes},
+           "jobs": inst_jobs, "cost": cost.to_json()}
+    if isolation != "node":
+        doc["isolation"] = isolation
+    if failed_nodes or failed_gpus:
+        doc["event"] = {"kind": "failure", "failed_nodes": failed_nodes, "failed_gpus": failed_gpus}
+    check_built(doc, nodes, jobs)
+    return doc
+
+
+_PATH = re.compile(r"^(jobs|cluster\.nodes)\[(\d+)\](.*)$")
+
+
+def check_built(doc: dict, nodes: list[NodeState], jobs: list[JobState]) -> None:
+    """Run the package's instance checks; name the scheduler object on failure."""
+    from unicron_plan.api import load_instance
+
+    try:
+        load_instance(doc)
+    except InvalidInstanceError as exc:
+        m = _PATH.match(exc.field or "")
+        if m:
+            k = int(m.group(2))
+            obj = jobs[k].obj if m.group(1) == "jobs" else f"Node {nodes[k].id}"
+            raise object_error(obj, f"(instance {exc.field})", exc.message) from None
+        raise

@@ -66,7 +66,8 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     when the constraints admit no plan, and PlanValidationError if a solver ever returns a plan
     that does not validate (a bug).
     """
-    from unicron_plan.core.problem import build_problem, to_plan
+    from unicron_plan.core.problem import build_problem
+    from unicron_plan.plan.assemble import to_plan
 
     # build_problem runs check_instance itself: parse only here, so the checks run once.
     instance = _load(Instance, instance)
@@ -104,7 +105,8 @@ def _from_contingency(instance: Instance, contingency) -> tuple[Plan | None, str
     (None, why none was used): a stored plan that does not check out is never used."""
     from unicron_plan.core.constraints import dp_limitations
     from unicron_plan.plan.contingency import check_index, lookup, read_contingency
-    from unicron_plan.core.problem import RawSolution, build_problem, to_plan
+    from unicron_plan.core.problem import RawSolution, build_problem
+    from unicron_plan.plan.assemble import to_plan
 
     start = time.perf_counter()
     index = check_index(contingency) if isinstance(contingency, dict) else read_contingency(contingency)

@@ -70,16 +70,6 @@ def handle_errors(fn):
     return wrapper
 
 
-def emit(text: str, out: Optional[Path]) -> None:
-    """Print to stdout, or write atomically to ``out``."""
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        from unicron_plan.io import write_atomic
-
-        write_atomic(out, text)
-
-
 @app.command()
 @handle_errors
 def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
@@ -97,7 +87,7 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
                                                                 "(job, action, GPUs, nodes, WAF, penalty) on stderr.")):
     """Compute the optimal reconfiguration plan of INSTANCE and print it as JSON."""
     from unicron_plan import api
-    from unicron_plan.io import dumps
+    from unicron_plan.io import dumps, emit
 
     plan = api.solve(instance, solver=solver, time_limit_seconds=time_limit, threads=threads,
                      contingency=contingency)  # api.solve parses and checks the file once
@@ -289,7 +279,7 @@ def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs
                                                                        "over time (first seed)."),
              out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the JSON here too.")):
     """Simulate SCENARIO's failures and repairs over time under each policy."""
-    from unicron_plan.io import dumps
+    from unicron_plan.io import dumps, emit
     from unicron_plan.simulate import DEFAULT_POLICIES, run as simrun
 
     sc = simrun.load_scenario(scenario)

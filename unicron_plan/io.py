@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import re
 import tempfile
 from pathlib import Path
@@ -222,3 +223,11 @@ def save_figure_atomic(fig, path: str | os.PathLike, dpi: int = 100) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def emit(text: str, out: "str | os.PathLike | None") -> None:
+    """Print ``text`` to stdout, or write it atomically to ``out``."""
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(out, text)

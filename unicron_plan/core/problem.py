@@ -1,8 +1,9 @@
-"""Instance -> dense, index-stable problem; raw solution -> Plan.
+"""Instance -> dense, index-stable problem; what a solver returns (RawSolution).
 
 Like a cvxpy reduction: :func:`build_problem` maps ids to indices and the
 objective to per-job gain vectors (via :mod:`unicron_plan.core.cost`), solvers work
-on indices only, and :func:`to_plan` maps their answer back to ids.
+on indices only, and :func:`unicron_plan.plan.assemble.to_plan` maps their
+answer back to ids.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 from unicron_plan.core import constraints, cost
 from unicron_plan.core.cluster import ClusterState, build_state
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.schema import Instance, Placement, Plan, PlanJob, SolverInfo, Status
+from unicron_plan.schema import Instance
 from unicron_plan.core.checks import check_instance
 
 
@@ -180,35 +181,3 @@ def action_of(x: int, y: int, hit: bool, moved: bool) -> str:
     if y > x:
         return "grow"
     return "restart" if (hit or moved) else "keep"
-
-
-def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
-    """Place the counts on nodes and assemble the v1 plan."""
-    from unicron_plan.plan.placement import place
-
-    placement = raw.placement if raw.placement is not None else place(problem, raw.counts)
-    plan_jobs = []
-    total_waf = 0.0
-    for j in problem.jobs:
-        y = raw.counts[j.id]
-        where = {n: g for n, g in placement.get(j.id, {}).items() if g > 0}
-        moved = cost.is_moved(j.x, y, where, problem.state.previous.get(j.id, {}))
-        f_y = j.f_of(y)
-        total_waf += f_y
-        penalty = float(cost.transition_penalty(j.f_x, j.d_trans,
-                                                cost.is_changed(y, j.x, j.hit, j.exiting, moved)))
-        plan_jobs.append(PlanJob(
-            id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
-            nodes=list(where), placement=[Placement(node=n, gpus=g) for n, g in where.items()],
-            waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=j.gain_of(y, moved),
-            parallelism=j.layouts.get(y) if y else None))
-    objective = problem.objective(raw.counts, placement)
-    # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
-    bound = objective if raw.solution == "optimal" else max(raw.bound, objective)
-    return Plan(
-        instance=problem.instance.name,
-        status=Status(termination=raw.termination, solution=raw.solution),
-        objective=objective, bound=bound,
-        d_run_seconds=problem.d_run, waf_tflops=total_waf, jobs=plan_jobs,
-        solver=SolverInfo(name=solver_name, wall_seconds=wall_seconds, options=raw.options or None),
-        capacity=problem.capacity, drained_nodes=problem.state.drained_nodes)

@@ -45,9 +45,8 @@ def import_k8s(nodes: Path = typer.Option(..., "--nodes", help="kubectl get node
                                                  "taint counts as failed (repeatable)."),
                name: str = typer.Option("kubernetes", "--name", help="Instance name.")):
     """Build a v1 instance from Kubernetes nodes, pods and training jobs."""
-    from unicron_plan.cli import emit
     from unicron_plan.integrations.k8s import import_k8s as run
-    from unicron_plan.io import dumps, read_json
+    from unicron_plan.io import dumps, emit, read_json
 
     cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
     doc = run(read_json(nodes), read_json(pods), read_json(jobs), cost=cost, gpu_map=gmap,
@@ -66,9 +65,8 @@ def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show 
                      None, "--rack-feature", help="Prefix of the node feature that names the rack (e.g. rack)."),
                  name: str = typer.Option("slurm", "--name", help="Instance name.")):
     """Build a v1 instance from Slurm nodes and jobs."""
-    from unicron_plan.cli import emit
     from unicron_plan.integrations.slurm import import_slurm as run
-    from unicron_plan.io import dumps, read_json
+    from unicron_plan.io import dumps, emit, read_json
 
     cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
     doc = run(read_json(nodes), read_json(jobs), cost=cost, gpu_map=gmap, rack_feature=rack_feature, name=name)
@@ -92,9 +90,8 @@ def export_k8s(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan so
                out: Optional[Path] = _OUT):
     """The changes (merge patches, new objects, pod deletions) that carry out PLAN on Kubernetes."""
     from unicron_plan.api import load_plan
-    from unicron_plan.cli import emit
     from unicron_plan.integrations.k8s import export_k8s as run, render_kubectl
-    from unicron_plan.io import dumps, read_json
+    from unicron_plan.io import dumps, emit, read_json
 
     changes = run(load_plan(plan), read_json(jobs), read_json(pods) if pods else None)
     if fmt is K8sFormat.yaml:
@@ -117,7 +114,6 @@ def export_slurm(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan 
                  out: Optional[Path] = _OUT):
     """The scontrol commands that carry out PLAN on Slurm, as a shell script."""
     from unicron_plan.api import load_plan
-    from unicron_plan.cli import emit
     from unicron_plan.integrations.slurm import export_slurm as run
     from unicron_plan.io import read_json
 

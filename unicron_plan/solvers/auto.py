@@ -4,7 +4,7 @@
    empty: the separable problem, pinned jobs, hysteresis): the DP.
 2. Otherwise the DP's optimum of the relaxation (node-level constraints and the churn
    limit dropped) is an upper bound; if its counts respect ``max_changed_jobs`` and
-   :func:`unicron_plan.plan.placement.place_constrained` places them under every node-level
+   :func:`unicron_plan.solvers.cpsat.place_constrained` places them under every node-level
    constraint, that plan is optimal (value = bound) and is returned (``backend: dp+place``).
 3. Else ``milp`` (PuLP + HiGHS), or ``cpsat`` when HiGHS is missing.
 
@@ -44,7 +44,6 @@ def choose(problem: Problem) -> str:
 
 def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution | None:
     """Step 2: the DP relaxation's counts, if they can be placed under every constraint."""
-    from unicron_plan.plan.placement import place_constrained
     from unicron_plan.solvers import cpsat
     from unicron_plan.solvers.dp import relaxation
 
@@ -61,7 +60,7 @@ def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution 
         placement = None  # only the churn limit binds, and it holds: placement.place will do
     else:
         limit = PLACE_SECONDS if options.time_limit_seconds is None else min(PLACE_SECONDS, options.time_limit_seconds / 2)
-        placement = place_constrained(problem, counts, limit, options.threads)
+        placement = cpsat.place_constrained(problem, counts, limit, options.threads)
         if placement is None:
             return None
     return RawSolution(counts=counts, objective=problem.objective(counts), bound=value,

@@ -126,3 +126,22 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def place_constrained(problem: Problem, counts: dict[str, int], time_limit_seconds: float | None = None,
+                      threads: int | None = None) -> dict[str, dict[str, int]] | None:
+    """Place ``counts`` under the node-level constraints (tp groups inside nodes, max_nodes,
+    same_rack, pinned and unhit-unchanged jobs on their previous split), moving as few GPUs as
+    possible and preferring the jobs' racks; None when no placement was found in the time limit.
+
+    An assignment problem (``solvers.ipmodel.build_placement``) solved with OR-Tools CP-SAT:
+    tp makes node quantities multiples of tp, which a plain flow cannot express.
+    """
+    for j in problem.jobs:
+        if counts[j.id] not in j.counts:
+            return None
+    model = ipmodel.build_placement(problem, counts)
+    values = run(model, SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads))[1]
+    if values is None or not model.feasible(values):
+        return None
+    return model.placement(values)

@@ -1,0 +1,38 @@
+"""Raw solution -> v1 plan: place the counts on nodes, price every job, report the status."""
+
+from __future__ import annotations
+
+from unicron_plan.core import cost
+from unicron_plan.core.problem import Problem, RawSolution, action_of
+from unicron_plan.plan.placement import place
+from unicron_plan.schema import Placement, Plan, PlanJob, SolverInfo, Status
+
+
+def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
+    """Place the counts on nodes and assemble the v1 plan."""
+    placement = raw.placement if raw.placement is not None else place(problem, raw.counts)
+    plan_jobs = []
+    total_waf = 0.0
+    for j in problem.jobs:
+        y = raw.counts[j.id]
+        where = {n: g for n, g in placement.get(j.id, {}).items() if g > 0}
+        moved = cost.is_moved(j.x, y, where, problem.state.previous.get(j.id, {}))
+        f_y = j.f_of(y)
+        total_waf += f_y
+        penalty = float(cost.transition_penalty(j.f_x, j.d_trans,
+                                                cost.is_changed(y, j.x, j.hit, j.exiting, moved)))
+        plan_jobs.append(PlanJob(
+            id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
+            nodes=list(where), placement=[Placement(node=n, gpus=g) for n, g in where.items()],
+            waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=j.gain_of(y, moved),
+            parallelism=j.layouts.get(y) if y else None))
+    objective = problem.objective(raw.counts, placement)
+    # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
+    bound = objective if raw.solution == "optimal" else max(raw.bound, objective)
+    return Plan(
+        instance=problem.instance.name,
+        status=Status(termination=raw.termination, solution=raw.solution),
+        objective=objective, bound=bound,
+        d_run_seconds=problem.d_run, waf_tflops=total_waf, jobs=plan_jobs,
+        solver=SolverInfo(name=solver_name, wall_seconds=wall_seconds, options=raw.options or None),
+        capacity=problem.capacity, drained_nodes=problem.state.drained_nodes)

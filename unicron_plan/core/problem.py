@@ -93,7 +93,7 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, dict[int, float]], dic
                                        "model-derived throughput needs unicron_plan.perf") from None
         try:
             curve = derive_table(tp.model, tp.gpu_type, tp.global_batch, tp.seq_len,
-                                 recompute=tp.recompute or "full",
+                                 recompute=tp.recompute or "auto",
                                  max_gpus=max(total.get(tp.gpu_type, 0), job.current.gpus, 1))
         except InvalidInstanceError as exc:
             raise InvalidInstanceError(f"jobs[{k}].throughput.{exc.field}", exc.message) from None

@@ -20,11 +20,16 @@ import numpy as np
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.perf.curve import Curve, CurvePoint
 from unicron_plan.perf.iteration import GIB, RECOMPUTE_MODES
+
+#: What a caller may ask for: a fixed recomputation mode, or "auto" (per GPU count, the
+#: fastest of the modes whose layout fits in memory).
+RECOMPUTE_CHOICES = ("auto",) + RECOMPUTE_MODES
 from unicron_plan.perf.layouts import best_per_count, rank_layouts, search
 from unicron_plan.perf.library import _mtime, get_efficiency, get_gpu, get_model
 from unicron_plan.perf.transition import transition_seconds
 
-__all__ = ["derive_table", "rank_layouts", "Curve", "CurvePoint", "transition_seconds", "DEFAULT_MAX_GPUS"]
+__all__ = ["derive_table", "rank_layouts", "Curve", "CurvePoint", "transition_seconds", "DEFAULT_MAX_GPUS",
+           "RECOMPUTE_CHOICES"]
 
 #: Largest GPU count considered when neither ``max_gpus`` nor ``gpus`` is given.
 DEFAULT_MAX_GPUS = 4096
@@ -36,8 +41,8 @@ def _check_args(model, gpu_type, global_batch, seq_len, recompute, max_gpus, gpu
     for name, val in (("global_batch", global_batch), ("seq_len", seq_len)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
             raise InvalidInstanceError(name, f"{val!r} is not an integer >= 1")
-    if recompute not in RECOMPUTE_MODES:
-        raise InvalidInstanceError("recompute", f"{recompute!r} is not one of {', '.join(RECOMPUTE_MODES)}")
+    if recompute not in RECOMPUTE_CHOICES:
+        raise InvalidInstanceError("recompute", f"{recompute!r} is not one of {', '.join(RECOMPUTE_CHOICES)}")
     if max_gpus is not None and (isinstance(max_gpus, bool) or not isinstance(max_gpus, (int, np.integer))
                                  or max_gpus < 1):
         raise InvalidInstanceError("max_gpus", f"{max_gpus!r} is not an integer >= 1")
@@ -47,7 +52,7 @@ def _check_args(model, gpu_type, global_batch, seq_len, recompute, max_gpus, gpu
 
 
 def derive_table(model: str, gpu_type: str, global_batch: int, seq_len: int,
-                 recompute: str = "full", max_gpus: Optional[int] = None,
+                 recompute: str = "auto", max_gpus: Optional[int] = None,
                  gpus: Optional[list[int]] = None, *, stack: Optional[str] = None,
                  efficiency_file: Optional[str] = None) -> Curve:
     """Best layout and throughput of ``model`` on ``gpu_type`` at each GPU count.
@@ -55,12 +60,14 @@ def derive_table(model: str, gpu_type: str, global_batch: int, seq_len: int,
     Counts are ``gpus`` when given (then ``max_gpus`` is ignored), otherwise
     every N <= ``max_gpus`` (default :data:`DEFAULT_MAX_GPUS`) with at least
     one valid layout; counts without a valid, fitting layout are absent.
-    ``recompute`` None means "full". ``stack`` and ``efficiency_file`` select
+    ``recompute`` "auto" (the default; None means the same) picks, per count,
+    the fastest of "none", "selective" and "full" whose layout fits; a mode
+    name forces that mode. ``stack`` and ``efficiency_file`` select
     other efficiency constants (see :mod:`unicron_plan.perf.calibrate`).
     Results are cached per arguments; the returned Curve is immutable.
     """
-    if recompute is None:  # Throughput.recompute is optional; absent means full
-        recompute = "full"
+    if recompute is None:  # Throughput.recompute is optional; absent means auto
+        recompute = "auto"
     _check_args(model, gpu_type, global_batch, seq_len, recompute, max_gpus, gpus)
     key = None if gpus is None else tuple(sorted(set(int(n) for n in gpus)))
     return _derive(model, gpu_type, int(global_batch), int(seq_len), recompute,
@@ -75,18 +82,24 @@ def _derive(model_name, gpu_type, global_batch, seq_len, recompute, max_gpus, co
     eff = get_efficiency(gpu_type, stack, efficiency_file)
     if counts is None and max_gpus is None:
         max_gpus = DEFAULT_MAX_GPUS
-    c = search(m, g, eff, global_batch, seq_len, recompute, counts=counts, max_gpus=max_gpus)
-    points = []
+    modes = RECOMPUTE_MODES if recompute == "auto" else (recompute,)
+    best: dict[int, CurvePoint] = {}
     tokens = float(global_batch) * seq_len
-    for i in best_per_count(c):
-        n, t_iter = int(c.gpus[i]), float(c.iteration_seconds[i])
-        hw = c.hardware_flops / t_iter / n / 1e12
-        mf = c.model_flops / t_iter / n / 1e12
-        points.append(CurvePoint(gpus=n, tp=int(c.tp[i]), pp=int(c.pp[i]), dp=int(c.dp[i]),
+    for mode in modes:
+        c = search(m, g, eff, global_batch, seq_len, mode, counts=counts, max_gpus=max_gpus)
+        for i in best_per_count(c):
+            n, t_iter = int(c.gpus[i]), float(c.iteration_seconds[i])
+            if n in best and best[n].iteration_seconds <= t_iter:
+                continue  # ties keep the earlier mode of RECOMPUTE_MODES (the one that recomputes more)
+            hw = c.hardware_flops / t_iter / n / 1e12
+            mf = c.model_flops / t_iter / n / 1e12
+            best[n] = CurvePoint(gpus=n, tp=int(c.tp[i]), pp=int(c.pp[i]), dp=int(c.dp[i]),
                                  micro_batch=int(c.micro_batch[i]), hardware_tflops_per_gpu=hw,
                                  model_tflops_per_gpu=mf, mfu=mf / g.peak_tflops,
                                  tokens_per_second=tokens / t_iter,
                                  memory_gib_per_gpu=float(c.memory_bytes[i]) / GIB,
-                                 virtual_stages=int(c.virtual_stages[i]), iteration_seconds=t_iter))
+                                 virtual_stages=int(c.virtual_stages[i]), iteration_seconds=t_iter,
+                                 recompute=mode)
+    points = [best[n] for n in sorted(best)]
     return Curve(model=model_name, gpu_type=gpu_type, global_batch=global_batch, seq_len=seq_len,
                  recompute=recompute, points=points)

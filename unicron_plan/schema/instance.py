@@ -67,8 +67,9 @@ class Throughput(StrictModel):
     model: Optional[str] = Field(default=None, min_length=1)
     global_batch: Optional[int] = Field(default=None, ge=1)
     seq_len: Optional[int] = Field(default=None, ge=1)
-    recompute: Optional[Literal["full", "selective", "none"]] = Field(
-        default=None, description="Activation recomputation for model-derived tables (default full).")
+    recompute: Optional[Literal["auto", "full", "selective", "none"]] = Field(
+        default=None, description="Activation recomputation for model-derived tables: a fixed mode, or "
+                                  "'auto' (the default): per GPU count the fastest mode whose layout fits.")
 
     @field_validator("tflops")
     @classmethod

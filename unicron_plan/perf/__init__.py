@@ -27,6 +27,7 @@ RECOMPUTE_CHOICES = ("auto",) + RECOMPUTE_MODES
 from unicron_plan.perf.layouts import best_per_count, rank_layouts, search
 from unicron_plan.perf.library import _mtime, get_efficiency, get_gpu, get_model
 from unicron_plan.perf.transition import transition_seconds
+from unicron_plan.schema.efficiency import MAX_GLOBAL_BATCH, MAX_POINT_GPUS, MAX_SEQ_LEN
 
 __all__ = ["derive_table", "rank_layouts", "Curve", "CurvePoint", "transition_seconds", "DEFAULT_MAX_GPUS",
            "RECOMPUTE_CHOICES"]
@@ -38,23 +39,23 @@ DEFAULT_MAX_GPUS = 4096
 def _check_args(model, gpu_type, global_batch, seq_len, recompute, max_gpus, gpus):
     get_model(model)
     get_gpu(gpu_type)
-    for name, val in (("global_batch", global_batch), ("seq_len", seq_len)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-            raise InvalidInstanceError(name, f"{val!r} is not an integer >= 1")
+    for name, val, top in (("global_batch", global_batch, MAX_GLOBAL_BATCH), ("seq_len", seq_len, MAX_SEQ_LEN)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or not 1 <= val <= top:
+            raise InvalidInstanceError(name, f"{val!r} is not an integer in [1, {top}]")
     if recompute not in RECOMPUTE_CHOICES:
         raise InvalidInstanceError("recompute", f"{recompute!r} is not one of {', '.join(RECOMPUTE_CHOICES)}")
     if max_gpus is not None and (isinstance(max_gpus, bool) or not isinstance(max_gpus, (int, np.integer))
-                                 or max_gpus < 1):
-        raise InvalidInstanceError("max_gpus", f"{max_gpus!r} is not an integer >= 1")
+                                 or not 1 <= max_gpus <= MAX_POINT_GPUS):
+        raise InvalidInstanceError("max_gpus", f"{max_gpus!r} is not an integer in [1, {MAX_POINT_GPUS}]")
     for k, n in enumerate(gpus or ()):
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise InvalidInstanceError(f"gpus[{k}]", f"{n!r} is not an integer >= 1")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_POINT_GPUS:
+            raise InvalidInstanceError(f"gpus[{k}]", f"{n!r} is not an integer in [1, {MAX_POINT_GPUS}]")
 
 
 def derive_table(model: str, gpu_type: str, global_batch: int, seq_len: int,
                  recompute: str = "auto", max_gpus: Optional[int] = None,
                  gpus: Optional[list[int]] = None, *, stack: Optional[str] = None,
-                 efficiency_file: Optional[str] = None) -> Curve:
+                 efficiency_file: Optional[str] = None, constants=None) -> Curve:
     """Best layout and throughput of ``model`` on ``gpu_type`` at each GPU count.
 
     Counts are ``gpus`` when given (then ``max_gpus`` is ignored), otherwise
@@ -63,7 +64,9 @@ def derive_table(model: str, gpu_type: str, global_batch: int, seq_len: int,
     ``recompute`` "auto" (the default; None means the same) picks, per count,
     the fastest of "none", "selective" and "full" whose layout fits; a mode
     name forces that mode. ``stack`` and ``efficiency_file`` select
-    other efficiency constants (see :mod:`unicron_plan.perf.calibrate`).
+    other efficiency constants (see :mod:`unicron_plan.perf.calibrate`);
+    ``constants`` (an :class:`~unicron_plan.schema.efficiency.EfficiencyConstants`,
+    e.g. an instance's ``efficiency[gpu_type]``) replaces the selected constants.
     Results are cached per arguments; the returned Curve is immutable.
     """
     if recompute is None:  # Throughput.recompute is optional; absent means auto
@@ -72,14 +75,16 @@ def derive_table(model: str, gpu_type: str, global_batch: int, seq_len: int,
     key = None if gpus is None else tuple(sorted(set(int(n) for n in gpus)))
     return _derive(model, gpu_type, int(global_batch), int(seq_len), recompute,
                    None if max_gpus is None else int(max_gpus), key, stack, efficiency_file,
-                   _mtime(efficiency_file))
+                   _mtime(efficiency_file), constants)
 
 
 @lru_cache(maxsize=256)
 def _derive(model_name, gpu_type, global_batch, seq_len, recompute, max_gpus, counts, stack,
-            efficiency_file, efficiency_mtime) -> Curve:
+            efficiency_file, efficiency_mtime, constants) -> Curve:
     m, g = get_model(model_name), get_gpu(gpu_type)
     eff = get_efficiency(gpu_type, stack, efficiency_file)
+    if constants is not None:  # frozen pydantic model: hashable, so the cache keys on it
+        eff = eff.model_copy(update={"constants": constants})
     if counts is None and max_gpus is None:
         max_gpus = DEFAULT_MAX_GPUS
     modes = RECOMPUTE_MODES if recompute == "auto" else (recompute,)

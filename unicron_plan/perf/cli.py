@@ -116,11 +116,14 @@ def curve(
 
 
 def calibrate(
-    points: Annotated[Path, typer.Argument(help="JSON file of measured points (see unicron_plan.perf.calibrate).")],
+    points: Annotated[Path, typer.Argument(help="JSON file of measured points (`unicron-plan schema points`).")],
     out: Annotated[Path, typer.Option("--out", help="Efficiency JSON file to write.")],
     base: Annotated[Optional[Path], typer.Option("--base", help="Efficiency file to start from.")] = None,
 ) -> None:
-    """Fit a GPU type's efficiency constants to measured iterations; write a new efficiency file."""
+    """Fit a GPU type's efficiency constants to measured iterations; write a new efficiency file.
+
+    Exits 1 with the reason, writing nothing, when no constants explain the points.
+    """
     from unicron_plan.perf.calibrate import calibrate as run
 
     consts = run(str(points), str(out), None if base is None else str(base))

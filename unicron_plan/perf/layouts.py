@@ -1,8 +1,8 @@
 """Layout search: every valid (tp, pp, dp, micro_batch, virtual_stages) of a job.
 
 Rules (Megatron's): tp is a power of two up to the GPUs of a node and divides
-the attention heads and the kv heads; pp divides the layers (or layers + 2,
-the memory-balanced pipeline, see :func:`~unicron_plan.perf.iteration.stage_layers`);
+the attention heads and the kv heads; pp divides the layers (or layers + 2 with at least four
+layers per middle stage, the memory-balanced pipeline, see :func:`~unicron_plan.perf.iteration.stage_layers`);
 tp * pp * dp = N; the global batch is a multiple of micro_batch * dp;
 interleaving (virtual_stages v > 1) needs pp > 1, v dividing the layers of a
 stage and a number of micro-batches that is a multiple of pp; the layout

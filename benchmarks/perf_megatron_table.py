@@ -65,7 +65,7 @@ def table() -> list[float]:
     errs = []
     for r in rows():
         name, n, b = model_name(r), int(r["gpus"]), int(r["global_batch"])
-        p = derive_table(name, "a100", b, 2048, gpus=[n]).points[0]
+        p = derive_table(name, "a100", b, 2048, recompute="full", gpus=[n]).points[0]  # the runs recomputed fully
         c = search(get_model(name), get_gpu("a100"), get_efficiency("a100"), b, 2048, "full", counts=[n])
         order = []
         for i in ranked(c, n):
@@ -111,14 +111,15 @@ def other() -> None:
 def timing() -> None:
     from unicron_plan.perf import _derive, derive_table
     for m, b in (("gpt3-175b", 1536), ("llama2-70b", 1024), ("megatron-1.7b", 512)):
-        _derive.cache_clear()
-        t0 = time.perf_counter()
-        c = derive_table(m, "a100", b, 2048, max_gpus=2048)
-        t1 = time.perf_counter()
-        derive_table(m, "a100", b, 2048, max_gpus=2048)
-        t2 = time.perf_counter()
-        print(f"derive_table({m}, a100, batch {b}, max_gpus=2048): {len(c.points)} counts, "
-              f"{(t1 - t0) * 1000:.1f} ms cold, {(t2 - t1) * 1e6:.1f} us cached")
+        for rc in ("full", "auto"):
+            _derive.cache_clear()
+            t0 = time.perf_counter()
+            c = derive_table(m, "a100", b, 2048, recompute=rc, max_gpus=2048)
+            t1 = time.perf_counter()
+            derive_table(m, "a100", b, 2048, recompute=rc, max_gpus=2048)
+            t2 = time.perf_counter()
+            print(f"derive_table({m}, a100, batch {b}, recompute {rc}, max_gpus=2048): {len(c.points)} counts, "
+                  f"{(t1 - t0) * 1000:.1f} ms cold, {(t2 - t1) * 1e6:.1f} us cached")
 
 
 def main() -> None:

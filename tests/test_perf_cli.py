@@ -1,4 +1,4 @@
-"""The curve and calibrate commands, registered in a local typer app as the main CLI does."""
+"""The curve and calibrate commands, registered in a local typer app as the CLI does."""
 
 import json
 
@@ -16,6 +16,7 @@ runner = CliRunner()
 
 FORMAT_POINT_KEYS = {"gpus", "tp", "pp", "dp", "micro_batch", "hardware_tflops_per_gpu",
                      "model_tflops_per_gpu", "mfu", "tokens_per_second", "memory_gib_per_gpu"}
+ADDED_POINT_KEYS = {"virtual_stages", "recompute"}  # additions to the contract
 BASE = ["curve", "gpt3-175b", "--gpu-type", "a100", "--global-batch", "1536", "--seq-len", "2048"]
 
 
@@ -23,14 +24,16 @@ def test_curve_json_has_exactly_the_format_fields():
     r = runner.invoke(app, BASE + ["--gpus", "384,768", "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
-    assert set(doc) == {"model", "gpu_type", "global_batch", "seq_len", "points"}
+    assert set(doc) == {"model", "gpu_type", "global_batch", "seq_len", "recompute", "points"}
     assert (doc["model"], doc["gpu_type"], doc["global_batch"], doc["seq_len"]) == ("gpt3-175b", "a100", 1536, 2048)
     assert [p["gpus"] for p in doc["points"]] == [384, 768]
     for p in doc["points"]:
-        assert set(p) == FORMAT_POINT_KEYS
+        assert set(p) == FORMAT_POINT_KEYS | ADDED_POINT_KEYS
         assert p["tp"] * p["pp"] * p["dp"] == p["gpus"]
         assert p["mfu"] == pytest.approx(p["model_tflops_per_gpu"] / 312.0, abs=1e-4)
-        assert p["hardware_tflops_per_gpu"] > p["model_tflops_per_gpu"] > 0
+        assert p["recompute"] in ("none", "selective", "full")
+        assert p["hardware_tflops_per_gpu"] >= p["model_tflops_per_gpu"] > 0
+        assert (p["hardware_tflops_per_gpu"] > p["model_tflops_per_gpu"]) == (p["recompute"] != "none")
         for k in ("tp", "pp", "dp", "micro_batch", "gpus"):
             assert isinstance(p[k], int)
 

@@ -41,7 +41,7 @@ def test_every_point_is_a_valid_fitting_layout(model, gpu, batch, rc):
 def test_point_is_the_fastest_valid_layout():
     m, g, eff = get_model("gpt3-13b"), get_gpu("a100"), get_efficiency("a100")
     c = search(m, g, eff, 512, 2048, "full", counts=[64])
-    best = derive_table("gpt3-13b", "a100", 512, 2048, gpus=[64]).points[0]
+    best = derive_table("gpt3-13b", "a100", 512, 2048, recompute="full", gpus=[64]).points[0]
     order = ranked(c, 64)
     assert best.iteration_seconds == pytest.approx(float(c.iteration_seconds[order[0]]))
     assert all(c.iteration_seconds[i] >= best.iteration_seconds * (1 - 1e-12) for i in order)
@@ -79,10 +79,11 @@ def test_table_and_layout_accessors():
     table = curve.tflops_table()
     assert set(table) == {384, 768}
     for p in curve.points:
-        assert table[p.gpus] == pytest.approx(p.hardware_tflops_per_gpu * p.gpus)
-        assert curve.layout(p.gpus) == {"tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch}
+        assert table[p.gpus] == pytest.approx(p.model_tflops_per_gpu * p.gpus)
+        assert curve.layout(p.gpus) == {"tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
+                                        "virtual_stages": p.virtual_stages, "recompute": p.recompute}
     d = curve.to_dict()
-    assert list(d) == ["model", "gpu_type", "global_batch", "seq_len", "points"]
+    assert list(d) == ["model", "gpu_type", "global_batch", "seq_len", "recompute", "points"]
     assert all(tuple(pt) == POINT_FIELDS for pt in d["points"])
 
 
@@ -103,14 +104,31 @@ def test_rank_layouts_distinct_and_sorted():
     assert 1 <= len(rows) <= 6
     keys = [(r["tp"], r["pp"], r["dp"]) for r in rows]
     assert len(set(keys)) == len(keys)
-    thr = [r["hardware_tflops_per_gpu"] for r in rows]
+    thr = [r["model_tflops_per_gpu"] for r in rows]
     assert thr == sorted(thr, reverse=True)
     best = derive_table("gpt3-175b", "a100", 1536, 2048, gpus=[1536]).points[0]
-    assert thr[0] == pytest.approx(best.hardware_tflops_per_gpu)
+    assert thr[0] == pytest.approx(best.model_tflops_per_gpu)
+    assert rows[0]["recompute"] == best.recompute
     assert all(r["tp"] * r["pp"] * r["dp"] == 1536 for r in rows)
 
 
-def test_recompute_none_means_full():
+def test_recompute_none_means_auto():
     a = derive_table("gpt3-13b", "a100", 512, 2048, recompute=None, gpus=[64])
-    b = derive_table("gpt3-13b", "a100", 512, 2048, recompute="full", gpus=[64])
+    b = derive_table("gpt3-13b", "a100", 512, 2048, recompute="auto", gpus=[64])
     assert a.points == b.points
+
+
+@pytest.mark.parametrize("model,gpu,batch,seq", [("llama3-405b", "h100", 2048, 8192),
+                                                 ("gpt3-175b", "a100", 1536, 2048),
+                                                 ("llama3-8b", "h100", 512, 8192)])
+def test_recompute_auto_is_the_fastest_fitting_mode(model, gpu, batch, seq):
+    counts = [512, 1024, 2048]
+    auto = {p.gpus: p for p in derive_table(model, gpu, batch, seq, gpus=counts).points}
+    fixed = {rc: {p.gpus: p for p in derive_table(model, gpu, batch, seq, recompute=rc, gpus=counts).points}
+             for rc in ("none", "selective", "full")}
+    assert set(auto) == set().union(*(set(f) for f in fixed.values()))
+    for n, p in auto.items():
+        times = {rc: f[n].iteration_seconds for rc, f in fixed.items() if n in f}
+        assert p.iteration_seconds == pytest.approx(min(times.values()))
+        assert p.recompute in times and times[p.recompute] == pytest.approx(p.iteration_seconds)
+        assert p.to_dict()["recompute"] == p.recompute

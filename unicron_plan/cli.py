@@ -47,13 +47,13 @@ def handle_errors(fn):
     """Map the package's typed errors to exit codes and one clear line on stderr."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from unicron_plan.errors import (InfeasibleError, InvalidInstanceError, PlanValidationError,
-                                         SolverUnavailableError, UnicronError)
+        from unicron_plan.errors import (FitFailedError, InfeasibleError, InvalidInstanceError,
+                                         PlanValidationError, SolverUnavailableError, UnicronError)
         try:
             return fn(*args, **kwargs)
         except (InvalidInstanceError, SolverUnavailableError) as exc:
             _fail(2, str(exc))
-        except InfeasibleError as exc:
+        except (InfeasibleError, FitFailedError) as exc:
             _fail(1, str(exc))
         except PlanValidationError as exc:
             _fail(3, str(exc))
@@ -129,15 +129,17 @@ class SchemaKind(str, Enum):
     instance = "instance"
     plan = "plan"
     scenario = "scenario"
+    points = "points"
 
 
 @app.command()
-def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan or scenario.")):
-    """Print the JSON Schema of the instance, plan or scenario format."""
+def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan, scenario or points.")):
+    """Print the JSON Schema of the instance, plan, scenario or calibration points format."""
     from unicron_plan.schema import Instance, Plan
+    from unicron_plan.schema.efficiency import MeasuredPoints
     from unicron_plan.schema.scenario import Scenario
 
-    model = {"instance": Instance, "plan": Plan, "scenario": Scenario}[kind.value]
+    model = {"instance": Instance, "plan": Plan, "scenario": Scenario, "points": MeasuredPoints}[kind.value]
     typer.echo(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
 
 

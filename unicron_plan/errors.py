@@ -28,6 +28,10 @@ class InfeasibleError(UnicronError):
     """No plan satisfies the constraints (only possible with extra constraints)."""
 
 
+class FitFailedError(UnicronError):
+    """A calibration fit found no constants that explain the measured points (exit 1)."""
+
+
 class SolverUnavailableError(UnicronError):
     """The requested solver is unknown or its backend is not installed."""
 

@@ -90,6 +90,11 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, dict[int, float]], dic
     total = {}
     for n in instance.cluster.nodes:
         total[n.gpu_type] = total.get(n.gpu_type, 0) + n.gpus
+    if instance.efficiency and any(j.throughput.model is not None for j in instance.jobs):
+        from unicron_plan.perf.library import get_gpu
+
+        for gpu_type in instance.efficiency:
+            get_gpu(gpu_type, f"efficiency.{gpu_type}")
     for k, job in enumerate(instance.jobs):
         tp = job.throughput
         if tp.tflops is not None:
@@ -100,10 +105,15 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, dict[int, float]], dic
         except ImportError:  # pragma: no cover - perf ships with the package
             raise InvalidInstanceError(f"jobs[{k}].throughput.model",
                                        "model-derived throughput needs unicron_plan.perf") from None
+        capacity = total.get(tp.gpu_type, 0)
+        if job.current.gpus > capacity:  # checked before deriving: the layout search is bounded by capacity
+            raise InvalidInstanceError(f"jobs[{k}].current.gpus",
+                                       f"{job.current.gpus} is more than the {capacity} {tp.gpu_type} GPUs "
+                                       f"of the cluster")
         try:
             curve = derive_table(tp.model, tp.gpu_type, tp.global_batch, tp.seq_len,
-                                 recompute=tp.recompute or "full",
-                                 max_gpus=max(total.get(tp.gpu_type, 0), job.current.gpus, 1))
+                                 recompute=tp.recompute or "auto", max_gpus=max(capacity, 1),
+                                 constants=(instance.efficiency or {}).get(tp.gpu_type))
         except InvalidInstanceError as exc:
             raise InvalidInstanceError(f"jobs[{k}].throughput.{exc.field}", exc.message) from None
         tables[job.id] = curve.tflops_table()

@@ -20,11 +20,17 @@ import numpy as np
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.perf.curve import Curve, CurvePoint
 from unicron_plan.perf.iteration import GIB, RECOMPUTE_MODES
+
+#: What a caller may ask for: a fixed recomputation mode, or "auto" (per GPU count, the
+#: fastest of the modes whose layout fits in memory).
+RECOMPUTE_CHOICES = ("auto",) + RECOMPUTE_MODES
 from unicron_plan.perf.layouts import best_per_count, rank_layouts, search
 from unicron_plan.perf.library import _mtime, get_efficiency, get_gpu, get_model
 from unicron_plan.perf.transition import transition_seconds
+from unicron_plan.schema.efficiency import MAX_GLOBAL_BATCH, MAX_POINT_GPUS, MAX_SEQ_LEN
 
-__all__ = ["derive_table", "rank_layouts", "Curve", "CurvePoint", "transition_seconds", "DEFAULT_MAX_GPUS"]
+__all__ = ["derive_table", "rank_layouts", "Curve", "CurvePoint", "transition_seconds", "DEFAULT_MAX_GPUS",
+           "RECOMPUTE_CHOICES"]
 
 #: Largest GPU count considered when neither ``max_gpus`` nor ``gpus`` is given.
 DEFAULT_MAX_GPUS = 4096
@@ -33,60 +39,72 @@ DEFAULT_MAX_GPUS = 4096
 def _check_args(model, gpu_type, global_batch, seq_len, recompute, max_gpus, gpus):
     get_model(model)
     get_gpu(gpu_type)
-    for name, val in (("global_batch", global_batch), ("seq_len", seq_len)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-            raise InvalidInstanceError(name, f"{val!r} is not an integer >= 1")
-    if recompute not in RECOMPUTE_MODES:
-        raise InvalidInstanceError("recompute", f"{recompute!r} is not one of {', '.join(RECOMPUTE_MODES)}")
+    for name, val, top in (("global_batch", global_batch, MAX_GLOBAL_BATCH), ("seq_len", seq_len, MAX_SEQ_LEN)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or not 1 <= val <= top:
+            raise InvalidInstanceError(name, f"{val!r} is not an integer in [1, {top}]")
+    if recompute not in RECOMPUTE_CHOICES:
+        raise InvalidInstanceError("recompute", f"{recompute!r} is not one of {', '.join(RECOMPUTE_CHOICES)}")
     if max_gpus is not None and (isinstance(max_gpus, bool) or not isinstance(max_gpus, (int, np.integer))
-                                 or max_gpus < 1):
-        raise InvalidInstanceError("max_gpus", f"{max_gpus!r} is not an integer >= 1")
+                                 or not 1 <= max_gpus <= MAX_POINT_GPUS):
+        raise InvalidInstanceError("max_gpus", f"{max_gpus!r} is not an integer in [1, {MAX_POINT_GPUS}]")
     for k, n in enumerate(gpus or ()):
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise InvalidInstanceError(f"gpus[{k}]", f"{n!r} is not an integer >= 1")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_POINT_GPUS:
+            raise InvalidInstanceError(f"gpus[{k}]", f"{n!r} is not an integer in [1, {MAX_POINT_GPUS}]")
 
 
 def derive_table(model: str, gpu_type: str, global_batch: int, seq_len: int,
-                 recompute: str = "full", max_gpus: Optional[int] = None,
+                 recompute: str = "auto", max_gpus: Optional[int] = None,
                  gpus: Optional[list[int]] = None, *, stack: Optional[str] = None,
-                 efficiency_file: Optional[str] = None) -> Curve:
+                 efficiency_file: Optional[str] = None, constants=None) -> Curve:
     """Best layout and throughput of ``model`` on ``gpu_type`` at each GPU count.
 
     Counts are ``gpus`` when given (then ``max_gpus`` is ignored), otherwise
     every N <= ``max_gpus`` (default :data:`DEFAULT_MAX_GPUS`) with at least
     one valid layout; counts without a valid, fitting layout are absent.
-    ``recompute`` None means "full". ``stack`` and ``efficiency_file`` select
-    other efficiency constants (see :mod:`unicron_plan.perf.calibrate`).
+    ``recompute`` "auto" (the default; None means the same) picks, per count,
+    the fastest of "none", "selective" and "full" whose layout fits; a mode
+    name forces that mode. ``stack`` and ``efficiency_file`` select
+    other efficiency constants (see :mod:`unicron_plan.perf.calibrate`);
+    ``constants`` (an :class:`~unicron_plan.schema.efficiency.EfficiencyConstants`,
+    e.g. an instance's ``efficiency[gpu_type]``) replaces the selected constants.
     Results are cached per arguments; the returned Curve is immutable.
     """
-    if recompute is None:  # Throughput.recompute is optional; absent means full
-        recompute = "full"
+    if recompute is None:  # Throughput.recompute is optional; absent means auto
+        recompute = "auto"
     _check_args(model, gpu_type, global_batch, seq_len, recompute, max_gpus, gpus)
     key = None if gpus is None else tuple(sorted(set(int(n) for n in gpus)))
     return _derive(model, gpu_type, int(global_batch), int(seq_len), recompute,
                    None if max_gpus is None else int(max_gpus), key, stack, efficiency_file,
-                   _mtime(efficiency_file))
+                   _mtime(efficiency_file), constants)
 
 
 @lru_cache(maxsize=256)
 def _derive(model_name, gpu_type, global_batch, seq_len, recompute, max_gpus, counts, stack,
-            efficiency_file, efficiency_mtime) -> Curve:
+            efficiency_file, efficiency_mtime, constants) -> Curve:
     m, g = get_model(model_name), get_gpu(gpu_type)
     eff = get_efficiency(gpu_type, stack, efficiency_file)
+    if constants is not None:  # frozen pydantic model: hashable, so the cache keys on it
+        eff = eff.model_copy(update={"constants": constants})
     if counts is None and max_gpus is None:
         max_gpus = DEFAULT_MAX_GPUS
-    c = search(m, g, eff, global_batch, seq_len, recompute, counts=counts, max_gpus=max_gpus)
-    points = []
+    modes = RECOMPUTE_MODES if recompute == "auto" else (recompute,)
+    best: dict[int, CurvePoint] = {}
     tokens = float(global_batch) * seq_len
-    for i in best_per_count(c):
-        n, t_iter = int(c.gpus[i]), float(c.iteration_seconds[i])
-        hw = c.hardware_flops / t_iter / n / 1e12
-        mf = c.model_flops / t_iter / n / 1e12
-        points.append(CurvePoint(gpus=n, tp=int(c.tp[i]), pp=int(c.pp[i]), dp=int(c.dp[i]),
+    for mode in modes:
+        c = search(m, g, eff, global_batch, seq_len, mode, counts=counts, max_gpus=max_gpus)
+        for i in best_per_count(c):
+            n, t_iter = int(c.gpus[i]), float(c.iteration_seconds[i])
+            if n in best and best[n].iteration_seconds <= t_iter:
+                continue  # ties keep the earlier mode of RECOMPUTE_MODES (the one that recomputes more)
+            hw = c.hardware_flops / t_iter / n / 1e12
+            mf = c.model_flops / t_iter / n / 1e12
+            best[n] = CurvePoint(gpus=n, tp=int(c.tp[i]), pp=int(c.pp[i]), dp=int(c.dp[i]),
                                  micro_batch=int(c.micro_batch[i]), hardware_tflops_per_gpu=hw,
                                  model_tflops_per_gpu=mf, mfu=mf / g.peak_tflops,
                                  tokens_per_second=tokens / t_iter,
                                  memory_gib_per_gpu=float(c.memory_bytes[i]) / GIB,
-                                 virtual_stages=int(c.virtual_stages[i]), iteration_seconds=t_iter))
+                                 virtual_stages=int(c.virtual_stages[i]), iteration_seconds=t_iter,
+                                 recompute=mode)
+    points = [best[n] for n in sorted(best)]
     return Curve(model=model_name, gpu_type=gpu_type, global_batch=global_batch, seq_len=seq_len,
                  recompute=recompute, points=points)

@@ -72,16 +72,29 @@ def curve(
     global_batch: Annotated[int, typer.Option("--global-batch", help="Sequences per iteration.")],
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")],
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="GPU counts N[,N...] (default: all up to --max-gpus).")] = None,
-    recompute: Annotated[str, typer.Option("--recompute", help="full | selective | none")] = "full",
-    json_out: Annotated[bool, typer.Option("--json", help="Print the docs/format.md curve JSON.")] = False,
+    recompute: Annotated[str, typer.Option(
+        "--recompute", help="auto (per count the fastest mode that fits) | full | selective | none")] = "auto",
+    efficiency: Annotated[Optional[Path], typer.Option(
+        "--efficiency", help="Efficiency JSON written by `unicron-plan calibrate` (default: the packaged constants).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the curve JSON (docs/format.md).")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the curve as a PNG here.")] = None,
     max_gpus: Annotated[int, typer.Option("--max-gpus", help="Largest GPU count without --gpus.")] = 1024,
 ) -> None:
-    """Derive the best layout and throughput per GPU count of a model."""
+    """Derive the best layout and throughput per GPU count of a model.
+
+    Exits 1 (with the reason on stderr) when no requested count has a valid layout that fits.
+    """
+    import sys
+
     from unicron_plan.perf import derive_table
 
     c = derive_table(model, gpu_type, global_batch, seq_len, recompute=recompute,
-                     max_gpus=None if gpus else max_gpus, gpus=parse_gpus(gpus))
+                     max_gpus=None if gpus else max_gpus, gpus=parse_gpus(gpus),
+                     efficiency_file=None if efficiency is None else str(efficiency))
+    if not c.points:
+        typer.echo(f"error: {model} has no valid layout that fits on {gpu_type} at the requested GPU counts "
+                   f"(global batch {global_batch}, sequence length {seq_len}, recompute {recompute})", err=True)
+        raise typer.Exit(1)
     if plot is not None:
         write_plot(c, plot)
     if json_out:
@@ -91,24 +104,26 @@ def curve(
     from rich.table import Table
 
     t = Table(title=f"{model} on {gpu_type}, batch {global_batch} x {seq_len}, recompute {recompute}")
-    for col in ("GPUs", "tp", "pp", "dp", "micro", "v", "hw TFLOP/s/GPU", "model TFLOP/s/GPU", "MFU",
-                "tokens/s", "GiB/GPU"):
-        t.add_column(col, justify="right")
+    for col in ("GPUs", "tp", "pp", "dp", "micro", "v", "recompute", "hw TFLOP/s/GPU", "model TFLOP/s/GPU",
+                "MFU", "tokens/s", "GiB/GPU"):
+        t.add_column(col, justify="right", no_wrap=True)
     for p in c.points:
         t.add_row(str(p.gpus), str(p.tp), str(p.pp), str(p.dp), str(p.micro_batch), str(p.virtual_stages),
-                  f"{p.hardware_tflops_per_gpu:.1f}", f"{p.model_tflops_per_gpu:.1f}", f"{p.mfu:.3f}",
-                  f"{p.tokens_per_second:.4g}", f"{p.memory_gib_per_gpu:.1f}")
-    Console().print(t)
-    if not c.points:
-        typer.echo("no valid layout at the requested GPU counts", err=True)
+                  p.recompute, f"{p.hardware_tflops_per_gpu:.1f}", f"{p.model_tflops_per_gpu:.1f}",
+                  f"{p.mfu:.3f}", f"{p.tokens_per_second:.4g}", f"{p.memory_gib_per_gpu:.1f}")
+    # Piped to a file or another program, the table keeps every column at its full width.
+    Console(width=None if sys.stdout.isatty() else 240).print(t)
 
 
 def calibrate(
-    points: Annotated[Path, typer.Argument(help="JSON file of measured points (see unicron_plan.perf.calibrate).")],
+    points: Annotated[Path, typer.Argument(help="JSON file of measured points (`unicron-plan schema points`).")],
     out: Annotated[Path, typer.Option("--out", help="Efficiency JSON file to write.")],
     base: Annotated[Optional[Path], typer.Option("--base", help="Efficiency file to start from.")] = None,
 ) -> None:
-    """Fit a GPU type's efficiency constants to measured iterations; write a new efficiency file."""
+    """Fit a GPU type's efficiency constants to measured iterations; write a new efficiency file.
+
+    Exits 1 with the reason, writing nothing, when no constants explain the points.
+    """
     from unicron_plan.perf.calibrate import calibrate as run
 
     consts = run(str(points), str(out), None if base is None else str(base))

@@ -7,9 +7,11 @@ from dataclasses import asdict, dataclass, field
 
 from unicron_plan.errors import InvalidInstanceError
 
-#: Field names of a point in the curve JSON (docs/format.md, "Curve"), in order.
+#: Field names of a point in the curve JSON (docs/format.md, "Curve"), in order; the last
+#: two (the interleaving and the recomputation mode of the layout) are additions to the contract.
 POINT_FIELDS = ("gpus", "tp", "pp", "dp", "micro_batch", "hardware_tflops_per_gpu",
-                "model_tflops_per_gpu", "mfu", "tokens_per_second", "memory_gib_per_gpu")
+                "model_tflops_per_gpu", "mfu", "tokens_per_second", "memory_gib_per_gpu",
+                "virtual_stages", "recompute")
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,8 @@ class CurvePoint:
     """The best layout at one GPU count and what it achieves.
 
     ``virtual_stages`` (interleaved pipeline chunks per GPU, 1 = plain 1F1B) and
-    ``iteration_seconds`` are kept on the object but not in the docs/format.md JSON.
+    ``recompute`` (the activation recomputation the layout runs with) are in the
+    JSON; ``iteration_seconds`` is kept on the object only.
     """
 
     gpus: int
@@ -32,6 +35,7 @@ class CurvePoint:
     memory_gib_per_gpu: float
     virtual_stages: int = 1
     iteration_seconds: float = 0.0
+    recompute: str = "full"
 
     def to_dict(self) -> dict:
         """The point as in docs/format.md (rounded for reading; exact values stay on the object)."""
@@ -56,12 +60,13 @@ class Curve:
     points: list[CurvePoint] = field(default_factory=list)
 
     def tflops_table(self) -> dict[int, float]:
-        """Aggregate achieved TFLOP/s of the whole job per GPU count.
+        """Aggregate achieved TFLOP/s of the whole job per GPU count, as ``throughput.tflops``.
 
-        Hardware FLOPs (recomputation included, Narayanan et al.'s accounting)
-        times the GPU count, as the instance's ``throughput.tflops`` expects.
+        Counted in model FLOPs (the work of the model, without recomputation), so
+        that counts whose best layouts recompute differently compare on the
+        useful work they do: the table is proportional to tokens per second.
         """
-        return {p.gpus: p.hardware_tflops_per_gpu * p.gpus for p in self.points}
+        return {p.gpus: p.model_tflops_per_gpu * p.gpus for p in self.points}
 
     def point(self, n: int) -> CurvePoint:
         """The point at ``n`` GPUs; InvalidInstanceError when no layout exists there."""
@@ -73,14 +78,15 @@ class Curve:
                     f"with global batch {self.global_batch}")
 
     def layout(self, n: int) -> dict:
-        """The best layout at ``n`` GPUs: {"tp", "pp", "dp", "micro_batch"}."""
+        """The best layout at ``n`` GPUs: {"tp", "pp", "dp", "micro_batch", "virtual_stages", "recompute"}."""
         p = self.point(n)
-        return {"tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch}
+        return {"tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
+                "virtual_stages": p.virtual_stages, "recompute": p.recompute}
 
     def to_dict(self) -> dict:
         """The curve as the docs/format.md "Curve" object."""
         return {"model": self.model, "gpu_type": self.gpu_type, "global_batch": self.global_batch,
-                "seq_len": self.seq_len, "points": [p.to_dict() for p in self.points]}
+                "seq_len": self.seq_len, "recompute": self.recompute, "points": [p.to_dict() for p in self.points]}
 
     def to_json(self) -> str:
         """Canonical JSON of :meth:`to_dict` (docs/format.md field names)."""

@@ -50,16 +50,25 @@ def iteration_flops(model: ModelSpec, global_batch: int, seq_len: int, recompute
     return model_flops, model_flops + tokens * model.layers * extra
 
 
+#: Fewest layers a middle stage holds before the uneven split (first and last stage one layer
+#: fewer) is allowed: below it, one layer is a large share of a stage and the split only adds
+#: imbalance (e.g. 96 layers on 49 stages of 2, 1 on the edges, is refused).
+MIN_LAYERS_UNEVEN = 4
+
+
 def stage_layers(layers: int, pp):
     """(layers on the busiest stage, on the first stage, on the last stage) and validity.
 
-    ``pp`` must divide ``layers``, or divide ``layers + 2``: then the first and
-    last stages hold one layer fewer to make room for the embedding and the LM
-    head (the memory-balanced pipeline of Llama 3).
+    ``pp`` must divide ``layers`` (Megatron-LM's default split), or divide
+    ``layers + 2`` with at least :data:`MIN_LAYERS_UNEVEN` layers per middle
+    stage: then the first and last stages hold one layer fewer to make room for
+    the embedding and the LM head (the memory-balanced pipeline of Llama 3;
+    Megatron-LM's ``--decoder-first-pipeline-num-layers`` and
+    ``--decoder-last-pipeline-num-layers``).
     """
     pp = np.asarray(pp)
     even = layers % pp == 0
-    balanced = ~even & ((layers + 2) % pp == 0) & (pp > 1)
+    balanced = ~even & ((layers + 2) % pp == 0) & (pp > 1) & ((layers + 2) // pp >= MIN_LAYERS_UNEVEN)
     per = np.where(even, layers // pp, (layers + 2) // pp)
     edge = np.where(even, per, per - 1)
     return per, edge, edge, even | balanced

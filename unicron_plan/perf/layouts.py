@@ -1,8 +1,8 @@
 """Layout search: every valid (tp, pp, dp, micro_batch, virtual_stages) of a job.
 
 Rules (Megatron's): tp is a power of two up to the GPUs of a node and divides
-the attention heads and the kv heads; pp divides the layers (or layers + 2,
-the memory-balanced pipeline, see :func:`~unicron_plan.perf.iteration.stage_layers`);
+the attention heads and the kv heads; pp divides the layers (or layers + 2 with at least four
+layers per middle stage, the memory-balanced pipeline, see :func:`~unicron_plan.perf.iteration.stage_layers`);
 tp * pp * dp = N; the global batch is a multiple of micro_batch * dp;
 interleaving (virtual_stages v > 1) needs pp > 1, v dividing the layers of a
 stage and a number of micro-batches that is a multiple of pp; the layout
@@ -127,34 +127,42 @@ def ranked(c: Candidates, n: int) -> list[int]:
 
 
 def rank_layouts(model: str, gpu_type: str, global_batch: int, seq_len: int, gpus: int,
-                 recompute: str = "full", top: Optional[int] = None, stack: Optional[str] = None,
+                 recompute: str = "auto", top: Optional[int] = None, stack: Optional[str] = None,
                  efficiency_file: Optional[str] = None) -> list[dict]:
     """Fitting layouts on ``gpus`` GPUs, fastest first, one per (tp, pp, dp) with its best
-    micro-batch and interleaving: dicts with the layout, hardware/model TFLOP/s per GPU and GiB.
+    micro-batch, interleaving and (under ``recompute="auto"``) recomputation mode: dicts with
+    the layout, hardware/model TFLOP/s per GPU, GiB and iteration seconds.
 
     Example::
 
         >>> [(r["tp"], r["pp"]) for r in rank_layouts("gpt3-175b", "a100", 1536, 2048, 1536, top=3)]  # doctest: +SKIP
     """
     from unicron_plan.perf import _check_args
+    from unicron_plan.perf.iteration import RECOMPUTE_MODES
     from unicron_plan.perf.library import get_efficiency, get_gpu, get_model
 
     _check_args(model, gpu_type, global_batch, seq_len, recompute, None, [gpus])
     m, g = get_model(model), get_gpu(gpu_type)
-    c = search(m, g, get_efficiency(gpu_type, stack, efficiency_file), global_batch, seq_len,
-               recompute, counts=[gpus])
+    eff = get_efficiency(gpu_type, stack, efficiency_file)
+    rows = []
+    for mode in (RECOMPUTE_MODES if recompute == "auto" else (recompute,)):
+        c = search(m, g, eff, global_batch, seq_len, mode, counts=[gpus])
+        for i in ranked(c, gpus):
+            t = float(c.iteration_seconds[i])
+            rows.append({"tp": int(c.tp[i]), "pp": int(c.pp[i]), "dp": int(c.dp[i]),
+                         "micro_batch": int(c.micro_batch[i]), "virtual_stages": int(c.virtual_stages[i]),
+                         "recompute": mode, "iteration_seconds": t,
+                         "hardware_tflops_per_gpu": c.hardware_flops / t / gpus / 1e12,
+                         "model_tflops_per_gpu": c.model_flops / t / gpus / 1e12,
+                         "memory_gib_per_gpu": float(c.memory_bytes[i]) / float(1 << 30)})
+    rows.sort(key=lambda r: r["iteration_seconds"])  # stable: ties keep the mode order
     out, seen = [], set()
-    for i in ranked(c, gpus):
-        key = (int(c.tp[i]), int(c.pp[i]), int(c.dp[i]))
+    for r in rows:
+        key = (r["tp"], r["pp"], r["dp"])
         if key in seen:
             continue
         seen.add(key)
-        t = float(c.iteration_seconds[i])
-        out.append({"tp": key[0], "pp": key[1], "dp": key[2], "micro_batch": int(c.micro_batch[i]),
-                    "virtual_stages": int(c.virtual_stages[i]),
-                    "hardware_tflops_per_gpu": c.hardware_flops / t / gpus / 1e12,
-                    "model_tflops_per_gpu": c.model_flops / t / gpus / 1e12,
-                    "memory_gib_per_gpu": float(c.memory_bytes[i]) / float(1 << 30)})
+        out.append(r)
         if top is not None and len(out) >= top:
             break
     return out

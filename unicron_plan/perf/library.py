@@ -25,6 +25,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.schema.efficiency import EfficiencyConstants
 
 DATA_PACKAGE = "unicron_plan.models_data"
 
@@ -123,22 +124,8 @@ class Stack(_Frozen):
     source: str = ""
 
 
-class Constants(_Frozen):
-    """The fitted efficiency constants of one GPU type under one stack."""
-
-    gemm_efficiency: float = Field(gt=0, le=1, description="Achieved fraction of peak in dense GEMMs.")
-    attention_efficiency: float = Field(gt=0, le=1,
-                                        description="Achieved fraction of peak in attention score/context math.")
-    hbm_efficiency: float = Field(gt=0, le=1, description="Achieved fraction of HBM bandwidth in element-wise kernels.")
-    nvlink_efficiency: float = Field(gt=0, le=1, description="Achieved fraction of NVLink bandwidth in collectives.")
-    network_efficiency: float = Field(gt=0, le=1, description="Achieved fraction of network bandwidth.")
-    layer_overhead_us: float = Field(ge=0, description="Fixed time per layer, micro-batch and pass (launches, syncs).")
-    p2p_overhead_us: float = Field(ge=0, description="Fixed time of one pipeline send/receive (latency, synchronisation).")
-    source: str = ""
-
-
-FIT_NAMES = ("gemm_efficiency", "attention_efficiency", "hbm_efficiency",
-             "nvlink_efficiency", "network_efficiency", "layer_overhead_us", "p2p_overhead_us")
+#: The fitted constants of one GPU type under one stack (one definition, in the schema).
+Constants = EfficiencyConstants
 
 
 class Efficiency(_Frozen):

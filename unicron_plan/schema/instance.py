@@ -13,6 +13,7 @@ from typing import Annotated, Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from unicron_plan.schema.base import StrictModel
+from unicron_plan.schema.efficiency import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, EfficiencyConstants
 
 _COUNT_KEY = re.compile(r"^[1-9][0-9]*$")
 # Throughput keys longer than this (>= 10**15 GPUs) exceed any cluster that fits in memory.
@@ -67,10 +68,11 @@ class Throughput(StrictModel):
     gpu_type: str = Field(min_length=1)
     tflops: Optional[dict[str, float]] = None
     model: Optional[str] = Field(default=None, min_length=1)
-    global_batch: Optional[int] = Field(default=None, ge=1)
-    seq_len: Optional[int] = Field(default=None, ge=1)
-    recompute: Optional[Literal["full", "selective", "none"]] = Field(
-        default=None, description="Activation recomputation for model-derived tables (default full).")
+    global_batch: Optional[int] = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH)
+    seq_len: Optional[int] = Field(default=None, ge=1, le=MAX_SEQ_LEN)
+    recompute: Optional[Literal["auto", "full", "selective", "none"]] = Field(
+        default=None, description="Activation recomputation for model-derived tables: a fixed mode, or "
+                                  "'auto' (the default): per GPU count the fastest mode whose layout fits.")
 
     @field_validator("tflops")
     @classmethod
@@ -237,6 +239,11 @@ class Instance(StrictModel):
         description="'node': a node that lost a GPU in the event is drained whole (Unicron); "
                     "'gpu': only the failed GPUs are removed.")
     reference: Optional[Reference] = None
+    efficiency: Optional[dict[str, EfficiencyConstants]] = Field(
+        default=None, max_length=64,
+        description="Calibrated efficiency constants per GPU type (the 'constants' of one GPU type and stack "
+                    "in the file `unicron-plan calibrate` writes), used for the jobs whose throughput names a "
+                    "model; GPU types not listed keep the packaged constants.")
     max_changed_jobs: Optional[int] = Field(
         default=None, ge=0,
         description="Churn limit: at most this many jobs are changed (y != x, or hit). Hit jobs "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import Field
 
@@ -39,8 +39,9 @@ class PlanJob(OutputModel):
         description="[changed] x F(previous) x D_trans, weighted TFLOP lost while transitioning.")
     hit: Optional[bool] = Field(default=None, description="The event touched one of the job's nodes.")
     gain: Optional[float] = Field(default=None, description="This job's term G_i of the objective.")
-    parallelism: Optional[dict[str, int]] = Field(
-        default=None, description="Layout (tp, pp, dp, micro_batch) for model-derived throughput.")
+    parallelism: Optional[dict[str, Union[int, str]]] = Field(
+        default=None, description="Layout (tp, pp, dp, micro_batch, virtual_stages, recompute) for "
+                                  "model-derived throughput.")
 
 
 class SolverInfo(OutputModel):

@@ -56,7 +56,10 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     means ``dp``, or ``auto`` when the instance has constraints the DP cannot express:
     ``brute``, ``milp`` (PuLP + HiGHS), ``milp-cbc``, ``cpsat`` (OR-Tools) or ``auto``
     (``dp`` when it is exact for the instance, else an IP backend; docs/solvers.md).
-    ``time_limit_seconds`` and ``threads`` reach the IP backends.
+    ``time_limit_seconds`` is wall time from this call, for every solver (``dp``
+    included): a solver stopped by it returns the best plan it holds as
+    ``feasible`` (termination ``time_limit``) with a valid upper bound and the
+    ``gap``; None means no limit. ``threads`` reaches the IP backends.
     ``contingency``: a directory written by ``unicron-plan contingency`` (or its
     index); when the instance's event is one of its failures, the precomputed
     plan is placed, validated and returned (solver name ``contingency``).
@@ -69,6 +72,8 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     from unicron_plan.core.problem import build_problem
     from unicron_plan.plan.assemble import to_plan
 
+    # The limit is wall time from this call: reading, building and placing count too.
+    options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads)
     # build_problem runs check_instance itself: parse only here, so the checks run once.
     instance = _load(Instance, instance)
     fallback = None
@@ -85,7 +90,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
         solver = "auto" if dp_limitations(problem) else "dp"
     solve_fn = get_solver(solver)
     start = time.perf_counter() - built  # wall_seconds: building + solving, not the solver's import
-    raw = solve_fn(problem, SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads))
+    raw = solve_fn(problem, options)
     if fallback is not None:
         raw.options = {**raw.options, "contingency_fallback": fallback}
     plan = to_plan(problem, raw, solver, time.perf_counter() - start)

@@ -43,6 +43,10 @@ def _fail(code: int, message: str) -> None:
     raise typer.Exit(code)
 
 
+#: Default of ``solve --time-limit``: no input makes the command run longer than this.
+DEFAULT_TIME_LIMIT_SECONDS = 60.0
+
+
 def handle_errors(fn):
     """Map the package's typed errors to exit codes and one clear line on stderr."""
     @functools.wraps(fn)
@@ -77,7 +81,10 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
               None, "--solver", "-s", help="dp, brute, milp, milp-cbc, cpsat or auto (see `unicron-plan solvers`); "
                                            "default: dp, or auto when the instance has constraints the DP cannot express."),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan here instead of stdout."),
-          time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds, for the IP backends."),
+          time_limit: float = typer.Option(
+              DEFAULT_TIME_LIMIT_SECONDS, "--time-limit", min=0.001,
+              help="Wall-clock seconds from the start, for every solver: when it runs out the best plan "
+                   "found so far is returned as 'feasible' with its bound and gap."),
           threads: Optional[int] = typer.Option(None, "--threads", help="Worker threads, for the IP backends."),
           contingency: Optional[Path] = typer.Option(
               None, "--contingency", help="Directory from `unicron-plan contingency`: use its precomputed "

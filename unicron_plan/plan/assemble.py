@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
 from unicron_plan.plan.placement import place
@@ -29,10 +31,11 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     objective = problem.objective(raw.counts, placement)
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)
+    gap = (bound - objective) / max(abs(bound), 1.0) if math.isfinite(bound) else None
     return Plan(
         instance=problem.instance.name,
         status=Status(termination=raw.termination, solution=raw.solution),
-        objective=objective, bound=bound,
+        objective=objective, bound=bound, gap=gap,
         d_run_seconds=problem.d_run, waf_tflops=total_waf, jobs=plan_jobs,
         solver=SolverInfo(name=solver_name, wall_seconds=wall_seconds, options=raw.options or None),
         capacity=problem.capacity, drained_nodes=problem.state.drained_nodes)

@@ -60,6 +60,9 @@ class Plan(OutputModel):
     status: Status
     objective: float
     bound: float
+    gap: Optional[float] = Field(
+        default=None, ge=0, description="(bound - objective) / max(|bound|, 1): 0 for a proven optimum, "
+                                        "how far a time-limited plan may be from the optimum otherwise.")
     d_run_seconds: float
     waf_tflops: float
     jobs: list[PlanJob]

@@ -8,18 +8,45 @@ into an error that lists the valid ones.
 from __future__ import annotations
 
 import importlib
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from unicron_plan.errors import SolverUnavailableError
 
 
+#: The least time a backend is handed once its deadline has passed: enough to return
+#: what it holds (an incumbent or the fallback plan), never a reason to run on.
+MIN_SECONDS = 0.01
+
+
 @dataclass(frozen=True)
 class SolverOptions:
-    """Limits every backend understands (exact solvers may ignore them)."""
+    """Limits every backend honours.
+
+    ``deadline`` is a :func:`time.perf_counter` instant; when only
+    ``time_limit_seconds`` is given, the deadline is that many seconds from the
+    options' creation. A backend asks :meth:`remaining` just before each call of
+    its engine, so time spent building models counts against the same limit.
+    """
 
     time_limit_seconds: Optional[float] = None
     threads: Optional[int] = None
+    deadline: Optional[float] = None
+
+    def __post_init__(self):
+        if self.deadline is None and self.time_limit_seconds is not None:
+            object.__setattr__(self, "deadline", time.perf_counter() + float(self.time_limit_seconds))
+
+    def remaining(self) -> Optional[float]:
+        """Seconds left before the deadline (at least MIN_SECONDS), or None without a limit."""
+        if self.deadline is None:
+            return None
+        return max(self.deadline - time.perf_counter(), MIN_SECONDS)
+
+    def expired(self) -> bool:
+        """Whether the deadline has passed."""
+        return self.deadline is not None and time.perf_counter() >= self.deadline
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ The backend that ran is recorded in ``SolverInfo.options["backend"]``.
 
 from __future__ import annotations
 
-import time
 
 from unicron_plan.core import cost
 from unicron_plan.core.constraints import dp_limitations
@@ -59,7 +58,8 @@ def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution 
     if not needs_node_level(problem):
         placement = None  # only the churn limit binds, and it holds: placement.place will do
     else:
-        limit = PLACE_SECONDS if options.time_limit_seconds is None else min(PLACE_SECONDS, options.time_limit_seconds / 2)
+        left = options.remaining()
+        limit = PLACE_SECONDS if left is None else min(PLACE_SECONDS, left / 2)
         placement = cpsat.place_constrained(problem, counts, limit, options.threads)
         if placement is None:
             return None
@@ -74,13 +74,9 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
     options = options or SolverOptions()
     name = choose(problem)
     if name != "dp":
-        started = time.perf_counter()
         raw = _relaxation_placed(problem, options)
         if raw is not None:
             return raw
-        if options.time_limit_seconds is not None:
-            left = max(options.time_limit_seconds - (time.perf_counter() - started), 0.01)
-            options = SolverOptions(time_limit_seconds=left, threads=options.threads)
     raw = importlib.import_module(f"unicron_plan.solvers.{name}").solve(problem, options)
     raw.options = {"backend": name, **{k: v for k, v in raw.options.items() if k != "backend"}}
     return raw

@@ -100,8 +100,9 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
     scale, err = scale_of(model)
     cp, xs = build_cp(model, scale)
     solver = cp_model.CpSolver()
-    if options.time_limit_seconds is not None:
-        solver.parameters.max_time_in_seconds = float(options.time_limit_seconds)
+    left = options.remaining()  # after building: model building counts against the limit
+    if left is not None:
+        solver.parameters.max_time_in_seconds = float(left)
     if options.threads is not None:
         solver.parameters.num_workers = int(options.threads)
     status = solver.solve(cp)

@@ -30,6 +30,7 @@ What makes it fast, every rule exact (docs/performance.md has the proofs):
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -195,18 +196,27 @@ def _fold(V: np.ndarray, L: int, U: int, y: np.ndarray, g: np.ndarray, L2: int, 
     return new, choice
 
 
-def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None) -> tuple[dict[str, int], float]:
-    """Optimal counts for the jobs of one GPU type sharing ``capacity`` GPUs (exact)."""
+def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
+               deadline: float | None = None) -> tuple[dict[str, int], float]:
+    """Optimal counts for the jobs of one GPU type sharing ``capacity`` GPUs (exact).
+
+    With a ``deadline`` (a :func:`time.perf_counter` instant) that passes during the
+    search, the best plan known then is returned and ``stats["timed_out"]`` is set,
+    with the Lagrangian upper bound in ``stats["ub"]``.
+    """
     options = [pareto_options(j) for j in jobs]
-    counts, value = solve_options(options, capacity, stats)
+    counts, value = solve_options(options, capacity, stats, deadline=deadline)
     return {j.id: int(c) for j, c in zip(jobs, counts)}, value
 
 
 def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
-                  stats: dict | None = None, prune: bool = True) -> tuple[list[int], float]:
+                  stats: dict | None = None, prune: bool = True,
+                  deadline: float | None = None) -> tuple[list[int], float]:
     """Exact optimum of max sum_i g_i(y_i) s.t. sum y_i <= C over Pareto options (0 first).
 
     ``prune=False`` disables the bound-based rules 3-4 (used as a numerical safety net).
+    A ``deadline`` that passes stops the search: the best known plan (the greedy one, or
+    the core optimum when it was reached) is returned and ``stats["timed_out"]`` set.
     """
     stats = stats if stats is not None else {}
     m = len(options)
@@ -223,32 +233,45 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     scale = lam * capacity + sum(abs(float(np.max(np.abs(g)))) for _, g in options) + 1.0
     tol = REL_TOL * scale
     stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)))
-    if not prune:
-        return _attempt(options, red_max, lam, capacity, -math.inf, stats)
+    best = ([int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb)
     if lb >= ub:  # the greedy plan meets the upper bound: it is optimal (to float rounding)
         stats["bound_met"] = "greedy"
-        return [int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb
+        return best
+    try:
+        return _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline)
+    except _TimeUp:
+        stats["timed_out"] = True
+        core = stats.get("core_plan")
+        return core if core is not None and core[1] > best[1] else best
+
+
+def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline):
+    """Rules 3-4 of the module docstring: the core DP, then the pruned exact DP."""
+    if not prune:
+        return _attempt(options, red_max, lam, capacity, -math.inf, stats, deadline=deadline)
     # Threshold T: every plan worth >= T survives the pruning, so a run that finds a plan worth
     # >= T has found the optimum. T comes from the best known plan: the greedy one, improved by
     # an exact DP over a small core (the counts within a sixteenth of the gap of each job's best
     # reduced value), whose optimum is feasible and usually optimal.
-    core = _attempt(options, red_max, lam, capacity, ub - max(ub - lb, 0.0) / 16, stats, cut=False)
+    core = _attempt(options, red_max, lam, capacity, ub - max(ub - lb, 0.0) / 16, stats, cut=False,
+                    deadline=deadline)
     stats["core_lb"] = core[1] if core is not None else None
+    stats["core_plan"] = core
     if core is not None and core[1] >= ub:  # the core optimum meets the upper bound
         stats["bound_met"] = "core"
         return core
     if core is not None and core[1] > lb:
         lb = core[1]
     threshold = lb - tol
-    found = _attempt(options, red_max, lam, capacity, threshold, stats)
+    found = _attempt(options, red_max, lam, capacity, threshold, stats, deadline=deadline)
     if found is not None and found[1] >= threshold:
         return found
     stats["fallback"] = True  # rounding defeated the threshold (never observed)
-    return solve_options(options, capacity, stats, prune=False)
+    return _attempt(options, red_max, lam, capacity, -math.inf, stats, deadline=deadline)
 
 
 def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stats: dict,
-             cut: bool = True):
+             cut: bool = True, deadline: float | None = None):
     """The DP over the options (and, with ``cut``, states) whose Lagrangian bound reaches ``threshold``.
 
     Returns (counts, value), or None when no plan can reach the threshold.
@@ -270,6 +293,8 @@ def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stat
     after_m = np.concatenate([np.cumsum(np.array(red_max)[::-1])[::-1][1:], [0.0]])
 
     def step(V, L, U, j, want_choice):
+        if deadline is not None and time.perf_counter() >= deadline:
+            raise _TimeUp
         y, g = kept[j]
         L2 = L + int(lo[j])
         U2 = min(U + int(hi[j]), capacity - int(after_lo[j]))
@@ -298,6 +323,10 @@ def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stat
 
 class _LostPath(Exception):
     """No plan reaches the threshold: a window became empty."""
+
+
+class _TimeUp(Exception):
+    """The deadline passed during a fold."""
 
 
 def _run(kept, step, m, est, widths, stats, L):
@@ -360,19 +389,31 @@ def _check_fits(jobs: list[JobTerms], capacity: int) -> None:
                               f"do not fit in {capacity} GPUs of their type")
 
 
-def relaxation(problem: Problem) -> tuple[dict[str, int], float]:
+def relaxation(problem: Problem, deadline: float | None = None) -> tuple[dict[str, int], float]:
     """The DP optimum with the constraints it cannot express dropped: an upper bound for the IP backends."""
+    counts, total, _, _ = _solve_types(problem, deadline)
+    return counts, total
+
+
+def _solve_types(problem: Problem, deadline: float | None) -> tuple[dict[str, int], float, float, bool]:
+    """(counts, value, upper bound, timed out) over every GPU type, each solved on its own."""
     counts: dict[str, int] = {}
-    total = 0.0
+    total, bound, timed_out = 0.0, 0.0, False
     for gpu_type, cap in problem.capacity.items():
         jobs = problem.jobs_of_type(gpu_type)
         if not jobs:
             continue
         _check_fits(jobs, cap)
-        part, value = solve_type(jobs, cap)
+        stats: dict = {}
+        part, value = solve_type(jobs, cap, stats, deadline=deadline)
         counts.update(part)
         total += value
-    return counts, total
+        if stats.get("timed_out"):
+            timed_out = True
+            bound += max(float(stats["ub"]), value)
+        else:
+            bound += value
+    return counts, total, bound, timed_out
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
@@ -380,11 +421,17 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
 
     Refuses (SolverUnavailableError) instances with constraints the DP cannot
     express (node-level tp, max_nodes, same_rack; max_changed_jobs): use milp,
-    cpsat or auto for those.
+    cpsat or auto for those. When ``options`` carry a deadline that passes, the
+    best plan known then is returned as ``feasible`` (termination ``time_limit``)
+    with the Lagrangian upper bound.
     """
     limits = dp_limitations(problem)
     if limits:
         raise SolverUnavailableError(
             f"solver 'dp' cannot express {', '.join(limits)}; use --solver auto, milp or cpsat")
-    counts, total = relaxation(problem)
+    deadline = options.deadline if options is not None else None
+    counts, total, bound, timed_out = _solve_types(problem, deadline)
+    if timed_out:
+        return RawSolution(counts=counts, objective=total, bound=bound, termination="time_limit",
+                           solution="feasible", options={"stopped": "time limit"})
     return RawSolution(counts=counts, objective=total, bound=total)

@@ -290,18 +290,16 @@ def replace_migration_aware(problem: Problem, raw, run, options, started: float)
     """
     import time
 
-    from unicron_plan.solvers import SolverOptions
 
     if raw.placement is None:
         return raw
-    limit = options.time_limit_seconds
-    remaining = None if limit is None else limit - (time.perf_counter() - started)
+    remaining = None if options.deadline is None else options.deadline - time.perf_counter()
     moved = sum(raw.counts.values()) - retained_gpus(problem, raw.placement)
     phase2 = time.perf_counter()
     raw.options = {**raw.options, "phase1_seconds": round(phase2 - started, 3)}
     if remaining is None or remaining > 0.05:
         model = build_placement(problem, raw.counts, problem.moved(raw.counts, raw.placement))
-        values = run(model, SolverOptions(time_limit_seconds=remaining, threads=options.threads))
+        values = run(model, options)
         if values is not None and model.feasible(values):
             new = model.placement(values)
             old_key = (retained_gpus(problem, raw.placement), _rack_score(problem, raw.placement))

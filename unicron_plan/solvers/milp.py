@@ -94,7 +94,7 @@ def _call(lp, backend: str, options: SolverOptions, preprocess: bool = True) -> 
     """Phase 2: run the solver; returns termination, whether a solution exists and the dual bound."""
     import pulp
 
-    limit = options.time_limit_seconds
+    limit = options.remaining()
     if backend == "highs":
         import highspy
 
@@ -190,16 +190,12 @@ def _confirm_cbc(problem: Problem, model: ipmodel.Formulation, raw: RawSolution,
     optimum (tests/data/cbc-false-optimal-*.json). Unless the DP relaxation already proves the
     plan optimal, a second run without preprocessing must reach the same objective; otherwise
     the better plan is returned as ``feasible``."""
-    import time
 
     if raw.solution != "optimal" or raw.options.get("proof") == "relaxation":
         return raw
-    limit = options.time_limit_seconds
-    left = None if limit is None else limit - (time.perf_counter() - started)
     second = None
-    if left is None or left > 0.01:
-        result, values = run(model, SolverOptions(time_limit_seconds=left, threads=options.threads), "cbc",
-                             preprocess=False)
+    if not options.expired():
+        result, values = run(model, options, "cbc", preprocess=False)
         if result["termination"] == "optimal" and values is not None and model.feasible(values):
             second = extract(problem, model, result, values, dict(raw.options))
     if second is None:

@@ -1,0 +1,95 @@
+"""A time limit is wall time from the call, for every solver: a stop returns the best plan held,
+as feasible, with a valid upper bound and the gap."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from unicron_plan import api
+from unicron_plan.solvers import SolverOptions
+
+
+def _linear_on_threes(jobs=12, nodes=10):
+    """Linear curves on multiples of 3 with capacity 79: every count has a reduced cost of about 0,
+    so the greedy plan stays below the Lagrangian bound and the DP must fold."""
+    return {
+        "schema_version": "1", "name": "linear-threes",
+        "cluster": {"gpu_types": {"a": {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 1600.0,
+                                        "inter_node_gbps": 200.0}},
+                    "nodes": [{"id": f"n{i}", "gpu_type": "a", "gpus": 8, "failed_gpus": [0] if i == 0 else []}
+                              for i in range(nodes)]},
+        "jobs": [{"id": f"j{k}", "weight": 1.0,
+                  "throughput": {"gpu_type": "a",
+                                 "tflops": {str(3 * c): 30.0 * c * (1 + 1e-3 * k) for c in range(1, 21)}},
+                  "current": {"gpus": 0, "nodes": []}} for k in range(jobs)],
+        "cost": {"expected_run_seconds": 3600.0, "default_transition_seconds": 60.0},
+    }
+
+
+def test_options_deadline_counts_from_creation():
+    opt = SolverOptions(time_limit_seconds=0.05)
+    assert 0 < opt.remaining() <= 0.05 and not opt.expired()
+    time.sleep(0.06)
+    assert opt.expired() and opt.remaining() == pytest.approx(0.01)
+    assert SolverOptions().remaining() is None and not SolverOptions().expired()
+
+
+def test_dp_stopped_by_the_limit_returns_a_valid_feasible_plan_with_its_bound():
+    inst = _linear_on_threes()
+    exact = api.solve(inst, solver="dp")
+    assert exact.status.solution == "optimal" and exact.gap == 0
+    stopped = api.solve(inst, solver="dp", time_limit_seconds=1e-9)  # passed before the first fold
+    assert stopped.status.termination == "time_limit" and stopped.status.solution == "feasible"
+    assert stopped.objective <= exact.objective <= stopped.bound * (1 + 1e-12)
+    assert stopped.objective < stopped.bound
+    assert stopped.gap == pytest.approx((stopped.bound - stopped.objective) / abs(stopped.bound))
+    assert api.validate_plan(inst, stopped).valid
+
+
+def test_dp_with_time_to_spare_is_still_exact():
+    inst = _linear_on_threes()
+    assert api.solve(inst, solver="dp", time_limit_seconds=60).objective == api.solve(inst, solver="dp").objective
+
+
+@pytest.mark.parametrize("solver", ["milp", "cpsat"])
+def test_ip_backends_answer_under_a_tiny_limit(solver):
+    inst = _linear_on_threes()
+    plan = api.solve(inst, solver=solver, time_limit_seconds=1e-9)
+    assert plan.bound >= plan.objective
+    assert api.validate_plan(inst, plan).valid
+    if plan.status.solution != "optimal":
+        assert plan.status.termination == "time_limit" and plan.gap >= 0
+
+
+def test_cli_limit_and_its_default(tmp_path):
+    path = tmp_path / "i.json"
+    path.write_text(json.dumps(_linear_on_threes()))
+    cmd = [sys.executable, "-m", "unicron_plan.cli", "solve", str(path)]
+    r = subprocess.run(cmd + ["--time-limit", "0.001"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["status"] == {"termination": "time_limit", "solution": "feasible"}
+    assert plan["bound"] > plan["objective"] and plan["gap"] > 0
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert json.loads(r.stdout)["status"]["solution"] == "optimal"
+    r = subprocess.run(cmd + ["--time-limit", "-1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "solve", "--help"], capture_output=True,
+                       text=True, timeout=60, env={"COLUMNS": "200", "PATH": ""})
+    assert "60.0" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("solver", ["dp", "milp", "cpsat", "milp-cbc"])
+def test_limit_holds_at_8192_gpus(solver):
+    from unicron_plan.tools.generate import generate_instance
+
+    inst = generate_instance(seed=3, gpus=8192, jobs=64)
+    start = time.perf_counter()
+    plan = api.solve(inst, solver=solver, time_limit_seconds=1.0)
+    wall = time.perf_counter() - start
+    assert wall <= 1.5, f"{solver}: {wall:.2f} s under a 1 s limit"
+    assert plan.bound >= plan.objective

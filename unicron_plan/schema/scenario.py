@@ -8,17 +8,27 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from unicron_plan.schema.base import StrictModel
 from unicron_plan.schema.instance import Cluster, Job
+
+#: Longest simulated time: ten years.
+MAX_DURATION_HOURS = 87_600.0
+#: Most events one run may hold (failures and repairs, drawn or given): bounds a run's work.
+MAX_EVENTS = 200_000
 
 
 class RepairHours(StrictModel):
     """Lognormal repair time of a SEV1 failure: `median` hours, `sigma` of the natural log."""
 
-    median: float = Field(gt=0)
-    sigma: float = Field(ge=0)
+    median: float = Field(gt=0, le=MAX_DURATION_HOURS)
+    sigma: float = Field(ge=0, le=5, description="At most 5 (a factor of e^5 ~ 150 per standard deviation).")
+
+    @field_validator("sigma")
+    @classmethod
+    def _no_negative_zero(cls, v: float) -> float:
+        return abs(v)  # -0.0 passes ">= 0" but numpy's lognormal refuses a negative-signed scale
 
 
 class SeverityMix(StrictModel):
@@ -39,10 +49,10 @@ class SeverityMix(StrictModel):
 class Failures(StrictModel):
     """Independent node failures: exponential (or Weibull) times between failures of each node."""
 
-    node_mtbf_hours: float = Field(gt=0, description="Mean time between failures of one node, hours.")
+    node_mtbf_hours: float = Field(gt=0, le=1e9, description="Mean time between failures of one node, hours.")
     weibull_shape: Optional[float] = Field(
-        default=None, gt=0, description="Weibull shape k of the time between failures (mean stays "
-                                        "node_mtbf_hours); absent: exponential (k = 1).")
+        default=None, ge=0.1, le=20, description="Weibull shape k in [0.1, 20] of the time between failures "
+                                                 "(mean stays node_mtbf_hours); absent: exponential (k = 1).")
     repair_hours: RepairHours
     severity_mix: SeverityMix
 
@@ -50,7 +60,7 @@ class Failures(StrictModel):
 class TraceEvent(StrictModel):
     """One event of a trace: a node fails with a severity, or a failed (SEV1) node returns."""
 
-    time_hours: float = Field(ge=0)
+    time_hours: float = Field(ge=0, le=MAX_DURATION_HOURS)
     kind: Literal["failure", "repair"]
     node: str = Field(min_length=1)
     severity: Optional[Literal["sev1", "sev2", "sev3"]] = Field(
@@ -82,19 +92,26 @@ class Scenario(StrictModel):
 
     schema_version: Literal["1"]
     name: str = Field(min_length=1)
-    description: Optional[str] = None
+    description: Optional[str] = Field(default=None, max_length=10_000)
     cluster: Cluster
     jobs: list[Job] = Field(min_length=1)
     cost: ScenarioCost
     isolation: Literal["node", "gpu"] = "node"
-    duration_hours: float = Field(gt=0)
+    duration_hours: float = Field(gt=0, le=MAX_DURATION_HOURS, description="Simulated time, at most ten years.")
     failures: Optional[Failures] = None
-    trace: Optional[list[TraceEvent]] = None
+    trace: Optional[list[TraceEvent]] = Field(default=None, max_length=MAX_EVENTS)
 
     @model_validator(mode="after")
     def _one_source(self) -> "Scenario":
         if (self.failures is None) == (self.trace is None):
             raise ValueError("give exactly one of 'failures' (a failure model) or 'trace'")
+        if self.failures is not None:
+            expected = len(self.cluster.nodes) * self.duration_hours / self.failures.node_mtbf_hours
+            if expected > MAX_EVENTS / 2:  # each failure may bring a repair
+                raise ValueError(
+                    f"failures.node_mtbf_hours: {len(self.cluster.nodes)} nodes over {self.duration_hours:g} h "
+                    f"with an MTBF of {self.failures.node_mtbf_hours:g} h expect {expected:.3g} failures, "
+                    f"more than {MAX_EVENTS // 2} per run")
         return self
 
 

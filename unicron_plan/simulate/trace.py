@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.faults import severity
-from unicron_plan.schema.scenario import Scenario
+from unicron_plan.schema.scenario import MAX_EVENTS, Scenario
 
 
 @dataclass(frozen=True, order=True)
@@ -62,6 +63,9 @@ def draw_events(scenario: Scenario, rng: np.random.Generator) -> list[SimEvent]:
             sev = sevs[int(rng.choice(3, p=p))]
             err = severity.draw_error(rng, sev)
             raw.append((t, "failure", node.id, sev, err))
+            if len(raw) > MAX_EVENTS:  # a heavy-tailed draw far above the expected count
+                raise InvalidInstanceError("failures", f"more than {MAX_EVENTS} events drawn for one run; "
+                                                       "raise node_mtbf_hours or shorten duration_hours")
             if sev == "sev1":
                 t += float(rng.lognormal(math.log(f.repair_hours.median), f.repair_hours.sigma))
                 if t >= horizon:

@@ -103,7 +103,7 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
         typer.echo(f"note: contingency not used: {reason}; solved from scratch", err=True)
     emit(dumps(plan), out)
     if summary:
-        from unicron_plan.report import print_summary
+        from unicron_plan.plan.report import print_summary
 
         print_summary(plan)
 

@@ -173,3 +173,26 @@ def test_large_import_export_under_two_seconds(kind):
     t_export = time.perf_counter() - start
     assert len(inst["cluster"]["nodes"]) == 2048
     assert t_import <= 2.0 and t_export <= 2.0, (t_import, t_export)
+
+
+def test_slurm_commands_through_the_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from unicron_plan.cli import app
+    from unicron_plan.integrations.slurm import export_slurm
+
+    d = fx.FIXTURES / "slurm-small"
+    runner = CliRunner()
+    inst = tmp_path / "inst.json"
+    r = runner.invoke(app, ["import", "slurm", "--nodes", str(d / "nodes.json"), "--jobs", str(d / "jobs.json"),
+                            "--expected-run-seconds", "36000", "--out", str(inst)])
+    assert r.exit_code == 0, r.output
+    plan = tmp_path / "plan.json"
+    assert runner.invoke(app, ["solve", str(inst), "--out", str(plan)]).exit_code == 0
+    r = runner.invoke(app, ["export", "slurm", str(plan), "--jobs", str(d / "jobs.json"),
+                            "--nodes", str(d / "nodes.json")])
+    assert r.exit_code == 0, r.output
+    lines = export_slurm(api.load_plan(plan), json.loads((d / "jobs.json").read_text()),
+                         json.loads((d / "nodes.json").read_text()))
+    assert r.stdout.startswith("#!/bin/sh\n")
+    assert r.stdout.splitlines()[3:] == lines

@@ -4,7 +4,9 @@ current allocations that fit. Each failure names the exact field path."""
 from __future__ import annotations
 
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.schema.instance import Instance
+from unicron_plan.faults.severity import classify
+from unicron_plan.schema.instance import Cost, Instance
+from unicron_plan.schema.scenario import Scenario
 
 
 def _unique(items, what: str) -> None:
@@ -165,3 +167,46 @@ def _check_other_event(instance: Instance, nodes: dict) -> None:
         if ev.kind == "job_arrival" and jobs[jid].current.gpus != 0:
             raise InvalidInstanceError(f"event.jobs[{i}]",
                                        f"arriving job {jid!r} must have current.gpus 0, not {jobs[jid].current.gpus}")
+
+
+def check_scenario(scenario: Scenario) -> None:
+    """Cross-field checks: the time-0 instance is valid, and the trace is consistent in time order."""
+    inst = Instance.model_construct(
+        schema_version="1", name=scenario.name, cluster=scenario.cluster, jobs=scenario.jobs, event=None,
+        cost=Cost.model_construct(expected_run_seconds=1.0, node_mtbf_hours=None,
+                                  default_transition_seconds=scenario.cost.default_transition_seconds),
+        isolation=scenario.isolation, reference=None)
+    check_instance(inst)
+    for k, job in enumerate(scenario.jobs):
+        if job.throughput.tflops is None:
+            raise InvalidInstanceError(f"jobs[{k}].throughput", "scenarios need the table form ('tflops')")
+    if scenario.trace is None:
+        return
+    nodes = {n.id for n in scenario.cluster.nodes}
+    down: set[str] = set()
+    order = sorted(range(len(scenario.trace)), key=lambda i: (scenario.trace[i].time_hours, i))
+    for i in order:
+        ev = scenario.trace[i]
+        where = f"trace[{i}]"
+        if ev.node not in nodes:
+            raise InvalidInstanceError(f"{where}.node", f"unknown node {ev.node!r}")
+        if ev.time_hours > scenario.duration_hours:
+            raise InvalidInstanceError(f"{where}.time_hours",
+                                       f"{ev.time_hours} is after duration_hours {scenario.duration_hours}")
+        if ev.error is not None:
+            try:
+                cls = classify(ev.error)
+            except ValueError as exc:
+                raise InvalidInstanceError(f"{where}.error", str(exc)) from None
+            if cls.severity.value != ev.severity:
+                raise InvalidInstanceError(f"{where}.error",
+                                           f"{ev.error!r} is {cls.severity.value}, not {ev.severity}")
+        if ev.kind == "failure":
+            if ev.node in down:
+                raise InvalidInstanceError(f"{where}.node", f"node {ev.node!r} is already down (SEV1) then")
+            if ev.severity == "sev1":
+                down.add(ev.node)
+        else:
+            if ev.node not in down:
+                raise InvalidInstanceError(f"{where}.node", f"node {ev.node!r} is not down then: nothing to repair")
+            down.discard(ev.node)

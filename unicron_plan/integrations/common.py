@@ -4,7 +4,6 @@ the assembly of the v1 instance (checked by the package's own loader)."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field

@@ -1,6 +1,6 @@
 """The scenario of `unicron-plan simulate` (docs/format.md, "Scenario"): an instance
 without event and D_run, plus a duration and a source of events (a failure
-model or a trace). Cross-field checks are in :func:`check_scenario`.
+model or a trace). Cross-field checks are in :func:`unicron_plan.core.checks.check_scenario`.
 """
 
 from __future__ import annotations
@@ -113,52 +113,3 @@ class Scenario(StrictModel):
                     f"with an MTBF of {self.failures.node_mtbf_hours:g} h expect {expected:.3g} failures, "
                     f"more than {MAX_EVENTS // 2} per run")
         return self
-
-
-def check_scenario(scenario: Scenario) -> None:
-    """Cross-field checks: the time-0 instance is valid, and the trace is consistent in time order."""
-    from unicron_plan.errors import InvalidInstanceError
-    from unicron_plan.core.checks import check_instance
-    from unicron_plan.schema.instance import Cost, Instance
-
-    inst = Instance.model_construct(
-        schema_version="1", name=scenario.name, cluster=scenario.cluster, jobs=scenario.jobs, event=None,
-        cost=Cost.model_construct(expected_run_seconds=1.0, node_mtbf_hours=None,
-                                  default_transition_seconds=scenario.cost.default_transition_seconds),
-        isolation=scenario.isolation, reference=None)
-    check_instance(inst)
-    for k, job in enumerate(scenario.jobs):
-        if job.throughput.tflops is None:
-            raise InvalidInstanceError(f"jobs[{k}].throughput", "scenarios need the table form ('tflops')")
-    if scenario.trace is None:
-        return
-    nodes = {n.id for n in scenario.cluster.nodes}
-    down: set[str] = set()
-    order = sorted(range(len(scenario.trace)), key=lambda i: (scenario.trace[i].time_hours, i))
-    for i in order:
-        ev = scenario.trace[i]
-        where = f"trace[{i}]"
-        if ev.node not in nodes:
-            raise InvalidInstanceError(f"{where}.node", f"unknown node {ev.node!r}")
-        if ev.time_hours > scenario.duration_hours:
-            raise InvalidInstanceError(f"{where}.time_hours",
-                                       f"{ev.time_hours} is after duration_hours {scenario.duration_hours}")
-        if ev.error is not None:
-            from unicron_plan.faults.severity import classify
-
-            try:
-                cls = classify(ev.error)
-            except ValueError as exc:
-                raise InvalidInstanceError(f"{where}.error", str(exc)) from None
-            if cls.severity.value != ev.severity:
-                raise InvalidInstanceError(f"{where}.error",
-                                           f"{ev.error!r} is {cls.severity.value}, not {ev.severity}")
-        if ev.kind == "failure":
-            if ev.node in down:
-                raise InvalidInstanceError(f"{where}.node", f"node {ev.node!r} is already down (SEV1) then")
-            if ev.severity == "sev1":
-                down.add(ev.node)
-        else:
-            if ev.node not in down:
-                raise InvalidInstanceError(f"{where}.node", f"node {ev.node!r} is not down then: nothing to repair")
-            down.discard(ev.node)

@@ -18,7 +18,8 @@ import numpy as np
 
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.io import parse_model, read_json
-from unicron_plan.schema.scenario import Scenario, check_scenario
+from unicron_plan.core.checks import check_scenario
+from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.engine import Engine
 from unicron_plan.simulate.policies import POLICIES, make_policy
 from unicron_plan.simulate.trace import draw_events, planning_mtbf_hours

@@ -7,6 +7,7 @@ the field exactly as the CLI does: ``{"error": "<field>: <reason>"}``.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 from pathlib import Path
@@ -126,7 +127,13 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
                contingency: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
     """The FastAPI application serving the state in ``state_dir``."""
     coord = Coordinator(state_dir, solver=solver, contingency=contingency)
-    app = FastAPI(title="unicron-plan coordinator", version="1",
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        coord.close()
+
+    app = FastAPI(title="unicron-plan coordinator", version="1", lifespan=lifespan,
                   description="Cluster state, events and validated plans over HTTP (docs/service.md).")
     app.state.coordinator = coord
     if token is not None:
@@ -219,10 +226,6 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return Response(generate_latest(coord.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    @app.on_event("shutdown")
-    def _shutdown():
-        coord.close()
 
     _document_bodies(app)
     return app

@@ -6,8 +6,8 @@ apply. Pending events combine into the one v1 event of the planning instance
 (docs/service.md, "How pending events combine"):
 
 - failures accumulate: every GPU failed since the last apply is in one
-  ``failure`` event (a node all of whose healthy GPUs failed is listed in
-  ``failed_nodes``); the jobs on them are hit;
+  ``failure`` event (nodes named in a ``failed_nodes`` stay there, the
+  other GPUs are listed in ``failed_gpus``); the jobs on them are hit;
 - a repair is folded into the cluster at once (a repair hits nothing and only
   returns GPUs, so an instance with the GPUs healthy and no event has the same
   objective); repairing a GPU of a pending failure cancels that failure;
@@ -28,11 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.io import parse_model, validation_error_to_invalid
+from unicron_plan.io import parse_model
 from unicron_plan.schema import Instance
+from unicron_plan.schema.base import StrictModel
 from unicron_plan.schema.instance import AnyEvent, CurrentAllocation, Job
 
 _EVENT = TypeAdapter(AnyEvent)
@@ -48,6 +49,7 @@ class State:
 
     base: Instance | None = None
     failed: dict[str, frozenset] = field(default_factory=dict)  # node -> GPUs failed since the last apply
+    whole: frozenset = frozenset()  # nodes failed as a whole (``failed_nodes``) since the last apply
     exits: tuple = ()
     arrivals: tuple = ()
     revision: int = 0
@@ -71,12 +73,13 @@ def _need_cluster(state: State) -> Instance:
     return state.base
 
 
+class _EventBody(StrictModel):
+    event: AnyEvent
+
+
 def parse_event(data: Any):
-    """A v1 event object from JSON data; errors name ``event.<field>``."""
-    try:
-        return _EVENT.validate_python(data)
-    except ValidationError as exc:
-        raise validation_error_to_invalid(exc, "event") from None
+    """A v1 event object from JSON data; errors name ``event.<field>`` as the CLI's do."""
+    return parse_model(_EventBody, {"event": data}).event
 
 
 def set_cluster(state: State, data: Any) -> State:
@@ -85,10 +88,6 @@ def set_cluster(state: State, data: Any) -> State:
         raise InvalidInstanceError("event", "not part of the cluster: POST events to /v1/events")
     inst = _check(parse_model(Instance, data))
     return State(base=inst, base_version=state.base_version + 1, revision=state.revision)
-
-
-def _all_failed(node, extra=frozenset()) -> bool:
-    return len(set(node.failed_gpus) | set(extra)) == node.gpus
 
 
 def combined_event(state: State) -> dict | None:
@@ -100,7 +99,7 @@ def combined_event(state: State) -> dict | None:
             lost = state.failed.get(n.id)
             if not lost:
                 continue
-            if _all_failed(n, lost):
+            if n.id in state.whole:
                 nodes.append(n.id)
             else:
                 gpus += [{"node": n.id, "gpu": g} for g in sorted(lost)]
@@ -152,7 +151,8 @@ def record_event(state: State, data: Any) -> tuple[State, Any]:
         for fg in ev.failed_gpus:
             failed.setdefault(fg.node, set()).add(fg.gpu)
         failed = {k: frozenset(v) for k, v in failed.items() if v}
-        return replace(state, failed=failed), ev
+        whole = state.whole | {n for n in ev.failed_nodes if n in failed}
+        return replace(state, failed=failed, whole=frozenset(whole)), ev
     if ev.kind == "repair":
         view = _health_view(state)
         _check(view.model_copy(update={"event": ev}))
@@ -167,7 +167,8 @@ def record_event(state: State, data: Any) -> tuple[State, Any]:
                                       for nid, gpus in repaired.items()})
         failed = {nid: frozenset(g - repaired.get(nid, set())) for nid, g in state.failed.items()}
         failed = {k: v for k, v in failed.items() if v}
-        return replace(state, base=new_base, failed=failed, base_version=state.base_version + 1), ev
+        whole = frozenset(n for n in state.whole if n in failed and n not in repaired)
+        return replace(state, base=new_base, failed=failed, whole=whole, base_version=state.base_version + 1), ev
     _check(base.model_copy(update={"event": ev}))
     if ev.kind == "job_exit":
         exits = tuple(dict.fromkeys(state.exits + tuple(ev.jobs)))

@@ -196,7 +196,7 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
         data = await _read_json(request, max_body_bytes)
         return _json(await run_in_threadpool(coord.add_job, data))
 
-    @app.delete("/v1/jobs/{job_id}", response_model=RevisionReply, summary="Remove a job (its GPUs are freed)")
+    @app.delete("/v1/jobs/{job_id:path}", response_model=RevisionReply, summary="Remove a job (its GPUs are freed)")
     async def delete_job(job_id: str):
         return _json(await run_in_threadpool(coord.remove_job, job_id))
 

@@ -268,3 +268,17 @@ def test_openapi_health_metrics(tmp_path):
                  "unicron_solver_seconds_count", "unicron_contingency_hits_total", "unicron_state_revision 2.0"]:
         assert name in text
     json.dumps(doc)
+
+
+def test_repair_cancels_a_pending_failure(tmp_path):
+    inst = read_json(ROOT / "instances" / "paper-128-a800.json")
+    base, ev = _split(inst)
+    c = _client(tmp_path)
+    c.put("/v1/cluster", json=base)
+    node = ev["failed_nodes"][0]
+    c.post("/v1/events", json=ev)
+    r = c.post("/v1/events", json={"kind": "repair", "repaired_nodes": [node]})
+    assert r.status_code == 200, r.json()
+    now = c.get("/v1/state").json()["instance"]
+    assert "event" not in now and now["jobs"] == base["jobs"]
+    _same_plan(r.json(), api.solve(base))

@@ -155,7 +155,10 @@ def record_event(state: State, data: Any) -> tuple[State, Any]:
         return replace(state, failed=failed, whole=frozenset(whole)), ev
     if ev.kind == "repair":
         view = _health_view(state)
-        _check(view.model_copy(update={"event": ev}))
+        # The event's references are checked against the health including pending failures; the jobs
+        # still sit on those nodes until a plan is applied, so their allocations are left out of this check.
+        idle = [j.model_copy(update={"current": CurrentAllocation(gpus=0, nodes=[])}) for j in view.jobs]
+        _check(view.model_copy(update={"event": ev, "jobs": idle}))
         by_id = {n.id: n for n in view.cluster.nodes}
         repaired: dict[str, set] = {}
         for nid in ev.repaired_nodes:

@@ -90,7 +90,7 @@ def test_warm_contingency_answers_single_node_failures(tmp_path):
     c = TestClient(app)
     c.put("/v1/cluster", json=base)
     assert app.state.coordinator.wait_contingency(120)
-    assert c.get("/healthz").json() == {"status": "ok", "contingency": "ready"}
+    assert c.get("/healthz").json() == {"status": "ok", "contingency": "ready", "revision": 1}
     for node in [n["id"] for n in base["cluster"]["nodes"][::64]]:
         ev = {"kind": "failure", "failed_nodes": [node]}
         plan = c.post("/v1/events?dry_run=true", json=ev).json()
@@ -260,7 +260,7 @@ def test_openapi_health_metrics(tmp_path):
     assert doc["paths"]["/v1/cluster"]["put"]["requestBody"]["content"]["application/json"]["schema"] == \
         {"$ref": "#/components/schemas/Instance"}
     assert "Instance" in doc["components"]["schemas"] and "Event" in doc["components"]["schemas"]
-    assert c.get("/healthz").json() == {"status": "ok", "contingency": "off"}
+    assert c.get("/healthz").json() == {"status": "ok", "contingency": "off", "revision": 0}
     c.put("/v1/cluster", json=_split(read_json(ROOT / "instances" / "tiny-one-job-two-nodes.json"))[0])
     c.post("/v1/events", json={"kind": "failure", "failed_nodes": ["n1"]})
     text = c.get("/metrics").text

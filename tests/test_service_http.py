@@ -98,3 +98,14 @@ def test_sigkill_mid_stream_loses_nothing_acknowledged(tmp_path):
         healthy = [n["id"] for n in inst_now["cluster"]["nodes"] if not n.get("failed_gpus") and n["id"] not in pending]
         plan = c2.post_event({"kind": "failure", "failed_nodes": [healthy[0]]})
         assert plan["objective"] == pytest.approx(api.solve(c2.state()["instance"]).objective, rel=1e-12)
+
+
+def test_serve_bad_options_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    for extra, field in [(["--token-file", str(tmp_path / "missing")], "--token-file"),
+                         (["--solver", "nope"], "nope"), (["--port", "70000"], "--port")]:
+        r = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "serve", "--state", str(tmp_path / "s"), *extra],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and field in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -62,6 +62,7 @@ class HistoryReply(BaseModel):
 class HealthReply(BaseModel):
     status: str
     contingency: str = Field(description="ready, building or off.")
+    revision: int = Field(description="Revision of the state (cheap to poll).")
 
 
 # Request bodies are parsed by hand (strict JSON); these give /openapi.json their schemas.
@@ -219,7 +220,7 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
 
     @app.get("/healthz", response_model=HealthReply)
     async def healthz():
-        return {"status": "ok", "contingency": coord.contingency_status()}
+        return {"status": "ok", "contingency": coord.contingency_status(), "revision": coord.state.revision}
 
     @app.get("/metrics", response_class=Response)
     async def metrics():

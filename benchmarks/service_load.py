@@ -4,7 +4,8 @@
 
 Phase 1: ``--clients`` threads, each with its own keep-alive client, send
 single-node failure dry runs for ``--seconds``. Phase 2 (same length): a
-fifth of the clients record failures and repairs of their own nodes, one
+few clients (``--writers``, 2) record failures and repairs of their own nodes
+(``--pause`` seconds apart), one
 applies the latest plan (the plan of state revision R is entry R + 1; a 409,
 when a writer moved the state on in between, is expected and counted apart;
 so is a 404 when the last change was not an event; the revision comes from
@@ -32,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from servers import Server  # noqa: E402
 
 
-def run(instance: str, clients: int, seconds: float, seed: int = 0) -> dict:
+def run(instance: str, clients: int, seconds: float, seed: int = 0, writers: int = 2, pause: float = 1.0) -> dict:
     clients, seconds = min(clients, 200), min(seconds, 600.0)
+    n_writers = max(1, min(writers, clients - 2))
     inst = json.loads(Path(instance).read_text())
     inst.pop("event", None)
     nodes = [n["id"] for n in inst["cluster"]["nodes"] if not n.get("failed_gpus")]
@@ -70,13 +72,13 @@ def run(instance: str, clients: int, seconds: float, seed: int = 0) -> dict:
                         errors.append(repr(exc))
 
         def writer(k: int, stop: float) -> None:
-            mine = nodes[k::max(1, clients // 5)]
+            mine = nodes[k::n_writers]
             with httpx.Client(base_url=srv.url, timeout=120) as c:
                 i = 0
                 while time.monotonic() < stop:
                     node = mine[i % len(mine)]
                     i += 1
-                    time.sleep(0.5)  # a failure rate, not a flood: leaves the applier a window
+                    time.sleep(pause)  # a failure rate, not a flood: leaves the applier a window
                     try:
                         r = c.post("/v1/events", json={"kind": "failure", "failed_nodes": [node]})
                         note(r.status_code)
@@ -137,7 +139,6 @@ def run(instance: str, clients: int, seconds: float, seed: int = 0) -> dict:
 
         t1 = phase([dry] * clients)
         dry_done = len(lat)
-        n_writers = max(1, clients // 5)
         t2 = phase([writer] * n_writers + [applier] + [reader] * (clients - n_writers - 1))
         with httpx.Client(base_url=srv.url, timeout=120) as c:
             entries = c.get("/v1/history", params={"since": 0}).json()["entries"]
@@ -151,7 +152,8 @@ def run(instance: str, clients: int, seconds: float, seed: int = 0) -> dict:
         "dry_runs": dry_done, "dry_runs_per_second": dry_done / t1,
         "dry_run_p50_ms": 1e3 * float(np.percentile(lat, 50)) if lat else None,
         "dry_run_p99_ms": 1e3 * float(np.percentile(lat, 99)) if lat else None,
-        "mixed_seconds": t2, "status": {str(k): v for k, v in sorted(status.items(), key=str)},
+        "mixed_seconds": t2, "writers": n_writers, "writer_pause_seconds": pause,
+        "status": {str(k): v for k, v in sorted(status.items(), key=str)},
         "responses_5xx": five, "unexpected_responses": unexpected, "transport_errors": len(errors),
         "first_errors": errors[:3], "acknowledged": dict(acked), "history": dict(found), "history_matches": dict(found) == dict(acked),
         "contingency_hits": next((line.split()[-1] for line in metrics.splitlines()
@@ -164,9 +166,11 @@ def main() -> None:
     ap.add_argument("--instance", default="instances/jagged-2048-32jobs.json")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--writers", type=int, default=2)
+    ap.add_argument("--pause", type=float, default=1.0, help="Seconds a writer waits between events.")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    result = run(a.instance, a.clients, a.seconds)
+    result = run(a.instance, a.clients, a.seconds, writers=a.writers, pause=min(a.pause, 60.0))
     text = json.dumps(result, indent=2)
     print(text)
     if a.json:

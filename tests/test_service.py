@@ -282,3 +282,23 @@ def test_repair_cancels_a_pending_failure(tmp_path):
     now = c.get("/v1/state").json()["instance"]
     assert "event" not in now and now["jobs"] == base["jobs"]
     _same_plan(r.json(), api.solve(base))
+
+
+@pytest.mark.slow
+def test_16384_gpu_instance_warm_and_cold_equal_api_solve(tmp_path):
+    inst = read_json(ROOT / "instances" / "jagged-16384-128jobs.json")
+    base, ev = _split(inst)
+    expected = api.solve(inst)
+    for contingency in (False, True):
+        app = create_app(tmp_path / f"s{contingency}", contingency=contingency)
+        c = TestClient(app)
+        c.put("/v1/cluster", json=base)
+        if contingency:
+            assert app.state.coordinator.wait_contingency(300)
+        plan = c.post("/v1/events", json=ev).json()
+        assert plan["solver"]["name"] == ("contingency" if contingency else "dp")
+        if contingency:
+            assert plan["objective"] == pytest.approx(expected.objective, rel=1e-12)
+            assert api.validate_plan(inst, plan).valid
+        else:
+            _same_plan(plan, expected)

@@ -14,7 +14,7 @@ def test_concurrent_load_loses_no_history_entry():
 
     from conftest import ROOT
 
-    result = run(str(ROOT / "instances" / "paper-128-a800.json"), clients=12, seconds=4)
+    result = run(str(ROOT / "instances" / "paper-128-a800.json"), clients=12, seconds=4, pause=0.1)
     assert result["dry_runs"] > 0
     assert result["responses_5xx"] == 0 and result["unexpected_responses"] == 0
     assert result["transport_errors"] == 0

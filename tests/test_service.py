@@ -302,3 +302,25 @@ def test_16384_gpu_instance_warm_and_cold_equal_api_solve(tmp_path):
             assert api.validate_plan(inst, plan).valid
         else:
             _same_plan(plan, expected)
+
+
+def test_contingency_follows_the_state(tmp_path):
+    inst = read_json(ROOT / "instances" / "paper-128-a800.json")
+    base, ev = _split(inst)
+    app = create_app(tmp_path / "s")
+    c = TestClient(app)
+    c.put("/v1/cluster", json=base)
+    assert app.state.coordinator.wait_contingency(60)
+    p = c.post("/v1/events", json=ev).json()
+    assert p["solver"]["name"] == "contingency"
+    # with a failure pending, the next failure is solved (two failures are not in the index)
+    other = next(n["id"] for n in base["cluster"]["nodes"] if n["id"] not in ev["failed_nodes"])
+    assert c.post("/v1/events?dry_run=true", json={"kind": "failure", "failed_nodes": [other]}).json()[
+        "solver"]["name"] == "dp"
+    c.post(f"/v1/plans/{p['plan_id']}/apply")
+    assert app.state.coordinator.wait_contingency(60)  # rebuilt for the applied cluster
+    ev2 = {"kind": "failure", "failed_nodes": [other]}
+    plan = c.post("/v1/events?dry_run=true", json=ev2).json()
+    assert plan["solver"]["name"] == "contingency"
+    now = c.get("/v1/state").json()["instance"]
+    assert plan["objective"] == pytest.approx(api.solve(dict(now, event=ev2)).objective, rel=1e-12)

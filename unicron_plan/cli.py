@@ -252,6 +252,7 @@ def bench(instances: list[str] = typer.Argument(..., help="Instance files, or ge
 EXTRA_COMMANDS: dict[str, tuple[str, str]] = {
     "curve": ("unicron_plan.perf.cli", "curve"),
     "calibrate": ("unicron_plan.perf.cli", "calibrate"),
+    "serve": ("unicron_plan.service.cli", "serve"),
 }
 _registered: set[str] = set()
 

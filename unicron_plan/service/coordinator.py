@@ -1,0 +1,230 @@
+"""The coordinator: state, log, plans, warm contingency and metrics, without HTTP.
+
+Every plan comes from :meth:`Coordinator.solve`, the one call of
+:func:`unicron_plan.api.solve`. Changes are serialised by one lock, committed
+to the log, and only then made visible and answered.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.service import state as st
+from unicron_plan.service.store import Store
+
+
+class Conflict(Exception):
+    """The state moved on since the plan was made (HTTP 409)."""
+
+
+class Metrics:
+    """The Prometheus series of one coordinator (its own registry)."""
+
+    def __init__(self):
+        self.registry = r = CollectorRegistry()
+        self.events = Counter("unicron_events", "Events recorded, by kind.", ["kind"], registry=r)
+        self.plans = Counter("unicron_plans", "Plans answered, by source (solver or contingency) and dry run.",
+                             ["source", "dry_run"], registry=r)
+        buckets = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
+        self.plan_latency = Histogram("unicron_plan_latency_seconds",
+                                      "Time to answer an event with a plan (state, solve, commit).",
+                                      buckets=buckets, registry=r)
+        self.solver_time = Histogram("unicron_solver_seconds", "api.solve wall time.", buckets=buckets, registry=r)
+        self.contingency_hits = Counter("unicron_contingency_hits", "Events answered from warm contingency.",
+                                        registry=r)
+        self.revision = Gauge("unicron_state_revision", "Revision of the state.", registry=r)
+        self.contingency_build = Histogram("unicron_contingency_build_seconds", "Background contingency builds.",
+                                           buckets=(.1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300), registry=r)
+
+
+class Coordinator:
+    """The service's state machine over a :class:`Store` in ``state_dir``."""
+
+    def __init__(self, state_dir: str | Path, solver: str | None = None, contingency: bool = True):
+        self.store = Store(state_dir)
+        self.solver = solver
+        self.metrics = Metrics()
+        self.lock = threading.Lock()
+        self.state = st.replay((rev, kind, body) for rev, kind, _, body in self.store.entries())
+        self.last = self.store.last_revision()
+        self.metrics.revision.set(self.state.revision)
+        self._contingency_on = contingency
+        self._cv = threading.Condition()
+        self._index: tuple[int, dict | None] | None = None  # (base_version, index or None on failure)
+        self._closed = False
+        self._worker = None
+        if contingency:
+            self._worker = threading.Thread(target=self._contingency_loop, name="contingency", daemon=True)
+            self._worker.start()
+
+    # ------------------------------------------------------------------ planning
+    def solve(self, instance, index: dict | None):
+        """The one place plans are computed: :func:`unicron_plan.api.solve`."""
+        from unicron_plan import api
+
+        start = time.perf_counter()
+        plan = api.solve(instance, solver=self.solver, contingency=index)
+        self.metrics.solver_time.observe(time.perf_counter() - start)
+        return plan
+
+    def _plan(self, before: st.State, after: st.State, dry_run: bool) -> dict:
+        """The plan of ``after`` (``before`` plus one event), from warm contingency when it applies."""
+        index = None
+        if not before.pending and after.failed and not after.exits and not after.arrivals:
+            with self._cv:
+                if self._index is not None and self._index[0] == after.base_version:
+                    index = self._index[1]
+        plan = self.solve(st.planning_instance(after), index)
+        source = plan.solver.name
+        if source == "contingency":
+            self.metrics.contingency_hits.inc()
+        self.metrics.plans.labels(source=source, dry_run=str(dry_run).lower()).inc()
+        return plan.model_dump(mode="json", exclude_none=True)
+
+    # ------------------------------------------------------------------ changes
+    def _commit(self, rows: list[tuple[str, dict]], new_state: st.State, idempotency=None, make_response=None):
+        """Give rows their revisions, commit them, then publish ``new_state`` (caller holds the lock)."""
+        revs = list(range(self.last + 1, self.last + 1 + len(rows)))
+        bodies = [body for _, body in rows]
+        response = make_response(revs, bodies) if make_response else None
+        self.store.append([(rev, kind, body) for rev, (kind, _), body in zip(revs, rows, bodies)],
+                          None if idempotency is None else (idempotency, response))
+        self.last = revs[-1]
+        changed_base = new_state.base_version != self.state.base_version
+        self.state = new_state
+        self.metrics.revision.set(new_state.revision)
+        if changed_base:
+            with self._cv:
+                self._cv.notify_all()
+        return revs, response
+
+    def put_cluster(self, data: Any) -> dict:
+        with self.lock:
+            new = st.set_cluster(self.state, data)
+            rev = self.last + 1
+            body = new.base.model_dump(mode="json", exclude_none=True)
+            self._commit([("cluster", body)], replace(new, revision=rev))
+            return {"revision": rev}
+
+    def post_event(self, data: Any, dry_run: bool = False, idempotency_key: str | None = None) -> dict:
+        start = time.perf_counter()
+        if dry_run:
+            before = self.state
+            after, _ = st.record_event(before, data)
+            plan = self._plan(before, after, dry_run=True)
+            self.metrics.plan_latency.observe(time.perf_counter() - start)
+            return {**plan, "plan_id": None, "revision": before.revision}
+        if idempotency_key is not None:
+            if len(idempotency_key) > 200:
+                raise InvalidInstanceError("Idempotency-Key", "longer than 200 characters")
+            found = self.store.idempotent(idempotency_key)
+            if found is not None:
+                return found
+        with self.lock:
+            if idempotency_key is not None:
+                found = self.store.idempotent(idempotency_key)
+                if found is not None:
+                    return found
+            before = self.state
+            after, ev = st.record_event(before, data)
+            plan = self._plan(before, after, dry_run=False)
+            ev_rev = self.last + 1
+            reply = {**plan, "plan_id": f"p{ev_rev + 1}", "revision": ev_rev}
+            self._commit([("event", ev.model_dump(mode="json", exclude_none=True)), ("plan", reply)],
+                         replace(after, revision=ev_rev), idempotency_key, lambda revs, bodies: reply)
+            self.metrics.events.labels(kind=ev.kind).inc()
+        self.metrics.plan_latency.observe(time.perf_counter() - start)
+        return reply
+
+    def add_job(self, data: Any) -> dict:
+        with self.lock:
+            new, job = st.add_job(self.state, data)
+            rev = self.last + 1
+            self._commit([("job", {"op": "add", "job": job.model_dump(mode="json", exclude_none=True)})],
+                         replace(new, revision=rev))
+            return {"revision": rev}
+
+    def remove_job(self, job_id: str) -> dict:
+        with self.lock:
+            new = st.remove_job(self.state, job_id)
+            rev = self.last + 1
+            self._commit([("job", {"op": "remove", "id": job_id})], replace(new, revision=rev))
+            return {"revision": rev}
+
+    def apply(self, plan_id: str) -> dict:
+        with self.lock:
+            plan = self.get_plan(plan_id)
+            if plan["revision"] != self.state.revision:
+                raise Conflict(f"plan_id: {plan_id} was made at revision {plan['revision']}, "
+                               f"the state is at revision {self.state.revision}")
+            new = st.apply_plan(self.state, plan)
+            rev = self.last + 1
+            self._commit([("apply", {"plan_id": plan_id})], replace(new, revision=rev))
+            return {"revision": rev}
+
+    # ------------------------------------------------------------------ reads
+    def get_plan(self, plan_id: str) -> dict:
+        if not (plan_id.startswith("p") and plan_id[1:].isdigit() and len(plan_id) < 20):
+            raise st.NotFound(f"plan {plan_id!r}")
+        plan = self.store.get(int(plan_id[1:]), "plan")
+        if plan is None:
+            raise st.NotFound(f"plan {plan_id!r}")
+        return plan
+
+    def history(self, since: int = 0, limit: int | None = None) -> dict:
+        return {"entries": [{"revision": rev, "type": kind, "at": at, "body": body}
+                            for rev, kind, at, body in self.store.entries(since, limit)]}
+
+    def state_document(self) -> dict:
+        return st.state_document(self.state)
+
+    def contingency_status(self) -> str:
+        if not self._contingency_on or self.state.base is None:
+            return "off"
+        with self._cv:
+            current = self._index is not None and self._index[0] == self.state.base_version
+            if current and self._index[1] is None:
+                return "off"  # the build failed for this state (e.g. constraints): events are solved
+        return "ready" if current else "building"
+
+    # ------------------------------------------------------------------ warm contingency
+    def _contingency_loop(self) -> None:
+        from unicron_plan.plan.contingency import build_contingency
+
+        while True:
+            with self._cv:
+                while not self._closed and (self.state.base is None or (
+                        self._index is not None and self._index[0] == self.state.base_version)):
+                    self._cv.wait()
+                if self._closed:
+                    return
+                snapshot = self.state
+            start = time.perf_counter()
+            try:
+                index = build_contingency(snapshot.base)
+            except Exception:  # e.g. constraints the DP tables cannot express: events are solved instead
+                index = None
+            self.metrics.contingency_build.observe(time.perf_counter() - start)
+            with self._cv:
+                self._index = (snapshot.base_version, index)
+
+    def wait_contingency(self, timeout: float = 60.0) -> bool:
+        """Block until the index of the current state is built (tests and benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while self.contingency_status() == "building":
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return self.contingency_status() == "ready"
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()

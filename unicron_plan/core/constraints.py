@@ -61,17 +61,43 @@ def _type_nodes(problem, gpu_type: str) -> list:
             if n.gpu_type == gpu_type and not n.drained and n.healthy_after > 0]
 
 
+def tp_unit(problem, gpu_type: str) -> int:
+    """T when tp holds by itself on ``gpu_type``, else 1.
+
+    It does when every job of the type has the same tp T and every node of the
+    type has a multiple of T usable GPUs: then counts (multiples of T), previous
+    splits and free GPUs all come in blocks of T, and any counts within the
+    capacity are placed in whole blocks (placement moves GPUs in units of T).
+    This is the case of whole-node pods (T = the GPUs of a node).
+    """
+    tps = {j.tp for j in problem.jobs if j.gpu_type == gpu_type}
+    if len(tps) != 1:
+        return 1
+    t = tps.pop()
+    if t <= 1:
+        return 1
+    for n in problem.state.nodes.values():
+        if n.gpu_type == gpu_type and not n.drained and n.healthy_after % t:
+            return 1
+    return t
+
+
 def dp_limitations(problem) -> list[str]:
     """The constraints of ``problem`` that the separable DP cannot express (empty: DP is exact).
 
     Trivially satisfied limits (max_nodes at least the nodes of the type, one rack
-    only, max_changed_jobs at least the number of jobs, tp 1) are not listed.
+    only, max_changed_jobs at least the number of jobs, tp 1, tp that holds by
+    itself, see :func:`tp_unit`) are not listed.
     """
     out = []
     nodes_of: dict[str, list] = {}  # per GPU type, only when a locality limit asks
+    units: dict[str, int] = {}
     for j in problem.jobs:
         if j.tp > 1:
-            out.append(f"jobs {j.id!r}: tp {j.tp}")
+            if j.gpu_type not in units:
+                units[j.gpu_type] = tp_unit(problem, j.gpu_type)
+            if units[j.gpu_type] != j.tp:
+                out.append(f"jobs {j.id!r}: tp {j.tp}")
         if j.max_nodes is None and not j.same_rack:
             continue
         if j.gpu_type not in nodes_of:

@@ -82,21 +82,28 @@ def _retain(problem: Problem, movers, counts, free, result) -> None:
         return
     import networkx as nx
 
+    from unicron_plan.core.constraints import tp_unit
+
+    # Where tp holds by itself (constraints.tp_unit) every quantity is a multiple of the unit;
+    # the flow runs in units so that it keeps whole tp groups.
+    unit = {t: tp_unit(problem, t) for t in {j.gpu_type for j in movers}}
     g = nx.DiGraph()
     for j in movers:
-        g.add_edge("s", ("j", j.id), capacity=counts[j.id])
+        u = unit[j.gpu_type]
+        g.add_edge("s", ("j", j.id), capacity=counts[j.id] // u)
         for nid, had in problem.state.previous[j.id].items():
             if free[nid] > 0:
-                g.add_edge(("j", j.id), ("n", nid), capacity=had)
-                g.add_edge(("n", nid), "t", capacity=free[nid])
+                g.add_edge(("j", j.id), ("n", nid), capacity=had // u)
+                g.add_edge(("n", nid), "t", capacity=free[nid] // u)
     if "t" not in g:
         return
     _, flow = nx.maximum_flow(g, "s", "t")
     for j in movers:
+        u = unit[j.gpu_type]
         for (_, nid), f in flow[("j", j.id)].items():
             if f > 0:
-                result[j.id][nid] = f
-                free[nid] -= f
+                result[j.id][nid] = f * u
+                free[nid] -= f * u
 
 
 def _bucket_key(v: int, whole: bool, need: int) -> tuple:

@@ -316,6 +316,16 @@ def _live(pod: Pod) -> bool:
             and pod.status.phase in ("Running", "Pending", None))
 
 
+def _live_pods(pods_doc: Any):
+    """(label, pod) of every live pod of ``kubectl get pods -o json`` (parsed, errors naming the pod)."""
+    for i, raw in enumerate(items_of(pods_doc, "pods")):
+        meta = raw.get("metadata") if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict) else {}
+        label = f"Pod {meta.get('namespace', 'default')}/{meta.get('name', f'items[{i}]')}"
+        pod = parse_object(Pod, raw, label)
+        if _live(pod):
+            yield label, pod
+
+
 # --- import -----------------------------------------------------------------------------------
 
 def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
@@ -364,12 +374,7 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
         where = (lambda key: f'metadata.annotations["{ANNOTATION_PREFIX}{key}"]')
         job_state[j.id] = JobState(id=j.id, obj=j.label, fields=parse_plan_fields(raw, j.label, where),
                                    where=where, granularity=j.gpus_per_pod, requested_type=j.product)
-    for i, raw in enumerate(items_of(pods_doc, "pods")):
-        meta = raw.get("metadata") if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict) else {}
-        label = f"Pod {meta.get('namespace', 'default')}/{meta.get('name', f'items[{i}]')}"
-        pod = parse_object(Pod, raw, label)
-        if not _live(pod):
-            continue
+    for label, pod in _live_pods(pods_doc):
         g = pod_gpus(pod.spec, label, "spec")
         node = pod.spec.nodeName
         if g == 0 or node not in states:
@@ -430,12 +435,7 @@ def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None) -> list[dict]:
     jobs = {j.id: j for j in parse_jobs(jobs_doc, "jobs")}
     if pods_doc is not None:
         by_label = {(JOB_LABELS[j.key], j.namespace, j.name): j for j in jobs.values()}
-        for i, raw in enumerate(items_of(pods_doc, "pods")):
-            meta = raw.get("metadata") if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict) else {}
-            label = f"Pod {meta.get('namespace', 'default')}/{meta.get('name', f'items[{i}]')}"
-            pod = parse_object(Pod, raw, label)
-            if not _live(pod):
-                continue
+        for label, pod in _live_pods(pods_doc):
             ns = pod.metadata.namespace or "default"
             for lab in JOB_LABELS.values():
                 owner = by_label.get((lab, ns, pod.metadata.labels.get(lab)))

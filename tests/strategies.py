@@ -62,8 +62,9 @@ def tiny_instances(draw, max_nodes: int = 3, max_jobs: int = 3) -> dict:
         failed_nodes = draw(st.lists(st.sampled_from(ids), unique=True, max_size=len(ids)))
         failed_gpus = []
         for n in nodes:
-            if draw(st.integers(0, 3)) == 0:
-                failed_gpus.append({"node": n["id"], "gpu": draw(st.integers(0, n["gpus"] - 1))})
+            healthy = [g for g in range(n["gpus"]) if g not in n["failed_gpus"]]
+            if healthy and draw(st.integers(0, 3)) == 0:  # only a healthy GPU can fail
+                failed_gpus.append({"node": n["id"], "gpu": draw(st.sampled_from(healthy))})
         inst["event"] = {"kind": "failure", "failed_nodes": failed_nodes, "failed_gpus": failed_gpus}
     if draw(st.booleans()):
         inst["isolation"] = draw(st.sampled_from(["node", "gpu"]))

@@ -62,7 +62,9 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     ``gap``; None means no limit. ``threads`` reaches the IP backends.
     ``contingency``: a directory written by ``unicron-plan contingency`` (or its
     index); when the instance's event is one of its failures, the precomputed
-    plan is placed, validated and returned (solver name ``contingency``).
+    plan is placed, validated and returned (solver name ``contingency``); when
+    it is not used, the fresh plan's ``solver.options["contingency_fallback"]``
+    says why. A malformed index raises InvalidInstanceError.
 
     Raises InvalidInstanceError for bad input, SolverUnavailableError for an
     unknown solver (or ``dp`` on constraints it cannot express), InfeasibleError

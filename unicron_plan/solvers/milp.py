@@ -248,18 +248,16 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
     counts = model.counts(values)
     objective = problem.objective(counts, model.placement(values))
     hint = model.hint_values()
-    if termination == "optimal" and model.feasible(hint) \
-            and problem.objective(model.counts(hint), model.placement(hint)) > objective + 1e-9 * max(1.0, abs(objective)):
+    hint_value = problem.objective(model.counts(hint), model.placement(hint)) if model.feasible(hint) else None
+    if termination == "optimal" and hint_value is not None \
+            and hint_value > objective + 1e-9 * max(1.0, abs(objective)):
         # Checked against a known feasible plan: a better one refutes the claim.
         info = {**info, "optimal_claim_refuted": "keep-or-suspend is better"}
         termination = "error"
-    if termination != "optimal" and "fallback" not in info:
+    if termination != "optimal" and "fallback" not in info and hint_value is not None and hint_value > objective:
         # A time-limited incumbent can be worse than simply keeping everyone who can stay.
-        hint = model.hint_values()
-        if model.feasible(hint) and problem.objective(model.counts(hint), model.placement(hint)) > objective:
-            values, info = hint, {**info, "fallback": "keep-or-suspend"}
-            counts = model.counts(values)
-            objective = problem.objective(counts, model.placement(values))
+        values, info = hint, {**info, "fallback": "keep-or-suspend"}
+        counts, objective = model.counts(values), hint_value
     _, relaxed = relaxation(problem)
     solver_bound = result["bound"]
     if solver_bound < objective - 1e-9 * max(1.0, abs(objective)):

@@ -3,9 +3,11 @@
 1. No constraint beyond what the DP expresses (:func:`unicron_plan.core.constraints.dp_limitations`
    empty: the separable problem, pinned jobs, hysteresis): the DP.
 2. Otherwise the DP's optimum of the relaxation (node-level constraints and the churn
-   limit dropped) is an upper bound; if its counts respect ``max_changed_jobs`` and
-   :func:`unicron_plan.solvers.cpsat.place_constrained` places them under every node-level
-   constraint, that plan is optimal (value = bound) and is returned (``backend: dp+place``).
+   limit dropped) is an upper bound; if its counts respect ``max_changed_jobs`` and are
+   placed under every node-level constraint, that plan is optimal (value = bound) and is
+   returned (``backend: dp+place``). Placement tries whole tp groups greedily first
+   (:func:`unicron_plan.solvers.group_place.place_groups`, when tp is the only node-level
+   constraint that binds), then :func:`unicron_plan.solvers.cpsat.place_constrained`.
 3. Else ``milp`` (PuLP + HiGHS), or ``cpsat`` when HiGHS is missing.
 
 The backend that ran is recorded in ``SolverInfo.options["backend"]``.
@@ -46,8 +48,6 @@ def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution 
     from unicron_plan.solvers import cpsat
     from unicron_plan.solvers.dp import relaxation
 
-    if not cpsat.available():
-        return None
     counts, value = relaxation(problem)
     if problem.max_changed_jobs is not None:
         changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit, j.exiting)) for j in problem.jobs)
@@ -55,12 +55,18 @@ def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution 
             return None
     from unicron_plan.solvers.ipmodel import needs_node_level
 
-    if not needs_node_level(problem):
-        placement = None  # only the churn limit binds, and it holds: placement.place will do
-    else:
-        left = options.remaining()
-        limit = PLACE_SECONDS if left is None else min(PLACE_SECONDS, left / 2)
-        placement = cpsat.place_constrained(problem, counts, limit, options.threads)
+    placement = None  # only the churn limit binds, and it holds: placement.place will do
+    if needs_node_level(problem):
+        if all(": tp " in s for s in dp_limitations(problem) if not s.startswith("max_changed_jobs")):
+            from unicron_plan.solvers.group_place import place_groups
+
+            placement = place_groups(problem, counts)
+        if placement is None:
+            if not cpsat.available():
+                return None
+            left = options.remaining()
+            limit = PLACE_SECONDS if left is None else min(PLACE_SECONDS, left / 2)
+            placement = cpsat.place_constrained(problem, counts, limit, options.threads)
         if placement is None:
             return None
     return RawSolution(counts=counts, objective=problem.objective(counts), bound=value,

@@ -149,6 +149,23 @@ def test_kubectl_rendering_and_yaml_cli(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["k8s", "slurm"])
+def test_large_roundtrip(kind):
+    """The 2,048-node fixtures carried through import -> solve -> export -> apply -> import.
+
+    A plan that suspends a DLRover ElasticJob cannot be exported (a ScalePlan cannot ask for 0
+    replicas): then the export must say so, naming the job, and nothing else may fail."""
+    from unicron_plan.errors import InvalidInstanceError
+
+    start = time.perf_counter()
+    try:
+        (_k8s_roundtrip if kind == "k8s" else _slurm_roundtrip)("large")
+    except InvalidInstanceError as exc:
+        assert kind == "k8s" and str(exc).startswith("ElasticJob ") and "cannot be suspended" in str(exc)
+    assert time.perf_counter() - start <= 120
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["k8s", "slurm"])
 def test_large_import_under_two_seconds(kind):
     """The 2,048-node import (solving that tp-constrained instance takes far longer, so no export here)."""
     docs = fx.load(kind, "large")

@@ -31,6 +31,12 @@ def _assert_megatron_rules(model, gpu, batch, lay):
     assert np.all(pp[inter] > 1)
     assert np.all(per_stage[inter] % v[inter] == 0)
     assert np.all(((batch // dp // mb)[inter]) % pp[inter] == 0)
+    ep = lay["ep"]  # expert parallelism is carved out of dp and splits the routed experts
+    assert np.all(dp % ep == 0)
+    if model.moe:
+        assert np.all(model.experts % ep == 0)
+    else:
+        assert np.all(ep == 1)
 
 
 @pytest.mark.parametrize("name", model_names())

@@ -37,6 +37,7 @@ class Candidates:
     dp: np.ndarray
     micro_batch: np.ndarray
     virtual_stages: np.ndarray
+    ep: np.ndarray
     iteration_seconds: np.ndarray
     memory_bytes: np.ndarray
     fits: np.ndarray
@@ -55,6 +56,17 @@ def tensor_parallel_sizes(model: ModelSpec, gpu: GpuSpec) -> list[int]:
             out.append(t)
         t *= 2
     return out
+
+
+def expert_parallel_sizes(model: ModelSpec, dp: int) -> list[int]:
+    """Expert-parallel sizes: divisors of dp that divide the routed experts ([1] for dense models).
+
+    Megatron-Core carves the expert-parallel group out of the data-parallel
+    ranks (expert tensor parallelism = tp), so ep divides dp and the experts.
+    """
+    if not model.moe:
+        return [1]
+    return [e for e in _divisors(dp) if model.experts % e == 0]
 
 
 def pipeline_sizes(model: ModelSpec) -> list[int]:
@@ -80,6 +92,7 @@ def enumerate_layouts(model: ModelSpec, gpu: GpuSpec, global_batch: int,
                 n = t * p * d
                 if n > limit or (wanted is not None and n not in wanted):
                     continue
+                eps = expert_parallel_sizes(model, d)
                 per_replica = global_batch // d
                 for b in _divisors(per_replica):
                     if b > MAX_MICRO_BATCH:
@@ -88,9 +101,10 @@ def enumerate_layouts(model: ModelSpec, gpu: GpuSpec, global_batch: int,
                     for v in vs:
                         if v > 1 and m % p:
                             continue
-                        rows.append((n, t, p, d, b, v))
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 6)
-    names = ("gpus", "tp", "pp", "dp", "micro_batch", "virtual_stages")
+                        for e in eps:
+                            rows.append((n, t, p, d, b, v, e))
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    names = ("gpus", "tp", "pp", "dp", "micro_batch", "virtual_stages", "ep")
     return {k: arr[:, i] for i, k in enumerate(names)}
 
 
@@ -100,7 +114,7 @@ def search(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int, s
     """Evaluate every valid layout (memory fit is recorded in ``fits``, not filtered)."""
     lay = enumerate_layouts(model, gpu, global_batch, counts, max_gpus, interleave)
     res = evaluate(model, gpu, eff, global_batch, seq_len, recompute, lay["tp"], lay["pp"],
-                   lay["dp"], lay["micro_batch"], lay["virtual_stages"])
+                   lay["dp"], lay["micro_batch"], lay["virtual_stages"], lay["ep"])
     return Candidates(iteration_seconds=np.broadcast_to(res.iteration_seconds, lay["gpus"].shape),
                       memory_bytes=np.broadcast_to(res.memory_bytes, lay["gpus"].shape),
                       fits=np.broadcast_to(res.fits, lay["gpus"].shape),
@@ -114,7 +128,7 @@ def best_per_count(c: Candidates) -> np.ndarray:
         return ok
     # lexsort: last key is primary. Ties broken towards fewer pipeline stages,
     # then smaller tp, then smaller micro-batch, so that results are deterministic.
-    order = ok[np.lexsort((c.virtual_stages[ok], c.micro_batch[ok], c.tp[ok], c.pp[ok],
+    order = ok[np.lexsort((c.ep[ok], c.virtual_stages[ok], c.micro_batch[ok], c.tp[ok], c.pp[ok],
                            c.iteration_seconds[ok], c.gpus[ok]))]
     _, first = np.unique(c.gpus[order], return_index=True)
     return order[first]
@@ -151,7 +165,7 @@ def rank_layouts(model: str, gpu_type: str, global_batch: int, seq_len: int, gpu
             t = float(c.iteration_seconds[i])
             rows.append({"tp": int(c.tp[i]), "pp": int(c.pp[i]), "dp": int(c.dp[i]),
                          "micro_batch": int(c.micro_batch[i]), "virtual_stages": int(c.virtual_stages[i]),
-                         "recompute": mode, "iteration_seconds": t,
+                         "ep": int(c.ep[i]), "recompute": mode, "iteration_seconds": t,
                          "hardware_tflops_per_gpu": c.hardware_flops / t / gpus / 1e12,
                          "model_tflops_per_gpu": c.model_flops / t / gpus / 1e12,
                          "memory_gib_per_gpu": float(c.memory_bytes[i]) / float(1 << 30)})

@@ -60,7 +60,7 @@ def _point_time(p: MeasuredPoint, gpu_type: str, eff: Efficiency, best: bool) ->
     m, g = get_model(p.model), get_gpu(gpu_type)
     n = p.gpus
     c = search(m, g, eff, p.global_batch, p.seq_len, p.recompute, counts=[n])
-    sel = c.fits & (c.gpus == n)
+    sel = c.fits & (c.gpus == n) & (c.cp == 1)  # a point's layout has no context parallelism
     if not best:
         sel &= (c.tp == p.tp) & (c.pp == p.pp) & (c.dp == p.dp)
         if p.micro_batch is not None:

@@ -106,11 +106,11 @@ def curve(
     from rich.table import Table
 
     t = Table(title=f"{model} on {gpu_type}, batch {global_batch} x {seq_len}, recompute {recompute}")
-    for col in ("GPUs", "tp", "pp", "dp", "ep", "micro", "v", "recompute", "hw TFLOP/s/GPU", "model TFLOP/s/GPU",
+    for col in ("GPUs", "tp", "pp", "dp", "ep", "cp", "micro", "v", "recompute", "hw TFLOP/s/GPU", "model TFLOP/s/GPU",
                 "MFU", "tokens/s", "GiB/GPU"):
         t.add_column(col, justify="right", no_wrap=True)
     for p in c.points:
-        t.add_row(str(p.gpus), str(p.tp), str(p.pp), str(p.dp), str(p.ep), str(p.micro_batch), str(p.virtual_stages),
+        t.add_row(str(p.gpus), str(p.tp), str(p.pp), str(p.dp), str(p.ep), str(p.cp), str(p.micro_batch), str(p.virtual_stages),
                   p.recompute, f"{p.hardware_tflops_per_gpu:.1f}", f"{p.model_tflops_per_gpu:.1f}",
                   f"{p.mfu:.3f}", f"{p.tokens_per_second:.4g}", f"{p.memory_gib_per_gpu:.1f}")
     # Piped to a file or another program, the table keeps every column at its full width.

@@ -95,7 +95,7 @@ class LayoutResult:
 
 
 def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int, seq_len: int,
-             recompute: str, tp, pp, dp, micro_batch, virtual_stages=1, ep=1) -> LayoutResult:
+             recompute: str, tp, pp, dp, micro_batch, virtual_stages=1, ep=1, cp=1) -> LayoutResult:
     """Iteration time and peak per-GPU memory of each layout (arrays broadcast).
 
     The caller guarantees the divisibility rules (see layouts.py); this
@@ -109,9 +109,10 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
     b = np.asarray(micro_batch, dtype=float)
     v = np.asarray(virtual_stages, dtype=float)
     ep = np.asarray(ep, dtype=float)
+    cp = np.asarray(cp, dtype=float)
     h, f, s, a = float(model.hidden), float(model.active_ffn), float(seq_len), float(model.heads)
     kvd, V = float(model.kv_dim), float(model.vocab)
-    tokens = b * s
+    tokens = b * s / cp  # context parallelism: each GPU holds 1/cp of every sequence
     full, selective = recompute == "full", recompute == "selective"
     peak = gpu.peak_tflops * 1e12
     hbm = gpu.hbm_gb_per_s * 1e9 * c.hbm_efficiency
@@ -141,7 +142,12 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
     coll = 4.0 + (2.0 if full else 0.0)  # all-reduces (or all-gather + reduce-scatter pairs)
     tp_bytes = coll * 2.0 * (tp - 1.0) / tp * tokens * h * 2.0
     t_tp = np.where(tp > 1, tp_bytes / nvl, 0.0) * (1.0 - st.tp_overlap)
-    t_layer = t_gemm + t_attn + t_mem + t_tp + passes * c.layer_overhead_us * 1e-6
+    # ring attention (context parallelism): K and V chunks travel cp - 1 hops per forward,
+    # twice that (K/V and their gradients) per backward; hidden behind the attention core
+    cp_bytes = attn_passes * (cp - 1.0) * tokens / tp * 2.0 * kvd * 2.0  # fwd 1, bwd 2, recompute 1
+    cp_bw = np.where(tp * cp <= gpn, nvl, net)
+    t_cp = np.where(cp > 1, np.maximum(cp_bytes / cp_bw - t_attn, 0.0), 0.0)
+    t_layer = t_gemm + t_attn + t_mem + t_tp + t_cp + passes * c.layer_overhead_us * 1e-6
     if model.moe:
         # token dispatch and combine (all-to-all over the ep ranks, consecutive after tp):
         # each GPU sends its T/t tokens to top_k experts; peers in the node over NVLink,
@@ -164,7 +170,7 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
 
     # pipeline point-to-point: activation forward, gradient backward, once per virtual stage
     p2p_bytes = tokens * h * 2.0 / np.where(st.p2p_scatter_gather | st.sequence_parallel, tp, 1.0)
-    p2p_bw = np.where(tp * dp < gpn, nvl, net)
+    p2p_bw = np.where(tp * cp * dp < gpn, nvl, net)
     t_p2p = np.where(pp > 1, 2.0 * v * (p2p_bytes / p2p_bw + c.p2p_overhead_us * 1e-6), 0.0)
     t_mb = t_stage + t_p2p
 
@@ -184,6 +190,9 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
     # expert weights of the busiest stage: reduced and sharded over dp / ep (expert data parallel)
     p_exp = np.maximum(per, first) * e_layer / tp
     p_dense = p_stage - p_exp
+    # weights are replicated over dp and cp: gradients are reduced (and the optimizer
+    # sharded) over dp * cp ranks; routed experts over dp * cp / ep
+    dp = dp * cp
     edp = dp / ep
     dp_bw = np.where(tp * dp <= gpn, nvl, net)
     if st.distributed_optimizer:

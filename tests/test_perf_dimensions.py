@@ -1,0 +1,123 @@
+"""Mixture of experts, expert and context parallelism, multi-head latent attention and FP8 in the iteration model."""
+
+import numpy as np
+import pytest
+
+from unicron_plan.perf import derive_table
+from unicron_plan.perf.iteration import evaluate, iteration_flops
+from unicron_plan.perf.layouts import enumerate_layouts
+from unicron_plan.perf.library import ModelSpec, get_efficiency, get_gpu, get_model
+
+
+@pytest.mark.parametrize("name, total, active", [
+    ("deepseek-v3", 671e9, 37e9), ("mixtral-8x22b", 141e9, 39e9), ("qwen2-57b-a14b", 57e9, 14e9)])
+def test_published_total_and_active_parameters(name, total, active):
+    m = get_model(name)
+    assert m.params() == pytest.approx(total, rel=0.02)
+    assert m.active_params() == pytest.approx(active, rel=0.03)
+
+
+def test_moe_model_flops_count_active_experts_only():
+    """Model FLOPs per token are ~6 x active parameters (+ attention core), not 6 x total."""
+    m = get_model("mixtral-8x22b")
+    mf, hw = iteration_flops(m, 1, 4096, "none")
+    per_token = mf / 4096
+    assert 6 * m.active_params() < per_token < 6 * m.active_params() * 1.25
+    assert hw == pytest.approx(mf)
+
+
+def test_capacity_factor_pads_hardware_not_model_flops():
+    m = get_model("mixtral-8x22b")
+    padded = m.model_copy(update={"capacity_factor": 1.25})
+    mf0, hw0 = iteration_flops(m, 8, 4096, "none")
+    mf1, hw1 = iteration_flops(padded, 8, 4096, "none")
+    assert mf1 == pytest.approx(mf0)
+    assert hw1 > hw0 * 1.1
+
+
+def _eval(model, gpu_type, ep, dp, tp=1, pp=1, batch=256, seq=4096, stack=None):
+    g = get_gpu(gpu_type)
+    return evaluate(model, g, get_efficiency(gpu_type, stack), batch, seq, "none", tp, pp, dp, 1, 1, ep)
+
+
+def test_expert_parallelism_divides_expert_memory():
+    m = get_model("mixtral-8x22b")
+    r1, r8 = _eval(m, "h100", 1, 64), _eval(m, "h100", 8, 64)
+    # distributed optimizer + sharded grads: 2 + (4 + 12) / shard bytes per parameter, where
+    # routed experts shard over the expert-data-parallel group dp / ep
+    e = m.expert_params()
+    expected = e * (2 + 16 / 64) - e / 8 * (2 + 16 / 8)
+    assert float(r1.memory_bytes - r8.memory_bytes) == pytest.approx(expected, rel=1e-6)
+
+
+def test_all_to_all_across_nodes_costs_more_than_inside_a_node():
+    """ep 8 with tp 1 stays in one 8-GPU node; ep 8 with tp 2 spans two nodes over the network."""
+    m = get_model("mixtral-8x22b")
+    inside = _eval(m, "h100", 8, 64, tp=1).iteration_seconds
+    dense_like = m.model_copy(update={"top_k": 1})
+    assert float(_eval(dense_like, "h100", 8, 64).iteration_seconds) < float(inside)
+    spread = _eval(m, "h100", 8, 32, tp=2).iteration_seconds
+    node_local = _eval(m, "h100", 4, 32, tp=2).iteration_seconds
+    assert float(spread) > float(node_local)
+
+
+def test_fp8_speeds_up_gpus_that_have_it_only():
+    m = get_model("llama3.1-70b")
+    for gpu_type, faster in (("h100", True), ("a100", False)):
+        g = get_gpu(gpu_type)
+        base = get_efficiency(gpu_type)
+        fp8 = base.model_copy(update={"stack": base.stack.model_copy(update={"fp8": True})})
+        t0 = float(evaluate(m, g, base, 64, 8192, "none", 8, 4, 4, 1).iteration_seconds)
+        t1 = float(evaluate(m, g, fp8, 64, 8192, "none", 8, 4, 4, 1).iteration_seconds)
+        assert (t1 < 0.9 * t0) if faster else (t1 == pytest.approx(t0))
+
+
+def test_mla_attention_core_is_wider_than_mha_of_the_same_hidden():
+    m = get_model("deepseek-v3")
+    assert m.attention_core_width() == 128 * (192 + 128)
+    assert m.attention_weights() == 187105280
+
+
+def test_expert_parallel_layouts_and_reported_ep():
+    m, g = get_model("deepseek-v3"), get_gpu("h800")
+    lay = enumerate_layouts(m, g, 1024, counts=[256])
+    assert set(np.unique(lay["ep"])) >= {1, 8, 64, 256}
+    assert np.all(lay["dp"] % lay["ep"] == 0) and np.all(256 % lay["ep"] == 0)
+    curve = derive_table("mixtral-8x22b", "h100", 1024, 4096, gpus=[256])
+    p = curve.points[0]
+    assert p.ep >= 1 and p.dp % p.ep == 0 and 8 % p.ep == 0
+    assert curve.layout(256).get("ep", 1) == p.ep
+
+
+@pytest.mark.parametrize("bad", [
+    {"experts": 8, "top_k": 0, "expert_ffn_hidden": 10},
+    {"experts": 8, "top_k": 9, "expert_ffn_hidden": 10},
+    {"experts": 8, "top_k": 2},
+    {"top_k": 2},
+    {"experts": 8, "top_k": 2, "expert_ffn_hidden": 10, "dense_layers": 4},
+])
+def test_inconsistent_moe_shapes_are_refused(bad):
+    base = dict(layers=4, hidden=64, heads=4, kv_heads=4, ffn_hidden=128, vocab=100, activation="swiglu")
+    with pytest.raises(ValueError):
+        ModelSpec(**base, **bad)
+
+
+def test_context_parallel_layouts_follow_the_sequence():
+    from unicron_plan.perf.layouts import context_parallel_sizes
+    assert context_parallel_sizes(2048) == [1]
+    assert context_parallel_sizes(8192) == [1, 2]
+    assert context_parallel_sizes(131072) == [1, 2, 4, 8, 16, 32]
+    lay = enumerate_layouts(get_model("llama3-405b"), get_gpu("h100"), 128, counts=[16384], seq_len=131072)
+    # Llama 3's long-context layout: TP8 CP16 PP16 DP8
+    assert np.any((lay["tp"] == 8) & (lay["cp"] == 16) & (lay["pp"] == 16) & (lay["dp"] == 8))
+
+
+def test_context_parallelism_splits_activations_and_keeps_flops():
+    m, g = get_model("llama3.1-70b"), get_gpu("h100")
+    eff = get_efficiency("h100")
+    one = evaluate(m, g, eff, 8, 65536, "full", 8, 4, 1, 1, 1, 1, 1)
+    two = evaluate(m, g, eff, 8, 65536, "full", 8, 4, 1, 1, 1, 1, 2)
+    assert float(two.memory_bytes) < 0.7 * float(one.memory_bytes)
+    assert two.model_flops == one.model_flops
+    # twice the GPUs on the same work: faster, but not more than twice
+    assert 0.5 * float(one.iteration_seconds) <= float(two.iteration_seconds) < float(one.iteration_seconds)

@@ -121,3 +121,15 @@ def test_context_parallelism_splits_activations_and_keeps_flops():
     assert two.model_flops == one.model_flops
     # twice the GPUs on the same work: faster, but not more than twice
     assert 0.5 * float(one.iteration_seconds) <= float(two.iteration_seconds) < float(one.iteration_seconds)
+
+
+def test_zero3_fsdp_shards_weights_and_gathers_them_twice():
+    m, g = get_model("llama3.1-8b"), get_gpu("h100")
+    z1 = get_efficiency("h100")  # distributed optimizer, sharded gradients (ZeRO-2 class)
+    z3 = get_efficiency("h100", "fsdp-2024")
+    args = (m, g, None, 512, 8192, "full", 1, 1, 64, 1, 1)
+    a = evaluate(*args[:2], z1, *args[3:])
+    b = evaluate(*args[:2], z3, *args[3:])
+    saved = m.params() * 2.0 * (1 - 1 / 64) - 2 * m.layer_params() * 2.0
+    assert float(a.memory_bytes - b.memory_bytes) == pytest.approx(saved, rel=0.02)
+    assert float(b.iteration_seconds) >= float(a.iteration_seconds)

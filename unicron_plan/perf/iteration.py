@@ -196,7 +196,10 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
     edp = dp / ep
     dp_bw = np.where(tp * dp <= gpn, nvl, net)
     if st.distributed_optimizer:
-        dp_bytes = ((dp - 1.0) / dp * p_dense + (edp - 1.0) / edp * p_exp) * (st.grad_bytes + WEIGHT_BYTES)
+        # reduce-scatter of gradients + all-gather of updated weights; ZeRO-3/FSDP gathers the
+        # weights once more for the backward pass (kept across the micro-batches of a step)
+        gathers = 2.0 if st.shard_weights else 1.0
+        dp_bytes = ((dp - 1.0) / dp * p_dense + (edp - 1.0) / edp * p_exp) * (st.grad_bytes + gathers * WEIGHT_BYTES)
         opt_params = p_dense / dp + p_exp / edp
     else:
         dp_bytes = 2.0 * ((dp - 1.0) / dp * p_dense + (edp - 1.0) / edp * p_exp) * st.grad_bytes
@@ -236,7 +239,8 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
     # and Adam states (sharded with a distributed optimizer); experts shard over dp / ep.
     def state(n_shard):
         shard = n_shard if st.distributed_optimizer else 1.0
-        return (WEIGHT_BYTES + st.grad_bytes / (shard if st.shard_gradients else 1.0)
+        return (WEIGHT_BYTES / (shard if st.shard_weights else 1.0)
+                + st.grad_bytes / (shard if st.shard_gradients else 1.0)
                 + OPTIMIZER_STATE_BYTES / shard)
     exp_frac = np.where(p_stage > 0, p_exp / p_stage, 0.0)
     state_per_param = (1.0 - exp_frac) * state(dp) + exp_frac * state(edp)
@@ -248,7 +252,9 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
     p_max = np.maximum(np.maximum(p_first, p_last), p_mid)
     copy = st.optimizer_grad_copy_bytes * (opt_params / p_stage if st.distributed_optimizer else 1.0)
     mem_step = p_max * (state_per_param + copy)
-    mem = np.maximum(np.maximum(np.maximum(mem_first, mem_last), mem_mid), mem_step) + eff.reserved_gib * GIB
+    # ZeRO-3 / FSDP: one layer's weights gathered whole (and the next one prefetched)
+    gathered = 2.0 * (p_layer + e_layer) / tp * WEIGHT_BYTES if st.shard_weights else 0.0
+    mem = np.maximum(np.maximum(np.maximum(mem_first, mem_last), mem_mid), mem_step) + gathered + eff.reserved_gib * GIB
     fits = mem <= gpu.memory_gib * GIB * eff.usable_fraction
 
     model_flops, hw_flops = iteration_flops(model, global_batch, seq_len, recompute)

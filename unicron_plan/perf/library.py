@@ -198,6 +198,8 @@ class Stack(_Frozen):
     sequence_parallel: bool
     distributed_optimizer: bool
     shard_gradients: bool = Field(description="Gradients sharded over data parallelism too (ZeRO-2 / FSDP).")
+    shard_weights: bool = Field(
+        default=False, description="BF16 weights sharded over data parallelism too (ZeRO-3 / FSDP), gathered per layer.")
     activation_recompute: bool = Field(
         description="MLP activation function recomputed in the backward pass (keeps only the first GEMM's output).")
     grad_bytes: int = Field(ge=2, le=4, description="Bytes per gradient element kept and reduced.")

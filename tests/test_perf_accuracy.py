@@ -72,3 +72,12 @@ def test_llama3_405b_on_h100(n, published):
     p = derive_table("llama3-405b", "h100", 2048, 8192, recompute="none", gpus=[n]).points[0]
     assert abs(p.model_tflops_per_gpu / published - 1) <= 0.10
     assert 0.36 <= p.mfu <= 0.48
+
+
+def test_llama3_405b_long_context_at_the_published_layout():
+    """Held-out row (not used for fitting): Llama 3 405B, 131K sequence, TP8 CP16 PP16 DP8, 380 TFLOP/s."""
+    from unicron_plan.perf import rank_layouts
+    rows = [r for r in rank_layouts("llama3-405b", "h100", 128, 131072, 16384)
+            if (r["tp"], r["pp"], r["dp"], r["cp"]) == (8, 16, 8, 16)]
+    assert rows, "the published layout must be valid and fit"
+    assert abs(rows[0]["model_tflops_per_gpu"] / 380 - 1) <= 0.10

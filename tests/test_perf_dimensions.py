@@ -133,3 +133,41 @@ def test_zero3_fsdp_shards_weights_and_gathers_them_twice():
     saved = m.params() * 2.0 * (1 - 1 / 64) - 2 * m.layer_params() * 2.0
     assert float(a.memory_bytes - b.memory_bytes) == pytest.approx(saved, rel=0.02)
     assert float(b.iteration_seconds) >= float(a.iteration_seconds)
+
+
+def test_moe_and_long_context_jobs_plan_end_to_end(tmp_path):
+    """Model-named MoE and 32K-sequence jobs on H100 solve, validate, and report their layout."""
+    import json
+    import subprocess
+    import sys
+
+    nodes = [{"id": f"n{i}", "gpu_type": "h100", "gpus": 8, "rack": "r0", "failed_gpus": []} for i in range(8)]
+    inst = {
+        "schema_version": "1", "name": "moe-and-long-context",
+        "cluster": {"gpu_types": {"h100": {"peak_tflops": 989.0, "memory_gib": 80.0,
+                                           "intra_node_gbps": 3600.0, "inter_node_gbps": 400.0}},
+                    "nodes": nodes},
+        "cost": {"default_transition_seconds": 300.0, "node_mtbf_hours": 6000.0},
+        "event": {"kind": "failure", "failed_nodes": ["n7"], "failed_gpus": []},
+        "jobs": [
+            {"id": "moe", "weight": 1.0, "current": {"gpus": 32, "nodes": ["n0", "n1", "n2", "n3"]},
+             "throughput": {"gpu_type": "h100", "model": "qwen2-57b-a14b", "global_batch": 512, "seq_len": 4096}},
+            {"id": "long", "weight": 1.0, "current": {"gpus": 32, "nodes": ["n4", "n5", "n6", "n7"]},
+             "throughput": {"gpu_type": "h100", "model": "llama3.1-8b", "global_batch": 64, "seq_len": 32768}},
+        ],
+    }
+    path, out = tmp_path / "inst.json", tmp_path / "plan.json"
+    path.write_text(json.dumps(inst))
+    cli = [sys.executable, "-m", "unicron_plan.cli"]
+    r = subprocess.run(cli + ["solve", str(path), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(cli + ["validate", str(path), str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    plan = json.loads(out.read_text())
+    for j in plan["jobs"]:
+        if j["gpus"]:
+            par = j["parallelism"]
+            assert par["tp"] * par.get("cp", 1) * par["pp"] * par["dp"] == j["gpus"]
+            curve = derive_table(*(inst["jobs"][0 if j["id"] == "moe" else 1]["throughput"][k]
+                                   for k in ("model", "gpu_type", "global_batch", "seq_len")), gpus=[j["gpus"]])
+            assert curve.layout(j["gpus"]) == par

@@ -3,7 +3,8 @@
 Rules (Megatron's): tp is a power of two up to the GPUs of a node and divides
 the attention heads and the kv heads; pp divides the layers (or layers + 2 with at least four
 layers per middle stage, the memory-balanced pipeline, see :func:`~unicron_plan.perf.iteration.stage_layers`);
-tp * pp * dp = N; the global batch is a multiple of micro_batch * dp;
+tp * cp * pp * dp = N (2 cp divides the sequence); ep divides dp and the routed experts;
+the global batch is a multiple of micro_batch * dp;
 interleaving (virtual_stages v > 1) needs pp > 1, v dividing the layers of a
 stage and a number of micro-batches that is a multiple of pp; the layout
 fits in HBM. All candidates of a search are evaluated at once with numpy.

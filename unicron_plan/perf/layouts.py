@@ -1,4 +1,4 @@
-"""Layout search: every valid (tp, pp, dp, micro_batch, virtual_stages) of a job.
+"""Layout search: every valid (tp, cp, pp, dp, ep, micro_batch, virtual_stages) of a job.
 
 Rules (Megatron's): tp is a power of two up to the GPUs of a node and divides
 the attention heads and the kv heads; pp divides the layers (or layers + 2 with at least four

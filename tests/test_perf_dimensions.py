@@ -171,3 +171,18 @@ def test_moe_and_long_context_jobs_plan_end_to_end(tmp_path):
             curve = derive_table(*(inst["jobs"][0 if j["id"] == "moe" else 1]["throughput"][k]
                                    for k in ("model", "gpu_type", "global_batch", "seq_len")), gpus=[j["gpus"]])
             assert curve.layout(j["gpus"]) == par
+
+
+def test_calibration_points_take_context_and_expert_parallelism(tmp_path):
+    """A point measured with cp and ep is matched to exactly that layout (and counts tp*cp*pp*dp GPUs)."""
+    from unicron_plan.perf.calibrate import _point_time
+    from unicron_plan.schema.efficiency import MeasuredPoint
+    eff = get_efficiency("h100")
+    p = MeasuredPoint(model="mixtral-8x22b", global_batch=256, seq_len=16384, recompute="full",
+                      tp=2, cp=2, pp=4, dp=8, ep=8, micro_batch=1, virtual_stages=1, iteration_seconds=1.0)
+    assert p.gpus == 128
+    direct = evaluate(get_model("mixtral-8x22b"), get_gpu("h100"), eff, 256, 16384, "full", 2, 4, 8, 1, 1, 8, 2)
+    assert bool(direct.fits)
+    assert _point_time(p, "h100", eff, False) == pytest.approx(float(direct.iteration_seconds))
+    other = p.model_copy(update={"ep": 4})
+    assert _point_time(other, "h100", eff, False) != pytest.approx(float(direct.iteration_seconds))

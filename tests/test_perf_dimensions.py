@@ -186,3 +186,16 @@ def test_calibration_points_take_context_and_expert_parallelism(tmp_path):
     assert _point_time(p, "h100", eff, False) == pytest.approx(float(direct.iteration_seconds))
     other = p.model_copy(update={"ep": 4})
     assert _point_time(other, "h100", eff, False) != pytest.approx(float(direct.iteration_seconds))
+
+
+def test_node_limited_routing_caps_the_copies_sent_across_nodes():
+    m = get_model("deepseek-v3")
+    assert m.max_nodes_per_token == 4
+    free = m.model_copy(update={"max_nodes_per_token": None})
+    # ep 64 at tp 1: 8 nodes; 8 experts per token would leave the node ~7 times, capped at 4
+    limited = _eval(m, "h800", 64, 64, batch=64)
+    unlimited = _eval(free, "h800", 64, 64, batch=64)
+    assert float(limited.iteration_seconds) < float(unlimited.iteration_seconds)
+    # inside one node the cap changes nothing
+    assert float(_eval(m, "h800", 8, 64, batch=64).iteration_seconds) == pytest.approx(
+        float(_eval(free, "h800", 8, 64, batch=64).iteration_seconds))

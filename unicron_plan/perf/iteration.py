@@ -153,9 +153,12 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
         # each GPU sends its T/t tokens to top_k experts; peers in the node over NVLink,
         # the rest over the network. 2 per forward, 2 per backward, 2 per recomputation.
         cap = model.capacity_factor or 1.0
-        a2a_bytes = tokens / tp * model.top_k * cap * h * 2.0
+        copy_bytes = tokens / tp * cap * h * 2.0  # one copy of the GPU's tokens
         in_node = np.minimum(ep, np.maximum(gpn // tp, 1.0))
-        t_one = a2a_bytes * ((in_node - 1.0) / ep / nvl + (ep - in_node) / ep / net)
+        remote = model.top_k * (ep - in_node) / ep  # copies per token leaving the node
+        if model.max_nodes_per_token is not None:  # node-limited routing: one copy per remote node
+            remote = np.minimum(remote, float(model.max_nodes_per_token))
+        t_one = copy_bytes * (model.top_k * (in_node - 1.0) / ep / nvl + remote / net)
         n_a2a = 2.0 * (3.0 if full else 2.0)
         t_layer = t_layer + model.moe_layers / model.layers * n_a2a * t_one * (1.0 - st.ep_overlap)
 

@@ -53,6 +53,9 @@ class ModelSpec(_Frozen):
     shared_experts: int = Field(default=0, ge=0, description="Experts every token visits (DeepSeek, Qwen-MoE).")
     expert_ffn_hidden: Optional[int] = Field(default=None, ge=1, description="Hidden width of one expert's MLP.")
     dense_layers: int = Field(default=0, ge=0, description="Leading layers with a dense MLP of ffn_hidden.")
+    max_nodes_per_token: Optional[int] = Field(
+        default=None, ge=1, description="Node-limited routing: a token's experts lie on at most this many nodes, "
+                                        "each reached once over the network (DeepSeek-V3: 4).")
     capacity_factor: Optional[float] = Field(
         default=None, gt=0, le=16, description="Expert capacity (tokens padded to it); None: dropless.")
     # Attention variants: multi-head latent attention (DeepSeek) has its own weight count and

@@ -84,28 +84,58 @@ def table() -> list[float]:
     return errs
 
 
-OTHER = [  # (model, gpu, batch, seq, recompute, GPUs, published TFLOP/s per GPU, kind, source)
-    ("gpt3-175b", "a100", 1536, 2048, "full", 1536, 140, "hardware",
-     "Narayanan et al. SC'21 (GPT-3 175B on 1536 A100, ~140 TFLOP/s/GPU)"),
-    ("llama3-405b", "h100", 2048, 8192, "none", 8192, 430, "model", "Llama 3 paper, Table 4 (TP8 PP16)"),
-    ("llama3-405b", "h100", 2048, 8192, "none", 16384, 400, "model", "Llama 3 paper, Table 4 (TP8 PP16)"),
+OTHER = [  # (model, gpu, batch, seq, recompute, stack, GPUs, published, kind, published layout, used for fitting, source)
+    ("gpt3-175b", "a100", 1536, 2048, "full", None, 1536, 140, "hardware", (8, 12, 16, 1), "no",
+     "Narayanan et al. SC'21 (arXiv 2104.04473), Sec. 5.1: GPT-3 175B on 1536 A100, ~140 TFLOP/s/GPU"),
+    ("llama3-405b", "h100", 2048, 8192, "auto", None, 8192, 430, "model", (8, 16, 64, 1), "yes (h100 gemm)",
+     "Dubey et al. 2024 (arXiv 2407.21783), Table 4: TP8 CP1 PP16 DP64"),
+    ("llama3-405b", "h100", 2048, 8192, "auto", None, 16384, 400, "model", (8, 16, 128, 1), "yes (h100 gemm)",
+     "Dubey et al. 2024, Table 4: TP8 CP1 PP16 DP128"),
+    ("llama3-405b", "h100", 128, 131072, "auto", None, 16384, 380, "model", (8, 16, 8, 16), "no",
+     "Dubey et al. 2024, Table 4: TP8 CP16 PP16 DP8, sequence 131072, 16M tokens per batch"),
+    ("deepseek-v3", "h800", 15360, 4096, "auto", None, 2048, 1543, "tokens/s/GPU", None, "no",
+     "DeepSeek-V3 report (arXiv 2412.19437), Sec. 1: 180K H800 GPU hours per trillion tokens on 2048 H800 "
+     "(1e12 / (180e3 x 3600) = 1543 tokens/s/GPU); batch 15360 x 4096 (Sec. 4.2); FP8, DualPipe, EP64 PP16"),
+    ("deepseek-v3", "h800", 15360, 4096, "auto", "megatron-core-fp8", 2048, 1543, "tokens/s/GPU", None, "no",
+     "same row, FP8 GEMMs (megatron-core-fp8 stack)"),
 ]
 
 
+def _value(p, kind: str) -> float:
+    if kind == "hardware":
+        return p["hardware_tflops_per_gpu"]
+    if kind == "model":
+        return p["model_tflops_per_gpu"]
+    return p["tokens_per_second"] / p["gpus"]
+
+
 def other() -> None:
-    from unicron_plan.perf import derive_table
-    print("\n| model | GPU | GPUs | batch x seq | recompute | published TFLOP/s/GPU (kind) | predicted | error | "
-          "predicted layout (t,p,d,b,v) | source |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for (m, g, b, s, rc, n, pub, kind, src) in OTHER:
-        pts = derive_table(m, g, b, s, recompute=rc, gpus=[n]).points
+    from unicron_plan.perf import derive_table, rank_layouts
+    print("\n| model | GPU | GPUs | batch x seq | stack | published (kind) | predicted at defaults | error | "
+          "layout (t,p,d,cp,ep,v,recompute) | at the published layout | error | fitted on it? | source |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (m, g, b, s, rc, stack, n, pub, kind, lay, fit, src) in OTHER:
+        pts = derive_table(m, g, b, s, recompute=rc, gpus=[n], stack=stack).points
+        st = stack or "default"
         if not pts:
-            print(f"| {m} | {g} | {n} | {b}x{s} | {rc} | {pub} ({kind}) | no fitting layout | | | {src} |")
+            print(f"| {m} | {g} | {n} | {b}x{s} | {st} | {pub} ({kind}) | no fitting layout | | | | | {fit} | {src} |")
             continue
         p = pts[0]
-        val = p.hardware_tflops_per_gpu if kind == "hardware" else p.model_tflops_per_gpu
-        print(f"| {m} | {g} | {n} | {b}x{s} | {rc} | {pub} ({kind}) | {val:.1f} | {(val / pub - 1) * 100:+.1f}% | "
-              f"({p.tp},{p.pp},{p.dp},{p.micro_batch},{p.virtual_stages}) | {src} |")
+        d = {"hardware_tflops_per_gpu": p.hardware_tflops_per_gpu, "model_tflops_per_gpu": p.model_tflops_per_gpu,
+             "tokens_per_second": p.tokens_per_second, "gpus": n}
+        val = _value(d, kind)
+        at, at_err = "", ""
+        if lay is not None:
+            rows = [r for r in rank_layouts(m, g, b, s, n, recompute=rc, stack=stack)
+                    if (r["tp"], r["pp"], r["dp"], r["cp"]) == lay]
+            if rows:
+                r = dict(rows[0], tokens_per_second=b * s / rows[0]["iteration_seconds"], gpus=n)
+                v2 = _value(r, kind)
+                at, at_err = f"{v2:.1f}", f"{(v2 / pub - 1) * 100:+.1f}%"
+            else:
+                at = "does not fit"
+        print(f"| {m} | {g} | {n} | {b}x{s} | {st} | {pub} ({kind}) | {val:.1f} | {(val / pub - 1) * 100:+.1f}% | "
+              f"({p.tp},{p.pp},{p.dp},{p.cp},{p.ep},{p.virtual_stages},{p.recompute}) | {at} | {at_err} | {fit} | {src} |")
 
 
 def timing() -> None:

@@ -72,3 +72,18 @@ def test_llama3_405b_on_h100(n, published):
     p = derive_table("llama3-405b", "h100", 2048, 8192, recompute="none", gpus=[n]).points[0]
     assert abs(p.model_tflops_per_gpu / published - 1) <= 0.10
     assert 0.36 <= p.mfu <= 0.48
+
+
+def test_llama3_405b_long_context_at_the_published_layout():
+    """Held-out row (not used for fitting): Llama 3 405B, 131K sequence, TP8 CP16 PP16 DP8, 380 TFLOP/s."""
+    from unicron_plan.perf import rank_layouts
+    rows = [r for r in rank_layouts("llama3-405b", "h100", 128, 131072, 16384)
+            if (r["tp"], r["pp"], r["dp"], r["cp"]) == (8, 16, 8, 16)]
+    assert rows, "the published layout must be valid and fit"
+    assert abs(rows[0]["model_tflops_per_gpu"] / 380 - 1) <= 0.10
+
+
+def test_deepseek_v3_with_fp8_gemms_within_20_percent():
+    """Held-out MoE row: 180K H800 GPU hours per trillion tokens on 2048 H800 (1543 tokens/s/GPU)."""
+    p = derive_table("deepseek-v3", "h800", 15360, 4096, gpus=[2048], stack="megatron-core-fp8").points[0]
+    assert abs(p.tokens_per_second / 2048 / 1543 - 1) <= 0.20

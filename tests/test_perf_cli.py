@@ -16,7 +16,7 @@ runner = CliRunner()
 
 FORMAT_POINT_KEYS = {"gpus", "tp", "pp", "dp", "micro_batch", "hardware_tflops_per_gpu",
                      "model_tflops_per_gpu", "mfu", "tokens_per_second", "memory_gib_per_gpu"}
-ADDED_POINT_KEYS = {"virtual_stages", "recompute"}  # additions to the contract
+ADDED_POINT_KEYS = {"virtual_stages", "recompute", "ep", "cp"}  # additions to the contract
 BASE = ["curve", "gpt3-175b", "--gpu-type", "a100", "--global-batch", "1536", "--seq-len", "2048"]
 
 

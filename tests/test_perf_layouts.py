@@ -18,7 +18,7 @@ MODELS = ["gpt3-1.3b", "gpt3-13b", "llama2-13b", "llama3-8b", "llama3-70b", "meg
 
 def _check_point(p, model, gpu_type, batch):
     m, g = get_model(model), get_gpu(gpu_type)
-    assert p.tp * p.pp * p.dp == p.gpus
+    assert p.tp * p.cp * p.pp * p.dp == p.gpus
     assert p.tp & (p.tp - 1) == 0 and p.tp <= g.gpus_per_node
     assert m.heads % p.tp == 0 and m.kv_heads % p.tp == 0
     assert m.layers % p.pp == 0 or (m.layers + 2) % p.pp == 0

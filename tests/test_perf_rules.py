@@ -17,9 +17,11 @@ from unicron_plan.perf.library import get_efficiency, get_gpu, get_model, gpu_na
 CLI = [sys.executable, "-m", "unicron_plan.cli"]
 
 
-def _assert_megatron_rules(model, gpu, batch, lay):
+def _assert_megatron_rules(model, gpu, batch, lay, seq_len):
     tp, pp, dp, mb, v, n = (lay[k] for k in ("tp", "pp", "dp", "micro_batch", "virtual_stages", "gpus"))
-    assert np.all(tp * pp * dp == n)
+    cp = lay["cp"]
+    assert np.all(tp * cp * pp * dp == n)
+    assert np.all(seq_len % (2 * cp[cp > 1]) == 0)  # load-balanced causal split of ring attention
     assert np.all((tp & (tp - 1)) == 0) and np.all(tp <= gpu.gpus_per_node)
     assert np.all(model.heads % tp == 0) and np.all(model.kv_heads % tp == 0)
     even = model.layers % pp == 0
@@ -31,6 +33,12 @@ def _assert_megatron_rules(model, gpu, batch, lay):
     assert np.all(pp[inter] > 1)
     assert np.all(per_stage[inter] % v[inter] == 0)
     assert np.all(((batch // dp // mb)[inter]) % pp[inter] == 0)
+    ep = lay["ep"]  # expert parallelism is carved out of dp and splits the routed experts
+    assert np.all(dp % ep == 0)
+    if model.moe:
+        assert np.all(model.experts % ep == 0)
+    else:
+        assert np.all(ep == 1)
 
 
 @pytest.mark.parametrize("name", model_names())
@@ -38,10 +46,10 @@ def test_every_layout_of_every_library_model_up_to_4096_gpus_follows_megatron_ru
     model = get_model(name)
     for gpu_type in gpu_names():
         gpu = get_gpu(gpu_type)
-        for batch in (512, 1536):
-            lay = enumerate_layouts(model, gpu, batch, max_gpus=4096)
+        for batch, seq in ((512, 8192), (1536, 2048), (64, 32768)):
+            lay = enumerate_layouts(model, gpu, batch, max_gpus=4096, seq_len=seq)
             assert lay["gpus"].size > 0
-            _assert_megatron_rules(model, gpu, batch, lay)
+            _assert_megatron_rules(model, gpu, batch, lay, seq)
 
 
 def test_175b_has_no_49_stage_pipeline():

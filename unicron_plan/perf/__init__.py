@@ -104,7 +104,7 @@ def _derive(model_name, gpu_type, global_batch, seq_len, recompute, max_gpus, co
                                  tokens_per_second=tokens / t_iter,
                                  memory_gib_per_gpu=float(c.memory_bytes[i]) / GIB,
                                  virtual_stages=int(c.virtual_stages[i]), iteration_seconds=t_iter,
-                                 recompute=mode)
+                                 recompute=mode, ep=int(c.ep[i]), cp=int(c.cp[i]))
     points = [best[n] for n in sorted(best)]
     return Curve(model=model_name, gpu_type=gpu_type, global_batch=global_batch, seq_len=seq_len,
                  recompute=recompute, points=points)

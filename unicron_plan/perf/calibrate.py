@@ -62,7 +62,9 @@ def _point_time(p: MeasuredPoint, gpu_type: str, eff: Efficiency, best: bool) ->
     c = search(m, g, eff, p.global_batch, p.seq_len, p.recompute, counts=[n])
     sel = c.fits & (c.gpus == n)
     if not best:
-        sel &= (c.tp == p.tp) & (c.pp == p.pp) & (c.dp == p.dp)
+        sel &= (c.tp == p.tp) & (c.pp == p.pp) & (c.dp == p.dp) & (c.cp == p.cp)
+        if p.ep is not None:
+            sel &= c.ep == p.ep
         if p.micro_batch is not None:
             sel &= c.micro_batch == p.micro_batch
         if p.virtual_stages is not None:
@@ -86,7 +88,7 @@ def _check_points(doc: MeasuredPoints, base: Efficiency) -> None:
         get_model(p.model, f"points[{k}].model")
         if math.isinf(_point_time(p, doc.gpu_type, base, False)):
             raise InvalidInstanceError(
-                f"points[{k}]", f"tp={p.tp} pp={p.pp} dp={p.dp} (micro_batch {p.micro_batch}, virtual_stages "
+                f"points[{k}]", f"tp={p.tp} cp={p.cp} pp={p.pp} dp={p.dp} ep={p.ep} (micro_batch {p.micro_batch}, virtual_stages "
                 f"{p.virtual_stages}) is not a valid layout of {p.model} that fits in {doc.gpu_type} memory "
                 f"with global batch {p.global_batch}")
 

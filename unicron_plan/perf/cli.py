@@ -76,6 +76,8 @@ def curve(
         "--recompute", help="auto (per count the fastest mode that fits) | full | selective | none")] = "auto",
     efficiency: Annotated[Optional[Path], typer.Option(
         "--efficiency", help="Efficiency JSON written by `unicron-plan calibrate` (default: the packaged constants).")] = None,
+    stack: Annotated[Optional[str], typer.Option(
+        "--stack", help="Software stack of the efficiency file (default: the GPU type's), e.g. megatron-core-fp8.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the curve JSON (docs/format.md).")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the curve as a PNG here.")] = None,
     max_gpus: Annotated[int, typer.Option("--max-gpus", help="Largest GPU count without --gpus.")] = 1024,
@@ -90,7 +92,7 @@ def curve(
 
     c = derive_table(model, gpu_type, global_batch, seq_len, recompute=recompute,
                      max_gpus=None if gpus else max_gpus, gpus=parse_gpus(gpus),
-                     efficiency_file=None if efficiency is None else str(efficiency))
+                     efficiency_file=None if efficiency is None else str(efficiency), stack=stack)
     if not c.points:
         typer.echo(f"error: {model} has no valid layout that fits on {gpu_type} at the requested GPU counts "
                    f"(global batch {global_batch}, sequence length {seq_len}, recompute {recompute})", err=True)
@@ -104,11 +106,11 @@ def curve(
     from rich.table import Table
 
     t = Table(title=f"{model} on {gpu_type}, batch {global_batch} x {seq_len}, recompute {recompute}")
-    for col in ("GPUs", "tp", "pp", "dp", "micro", "v", "recompute", "hw TFLOP/s/GPU", "model TFLOP/s/GPU",
+    for col in ("GPUs", "tp", "pp", "dp", "ep", "cp", "micro", "v", "recompute", "hw TFLOP/s/GPU", "model TFLOP/s/GPU",
                 "MFU", "tokens/s", "GiB/GPU"):
         t.add_column(col, justify="right", no_wrap=True)
     for p in c.points:
-        t.add_row(str(p.gpus), str(p.tp), str(p.pp), str(p.dp), str(p.micro_batch), str(p.virtual_stages),
+        t.add_row(str(p.gpus), str(p.tp), str(p.pp), str(p.dp), str(p.ep), str(p.cp), str(p.micro_batch), str(p.virtual_stages),
                   p.recompute, f"{p.hardware_tflops_per_gpu:.1f}", f"{p.model_tflops_per_gpu:.1f}",
                   f"{p.mfu:.3f}", f"{p.tokens_per_second:.4g}", f"{p.memory_gib_per_gpu:.1f}")
     # Piped to a file or another program, the table keeps every column at its full width.

@@ -11,7 +11,7 @@ from unicron_plan.errors import InvalidInstanceError
 #: two (the interleaving and the recomputation mode of the layout) are additions to the contract.
 POINT_FIELDS = ("gpus", "tp", "pp", "dp", "micro_batch", "hardware_tflops_per_gpu",
                 "model_tflops_per_gpu", "mfu", "tokens_per_second", "memory_gib_per_gpu",
-                "virtual_stages", "recompute")
+                "virtual_stages", "recompute", "ep", "cp")
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class CurvePoint:
     virtual_stages: int = 1
     iteration_seconds: float = 0.0
     recompute: str = "full"
+    ep: int = 1
+    cp: int = 1
 
     def to_dict(self) -> dict:
         """The point as in docs/format.md (rounded for reading; exact values stay on the object)."""
@@ -78,10 +80,17 @@ class Curve:
                     f"with global batch {self.global_batch}")
 
     def layout(self, n: int) -> dict:
-        """The best layout at ``n`` GPUs: {"tp", "pp", "dp", "micro_batch", "virtual_stages", "recompute"}."""
+        """The best layout at ``n`` GPUs: {"tp", "pp", "dp", "micro_batch", "virtual_stages",
+        "recompute"}, with "ep" (expert parallelism, carved out of dp) and "cp" (context
+        parallelism; tp * cp * pp * dp GPUs) when they are above 1."""
         p = self.point(n)
-        return {"tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
-                "virtual_stages": p.virtual_stages, "recompute": p.recompute}
+        out = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "micro_batch": p.micro_batch,
+               "virtual_stages": p.virtual_stages, "recompute": p.recompute}
+        if p.ep > 1:
+            out["ep"] = p.ep
+        if p.cp > 1:
+            out["cp"] = p.cp
+        return out
 
     def to_dict(self) -> dict:
         """The curve as the docs/format.md "Curve" object."""

@@ -47,6 +47,23 @@ class ModelSpec(_Frozen):
     activation: Literal["gelu", "swiglu"]
     tied_embeddings: bool = True
     dropout: bool = True
+    # Mixture of experts (0 experts: a dense model).
+    experts: int = Field(default=0, ge=0, description="Routed experts per MoE layer (0: dense MLP).")
+    top_k: int = Field(default=0, ge=0, description="Routed experts each token visits.")
+    shared_experts: int = Field(default=0, ge=0, description="Experts every token visits (DeepSeek, Qwen-MoE).")
+    expert_ffn_hidden: Optional[int] = Field(default=None, ge=1, description="Hidden width of one expert's MLP.")
+    dense_layers: int = Field(default=0, ge=0, description="Leading layers with a dense MLP of ffn_hidden.")
+    max_nodes_per_token: Optional[int] = Field(
+        default=None, ge=1, description="Node-limited routing: a token's experts lie on at most this many nodes, "
+                                        "each reached once over the network (DeepSeek-V3: 4).")
+    capacity_factor: Optional[float] = Field(
+        default=None, gt=0, le=16, description="Expert capacity (tokens padded to it); None: dropless.")
+    # Attention variants: multi-head latent attention (DeepSeek) has its own weight count and
+    # per-head query/key and value widths.
+    attention_params: Optional[int] = Field(default=None, ge=1,
+                                            description="Attention weights of one layer when not 4h^2-style.")
+    qk_head_dim: Optional[int] = Field(default=None, ge=1, description="Query/key width per head (default h/a).")
+    v_head_dim: Optional[int] = Field(default=None, ge=1, description="Value width per head (default h/a).")
     source: str = ""
 
     @model_validator(mode="after")
@@ -55,7 +72,62 @@ class ModelSpec(_Frozen):
             raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
         if self.heads % self.kv_heads:
             raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
+        if self.experts:
+            if not (1 <= self.top_k <= self.experts) or self.expert_ffn_hidden is None:
+                raise ValueError("an MoE model needs 1 <= top_k <= experts and expert_ffn_hidden")
+            if self.dense_layers >= self.layers:
+                raise ValueError("dense_layers must leave at least one MoE layer")
+        elif self.top_k or self.shared_experts or self.dense_layers:
+            raise ValueError("top_k, shared_experts and dense_layers need experts > 0")
         return self
+
+    @property
+    def moe(self) -> bool:
+        """Whether the model has mixture-of-experts layers."""
+        return self.experts > 0
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers with an MoE MLP."""
+        return self.layers - self.dense_layers if self.moe else 0
+
+    @property
+    def active_ffn(self) -> float:
+        """MLP width a token passes through, averaged over layers (ffn_hidden for dense models).
+
+        A token of an MoE layer visits top_k routed experts (padded by the capacity
+        factor when there is one) and every shared expert.
+        """
+        if not self.moe:
+            return float(self.ffn_hidden)
+        cap = self.capacity_factor or 1.0
+        moe_f = (self.top_k * cap + self.shared_experts) * self.expert_ffn_hidden
+        return (self.dense_layers * self.ffn_hidden + self.moe_layers * moe_f) / self.layers
+
+    @property
+    def useful_ffn(self) -> float:
+        """:attr:`active_ffn` without capacity padding (the model FLOPs' MLP width)."""
+        if not self.moe:
+            return float(self.ffn_hidden)
+        moe_f = (self.top_k + self.shared_experts) * self.expert_ffn_hidden
+        return (self.dense_layers * self.ffn_hidden + self.moe_layers * moe_f) / self.layers
+
+    def attention_weights(self) -> int:
+        """Weights of one layer's attention projections."""
+        if self.attention_params is not None:
+            return self.attention_params
+        h = self.hidden
+        return h * (h + 2 * self.kv_dim) + h * h
+
+    def attention_core_width(self) -> int:
+        """heads x (query/key width + value width) per head: 2h for MHA and GQA."""
+        return self.heads * ((self.qk_head_dim or self.head_dim) + (self.v_head_dim or self.head_dim))
+
+    def expert_params(self) -> float:
+        """Routed-expert weights of the whole model (sharded by expert parallelism)."""
+        if not self.moe:
+            return 0.0
+        return float(self.moe_layers * self.experts * self.mlp_matrices * self.hidden * self.expert_ffn_hidden)
 
     @property
     def head_dim(self) -> int:
@@ -72,10 +144,16 @@ class ModelSpec(_Frozen):
         """Weight matrices of size hidden x ffn_hidden in the MLP (2 GeLU, 3 SwiGLU)."""
         return 3 if self.activation == "swiglu" else 2
 
-    def layer_params(self) -> int:
-        """Parameters of one transformer layer (weights, biases for GPT, norms)."""
+    def layer_params(self) -> float:
+        """Parameters of one transformer layer outside the routed experts (weights, biases
+        for GPT, norms, router and shared experts), averaged over layers for MoE models."""
         h, f = self.hidden, self.ffn_hidden
-        w = h * (h + 2 * self.kv_dim) + h * h + self.mlp_matrices * h * f
+        if self.moe:
+            moe_mlp = self.shared_experts * self.mlp_matrices * h * self.expert_ffn_hidden + h * self.experts
+            mlp = (self.dense_layers * self.mlp_matrices * h * f + self.moe_layers * moe_mlp) / self.layers
+        else:
+            mlp = self.mlp_matrices * h * f
+        w = self.attention_weights() + mlp
         if self.activation == "gelu":  # GPT: biases and LayerNorm with bias
             w += (h + 2 * self.kv_dim) + h + f + h + 4 * h
         else:  # Llama: no biases, RMSNorm weights only
@@ -89,7 +167,15 @@ class ModelSpec(_Frozen):
     def params(self) -> int:
         """Total parameters."""
         emb = self.embedding_params() * (1 if self.tied_embeddings else 2)
-        return self.layers * self.layer_params() + emb + 2 * self.hidden
+        return int(round(self.layers * self.layer_params() + self.expert_params())) + emb + 2 * self.hidden
+
+    def active_params(self) -> int:
+        """Parameters one token uses (all of a dense model; top_k routed experts of an MoE)."""
+        if not self.moe:
+            return self.params()
+        routed = self.moe_layers * self.top_k * self.mlp_matrices * self.hidden * self.expert_ffn_hidden
+        emb = self.embedding_params() * (1 if self.tied_embeddings else 2)
+        return int(round(self.layers * self.layer_params() + routed)) + emb + 2 * self.hidden
 
 
 class GpuSpec(_Frozen):
@@ -102,6 +188,8 @@ class GpuSpec(_Frozen):
     nvlink_gb_per_s: float = Field(gt=0)
     network_gb_per_s: float = Field(gt=0)
     gpus_per_node: int = Field(ge=1)
+    fp8_peak_tflops: Optional[float] = Field(default=None, gt=0,
+                                             description="Dense FP8 tensor-core TFLOP/s (None: no FP8).")
     source: str = ""
 
 
@@ -113,6 +201,8 @@ class Stack(_Frozen):
     sequence_parallel: bool
     distributed_optimizer: bool
     shard_gradients: bool = Field(description="Gradients sharded over data parallelism too (ZeRO-2 / FSDP).")
+    shard_weights: bool = Field(
+        default=False, description="BF16 weights sharded over data parallelism too (ZeRO-3 / FSDP), gathered per layer.")
     activation_recompute: bool = Field(
         description="MLP activation function recomputed in the backward pass (keeps only the first GEMM's output).")
     grad_bytes: int = Field(ge=2, le=4, description="Bytes per gradient element kept and reduced.")
@@ -121,6 +211,9 @@ class Stack(_Frozen):
     p2p_scatter_gather: bool
     tp_overlap: float = Field(ge=0, le=1, description="Fraction of tensor-parallel traffic hidden.")
     dp_overlap: float = Field(ge=0, le=1, description="Fraction of gradient reduction hidden.")
+    ep_overlap: float = Field(default=0.0, ge=0, le=1,
+                              description="Fraction of MoE all-to-all traffic hidden behind computation.")
+    fp8: bool = Field(default=False, description="Layer GEMMs in FP8 on GPUs that support it (else BF16).")
     source: str = ""
 
 

@@ -40,8 +40,8 @@ def default_costs() -> dict:
 
 
 def _layout(lay: dict, field: str) -> tuple[int, int, int]:
-    try:
-        tp, pp, dp = int(lay["tp"]), int(lay["pp"]), int(lay["dp"])
+    try:  # context-parallel ranks hold the same shards as data-parallel ones
+        tp, pp, dp = int(lay["tp"]), int(lay["pp"]), int(lay["dp"]) * int(lay.get("cp", 1))
     except (KeyError, TypeError, ValueError):
         raise InvalidInstanceError(field, f"{lay!r} needs integer tp, pp and dp") from None
     if min(tp, pp, dp) < 1:

@@ -50,6 +50,9 @@ class MeasuredPoint(StrictModel):
     tp: int = Field(ge=1, le=MAX_POINT_GPUS)
     pp: int = Field(ge=1, le=MAX_POINT_GPUS)
     dp: int = Field(ge=1, le=MAX_POINT_GPUS)
+    cp: int = Field(default=1, ge=1, le=MAX_POINT_GPUS, description="Context-parallel size (GPUs = tp * cp * pp * dp).")
+    ep: Optional[int] = Field(default=None, ge=1, le=MAX_POINT_GPUS,
+                              description="Expert-parallel size, a divisor of dp (absent: the fastest valid choice).")
     micro_batch: Optional[int] = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH,
                                        description="Absent: the fastest valid choice.")
     virtual_stages: Optional[int] = Field(default=None, ge=1, le=1024,
@@ -61,14 +64,14 @@ class MeasuredPoint(StrictModel):
     def _one_measurement(self) -> "MeasuredPoint":
         if (self.iteration_seconds is None) == (self.hardware_tflops_per_gpu is None):
             raise ValueError("give exactly one of 'iteration_seconds' and 'hardware_tflops_per_gpu'")
-        if self.tp * self.pp * self.dp > MAX_POINT_GPUS:
-            raise ValueError(f"tp * pp * dp = {self.tp * self.pp * self.dp} GPUs is above {MAX_POINT_GPUS}")
+        if self.gpus > MAX_POINT_GPUS:
+            raise ValueError(f"tp * cp * pp * dp = {self.gpus} GPUs is above {MAX_POINT_GPUS}")
         return self
 
     @property
     def gpus(self) -> int:
-        """GPUs of the run: tp * pp * dp."""
-        return self.tp * self.pp * self.dp
+        """GPUs of the run: tp * cp * pp * dp."""
+        return self.tp * self.cp * self.pp * self.dp
 
 
 class MeasuredPoints(StrictModel):

@@ -42,6 +42,25 @@ MEMORY_BUDGET_BYTES = 512 * 2**20
 REL_TOL = 1e-9
 
 
+def _load_native():
+    """The compiled fold (unicron_plan/solvers/_maxplus.c) through ctypes, or None when not built."""
+    try:
+        import ctypes
+
+        from unicron_plan.solvers import _maxplus
+        lib = ctypes.CDLL(_maxplus.__file__)
+        fn = lib.maxplus_fold
+    except (ImportError, OSError, AttributeError):
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, ptr, ptr]
+    fn.restype = None
+    return fn
+
+
+NATIVE = _load_native()  # set to None to force the numpy fallback
+
+
 def available() -> bool:
     """The DP needs only numpy."""
     return True
@@ -176,6 +195,15 @@ def _fold(V: np.ndarray, L: int, U: int, y: np.ndarray, g: np.ndarray, L2: int, 
         Vx[U - L + 1:] = V[-1]
     else:
         Vx = V
+    if NATIVE is not None:
+        Vx = np.ascontiguousarray(Vx, dtype=np.float64)
+        yy = np.ascontiguousarray(y, dtype=np.int64)
+        gg = np.ascontiguousarray(g, dtype=np.float64)
+        new = np.empty(W)
+        ch32 = np.empty(W, dtype=np.uint32) if want_choice else None
+        NATIVE(Vx.ctypes.data, L, yy.ctypes.data, gg.ctypes.data, len(yy), L2, W, new.ctypes.data,
+               ch32.ctypes.data if want_choice else None)
+        return new, (ch32.astype(_dtype(len(y))) if want_choice else None)
     new = np.full(W, -np.inf)
     choice = np.zeros(W, dtype=_dtype(len(y))) if want_choice else None
     for k in range(len(y)):

@@ -1,0 +1,69 @@
+"""The compiled max-plus fold and its numpy fallback agree exactly; both are exact on adversarial curves."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from test_dp_scale import _brute, _check, _random_options
+from unicron_plan import api
+from unicron_plan.adversarial import KINDS
+from unicron_plan.generate import generate_instance
+from unicron_plan.problem import build_problem
+from unicron_plan.solvers import dp
+
+NATIVE = dp.NATIVE
+PATHS = ["numpy"] + (["compiled"] if NATIVE is not None else [])
+
+
+@pytest.fixture(params=PATHS)
+def path(request, monkeypatch):
+    monkeypatch.setattr(dp, "NATIVE", NATIVE if request.param == "compiled" else None)
+    return request.param
+
+
+@pytest.mark.skipif(NATIVE is None, reason="the compiled fold was not built (no C compiler at install)")
+def test_compiled_fold_equals_numpy_fold_bit_for_bit(monkeypatch):
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        L = int(rng.integers(0, 20))
+        V = np.cumsum(rng.normal(1, 3, size=int(rng.integers(1, 60))))
+        if rng.random() < 0.3:
+            V = np.round(V)  # ties
+        U = L + len(V) - 1
+        y = np.unique(np.concatenate([[int(rng.integers(0, 3))], rng.integers(0, 40, size=int(rng.integers(0, 9)))]))
+        g = np.round(rng.normal(0, 5, size=len(y)), int(rng.integers(0, 3)))
+        L2 = L + int(y[0]) + int(rng.integers(0, 3))
+        U2 = L2 + int(rng.integers(0, 70))
+        want = bool(rng.integers(0, 2))
+        monkeypatch.setattr(dp, "NATIVE", NATIVE)
+        a, ca = dp._fold(V, L, U, y, g, L2, U2, want)
+        monkeypatch.setattr(dp, "NATIVE", None)
+        b, cb = dp._fold(V, L, U, y, g, L2, U2, want)
+        assert np.array_equal(a, b)
+        if want:
+            assert ca.dtype == cb.dtype and np.array_equal(ca, cb)
+
+
+def test_both_paths_equal_brute_force_on_tiny_cases(path):
+    rng = np.random.default_rng(99)
+    for _ in range(400):
+        opts, cap = _random_options(rng)
+        counts, value = dp.solve_options(opts, cap)
+        _check(opts, cap, counts, value, _brute(opts, cap))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_smallest_adversarial_instance_of_each_kind_is_exact(kind, path):
+    """The smallest generated instance of each adversarial kind: DP == plain reference DP, plan valid."""
+    doc = generate_instance(3, gpus=512, jobs=8, curves=kind)
+    inst = api.load_instance(doc)
+    problem = build_problem(inst)
+    ref = 0.0
+    for gtype, cap in problem.capacity.items():
+        jobs = problem.jobs_of_type(gtype)
+        if jobs:
+            ref += dp.solve_type_reference(jobs, cap)[1]
+    plan = api.solve(inst, solver="dp")  # validated inside
+    assert plan.objective == pytest.approx(ref, rel=1e-12)
+    assert plan.status.solution == "optimal" and plan.bound == plan.objective

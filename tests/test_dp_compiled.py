@@ -67,3 +67,17 @@ def test_smallest_adversarial_instance_of_each_kind_is_exact(kind, path):
     plan = api.solve(inst, solver="dp")  # validated inside
     assert plan.objective == pytest.approx(ref, rel=1e-12)
     assert plan.status.solution == "optimal" and plan.bound == plan.objective
+
+
+def test_vectorised_upper_hull_equals_the_sequential_loop():
+    rng = np.random.default_rng(5)
+    for _ in range(2000):
+        n = int(rng.integers(1, 80))
+        y = np.unique(rng.integers(0, 200, size=n))
+        g = np.cumsum(rng.integers(1, 20, size=len(y))).astype(float)  # integers: exact ties, collinear runs
+        if rng.random() < 0.5:
+            g = np.maximum.accumulate(g + rng.normal(0, 3, size=len(g))) + np.arange(len(g)) * 1e-3
+        for passes in (0, 1, 8):
+            hy, hg = dp._upper_hull(y, g, passes)
+            ly, lg = dp._upper_hull_loop(y, g)
+            assert hy.tolist() == ly.tolist() and hg.tolist() == lg.tolist()

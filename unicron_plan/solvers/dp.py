@@ -119,8 +119,8 @@ def solve_type_reference(jobs: list[JobTerms], capacity: int) -> tuple[dict[str,
 # Bounds: LP multiplier, upper bound, greedy lower bound.
 # ---------------------------------------------------------------------------
 
-def _upper_hull(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Vertices of the concave envelope of increasing points (y ascending, g increasing)."""
+def _upper_hull_loop(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Monotone-chain concave envelope (the sequential reference of :func:`_upper_hull`)."""
     hy, hg = [int(y[0])], [float(g[0])]
     for a, b in zip(y[1:].tolist(), g[1:].tolist()):
         while len(hy) >= 2 and (hg[-1] - hg[-2]) * (a - hy[-1]) <= (b - hg[-1]) * (hy[-1] - hy[-2]):
@@ -129,6 +129,29 @@ def _upper_hull(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         hy.append(a)
         hg.append(b)
     return np.array(hy, dtype=np.int64), np.array(hg)
+
+
+def _upper_hull(y: np.ndarray, g: np.ndarray, passes: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Vertices of the concave envelope of increasing points (y ascending, g increasing).
+
+    Vectorised: each pass drops, at once, every point on or below the chord of its two
+    neighbours (such a point is no vertex, and dropping non-vertices leaves the envelope
+    unchanged); the few points left after ``passes`` go through the sequential loop.
+    """
+    y = np.asarray(y, dtype=np.int64)
+    g = np.asarray(g, dtype=np.float64)
+    for _ in range(passes):
+        if len(y) < 3:
+            break
+        y0, y1, y2 = y[:-2], y[1:-1], y[2:]
+        g0, g1, g2 = g[:-2], g[1:-1], g[2:]
+        drop = (g1 - g0) * (y2 - y1) <= (g2 - g1) * (y1 - y0)  # the loop's test, same arithmetic
+        if not drop.any():
+            return y, g
+        keep = np.ones(len(y), dtype=bool)
+        keep[1:-1] = ~drop
+        y, g = y[keep], g[keep]
+    return _upper_hull_loop(y, g)
 
 
 def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int) -> float:

@@ -40,6 +40,7 @@ from unicron_plan.solvers import SolverOptions
 
 MEMORY_BUDGET_BYTES = 512 * 2**20
 REL_TOL = 1e-9
+CORE_DIVISORS = (4096, 64)  # core widths tried, as fractions 1/div of the bound's gap
 
 
 def _load_native():
@@ -281,15 +282,21 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
         return [int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb
     # Threshold T: every plan worth >= T survives the pruning, so a run that finds a plan worth
     # >= T has found the optimum. T comes from the best known plan: the greedy one, improved by
-    # an exact DP over a small core (the counts within a sixteenth of the gap of each job's best
-    # reduced value), whose optimum is feasible and usually optimal.
-    core = _attempt(options, red_max, lam, capacity, ub - max(ub - lb, 0.0) / 16, stats, cut=False)
+    # exact DPs over growing cores (the counts within delta of each job's best reduced value;
+    # states cut at the greedy value, since only a better plan matters). A plan worth v has
+    # reduced-cost deficits adding up to at most UB - v, so when a core optimum v has
+    # UB - v <= delta (less the tolerance), every plan worth >= v lies in the core: v is optimal.
+    gap = max(ub - lb, 0.0)
+    core = None
+    for div in CORE_DIVISORS:
+        delta = gap / div
+        found = _attempt(options, red_max, lam, capacity, ub - delta, stats, cut_at=lb - tol)
+        if found is not None and found[1] > lb:
+            lb, core = found[1], found
+        if core is not None and ub - core[1] <= delta - tol:
+            stats.update(core_lb=core[1], bound_met="core", core_delta=delta)
+            return core
     stats["core_lb"] = core[1] if core is not None else None
-    if core is not None and core[1] >= ub:  # the core optimum meets the upper bound
-        stats["bound_met"] = "core"
-        return core
-    if core is not None and core[1] > lb:
-        lb = core[1]
     threshold = lb - tol
     found = _attempt(options, red_max, lam, capacity, threshold, stats)
     if found is not None and found[1] >= threshold:
@@ -299,11 +306,17 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
 
 
 def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stats: dict,
-             cut: bool = True):
+             cut: bool = True, cut_at: float | None = None):
     """The DP over the options (and, with ``cut``, states) whose Lagrangian bound reaches ``threshold``.
 
-    Returns (counts, value), or None when no plan can reach the threshold.
+    ``cut_at`` cuts states at a lower value than ``threshold`` (the best plan over the kept
+    options is found whenever it is worth at least ``cut_at``). Returns (counts, value), or
+    None when no plan can reach the threshold (``cut_at``).
     """
+    if cut_at is not None:
+        cut, state_threshold = True, cut_at
+    else:
+        state_threshold = threshold
     m = len(options)
     slack = math.fsum(red_max) + lam * capacity - threshold  # m_i - (g - lam y) <= slack survives
     kept = []
@@ -331,7 +344,7 @@ def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stat
             return new, L2, U2, choice
         # Cut the ends of the window that cannot reach the threshold (no such plan goes there).
         c = np.arange(L2, U2 + 1)
-        alive = np.flatnonzero(new + lam * (capacity - c) + after_m[j] >= threshold)
+        alive = np.flatnonzero(new + lam * (capacity - c) + after_m[j] >= state_threshold)
         if len(alive) == 0:
             raise _LostPath
         a, b = int(alive[0]), int(alive[-1])

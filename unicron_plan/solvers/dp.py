@@ -40,7 +40,7 @@ from unicron_plan.solvers import SolverOptions
 
 MEMORY_BUDGET_BYTES = 512 * 2**20
 REL_TOL = 1e-9
-CORE_DIVISORS = (4096, 64)  # core widths tried, as fractions 1/div of the bound's gap
+CORE_DIVISORS = (2**20, 2**14, 2**8, 2**4)  # core widths tried, as fractions 1/div of the bound's gap
 
 
 def _load_native():
@@ -281,21 +281,26 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
         stats["bound_met"] = "greedy"
         return [int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb
     # Threshold T: every plan worth >= T survives the pruning, so a run that finds a plan worth
-    # >= T has found the optimum. T comes from the best known plan: the greedy one, improved by
-    # exact DPs over growing cores (the counts within delta of each job's best reduced value;
-    # states cut at the greedy value, since only a better plan matters). A plan worth v has
-    # reduced-cost deficits adding up to at most UB - v, so when a core optimum v has
-    # UB - v <= delta (less the tolerance), every plan worth >= v lies in the core: v is optimal.
+    # >= T has found the optimum. First, growing cores: a run at T = UB - delta (options and
+    # states cut at T) for small deltas. A plan worth v has reduced-cost deficits adding up to at
+    # most UB - v, so when a run finds v with UB - v <= delta (less the tolerance), every plan
+    # worth >= v lies in that run: v is optimal. When the gap to UB is an integrality artefact
+    # (near-linear curves, identical jobs) the first deltas settle it at a fraction of the cost;
+    # otherwise their best plan (or greedy's) is the lower bound of the full run.
     gap = max(ub - lb, 0.0)
     core = None
     for div in CORE_DIVISORS:
         delta = gap / div
-        found = _attempt(options, red_max, lam, capacity, ub - delta, stats, cut_at=lb - tol)
-        if found is not None and found[1] > lb:
+        if delta <= 2 * tol:
+            continue
+        found = _attempt(options, red_max, lam, capacity, ub - delta, stats)
+        if found is None:
+            continue
+        if found[1] > lb:
             lb, core = found[1], found
-        if core is not None and ub - core[1] <= delta - tol:
-            stats.update(core_lb=core[1], bound_met="core", core_delta=delta)
-            return core
+        if ub - found[1] <= delta - tol:
+            stats.update(core_lb=found[1], bound_met="core", core_delta=delta)
+            return found
     stats["core_lb"] = core[1] if core is not None else None
     threshold = lb - tol
     found = _attempt(options, red_max, lam, capacity, threshold, stats)
@@ -306,17 +311,11 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
 
 
 def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stats: dict,
-             cut: bool = True, cut_at: float | None = None):
+             cut: bool = True):
     """The DP over the options (and, with ``cut``, states) whose Lagrangian bound reaches ``threshold``.
 
-    ``cut_at`` cuts states at a lower value than ``threshold`` (the best plan over the kept
-    options is found whenever it is worth at least ``cut_at``). Returns (counts, value), or
-    None when no plan can reach the threshold (``cut_at``).
+    Returns (counts, value), or None when no plan can reach the threshold.
     """
-    if cut_at is not None:
-        cut, state_threshold = True, cut_at
-    else:
-        state_threshold = threshold
     m = len(options)
     slack = math.fsum(red_max) + lam * capacity - threshold  # m_i - (g - lam y) <= slack survives
     kept = []
@@ -344,7 +343,7 @@ def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stat
             return new, L2, U2, choice
         # Cut the ends of the window that cannot reach the threshold (no such plan goes there).
         c = np.arange(L2, U2 + 1)
-        alive = np.flatnonzero(new + lam * (capacity - c) + after_m[j] >= state_threshold)
+        alive = np.flatnonzero(new + lam * (capacity - c) + after_m[j] >= threshold)
         if len(alive) == 0:
             raise _LostPath
         a, b = int(alive[0]), int(alive[-1])

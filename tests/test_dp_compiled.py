@@ -81,3 +81,15 @@ def test_vectorised_upper_hull_equals_the_sequential_loop():
             hy, hg = dp._upper_hull(y, g, passes)
             ly, lg = dp._upper_hull_loop(y, g)
             assert hy.tolist() == ly.tolist() and hg.tolist() == lg.tolist()
+
+
+def test_regression_baseline_covers_every_adversarial_kind():
+    import json
+    from pathlib import Path
+
+    base = json.loads((Path(__file__).resolve().parent.parent / "benchmarks" / "baseline.json").read_text())
+    for kind in KINDS:
+        specs = [s for s in base["instances"] if f"curves={kind}" in s or f"adversarial-{kind}-" in s]
+        assert len(specs) == 2, kind  # the library instance and the 16,384-GPU generated one
+        for s in specs:
+            assert base["instances"][s]["solvers"]["dp"]["solution"] == "optimal"

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 from unicron_plan import api
+from unicron_plan.tools.adversarial import KINDS
 from unicron_plan.tools.generate import generate_instance
 from unicron_plan.io import dumps, write_atomic
 from unicron_plan.core.problem import build_problem
@@ -24,6 +25,8 @@ SPECS = [
     ("jagged-128-4jobs", dict(seed=5, gpus=128, jobs=4, max_counts=12), True),
     ("jagged-2048-32jobs", dict(seed=3, gpus=2048, jobs=32), False),
     ("jagged-16384-128jobs", dict(seed=1, gpus=16384, jobs=128), False),
+] + [  # the smallest instance of each adversarial curve kind (unicron_plan.tools.adversarial)
+    (f"adversarial-{kind}-512-8jobs", dict(seed=3, gpus=512, jobs=8, curves=kind), False) for kind in KINDS
 ]
 
 

@@ -183,6 +183,12 @@ def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (i
 class CurveKind(str, Enum):
     synthetic = "synthetic"
     model = "model"
+    identical = "identical"
+    linear_step = "linear-step"
+    near_linear = "near-linear"
+    dense = "dense"
+    equal_per_gpu = "equal-per-gpu"
+    four_types = "four-types"
 
 
 @app.command()
@@ -197,7 +203,8 @@ def generate(out: Path = typer.Argument(..., help="File to write."),
              max_counts: int = typer.Option(400, "--max-counts", help="Most allowed counts per job."),
              failed_nodes: int = typer.Option(1, "--failed-nodes", help="Nodes failing in the event (0: none)."),
              curves: CurveKind = typer.Option(CurveKind.synthetic, "--curves",
-                                              help="synthetic jagged tables, or model (unicron_plan.perf)."),
+                                              help="synthetic jagged tables, model (unicron_plan.perf), or an "
+                                                   "adversarial kind (unicron_plan.tools.adversarial)."),
              scenario: bool = typer.Option(False, "--scenario", help="Write a scenario instead of an instance."),
              duration_hours: float = typer.Option(720.0, "--duration-hours", help="Scenario length."),
              name: Optional[str] = typer.Option(None, "--name")):

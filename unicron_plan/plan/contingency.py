@@ -79,27 +79,15 @@ def candidate_failures(instance: Instance, racks: bool = False) -> list[tuple[st
 
 
 def _fold_full(V: np.ndarray, y: np.ndarray, g: np.ndarray, cap: int):
-    """Max-plus fold of one job onto V (at-most semantics, plateau beyond its end), up to cap."""
+    """Max-plus fold of one job onto V (at-most semantics, plateau beyond its end), up to cap.
+
+    The DP's windowed fold (compiled when built) over the whole range 0..min(cap, len(V) - 1 + y[-1]).
+    """
+    from unicron_plan.solvers.dp import _fold
+
     n_old = len(V) - 1
     n_new = min(cap, n_old + int(y[-1]))
-    if n_new > n_old:
-        Vx = np.empty(n_new + 1)
-        Vx[: n_old + 1] = V
-        Vx[n_old + 1:] = V[-1]
-    else:
-        Vx = V[: n_new + 1]
-    new = Vx + g[0]  # y[0] == 0
-    choice = np.zeros(n_new + 1, dtype=np.uint16 if len(y) > 255 else np.uint8)
-    for k in range(1, len(y)):
-        yk = int(y[k])
-        if yk > n_new:
-            break
-        cand = Vx[: n_new + 1 - yk] + g[k]
-        dst = new[yk:]
-        better = cand > dst
-        np.copyto(dst, cand, where=better)
-        choice[yk:][better] = k
-    return new, choice
+    return _fold(V[: n_new + 1], 0, min(n_old, n_new), y, g, 0, n_new, True)
 
 
 def _at(V: np.ndarray, c: int) -> float:

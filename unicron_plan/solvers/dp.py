@@ -41,6 +41,26 @@ from unicron_plan.solvers import SolverOptions
 
 MEMORY_BUDGET_BYTES = 512 * 2**20
 REL_TOL = 1e-9
+CORE_DIVISORS = (2**20, 2**14, 2**8, 2**4)  # core widths tried, as fractions 1/div of the bound's gap
+
+
+def _load_native():
+    """The compiled fold (unicron_plan/solvers/_maxplus.c) through ctypes, or None when not built."""
+    try:
+        import ctypes
+
+        from unicron_plan.solvers import _maxplus
+        lib = ctypes.CDLL(_maxplus.__file__)
+        fn = lib.maxplus_fold
+    except (ImportError, OSError, AttributeError):
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, ptr, ptr]
+    fn.restype = None
+    return fn
+
+
+NATIVE = _load_native()  # set to None to force the numpy fallback
 
 
 def available() -> bool:
@@ -101,8 +121,8 @@ def solve_type_reference(jobs: list[JobTerms], capacity: int) -> tuple[dict[str,
 # Bounds: LP multiplier, upper bound, greedy lower bound.
 # ---------------------------------------------------------------------------
 
-def _upper_hull(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Vertices of the concave envelope of increasing points (y ascending, g increasing)."""
+def _upper_hull_loop(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Monotone-chain concave envelope (the sequential reference of :func:`_upper_hull`)."""
     hy, hg = [int(y[0])], [float(g[0])]
     for a, b in zip(y[1:].tolist(), g[1:].tolist()):
         while len(hy) >= 2 and (hg[-1] - hg[-2]) * (a - hy[-1]) <= (b - hg[-1]) * (hy[-1] - hy[-2]):
@@ -111,6 +131,29 @@ def _upper_hull(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         hy.append(a)
         hg.append(b)
     return np.array(hy, dtype=np.int64), np.array(hg)
+
+
+def _upper_hull(y: np.ndarray, g: np.ndarray, passes: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """Vertices of the concave envelope of increasing points (y ascending, g increasing).
+
+    Vectorised: each pass drops, at once, every point on or below the chord of its two
+    neighbours (such a point is no vertex, and dropping non-vertices leaves the envelope
+    unchanged); the few points left after ``passes`` go through the sequential loop.
+    """
+    y = np.asarray(y, dtype=np.int64)
+    g = np.asarray(g, dtype=np.float64)
+    for _ in range(passes):
+        if len(y) < 3:
+            break
+        y0, y1, y2 = y[:-2], y[1:-1], y[2:]
+        g0, g1, g2 = g[:-2], g[1:-1], g[2:]
+        drop = (g1 - g0) * (y2 - y1) <= (g2 - g1) * (y1 - y0)  # the loop's test, same arithmetic
+        if not drop.any():
+            return y, g
+        keep = np.ones(len(y), dtype=bool)
+        keep[1:-1] = ~drop
+        y, g = y[keep], g[keep]
+    return _upper_hull_loop(y, g)
 
 
 def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int) -> float:
@@ -177,6 +220,15 @@ def _fold(V: np.ndarray, L: int, U: int, y: np.ndarray, g: np.ndarray, L2: int, 
         Vx[U - L + 1:] = V[-1]
     else:
         Vx = V
+    if NATIVE is not None:
+        Vx = np.ascontiguousarray(Vx, dtype=np.float64)
+        yy = np.ascontiguousarray(y, dtype=np.int64)
+        gg = np.ascontiguousarray(g, dtype=np.float64)
+        new = np.empty(W)
+        ch32 = np.empty(W, dtype=np.uint32) if want_choice else None
+        NATIVE(Vx.ctypes.data, L, yy.ctypes.data, gg.ctypes.data, len(yy), L2, W, new.ctypes.data,
+               ch32.ctypes.data if want_choice else None)
+        return new, (ch32.astype(_dtype(len(y))) if want_choice else None)
     new = np.full(W, -np.inf)
     choice = np.zeros(W, dtype=_dtype(len(y))) if want_choice else None
     for k in range(len(y)):
@@ -250,18 +302,28 @@ def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline
     if not prune:
         return _attempt(options, red_max, lam, capacity, -math.inf, stats, deadline=deadline)
     # Threshold T: every plan worth >= T survives the pruning, so a run that finds a plan worth
-    # >= T has found the optimum. T comes from the best known plan: the greedy one, improved by
-    # an exact DP over a small core (the counts within a sixteenth of the gap of each job's best
-    # reduced value), whose optimum is feasible and usually optimal.
-    core = _attempt(options, red_max, lam, capacity, ub - max(ub - lb, 0.0) / 16, stats, cut=False,
-                    deadline=deadline)
+    # >= T has found the optimum. First, growing cores: a run at T = UB - delta (options and
+    # states cut at T) for small deltas. A plan worth v has reduced-cost deficits adding up to at
+    # most UB - v, so when a run finds v with UB - v <= delta (less the tolerance), every plan
+    # worth >= v lies in that run: v is optimal. When the gap to UB is an integrality artefact
+    # (near-linear curves, identical jobs) the first deltas settle it at a fraction of the cost;
+    # otherwise their best plan (or greedy's) is the lower bound of the full run.
+    gap = max(ub - lb, 0.0)
+    core = None
+    for div in CORE_DIVISORS:
+        delta = gap / div
+        if delta <= 2 * tol:
+            continue
+        found = _attempt(options, red_max, lam, capacity, ub - delta, stats, deadline=deadline)
+        if found is None:
+            continue
+        if found[1] > lb:
+            lb, core = found[1], found
+            stats["core_plan"] = core  # the best plan held if the deadline passes
+        if ub - found[1] <= delta - tol:
+            stats.update(core_lb=found[1], bound_met="core", core_delta=delta)
+            return found
     stats["core_lb"] = core[1] if core is not None else None
-    stats["core_plan"] = core
-    if core is not None and core[1] >= ub:  # the core optimum meets the upper bound
-        stats["bound_met"] = "core"
-        return core
-    if core is not None and core[1] > lb:
-        lb = core[1]
     threshold = lb - tol
     found = _attempt(options, red_max, lam, capacity, threshold, stats, deadline=deadline)
     if found is not None and found[1] >= threshold:

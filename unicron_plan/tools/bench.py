@@ -11,7 +11,8 @@ Solvers that are not registered or whose backend is missing are reported as
 
 An instance is a path, or ``generate:KEY=VALUE,...`` (keys of
 :func:`unicron_plan.tools.generate.generate_instance`, e.g.
-``generate:gpus=131072,jobs=1024,seed=2``) for instances too big to commit.
+``generate:gpus=131072,jobs=1024,seed=2``; ``curves=identical`` etc. for the adversarial kinds)
+for instances too big to commit.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _load(spec: str):
         kwargs = {}
         for part in filter(None, spec[len("generate:"):].split(",")):
             k, _, v = part.partition("=")
-            kwargs[k] = float(v) if k == "demand" else int(v)
+            kwargs[k] = float(v) if k == "demand" else (v if k in ("curves", "name") else int(v))
         seed = kwargs.pop("seed", 0)
         return spec, load_instance(generate_instance(seed, **kwargs))
     return spec, load_instance(spec)

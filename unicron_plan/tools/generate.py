@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from unicron_plan.tools.adversarial import KINDS as ADVERSARIAL
+from unicron_plan.tools.adversarial import adversarial_curve, gpu_type_names
 from unicron_plan.errors import InvalidInstanceError
 
 A800 = {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 1600.0, "inter_node_gbps": 200.0}
@@ -78,11 +80,11 @@ def _v2(y: np.ndarray) -> np.ndarray:
 
 def synthetic_curve(rng: np.random.Generator, kind: ModelKind, nominal: int, max_gpus: int,
                     max_counts: int = 400, alpha: float = 0.06, beta: float = 0.25,
-                    peak: float = A800["peak_tflops"]) -> dict[str, float]:
-    """The jagged synthetic table of one job (rule in the module docstring)."""
+                    peak: float = A800["peak_tflops"], grain: int | None = None) -> dict[str, float]:
+    """The jagged synthetic table of one job (rule in the module docstring; ``grain`` overrides tp)."""
     unit = 8 * kind.pp
-    top = max(kind.tp, min(max_gpus, int(6 * nominal)))
-    grain = kind.tp
+    grain = grain or kind.tp
+    top = max(grain, min(max_gpus, int(6 * nominal)))
     while top // grain > max_counts:
         grain *= 2
     y = np.arange(grain, top + 1, grain, dtype=np.int64)
@@ -108,18 +110,34 @@ def _jobs(rng: np.random.Generator, n_jobs: int, total_gpus: int, demand: float,
           curves: str) -> tuple[list[dict], list[int], list[ModelKind]]:
     shares = np.array([m.share for m in MODEL_MIX])
     picks = rng.choice(len(MODEL_MIX), size=n_jobs, p=shares / shares.sum())
+    if curves == "identical":
+        picks[:] = 0
     kinds = [MODEL_MIX[int(k)] for k in picks]
     raw = np.array([k.size for k in kinds]) * rng.lognormal(0.0, 0.5, size=n_jobs)
+    if curves == "identical":
+        raw[:] = 1.0
     raw *= demand * total_gpus / raw.sum()
     nominal = [max(1, int(round(r / (8 * k.pp)))) * 8 * k.pp for r, k in zip(raw, kinds)]
     weights = rng.choice([0.5, 1.0, 1.0, 1.0, 2.0], size=n_jobs)
     trans = np.round([k.transition_seconds for k in kinds] * rng.lognormal(0.0, 0.25, size=n_jobs), 1)
+    if curves in ("identical", "linear-step", "near-linear", "equal-per-gpu"):
+        weights[:] = 1.0  # one value per GPU across jobs: the shape that defeats the bound
+    if curves == "identical":
+        trans[:] = kinds[0].transition_seconds
+    types = gpu_type_names(curves) if curves in ADVERSARIAL else ["a800"]
     jobs = []
     for i, (kind, nom) in enumerate(zip(kinds, nominal)):
-        table = (synthetic_curve(rng, kind, nom, total_gpus, max_counts) if curves == "synthetic"
-                 else _model_curve(kind, total_gpus))
+        if curves == "synthetic":
+            table = synthetic_curve(rng, kind, nom, total_gpus, max_counts)
+        elif curves == "model":
+            table = _model_curve(kind, total_gpus)
+        else:
+            table = adversarial_curve(
+                curves, rng, kind.tp, nom, total_gpus // len(types), max_counts,
+                lambda top, mc, g1, kind=kind, nom=nom: synthetic_curve(rng, kind, nom, top, mc,
+                                                                        grain=1 if g1 else None))
         jobs.append({"id": f"{kind.name}-{i:04d}", "weight": float(weights[i]),
-                     "throughput": {"gpu_type": "a800", "tflops": table},
+                     "throughput": {"gpu_type": types[i % len(types)], "tflops": table},
                      "current": {"gpus": 0, "nodes": []},
                      "transition_seconds": float(trans[i])})
     return jobs, nominal, kinds
@@ -148,19 +166,28 @@ def generate_instance(seed: int, *, gpus: int = 16384, jobs: int = 128, gpus_per
     """A v1 instance dict (event: ``failed_nodes`` random nodes fail; 0 for no event)."""
     if gpus % gpus_per_node or gpus < gpus_per_node:
         raise InvalidInstanceError("--gpus", f"{gpus} is not a positive multiple of {gpus_per_node} GPUs per node")
-    if curves not in ("synthetic", "model"):
-        raise InvalidInstanceError("--curves", f"{curves!r}: use 'synthetic' or 'model'")
+    if curves not in ("synthetic", "model") + ADVERSARIAL:
+        raise InvalidInstanceError("--curves", f"{curves!r}: use one of synthetic, model, "
+                                   + ", ".join(ADVERSARIAL))
     rng = rng if rng is not None else np.random.default_rng(seed)
     n_nodes = gpus // gpus_per_node
     node_ids = [f"n{k:05d}" for k in range(n_nodes)]
-    nodes = [{"id": nid, "gpu_type": "a800", "gpus": gpus_per_node, "failed_gpus": [],
+    types = gpu_type_names(curves) if curves in ADVERSARIAL else ["a800"]
+    if n_nodes % len(types):
+        raise InvalidInstanceError("--gpus", f"{n_nodes} nodes do not split into {len(types)} GPU types")
+    per_type = n_nodes // len(types)  # contiguous blocks of nodes, one per type
+    nodes = [{"id": nid, "gpu_type": types[k // per_type], "gpus": gpus_per_node, "failed_gpus": [],
               "rack": f"r{k // nodes_per_rack:04d}"} for k, nid in enumerate(node_ids)]
     job_list, nominal, _ = _jobs(rng, jobs, gpus, demand, max_counts, curves)
-    _place_current(job_list, nominal, node_ids, gpus_per_node)
+    for t, gtype in enumerate(types):
+        mine = [i for i, j in enumerate(job_list) if j["throughput"]["gpu_type"] == gtype]
+        _place_current([job_list[i] for i in mine], [nominal[i] for i in mine],
+                       node_ids[t * per_type:(t + 1) * per_type], gpus_per_node)
+    prefix = "jagged" if curves in ("synthetic", "model") else curves
     inst = {
         "schema_version": "1",
-        "name": name or f"jagged-{gpus}-{jobs}jobs-s{seed}",
-        "cluster": {"gpu_types": {"a800": dict(A800)}, "nodes": nodes},
+        "name": name or f"{prefix}-{gpus}-{jobs}jobs-s{seed}",
+        "cluster": {"gpu_types": {t: dict(A800) for t in types}, "nodes": nodes},
         "jobs": job_list,
         "cost": {"node_mtbf_hours": NODE_MTBF_HOURS, "default_transition_seconds": 600.0},
     }

@@ -116,10 +116,17 @@ def test_simulate_table_header_matches_its_values(capsys):
 
 
 def test_baseline_compares_the_ip_solvers():
+    """The IP solvers are in the baseline beside dp on the committed jagged and tiny instances;
+    the adversarial kinds (where the IP solvers need minutes) record dp."""
     base = json.loads((ROOT / "benchmarks" / "baseline.json").read_text())
+    ip_checked = 0
     for name, entry in base["instances"].items():
-        for solver in ("dp", "milp", "cpsat"):
-            assert entry["solvers"][solver]["status"] == "ok", (name, solver)
+        assert entry["solvers"]["dp"]["status"] == "ok", name
+        if name.startswith(("instances/jagged", "instances/tiny")):
+            ip_checked += 1
+            for solver in ("milp", "cpsat"):
+                assert entry["solvers"][solver]["status"] == "ok", (name, solver)
+    assert ip_checked >= 3
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))

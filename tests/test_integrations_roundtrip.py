@@ -196,3 +196,74 @@ def test_slurm_commands_through_the_cli(tmp_path):
                          json.loads((d / "nodes.json").read_text()))
     assert r.stdout.startswith("#!/bin/sh\n")
     assert r.stdout.splitlines()[3:] == lines
+
+
+def _k8s_cli(tmp_path, nodes, pods, jobs):
+    import subprocess
+    import sys
+
+    paths = []
+    for name, doc in (("nodes", nodes), ("pods", pods), ("jobs", jobs)):
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps(doc))
+        paths.append(str(p))
+    return subprocess.run([sys.executable, "-m", "unicron_plan.cli", "import", "k8s", "--nodes", paths[0],
+                           "--pods", paths[1], "--jobs", paths[2], "--expected-run-seconds", "36000"],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("breakage,names", [
+    ("unknown product", ("Node ", "nvidia.com/gpu.product")),
+    ("no weight", ("PyTorchJob ", "unicron-plan/weight")),
+    ("bad weight", ("PyTorchJob ", "unicron-plan/weight")),
+    ("bad throughput", ("PyTorchJob ", "unicron-plan/throughput")),
+    ("unknown key", ("PyTorchJob ", "unicron-plan/colour")),
+])
+def test_k8s_import_errors_name_the_object_and_field(tmp_path, breakage, names):
+    nodes, pods, jobs = (json.loads(json.dumps(d)) for d in fx.load("k8s", "small"))
+    job = next(j for j in jobs["items"] if j["kind"] == "PyTorchJob")
+    ann = job["metadata"]["annotations"]
+    if breakage == "unknown product":
+        nodes["items"][0]["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-B9000"
+    elif breakage == "no weight":
+        del ann["unicron-plan/weight"]
+    elif breakage == "bad weight":
+        ann["unicron-plan/weight"] = "heavy"
+    elif breakage == "bad throughput":
+        ann["unicron-plan/throughput"] = "{not json"
+    else:
+        ann["unicron-plan/colour"] = "blue"
+    r = _k8s_cli(tmp_path, nodes, pods, jobs)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    line = r.stderr.strip().splitlines()
+    assert len(line) == 1 and "Traceback" not in r.stderr
+    assert all(n in line[0] for n in names), line[0]
+
+
+@pytest.mark.parametrize("breakage,names", [
+    ("unknown key", ("colour",)),
+    ("bad weight", ("weight",)),
+    ("unknown gres", ("gpu0000", "gres")),
+])
+def test_slurm_import_errors_name_the_object_and_field(tmp_path, breakage, names):
+    import subprocess
+    import sys
+
+    nodes, jobs = (json.loads(json.dumps(d)) for d in fx.load("slurm", "small"))
+    job = next(j for j in jobs["jobs"] if (j.get("comment") or "").startswith("unicron-plan:"))
+    if breakage == "unknown key":
+        job["comment"] += " colour=blue"
+    elif breakage == "bad weight":
+        job["comment"] = job["comment"].replace("weight=3", "weight=heavy")
+    else:
+        nodes["nodes"][0]["gres"] = "gpu:b9000:8(S:0-1)"
+    np_, jp = tmp_path / "nodes.json", tmp_path / "jobs.json"
+    np_.write_text(json.dumps(nodes))
+    jp.write_text(json.dumps(jobs))
+    r = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "import", "slurm", "--nodes", str(np_),
+                        "--jobs", str(jp), "--expected-run-seconds", "36000"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    line = r.stderr.strip().splitlines()
+    assert len(line) == 1 and "Traceback" not in r.stderr
+    assert all(n in line[0] for n in names), line[0]

@@ -70,6 +70,28 @@ class Problem:
         """Jobs that run on ``gpu_type``, in instance order."""
         return [j for j in self.jobs if j.gpu_type == gpu_type]
 
+    def stays(self, counts: dict[str, int]):
+        """Placement's first step: (free GPUs per node, {job: {node: GPUs}}, the jobs left to place).
+
+        A job that keeps its count and was not hit, and a pinned job, keeps its previous split
+        exactly; the free GPUs are what usable nodes have left after them (negative when the
+        stays overfill a node, which only constrained callers need to check).
+        """
+        free = {nid: (0 if n.drained else n.healthy_after) for nid, n in self.state.nodes.items()}
+        result: dict[str, dict[str, int]] = {j.id: {} for j in self.jobs}
+        movers = []
+        for j in self.jobs:
+            y = counts[j.id]
+            if y == 0:
+                continue
+            if (y == j.x and not j.hit) or j.pinned:  # pinned: the previous split (constraints.precheck)
+                for nid, g in self.state.previous[j.id].items():
+                    result[j.id][nid] = g
+                    free[nid] -= g
+            else:
+                movers.append(j)
+        return free, result, movers
+
     def objective(self, counts: dict[str, int], placement: dict[str, dict[str, int]] | None = None) -> float:
         """sum_i G_i(y_i) for a count per job id; with a ``placement``, moved jobs pay their transition."""
         moved = self.moved(counts, placement)

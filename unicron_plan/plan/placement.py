@@ -23,19 +23,7 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
     """{job id: {node id: GPUs}} for planned ``counts`` (nodes in cluster order)."""
     state = problem.state
     order = {nid: k for k, nid in enumerate(state.nodes)}
-    free = {nid: (0 if n.drained else n.healthy_after) for nid, n in state.nodes.items()}
-    result: dict[str, dict[str, int]] = {j.id: {} for j in problem.jobs}
-    movers = []
-    for j in problem.jobs:
-        y = counts[j.id]
-        if y == 0:
-            continue
-        if (y == j.x and not j.hit) or j.pinned:  # pinned: the previous split (constraints.precheck)
-            for nid, g in state.previous[j.id].items():
-                result[j.id][nid] = g
-                free[nid] -= g
-        else:
-            movers.append(j)
+    free, result, movers = problem.stays(counts)
     _retain(problem, movers, counts, free, result)
     racks = {j.id: {state.nodes[n].rack for n in state.previous[j.id]} for j in movers}
     pool = _FreePool(state, free, order)

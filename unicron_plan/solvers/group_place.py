@@ -18,19 +18,7 @@ from unicron_plan.core.problem import Problem
 def place_groups(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]] | None:
     """{job id: {node id: GPUs}} with every share a multiple of the job's tp, or None."""
     state = problem.state
-    free = {nid: (0 if n.drained else n.healthy_after) for nid, n in state.nodes.items()}
-    result: dict[str, dict[str, int]] = {j.id: {} for j in problem.jobs}
-    movers = []
-    for j in problem.jobs:
-        y = counts[j.id]
-        if y == 0:
-            continue
-        if (y == j.x and not j.hit) or j.pinned:
-            for nid, g in state.previous[j.id].items():
-                result[j.id][nid] = g
-                free[nid] -= g
-        else:
-            movers.append(j)
+    free, result, movers = problem.stays(counts)
     if any(v < 0 for v in free.values()):
         return None
     need = {}

@@ -1,4 +1,4 @@
-"""Unit tests of the constraint semantics (unicron_plan/constraints.py, docs/solvers.md)."""
+"""Unit tests of the constraint semantics (unicron_plan/core/constraints.py, docs/solvers.md)."""
 
 from __future__ import annotations
 

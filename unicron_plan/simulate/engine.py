@@ -61,7 +61,8 @@ class Engine:
     """Replays ``events`` for ``policy``; :meth:`run` returns the policy's result dict."""
 
     def __init__(self, scenario: Scenario, events: list[SimEvent], policy, mtbf_hours: float,
-                 record: bool = False, progress: Optional[Callable[[], None]] = None):
+                 record: bool = False, progress: Optional[Callable[[], None]] = None,
+                 checks: bool = False):
         self.scenario = scenario
         self.events = events
         self.policy = policy
@@ -87,6 +88,7 @@ class Engine:
         self.progress = progress
         self._heap: list = []
         self._seq = 0
+        self.checks = checks  # invariants after every event (tests); see check_invariants
 
     # --- helpers for policies ---
     def push(self, time: float, kind: str, payload=None) -> None:
@@ -175,6 +177,8 @@ class Engine:
             time, _, _, kind, payload = heapq.heappop(self._heap)
             if time > self.horizon:
                 break
+            if self.checks and time > self.t:  # the state that holds from now until the next event
+                self.check_invariants()
             self.advance(time)
             if kind == "event":
                 self._external(payload)
@@ -185,9 +189,32 @@ class Engine:
             elif kind == "repair":
                 self._repair(payload)
             self._record()
+        if self.checks and self.horizon > self.t:
+            self.check_invariants()
         self.advance(self.horizon)
         self._record()
         return self.result()
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError when the state about to hold until the next event is impossible: a
+        node holds more GPUs than it has, or a job computes (no block covers now, not stopped) on a
+        node that is down or failed-but-undetected."""
+        used: dict[str, int] = {}
+        for j in self.jobs:
+            for nid, g in j.alloc.items():
+                used[nid] = used.get(nid, 0) + g
+        for nid, g in used.items():
+            node = self.nodes[nid]
+            usable = node.gpus - len(node.failed_gpus)
+            if g > usable:
+                raise AssertionError(f"t={self.t / 3600:.3f} h: {g} GPUs placed on node {nid!r} "
+                                     f"of {usable} usable ({self.policy.name})")
+        broken = self.down | set(self.pending)
+        for j in self.jobs:
+            on = broken.intersection(j.alloc)
+            if on and not j.waiting and not any(b[0] <= self.t < b[1] for b in j.blocks):
+                raise AssertionError(f"t={self.t / 3600:.3f} h: job {j.id!r} computes on failed node(s) "
+                                     f"{sorted(on)} ({self.policy.name})")
 
     def _external(self, ev: SimEvent) -> None:
         if ev.kind == "repair":

@@ -149,6 +149,9 @@ class PlannerPolicy(Policy):
             new = {n: g for n, g in placement[j.id].items() if g > 0}
             changed = sum(new.values()) != j.count or hit[j.id] or set(new) != set(j.alloc)
             if not changed:
+                # Same count on the same nodes: the planner's per-node split (derived from the
+                # node list, docs/format.md) is adopted, so the GPUs the plan gives others are free.
+                j.alloc = new
                 continue
             j.alloc = new
             if not charge:
@@ -270,6 +273,9 @@ class MegatronPolicy(Policy):
         for j in eng.jobs:
             if node in j.waiting:
                 j.waiting.discard(node)
+                # A node of the job that failed since and is not detected yet keeps it stopped:
+                # its restart would hang there until the failure is detected.
+                j.waiting |= set(j.alloc) & set(eng.pending)
                 if not j.waiting:
                     self.restart(eng, j, j.pending_lost)
                     j.pending_lost = 0.0
@@ -287,7 +293,8 @@ class OobleckPolicy(Policy):
 
     def best_alloc(self, eng: Engine, job: JobRun) -> dict[str, int]:
         """The job's best allowed count on its own GPUs of nodes in service, placed on them in order."""
-        own = {n: g for n, g in self.own[job.id].items() if n not in eng.down}
+        # Not on nodes that are down, nor on failed ones whose failure is not detected yet.
+        own = {n: g for n, g in self.own[job.id].items() if n not in eng.down and n not in eng.pending}
         avail = sum(own.values())
         best_c, best_f = 0, 0.0
         for c in sorted(job.table):

@@ -7,8 +7,9 @@ Both measurements come from the same run on the same instance and events:
 - the service (a real uvicorn process on a free loopback port) gets the
   instance without its event, then N single-node failures as dry runs, each
   an HTTP round trip from a keep-alive client (plan placed and validated);
-  *warm*: after the background contingency index is ready; *cold*: a second
-  server started with --no-contingency;
+  *warm*: after the background work is done (contingency index ready and the
+  answer of every single-node failure stored, ``/healthz`` ``precomputed``);
+  *cold*: a second server started with --no-contingency;
 - the CLI: whole `unicron-plan solve` processes on the instance with one of
   the same failures as its event (start-up included, as a scheduler that
   shells out pays it).
@@ -46,11 +47,16 @@ def time_service(base: dict, events: list[dict], *args: str, wait_ready: bool) -
             httpx.Client(base_url=srv.url, timeout=60) as c:
         assert c.put("/v1/cluster", json=base).status_code == 200
         if wait_ready:
-            deadline = time.monotonic() + 300
-            while c.get("/healthz").json()["contingency"] != "ready":
+            deadline, start = time.monotonic() + 900, time.monotonic()
+            while True:
+                health = c.get("/healthz").json()
+                done = health["precomputed"]
+                if health["contingency"] == "ready" and done["total"] and done["done"] >= done["total"]:
+                    break
                 if time.monotonic() > deadline:
-                    raise RuntimeError("contingency index not ready after 300 s")
-                time.sleep(0.05)
+                    raise RuntimeError(f"background work not done after 900 s: {health}")
+                time.sleep(0.5)
+            print(f"  background work done in {time.monotonic() - start:.0f} s", file=sys.stderr)
         for ev in events[:3]:  # first requests pay imports and caches
             c.post("/v1/events", params={"dry_run": "true"}, json=ev)
         out, sources = [], set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 
 import numpy as np
 import pytest
@@ -90,7 +91,10 @@ def test_warm_contingency_answers_single_node_failures(tmp_path):
     c = TestClient(app)
     c.put("/v1/cluster", json=base)
     assert app.state.coordinator.wait_contingency(120)
-    assert c.get("/healthz").json() == {"status": "ok", "contingency": "ready", "revision": 1}
+    health = c.get("/healthz").json()
+    assert {k: health[k] for k in ("status", "contingency", "revision")} == \
+        {"status": "ok", "contingency": "ready", "revision": 1}
+    assert health["precomputed"]["total"] == len(base["cluster"]["nodes"])
     for node in [n["id"] for n in base["cluster"]["nodes"][::64]]:
         ev = {"kind": "failure", "failed_nodes": [node]}
         plan = c.post("/v1/events?dry_run=true", json=ev).json()
@@ -99,6 +103,46 @@ def test_warm_contingency_answers_single_node_failures(tmp_path):
         assert plan["objective"] == pytest.approx(expected.objective, rel=1e-12)
         assert api.validate_plan(dict(base, event=ev), plan).valid
     assert "unicron_contingency_hits_total 4.0" in c.get("/metrics").text
+
+
+def _wait_precomputed(c: TestClient, timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = c.get("/healthz").json()["precomputed"]
+        if done["total"] and done["done"] >= done["total"]:
+            return done
+        time.sleep(0.05)
+    raise AssertionError(f"answers not stored after {timeout} s: {done}")
+
+
+def test_stored_answers_equal_fresh_solves(tmp_path):
+    """Answers stored in the background equal api.solve, for dry runs and recorded events."""
+    inst = read_json(ROOT / "instances" / "paper-128-a800.json")
+    base, _ = _split(inst)
+    app = create_app(tmp_path / "s")
+    c = TestClient(app)
+    c.put("/v1/cluster", json=base)
+    assert _wait_precomputed(c)["total"] == len(base["cluster"]["nodes"])
+    nodes = [n["id"] for n in base["cluster"]["nodes"]]
+    for node in nodes:
+        ev = {"kind": "failure", "failed_nodes": [node]}
+        r = c.post("/v1/events?dry_run=true", json=ev)
+        assert r.status_code == 200
+        served = r.json()
+        assert served["solver"]["name"] == "contingency" and served["revision"] == 1 and served["plan_id"] is None
+        _same_plan(served, api.solve(dict(base, event=ev)))
+    hits = f"unicron_contingency_hits_total {float(len(nodes))}"
+    assert hits in c.get("/metrics").text
+    # a recorded event is answered from the stored answer too, and logged as usual
+    ev = {"kind": "failure", "failed_nodes": [nodes[1]]}
+    recorded = c.post("/v1/events", json=ev).json()
+    _same_plan(recorded, api.solve(dict(base, event=ev)))
+    assert recorded["solver"]["name"] == "contingency"
+    assert [e["type"] for e in c.get("/v1/history").json()["entries"]] == ["cluster", "event", "plan"]
+    # with a failure pending, a second failure is solved against both (no stored answer applies)
+    ev2 = {"kind": "failure", "failed_nodes": [nodes[2]]}
+    both = dict(base, event={"kind": "failure", "failed_nodes": [nodes[1], nodes[2]]})
+    _same_plan(c.post("/v1/events?dry_run=true", json=ev2).json(), api.solve(both))
 
 
 def test_pending_events_combine_and_apply(tmp_path):
@@ -260,7 +304,8 @@ def test_openapi_health_metrics(tmp_path):
     assert doc["paths"]["/v1/cluster"]["put"]["requestBody"]["content"]["application/json"]["schema"] == \
         {"$ref": "#/components/schemas/Instance"}
     assert "Instance" in doc["components"]["schemas"] and "Event" in doc["components"]["schemas"]
-    assert c.get("/healthz").json() == {"status": "ok", "contingency": "off", "revision": 0}
+    assert c.get("/healthz").json() == {"status": "ok", "contingency": "off", "revision": 0,
+                                        "precomputed": {"done": 0, "total": 0}}
     c.put("/v1/cluster", json=_split(read_json(ROOT / "instances" / "tiny-one-job-two-nodes.json"))[0])
     c.post("/v1/events", json={"kind": "failure", "failed_nodes": ["n1"]})
     text = c.get("/metrics").text

@@ -49,7 +49,8 @@ def load_plan(source: str | os.PathLike | dict | Plan) -> Plan:
 
 def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = None,
           time_limit_seconds: float | None = None, threads: int | None = None,
-          contingency: str | os.PathLike | dict | None = None) -> Plan:
+          contingency: str | os.PathLike | dict | None = None,
+          instance_fingerprint: str | None = None) -> Plan:
     """The optimal (or, under a time limit, best found) plan, checked by the independent validator.
 
     ``solver`` is one of the registry (``unicron-plan solvers``); None (the default)
@@ -65,6 +66,9 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     plan is placed, validated and returned (solver name ``contingency``); when
     it is not used, the fresh plan's ``solver.options["contingency_fallback"]``
     says why. A malformed index raises InvalidInstanceError.
+    ``instance_fingerprint``: the instance's ``contingency.fingerprint``, for a
+    caller that keeps the instance and computed it once (the service); it is
+    compared with the index's instead of hashing the instance again.
 
     Raises InvalidInstanceError for bad input, SolverUnavailableError for an
     unknown solver (or ``dp`` on constraints it cannot express), InfeasibleError
@@ -80,7 +84,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     instance = _load(Instance, instance)
     fallback = None
     if contingency is not None:
-        plan, fallback = _from_contingency(instance, contingency)
+        plan, fallback = _from_contingency(instance, contingency, instance_fingerprint)
         if plan is not None:
             return plan
     start = time.perf_counter()
@@ -107,7 +111,8 @@ def _derived(problem) -> tuple[dict, object]:
     return {j.id: j.table for j in problem.jobs}, problem.state
 
 
-def _from_contingency(instance: Instance, contingency) -> tuple[Plan | None, str | None]:
+def _from_contingency(instance: Instance, contingency,
+                      instance_fingerprint: str | None = None) -> tuple[Plan | None, str | None]:
     """(the precomputed plan for the instance's event, placed and validated, None) or
     (None, why none was used): a stored plan that does not check out is never used."""
     from unicron_plan.core.constraints import dp_limitations
@@ -117,7 +122,7 @@ def _from_contingency(instance: Instance, contingency) -> tuple[Plan | None, str
 
     start = time.perf_counter()
     index = check_index(contingency) if isinstance(contingency, dict) else read_contingency(contingency)
-    found = lookup(instance, index)
+    found = lookup(instance, index, instance_fingerprint)
     if found is None:
         return None, "no precomputed plan matches this instance and event"
     key, counts, stored = found

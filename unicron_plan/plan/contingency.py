@@ -301,17 +301,21 @@ def check_index(data, source: str = "contingency") -> dict:
     return data
 
 
-def lookup(instance: Instance, index: dict) -> tuple[str, dict[str, int], float] | None:
+def lookup(instance: Instance, index: dict,
+           instance_fingerprint: str | None = None) -> tuple[str, dict[str, int], float] | None:
     """(key, counts, objective) of the precomputed plan for the instance's event, or None.
 
     Matches only a failure event of whole nodes on the same cluster and jobs
-    (same fingerprint).
+    (same fingerprint; ``instance_fingerprint`` is the instance's when the caller
+    already computed it).
     """
     ev = instance.event
     if ev is None or ev.kind != "failure" or ev.failed_gpus or not ev.failed_nodes:
         return None
     key = failure_key(ev.failed_nodes, instance)
     entry = index.get("failures", {}).get(key) if key else None
-    if entry is None or index.get("fingerprint") != fingerprint(instance):
+    if entry is None:
+        return None
+    if index.get("fingerprint") != (instance_fingerprint or fingerprint(instance)):
         return None
     return key, dict(index["plans"][entry["plan"]]["counts"]), float(entry["objective"])

@@ -63,6 +63,9 @@ class HealthReply(BaseModel):
     status: str
     contingency: str = Field(description="ready, building or off.")
     revision: int = Field(description="Revision of the state (cheap to poll).")
+    precomputed: dict = Field(default_factory=dict,
+                              description="Whole answers to single-node failures stored for the state: "
+                                          "done and total.")
 
 
 # Request bodies are parsed by hand (strict JSON); these give /openapi.json their schemas.
@@ -190,6 +193,10 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     async def post_event(request: Request, dry_run: bool = Query(False),
                          idempotency_key: Optional[str] = Header(None, alias="Idempotency-Key")):
         data = await _read_json(request, max_body_bytes)
+        if dry_run:
+            text = coord.dry_run_text(data)  # a stored answer: no planning, no re-encoding
+            if text is not None:
+                return Response(text, media_type="application/json")
         return _json(await run_in_threadpool(coord.post_event, data, dry_run, idempotency_key))
 
     @app.post("/v1/jobs", response_model=RevisionReply, summary="Add a queued job (current.gpus 0)")
@@ -220,7 +227,8 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
 
     @app.get("/healthz", response_model=HealthReply)
     async def healthz():
-        return {"status": "ok", "contingency": coord.contingency_status(), "revision": coord.state.revision}
+        return {"status": "ok", "contingency": coord.contingency_status(), "revision": coord.state.revision,
+                "precomputed": coord.precomputed_status()}
 
     @app.get("/metrics", response_class=Response)
     async def metrics():

@@ -3,12 +3,22 @@
 Every plan comes from :meth:`Coordinator.solve`, the one call of
 :func:`unicron_plan.api.solve`. Changes are serialised by one lock, committed
 to the log, and only then made visible and answered.
+
+Warm contingency has two stages, both in a background thread that starts over
+whenever the applied state changes: the contingency index of the state (new
+counts for every single-node and rack failure), then, node by node, the whole
+answer to "node X fails" (placed and validated by the same :meth:`solve`,
+stored compressed). An event that is exactly such a failure, arriving while
+nothing is pending on the same applied state, is answered from the stored
+answer; anything else is solved (with the index where it applies).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +28,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.service import state as st
 from unicron_plan.service.store import Store
+
+#: Whole answers are precomputed for at most this many nodes (the index covers every node).
+MAX_PRECOMPUTED_NODES = 4096
 
 
 class Conflict(Exception):
@@ -58,6 +71,9 @@ class Coordinator:
         self._contingency_on = contingency
         self._cv = threading.Condition()
         self._index: tuple[int, dict | None] | None = None  # (base_version, index or None on failure)
+        # (base_version, {node id: zlib(JSON plan)}, nodes to do): answers to single-node failures
+        self._answers: tuple[int, dict[str, bytes], int] | None = None
+        self._fingerprint: tuple[int, str] | None = None  # (base_version, fingerprint of the base)
         self._closed = False
         self._worker = None
         if contingency:
@@ -65,28 +81,65 @@ class Coordinator:
             self._worker.start()
 
     # ------------------------------------------------------------------ planning
-    def solve(self, instance, index: dict | None):
+    def solve(self, instance, index: dict | None, fingerprint: str | None = None, observe: bool = True):
         """The one place plans are computed: :func:`unicron_plan.api.solve`."""
         from unicron_plan import api
 
         start = time.perf_counter()
-        plan = api.solve(instance, solver=self.solver, contingency=index)
-        self.metrics.solver_time.observe(time.perf_counter() - start)
+        plan = api.solve(instance, solver=self.solver, contingency=index, instance_fingerprint=fingerprint)
+        if observe:
+            self.metrics.solver_time.observe(time.perf_counter() - start)
         return plan
+
+    def _stored_text(self, state: st.State, data: Any) -> bytes | None:
+        """The precomputed answer to ``data`` on ``state`` as JSON text, or None (module docstring)."""
+        node = _single_node_failure(data)
+        if node is None or state.pending or state.base is None:
+            return None
+        with self._cv:
+            answers = self._answers
+        if answers is None or answers[0] != state.base_version:
+            return None
+        packed = answers[1].get(node)
+        return None if packed is None else zlib.decompress(packed)
+
+    def _stored_answer(self, state: st.State, data: Any) -> dict | None:
+        text = self._stored_text(state, data)
+        return None if text is None else json.loads(text)
+
+    def dry_run_text(self, data: Any) -> bytes | None:
+        """The reply to a dry-run event as JSON text when a stored answer has it, else None.
+
+        The plan's text is used as stored, with ``plan_id`` and ``revision`` appended.
+        """
+        start = time.perf_counter()
+        state = self.state
+        text = self._stored_text(state, data)
+        if text is None:
+            return None
+        self._count_stored(dry_run=True)
+        self.metrics.plan_latency.observe(time.perf_counter() - start)
+        return text[:-1] + b',"plan_id":null,"revision":%d}' % state.revision
 
     def _plan(self, before: st.State, after: st.State, dry_run: bool) -> dict:
         """The plan of ``after`` (``before`` plus one event), from warm contingency when it applies."""
-        index = None
+        index = fingerprint = None
         if not before.pending and after.failed and not after.exits and not after.arrivals:
             with self._cv:
                 if self._index is not None and self._index[0] == after.base_version:
                     index = self._index[1]
-        plan = self.solve(st.planning_instance(after), index)
+                if self._fingerprint is not None and self._fingerprint[0] == after.base_version:
+                    fingerprint = self._fingerprint[1]
+        plan = self.solve(st.planning_instance(after), index, fingerprint)
         source = plan.solver.name
         if source == "contingency":
             self.metrics.contingency_hits.inc()
         self.metrics.plans.labels(source=source, dry_run=str(dry_run).lower()).inc()
         return plan.model_dump(mode="json", exclude_none=True)
+
+    def _count_stored(self, dry_run: bool) -> None:
+        self.metrics.contingency_hits.inc()
+        self.metrics.plans.labels(source="contingency", dry_run=str(dry_run).lower()).inc()
 
     # ------------------------------------------------------------------ changes
     def _commit(self, rows: list[tuple[str, dict]], new_state: st.State, idempotency=None, make_response=None):
@@ -117,8 +170,12 @@ class Coordinator:
         start = time.perf_counter()
         if dry_run:
             before = self.state
-            after, _ = st.record_event(before, data)
-            plan = self._plan(before, after, dry_run=True)
+            plan = self._stored_answer(before, data)
+            if plan is not None:
+                self._count_stored(dry_run=True)
+            else:
+                after, _ = st.record_event(before, data)
+                plan = self._plan(before, after, dry_run=True)
             self.metrics.plan_latency.observe(time.perf_counter() - start)
             return {**plan, "plan_id": None, "revision": before.revision}
         if idempotency_key is not None:
@@ -134,7 +191,11 @@ class Coordinator:
                     return found
             before = self.state
             after, ev = st.record_event(before, data)
-            plan = self._plan(before, after, dry_run=False)
+            plan = self._stored_answer(before, data)
+            if plan is not None:
+                self._count_stored(dry_run=False)
+            else:
+                plan = self._plan(before, after, dry_run=False)
             ev_rev = self.last + 1
             reply = {**plan, "plan_id": f"p{ev_rev + 1}", "revision": ev_rev}
             self._commit([("event", ev.model_dump(mode="json", exclude_none=True)), ("plan", reply)],
@@ -194,9 +255,18 @@ class Coordinator:
                 return "off"  # the build failed for this state (e.g. constraints): events are solved
         return "ready" if current else "building"
 
+    def precomputed_status(self) -> dict:
+        """{"done": answers stored, "total": answers to store} for the current applied state."""
+        with self._cv:
+            answers = self._answers
+        if answers is None or self.state.base is None or answers[0] != self.state.base_version:
+            return {"done": 0, "total": 0 if self.state.base is None else
+                    min(len(self.state.base.cluster.nodes), MAX_PRECOMPUTED_NODES)}
+        return {"done": len(answers[1]), "total": answers[2]}
+
     # ------------------------------------------------------------------ warm contingency
     def _contingency_loop(self) -> None:
-        from unicron_plan.plan.contingency import build_contingency
+        from unicron_plan.plan.contingency import build_contingency, fingerprint
 
         while True:
             with self._cv:
@@ -209,11 +279,35 @@ class Coordinator:
             start = time.perf_counter()
             try:
                 index = build_contingency(snapshot.base)
+                digest = fingerprint(snapshot.base)
             except Exception:  # e.g. constraints the DP tables cannot express: events are solved instead
-                index = None
+                index = digest = None
             self.metrics.contingency_build.observe(time.perf_counter() - start)
             with self._cv:
                 self._index = (snapshot.base_version, index)
+                self._fingerprint = None if digest is None else (snapshot.base_version, digest)
+            if index is not None:
+                self._precompute(snapshot, index, digest)
+
+    def _precompute(self, snapshot: st.State, index: dict, digest: str) -> None:
+        """Store the answer to each single-node failure of ``snapshot`` until the state moves on."""
+        base = replace(snapshot, failed={}, whole=frozenset(), exits=(), arrivals=())
+        nodes = [n.id for n in snapshot.base.cluster.nodes][:MAX_PRECOMPUTED_NODES]
+        answers: dict[str, bytes] = {}
+        with self._cv:
+            self._answers = (snapshot.base_version, answers, len(nodes))
+        for nid in nodes:
+            if self._closed or self.state.base_version != snapshot.base_version:
+                return
+            try:
+                after, _ = st.record_event(base, {"kind": "failure", "failed_nodes": [nid]})
+                plan = self.solve(st.planning_instance(after), index, digest, observe=False)
+            except Exception:  # e.g. the node has failed already: such events are solved when they come
+                continue
+            text = json.dumps(plan.model_dump(mode="json", exclude_none=True), separators=(",", ":"),
+                              allow_nan=False)
+            answers[nid] = zlib.compress(text.encode(), 1)
+            time.sleep(0)  # let request threads in between answers
 
     def wait_contingency(self, timeout: float = 60.0) -> bool:
         """Block until the index of the current state is built (tests and benchmarks)."""
@@ -228,3 +322,15 @@ class Coordinator:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+
+
+def _single_node_failure(data: Any) -> str | None:
+    """The node of an event that is exactly the failure of one whole node, else None."""
+    if not isinstance(data, dict) or data.get("kind") != "failure" or data.get("failed_gpus"):
+        return None
+    if not set(data) <= {"kind", "failed_nodes", "failed_gpus"}:
+        return None
+    nodes = data.get("failed_nodes")
+    if not isinstance(nodes, list) or len(nodes) != 1 or not isinstance(nodes[0], str):
+        return None
+    return nodes[0]

@@ -83,6 +83,30 @@ def test_llama3_405b_long_context_at_the_published_layout():
     assert abs(rows[0]["model_tflops_per_gpu"] / 380 - 1) <= 0.10
 
 
+def test_llama3_405b_long_context_at_the_defaults():
+    """The same held-out row with the model's own best layout (recompute auto, default stack)."""
+    p = derive_table("llama3-405b", "h100", 128, 131072, gpus=[16384]).points[0]
+    assert abs(p.model_tflops_per_gpu / 380 - 1) <= 0.10, f"predicted {p.model_tflops_per_gpu:.1f}"
+
+
+def test_all_gather_context_parallelism_is_exposed():
+    """An all-gather CP stack pays the K/V traffic in full; a ring hides it behind attention."""
+    from unicron_plan.perf.iteration import evaluate
+
+    model, gpu = get_model("llama3-405b"), get_gpu("h100")
+    eff = get_efficiency("h100")
+    ring = eff.model_copy(update={"stack": eff.stack.model_copy(update={"cp_comm": "ring"})})
+    gather = eff.model_copy(update={"stack": eff.stack.model_copy(update={"cp_comm": "all_gather"})})
+    args = (model, gpu)
+    kw = dict(global_batch=128, seq_len=131072, recompute="none", tp=8, pp=16, dp=8, micro_batch=1, cp=16)
+    t_ring = float(evaluate(*args, ring, **kw).iteration_seconds)
+    t_gather = float(evaluate(*args, gather, **kw).iteration_seconds)
+    assert t_gather > t_ring
+    no_cp = dict(kw, cp=1, dp=128)
+    assert float(evaluate(*args, ring, **no_cp).iteration_seconds) == \
+        float(evaluate(*args, gather, **no_cp).iteration_seconds)
+
+
 def test_deepseek_v3_with_fp8_gemms_within_20_percent():
     """Held-out MoE row: 180K H800 GPU hours per trillion tokens on 2048 H800 (1543 tokens/s/GPU)."""
     p = derive_table("deepseek-v3", "h800", 15360, 4096, gpus=[2048], stack="megatron-core-fp8").points[0]

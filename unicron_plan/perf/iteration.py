@@ -142,11 +142,13 @@ def evaluate(model: ModelSpec, gpu: GpuSpec, eff: Efficiency, global_batch: int,
     coll = 4.0 + (2.0 if full else 0.0)  # all-reduces (or all-gather + reduce-scatter pairs)
     tp_bytes = coll * 2.0 * (tp - 1.0) / tp * tokens * h * 2.0
     t_tp = np.where(tp > 1, tp_bytes / nvl, 0.0) * (1.0 - st.tp_overlap)
-    # ring attention (context parallelism): K and V chunks travel cp - 1 hops per forward,
-    # twice that (K/V and their gradients) per backward; hidden behind the attention core
+    # context parallelism: every GPU receives the other cp - 1 chunks of K and V per forward,
+    # twice that (K/V and their gradients) per backward. A ring passes them behind the
+    # attention core (only the excess counts); an all-gather gathers them before it (exposed).
     cp_bytes = attn_passes * (cp - 1.0) * tokens / tp * 2.0 * kvd * 2.0  # fwd 1, bwd 2, recompute 1
     cp_bw = np.where(tp * cp <= gpn, nvl, net)
-    t_cp = np.where(cp > 1, np.maximum(cp_bytes / cp_bw - t_attn, 0.0), 0.0)
+    hidden = t_attn if st.cp_comm == "ring" else 0.0
+    t_cp = np.where(cp > 1, np.maximum(cp_bytes / cp_bw - hidden, 0.0), 0.0)
     t_layer = t_gemm + t_attn + t_mem + t_tp + t_cp + passes * c.layer_overhead_us * 1e-6
     if model.moe:
         # token dispatch and combine (all-to-all over the ep ranks, consecutive after tp):

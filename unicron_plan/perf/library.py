@@ -214,6 +214,9 @@ class Stack(_Frozen):
     ep_overlap: float = Field(default=0.0, ge=0, le=1,
                               description="Fraction of MoE all-to-all traffic hidden behind computation.")
     fp8: bool = Field(default=False, description="Layer GEMMs in FP8 on GPUs that support it (else BF16).")
+    cp_comm: Literal["ring", "all_gather"] = Field(
+        default="ring", description="Context-parallel attention: 'ring' passes K/V chunks behind the "
+                                    "attention core; 'all_gather' gathers K/V before it (exposed).")
     source: str = ""
 
 

@@ -84,12 +84,17 @@ def test_random_plans_equal_api_solve(tmp_path, seed):
     _same_plan(r.json(), expected)
 
 
-def test_warm_contingency_answers_single_node_failures(tmp_path):
-    inst = read_json(ROOT / "instances" / "jagged-2048-32jobs.json")
-    base, _ = _split(inst)
+def _uploaded(tmp_path, instance: str):
+    """(the instance without its event, the app, a client) after PUT /v1/cluster of a library instance."""
+    base, _ = _split(read_json(ROOT / "instances" / instance))
     app = create_app(tmp_path / "s")
     c = TestClient(app)
     c.put("/v1/cluster", json=base)
+    return base, app, c
+
+
+def test_warm_contingency_answers_single_node_failures(tmp_path):
+    base, app, c = _uploaded(tmp_path, "jagged-2048-32jobs.json")
     assert app.state.coordinator.wait_contingency(120)
     health = c.get("/healthz").json()
     assert {k: health[k] for k in ("status", "contingency", "revision")} == \
@@ -117,11 +122,7 @@ def _wait_precomputed(c: TestClient, timeout: float = 120.0) -> dict:
 
 def test_stored_answers_equal_fresh_solves(tmp_path):
     """Answers stored in the background equal api.solve, for dry runs and recorded events."""
-    inst = read_json(ROOT / "instances" / "paper-128-a800.json")
-    base, _ = _split(inst)
-    app = create_app(tmp_path / "s")
-    c = TestClient(app)
-    c.put("/v1/cluster", json=base)
+    base, _, c = _uploaded(tmp_path, "paper-128-a800.json")
     assert _wait_precomputed(c)["total"] == len(base["cluster"]["nodes"])
     nodes = [n["id"] for n in base["cluster"]["nodes"]]
     for node in nodes:

@@ -102,7 +102,7 @@ BAD_INPUTS = {
     "zero-gpus-with-nodes": (_mutated(lambda d: d["jobs"][0]["current"].update(gpus=0)), "jobs[0].current.nodes"),
     "shared-nodes-overfilled": (_mutated(lambda d: d["jobs"].append(
         {"id": "other", "weight": 1.0, "throughput": {"gpu_type": "a800", "tflops": {"8": 1.0}},
-         "current": {"gpus": 8, "nodes": ["n1"]}})), "'other', which share"),
+         "current": {"gpus": 8, "nodes": ["n1"]}})), "which share its nodes, do not fit"),
     "both-horizons": (_mutated(lambda d: d["cost"].update(node_mtbf_hours=100.0)), "cost"),
     "bad-schema-version": (_mutated(lambda d: d.update(schema_version="2")), "schema_version"),
     "bad-event-kind": (_mutated(lambda d: d["event"].update(kind="meteor")), "event"),

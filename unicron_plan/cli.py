@@ -137,16 +137,20 @@ class SchemaKind(str, Enum):
     plan = "plan"
     scenario = "scenario"
     points = "points"
+    sweep = "sweep"
 
 
 @app.command()
-def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan, scenario or points.")):
-    """Print the JSON Schema of the instance, plan, scenario or calibration points format."""
+def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan, scenario, points or "
+                                                       "sweep.")):
+    """Print the JSON Schema of the instance, plan, scenario, calibration points or sweep format."""
     from unicron_plan.schema import Instance, Plan
     from unicron_plan.schema.efficiency import MeasuredPoints
     from unicron_plan.schema.scenario import Scenario
+    from unicron_plan.schema.sweep import Sweep
 
-    model = {"instance": Instance, "plan": Plan, "scenario": Scenario, "points": MeasuredPoints}[kind.value]
+    model = {"instance": Instance, "plan": Plan, "scenario": Scenario, "points": MeasuredPoints,
+             "sweep": Sweep}[kind.value]
     typer.echo(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
 
 
@@ -369,6 +373,85 @@ def _print_summary(result: dict, names: list[str]) -> None:
     if not console.is_terminal:
         console = Console(width=120)
     console.print(table)
+
+
+@app.command()
+@handle_errors
+def sweep(sweep_file: Path = typer.Argument(..., metavar="SWEEP", help="Sweep file, YAML or JSON "
+                                                                        "(`unicron-plan schema sweep`)."),
+          backend: str = typer.Option("process", "--backend", help="process (local processes) or ray."),
+          address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: a local "
+                                                                          "Ray instance)."),
+          workers: int = typer.Option(2, "--workers", min=1, max=256, help="Local processes or Ray CPUs."),
+          out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for sweep.json and the plots."),
+          as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table.")):
+    """Simulate a grid of scenario variants x policies x seeds; unicron's ratio to each policy with 95% CIs."""
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.io import dumps, emit, read_json
+    from unicron_plan.simulate import sweep as sw
+
+    if backend not in sw.BACKENDS:
+        raise InvalidInstanceError("--backend", f"{backend!r}; valid: {', '.join(sw.BACKENDS)}")
+    spec, scenario_path = sw.load_sweep(sweep_file)
+    base = read_json(scenario_path)
+    if out is not None:
+        if out.exists() and not out.is_dir():
+            raise InvalidInstanceError("--out", f"{out} is not a directory")
+        out.mkdir(parents=True, exist_ok=True)
+    show = not as_json and sys.stderr.isatty()
+    with _sweep_progress(show, len(sw.grid_points(spec)) * spec.replications.max) as tick:
+        result = sw.run_sweep(spec, base, backend=backend, address=address, workers=workers, progress=tick)
+    text = dumps(result)
+    if out is not None:
+        emit(text, out / "sweep.json")
+        sw.plot_sweep(result, out)
+    if as_json:
+        sys.stdout.write(text)
+        return
+    _print_sweep(result)
+
+
+def _sweep_progress(show: bool, most: int):
+    """A rich progress bar of runs (up to the most the sweep may need), or a no-op."""
+    import contextlib
+
+    if not show:
+        return contextlib.nullcontext(None)
+
+    @contextlib.contextmanager
+    def bar():
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(stderr=True), transient=True) as prog:
+            task = prog.add_task("sweep (runs, at most)", total=most)
+            yield lambda n: prog.advance(task, n)
+    return bar()
+
+
+def _print_sweep(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    others = [n for n in result["policies"] if n != "unicron"]
+    table = Table(title=f"sweep {result['name'] or result['scenario']}: unicron / policy, mean [95% CI]")
+    table.add_column("point")
+    table.add_column("seeds", justify="right")
+    for name in others:
+        table.add_column(name, justify="right")
+    for row in result["points"]:
+        cells = []
+        for name in others:
+            r = row["ratios"][name]
+            cells.append("-" if r["mean"] is None else f"{r['mean']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]")
+        point = ", ".join(f"{k}={v}" for k, v in row["point"].items()) or "(base)"
+        table.add_row(point, f"{row['seeds']}{'' if row['converged'] else '*'}", *cells)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    console.print(table)
+    if not all(r["converged"] for r in result["points"]):
+        console.print("* the target half-width was not reached within replications.max")
 # --- end simulate ---
 
 
@@ -386,7 +469,7 @@ def main(argv: Optional[list[str]] = None) -> None:
 
 
 _CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "contingency", "generate", "bench", "simulate",
-                  "import", "export"}
+                  "sweep", "import", "export"}
 
 
 if __name__ == "__main__":  # pragma: no cover

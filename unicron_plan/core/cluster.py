@@ -179,12 +179,24 @@ def _flow_split(jobs, healthy_before: dict[str, int]) -> dict[str, dict[str, int
         for n in job.current.nodes:
             g.add_edge(("job", job.id), ("node", n))
             g.add_edge(("node", n), "sink", capacity=healthy_before[n])
-    value, flow = nx.maximum_flow(g, "source", "sink")
+    value, flow = nx.maximum_flow(g, "source", "sink", flow_func=deterministic_flow())
     out = {}
     for job in jobs:
         split = {n[1]: f for n, f in flow[("job", job.id)].items() if f > 0}
         out[job.id] = split if sum(split.values()) == job.current.gpus else {}
     return out
+
+
+def deterministic_flow():
+    """The max-flow algorithm whose flow depends only on the graph's insertion order.
+
+    Edmonds-Karp walks adjacency dicts breadth first; networkx's default (preflow-push)
+    keeps sets of nodes, whose order follows the string hash and so changes from one
+    process to the next: equal inputs would get different splits in different processes.
+    """
+    from networkx.algorithms.flow import edmonds_karp
+
+    return edmonds_karp
 
 
 TP_SPLIT_SECONDS = 10.0  # bound on the exact tp split of jobs sharing nodes

@@ -70,6 +70,7 @@ def _retain(problem: Problem, movers, counts, free, result) -> None:
         return
     import networkx as nx
 
+    from unicron_plan.core.cluster import deterministic_flow
     from unicron_plan.core.constraints import tp_unit
 
     # Where tp holds by itself (constraints.tp_unit) every quantity is a multiple of the unit;
@@ -85,7 +86,7 @@ def _retain(problem: Problem, movers, counts, free, result) -> None:
                 g.add_edge(("n", nid), "t", capacity=free[nid] // u)
     if "t" not in g:
         return
-    _, flow = nx.maximum_flow(g, "s", "t")
+    _, flow = nx.maximum_flow(g, "s", "t", flow_func=deterministic_flow())
     for j in movers:
         u = unit[j.gpu_type]
         for (_, nid), f in flow[("j", j.id)].items():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from unicron_plan.schema.base import StrictModel
 from unicron_plan.schema.efficiency import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, EfficiencyConstants
@@ -67,6 +67,7 @@ class Throughput(StrictModel):
 
     gpu_type: str = Field(min_length=1)
     tflops: Optional[dict[str, float]] = None
+    _table: Optional[dict[int, float]] = PrivateAttr(default=None)  # table(), converted once
     model: Optional[str] = Field(default=None, min_length=1)
     global_batch: Optional[int] = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH)
     seq_len: Optional[int] = Field(default=None, ge=1, le=MAX_SEQ_LEN)
@@ -104,7 +105,9 @@ class Throughput(StrictModel):
         downstream converts or multiplies it)."""
         if self.tflops is None:
             raise ValueError("throughput names a model; derive its table with unicron_plan.perf")
-        return {int(k): float(v) for k, v in self.tflops.items() if len(k) <= MAX_COUNT_DIGITS}
+        if self._table is None:  # converted once per object: a service or simulator asks at every event
+            self._table = {int(k): float(v) for k, v in self.tflops.items() if len(k) <= MAX_COUNT_DIGITS}
+        return dict(self._table)
 
 
 class CurrentAllocation(StrictModel):

@@ -97,9 +97,27 @@ def test_vectorised_upper_hull_equals_the_sequential_loop():
         if rng.random() < 0.5:
             g = np.maximum.accumulate(g + rng.normal(0, 3, size=len(g))) + np.arange(len(g)) * 1e-3
         for passes in (0, 1, 8):
-            hy, hg = dp._upper_hull(y, g, passes)
+            hy, hg, _ = dp._upper_hulls([(y, g)], passes)
             ly, lg = dp._upper_hull_loop(y, g)
             assert hy.tolist() == ly.tolist() and hg.tolist() == lg.tolist()
+
+
+def test_envelopes_of_all_jobs_at_once_equal_each_job_alone():
+    """_upper_hulls (one set of numpy calls for every job) gives each job's own envelope, in job order."""
+    rng = np.random.default_rng(6)
+    for _ in range(500):
+        options = []
+        for _ in range(int(rng.integers(1, 10))):
+            y = np.unique(np.concatenate([[0], rng.integers(1, 300, size=int(rng.integers(0, 60)))]))
+            g = np.cumsum(rng.integers(1, 20, size=len(y))).astype(float)
+            if rng.random() < 0.5:
+                g = np.maximum.accumulate(g + rng.normal(0, 3, size=len(g))) + np.arange(len(g)) * 1e-3
+            options.append((y.astype(np.int64), g))
+        for passes in (0, 1, 8):
+            hy, hg, seg = dp._upper_hulls(options, passes)
+            for k, (y, g) in enumerate(options):
+                ly, lg = dp._upper_hull_loop(y, g)
+                assert hy[seg == k].tolist() == ly.tolist() and hg[seg == k].tolist() == lg.tolist()
 
 
 def test_regression_baseline_covers_every_adversarial_kind():

@@ -122,7 +122,7 @@ def solve_type_reference(jobs: list[JobTerms], capacity: int) -> tuple[dict[str,
 # ---------------------------------------------------------------------------
 
 def _upper_hull_loop(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Monotone-chain concave envelope (the sequential reference of :func:`_upper_hull`)."""
+    """Monotone-chain concave envelope (the sequential reference of :func:`_upper_hulls`)."""
     hy, hg = [int(y[0])], [float(g[0])]
     for a, b in zip(y[1:].tolist(), g[1:].tolist()):
         while len(hy) >= 2 and (hg[-1] - hg[-2]) * (a - hy[-1]) <= (b - hg[-1]) * (hy[-1] - hy[-2]):
@@ -133,42 +133,49 @@ def _upper_hull_loop(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.array(hy, dtype=np.int64), np.array(hg)
 
 
-def _upper_hull(y: np.ndarray, g: np.ndarray, passes: int = 8) -> tuple[np.ndarray, np.ndarray]:
-    """Vertices of the concave envelope of increasing points (y ascending, g increasing).
+def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8):
+    """Concave envelopes of every job's options at once: (y, g, job) of the vertices, job by job.
 
     Vectorised: each pass drops, at once, every point on or below the chord of its two
-    neighbours (such a point is no vertex, and dropping non-vertices leaves the envelope
-    unchanged); the few points left after ``passes`` go through the sequential loop.
+    neighbours within its job (such a point is no vertex, and dropping non-vertices leaves
+    the envelope unchanged); points left after ``passes`` go through the sequential loop.
+    One set of numpy calls for all jobs instead of one per job.
     """
-    y = np.asarray(y, dtype=np.int64)
-    g = np.asarray(g, dtype=np.float64)
+    sizes = np.fromiter((len(y) for y, _ in options), dtype=np.int64, count=len(options))
+    y = np.concatenate([np.asarray(o[0], dtype=np.int64) for o in options])
+    g = np.concatenate([np.asarray(o[1], dtype=np.float64) for o in options])
+    seg = np.repeat(np.arange(len(options)), sizes)
     for _ in range(passes):
         if len(y) < 3:
-            break
-        y0, y1, y2 = y[:-2], y[1:-1], y[2:]
-        g0, g1, g2 = g[:-2], g[1:-1], g[2:]
-        drop = (g1 - g0) * (y2 - y1) <= (g2 - g1) * (y1 - y0)  # the loop's test, same arithmetic
+            return y, g, seg
+        drop = (seg[:-2] == seg[2:]) & ((g[1:-1] - g[:-2]) * (y[2:] - y[1:-1]) <= (g[2:] - g[1:-1]) * (y[1:-1] - y[:-2]))
         if not drop.any():
-            return y, g
+            return y, g, seg
         keep = np.ones(len(y), dtype=bool)
         keep[1:-1] = ~drop
-        y, g = y[keep], g[keep]
-    return _upper_hull_loop(y, g)
+        y, g, seg = y[keep], g[keep], seg[keep]
+    # Rare: points left after the passes; finish every job with the sequential loop.
+    ys, gs, segs = [], [], []
+    for k in range(len(options)):
+        at = seg == k
+        if at.any():
+            hy, hg = _upper_hull_loop(y[at], g[at])
+            ys.append(hy)
+            gs.append(hg)
+            segs.append(np.full(len(hy), k))
+    return np.concatenate(ys), np.concatenate(gs), np.concatenate(segs)
 
 
 def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int) -> float:
     """lam minimising lam C + sum_i max_y (G_i(y) - lam y): the slope where the LP fills C."""
-    slopes, lengths = [], []
-    for y, g in options:
-        hy, hg = _upper_hull(y, g)
-        if len(hy) > 1:
-            dy = np.diff(hy)
-            slopes.append(np.diff(hg) / dy)
-            lengths.append(dy)
-    if not slopes:
+    if not options:
         return 0.0
-    s = np.concatenate(slopes)
-    n = np.concatenate(lengths)
+    hy, hg, seg = _upper_hulls(options)
+    within = seg[1:] == seg[:-1]  # consecutive vertices of one job: an envelope segment
+    if not within.any():
+        return 0.0
+    n = (hy[1:] - hy[:-1])[within]
+    s = (hg[1:] - hg[:-1])[within] / n
     order = np.argsort(-s, kind="stable")
     filled = np.cumsum(n[order])
     at = int(np.searchsorted(filled, capacity, side="left"))

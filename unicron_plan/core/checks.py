@@ -28,11 +28,13 @@ def _check_refs(ids, known, path: str, what: str = "node") -> None:
         seen.add(item)
 
 
-def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | None = None) -> None:
+def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | None = None) -> dict[str, dict[str, int]]:
     """Raise InvalidInstanceError on the first cross-field inconsistency.
 
     ``tables`` are the throughput tables per job id (derived ones included);
     when omitted, only jobs with a literal table are checked against it.
+    Returns each job's split over its nodes before the event (``cluster.previous_distribution``),
+    which the checks derive anyway, so that building the cluster state need not derive it again.
     """
     from unicron_plan.core.cluster import previous_distribution
 
@@ -111,6 +113,7 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             if (fg.node, fg.gpu) in seen_gpus:
                 raise InvalidInstanceError(f"event.failed_gpus[{i}]", f"GPU {fg.gpu} of {fg.node!r} is listed twice")
             seen_gpus.add((fg.node, fg.gpu))
+    return split
 
 
 def _check_job_constraints(instance: Instance, split: dict[str, dict[str, int]]) -> None:

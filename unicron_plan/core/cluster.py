@@ -79,10 +79,11 @@ class ClusterState:
         return g
 
 
-def build_state(instance: Instance) -> ClusterState:
+def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None = None) -> ClusterState:
     """Apply the event to the cluster (node or GPU isolation) and find the hit jobs.
 
-    Assumes the instance passed :func:`unicron_plan.core.checks.check_instance`.
+    Assumes the instance passed :func:`unicron_plan.core.checks.check_instance`; ``previous``
+    is the split that check returned (derived here when not given).
     """
     event = instance.event
     failure = event if event is not None and event.kind == "failure" else None
@@ -95,6 +96,11 @@ def build_state(instance: Instance) -> ClusterState:
     node_isolation = instance.isolation == "node"
     nodes: dict[str, NodeHealth] = {}
     for node in instance.cluster.nodes:
+        if not node.failed_gpus and node.id not in failed_nodes and node.id not in event_gpus:
+            # healthy before and untouched by the event (the common case): nothing to subtract
+            nodes[node.id] = NodeHealth(node.id, node.gpu_type, node.rack, node.gpus, node.gpus, node.gpus,
+                                        False, False)
+            continue
         before = set(node.failed_gpus)
         failed_after = (before - repaired.get(node.id, set())) | event_gpus.get(node.id, set())
         lost = node.id in failed_nodes or bool(event_gpus.get(node.id))
@@ -105,7 +111,8 @@ def build_state(instance: Instance) -> ClusterState:
     hit = {job.id: any(nodes[n].lost_in_event or nodes[n].drained for n in job.current.nodes)
            for job in instance.jobs}
     state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance))
-    state.previous = previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
+    state.previous = previous if previous is not None else \
+        previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
     return state
 
 

@@ -147,8 +147,8 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, dict[int, float]], dic
 def build_problem(instance: Instance) -> Problem:
     """Check the instance, apply the event and tabulate every job's gains."""
     tables, layouts = resolve_tables(instance)
-    check_instance(instance, tables)
-    state = build_state(instance)
+    previous = check_instance(instance, tables)
+    state = build_state(instance, previous)
     d_run = cost.d_run_seconds(instance, state.nodes_in_service())
     capacity = state.capacity()
     jobs = []

@@ -11,6 +11,7 @@ from simfixtures import F8, F16, one_job_trace, stressed_128
 from unicron_plan import api
 from unicron_plan.faults import faultdata
 from unicron_plan.io import dumps
+from unicron_plan.schema import Instance
 from unicron_plan.simulate import load_scenario, simulate, summarize
 from unicron_plan.simulate.policies import UnicronPolicy
 from unicron_plan.simulate.run import run_seeds
@@ -139,7 +140,9 @@ class CheckedUnicron(UnicronPolicy):
         from unicron_plan.plan.placement import place  # noqa: F401
 
         placement, hit = super().plan(eng, failed, repaired)
-        inst = self.instance(eng, failed, repaired)
+        # The engine's Instance is a copy of the validated scenario with only the changes patched in:
+        # it must survive a full re-validation, and the planner must give the same plan on that.
+        inst = Instance.model_validate(self.instance(eng, failed, repaired).model_dump(exclude_none=True))
         plan = api.solve(inst)
         assert api.validate_plan(inst, plan).valid
         assert {j.id: j.gpus for j in plan.jobs} == {k: sum(v.values()) for k, v in placement.items()}

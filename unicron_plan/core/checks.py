@@ -10,6 +10,8 @@ from unicron_plan.schema.scenario import Scenario
 
 
 def _unique(items, what: str) -> None:
+    if len(set(items)) == len(items):
+        return
     seen: dict[str, int] = {}
     for k, item_id in enumerate(items):
         if item_id in seen:
@@ -42,10 +44,13 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
     _unique([n.id for n in cluster.nodes], "cluster.nodes")
     _unique([j.id for j in instance.jobs], "jobs")
     nodes = {n.id: n for n in cluster.nodes}
+    of_type: dict[str, set[str]] = {t: set() for t in cluster.gpu_types}
     for k, node in enumerate(cluster.nodes):
-        if node.gpu_type not in cluster.gpu_types:
+        if node.gpu_type not in of_type:
             raise InvalidInstanceError(f"cluster.nodes[{k}].gpu_type",
                                        f"{node.gpu_type!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
+        of_type[node.gpu_type].add(node.id)
+    healthy_before = {n.id: n.gpus - len(n.failed_gpus) for n in cluster.nodes}
     for k, job in enumerate(instance.jobs):
         where = f"jobs[{k}]"
         gtype = job.throughput.gpu_type
@@ -64,12 +69,14 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             raise InvalidInstanceError(f"{where}.current.nodes", "a job with current.gpus 0 lists no nodes")
         if cur.gpus > 0 and not cur.nodes:
             raise InvalidInstanceError(f"{where}.current.nodes", f"the job holds {cur.gpus} GPUs but lists no nodes")
-        _check_refs(cur.nodes, nodes, f"{where}.current.nodes")
-        for i, nid in enumerate(cur.nodes):
-            if nodes[nid].gpu_type != gtype:
-                raise InvalidInstanceError(f"{where}.current.nodes[{i}]",
-                                           f"node {nid!r} has GPU type {nodes[nid].gpu_type!r}, the job runs on {gtype!r}")
-        healthy = sum(nodes[n].gpus - len(nodes[n].failed_gpus) for n in cur.nodes)
+        if not (len(set(cur.nodes)) == len(cur.nodes) and of_type[gtype].issuperset(cur.nodes)):
+            # the set test above is the fast path; this walk names the first bad entry
+            _check_refs(cur.nodes, nodes, f"{where}.current.nodes")
+            for i, nid in enumerate(cur.nodes):
+                if nodes[nid].gpu_type != gtype:
+                    raise InvalidInstanceError(f"{where}.current.nodes[{i}]",
+                                               f"node {nid!r} has GPU type {nodes[nid].gpu_type!r}, the job runs on {gtype!r}")
+        healthy = sum(map(healthy_before.__getitem__, cur.nodes))
         if cur.gpus > healthy:
             raise InvalidInstanceError(f"{where}.current.gpus",
                                        f"{cur.gpus} GPUs do not fit in the {healthy} healthy GPUs of its current nodes")
@@ -77,7 +84,6 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
                 and job.throughput.model is None):
             raise InvalidInstanceError(f"{where}.transition_seconds",
                                        "missing, and cost.default_transition_seconds is not given either")
-    healthy_before = {n.id: n.gpus - len(n.failed_gpus) for n in cluster.nodes}
     split = previous_distribution(instance, healthy_before)
     _check_job_constraints(instance, split)
     unplaced = [(k, job) for k, job in enumerate(instance.jobs) if job.current.gpus > 0 and not split[job.id]]

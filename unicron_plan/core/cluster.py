@@ -7,10 +7,11 @@ and the independent validator see one and the same cluster state.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from itertools import chain
+from typing import TYPE_CHECKING, NamedTuple
 
 from unicron_plan.schema import Instance
 
@@ -23,9 +24,8 @@ def rack_key(node_id: str, rack: str | None):
     return rack if rack is not None else ("node", node_id)
 
 
-@dataclass(frozen=True)
-class NodeHealth:
-    """One node's GPUs before and after the event."""
+class NodeHealth(NamedTuple):
+    """One node's GPUs before and after the event (a tuple: thousands are made per plan)."""
 
     id: str
     gpu_type: str
@@ -108,8 +108,8 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
         after = 0 if drained else node.gpus - len(failed_after)
         nodes[node.id] = NodeHealth(node.id, node.gpu_type, node.rack, node.gpus,
                                     node.gpus - len(before), after, lost, drained)
-    hit = {job.id: any(nodes[n].lost_in_event or nodes[n].drained for n in job.current.nodes)
-           for job in instance.jobs}
+    affected = {h.id for h in nodes.values() if h.lost_in_event or h.drained}
+    hit = {job.id: not affected.isdisjoint(job.current.nodes) for job in instance.jobs}
     state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance))
     state.previous = previous if previous is not None else \
         previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
@@ -121,10 +121,12 @@ def repaired_gpus(instance: Instance) -> dict[str, set[int]]:
     event = instance.event
     if event is None or event.kind != "repair":
         return {}
-    failed = {n.id: set(n.failed_gpus) for n in instance.cluster.nodes}
     out: dict[str, set[int]] = defaultdict(set)
-    for nid in event.repaired_nodes:
-        out[nid] |= failed.get(nid, set())
+    if event.repaired_nodes:
+        listed = set(event.repaired_nodes)
+        for n in instance.cluster.nodes:
+            if n.id in listed:
+                out[n.id] |= set(n.failed_gpus)
     for rg in event.repaired_gpus:
         out[rg.node].add(rg.gpu)
     return dict(out)
@@ -145,12 +147,11 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int]) ->
     (networkx), or a small CP-SAT model when one of them has tp > 1. Returns
     ``{}`` for a job's entry that cannot be fitted (the instance checks report it).
     """
-    users: dict[str, list[str]] = defaultdict(list)
-    for job in instance.jobs:
-        for n in job.current.nodes:
-            users[n].append(job.id)
+    listed = Counter(chain.from_iterable(job.current.nodes for job in instance.jobs))
+    shared_nodes = {n for n, k in listed.items() if k > 1}
+    shared_jobs = {job.id for job in instance.jobs if not shared_nodes.isdisjoint(job.current.nodes)} \
+        if shared_nodes else set()
     out: dict[str, dict[str, int]] = {}
-    shared_jobs = {j for n, js in users.items() if len(js) > 1 for j in js}
     for job in instance.jobs:
         if job.id in shared_jobs or job.current.gpus == 0:
             continue

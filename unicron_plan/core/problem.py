@@ -8,6 +8,7 @@ answer back to ids.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +32,7 @@ class JobTerms:
     hit: bool
     d_trans: float
     f_x: float
-    table: dict[int, float]
+    table: Mapping[int, float]
     counts: np.ndarray  # allowed counts, ascending (int64); 0 first unless a constraint forbids it
     f: np.ndarray  # F(y) at counts
     gains: np.ndarray  # G(y) at counts
@@ -105,7 +106,7 @@ class Problem:
                 if cost.is_moved(j.x, counts[j.id], placement.get(j.id, {}), self.state.previous.get(j.id, {}))}
 
 
-def resolve_tables(instance: Instance) -> tuple[dict[str, dict[int, float]], dict[str, dict[int, dict]]]:
+def resolve_tables(instance: Instance) -> tuple[dict[str, Mapping[int, float]], dict[str, dict[int, dict]]]:
     """Each job's throughput table, derived from the model library where a job names a model."""
     tables: dict[str, dict[int, float]] = {}
     layouts: dict[str, dict[int, dict]] = {}
@@ -120,7 +121,7 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, dict[int, float]], dic
     for k, job in enumerate(instance.jobs):
         tp = job.throughput
         if tp.tflops is not None:
-            tables[job.id] = tp.table()
+            tables[job.id] = tp.table_view()
             continue
         try:
             from unicron_plan.perf import derive_table
@@ -155,10 +156,13 @@ def build_problem(instance: Instance) -> Problem:
     for i, job in enumerate(instance.jobs):
         table = tables[job.id]
         exiting = job.id in state.exiting
-        keys = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
-        vals = np.fromiter(table.values(), dtype=float, count=len(table))
-        order = np.argsort(keys, kind="stable")
-        keys, vals = keys[order], vals[order]
+        if job.throughput.tflops is not None:
+            keys, vals = job.throughput.table_arrays()
+        else:
+            keys = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+            vals = np.fromiter(table.values(), dtype=float, count=len(table))
+            order = np.argsort(keys, kind="stable")
+            keys, vals = keys[order], vals[order]
         fits = (keys <= capacity[job.throughput.gpu_type]) & (not exiting)
         counts = np.concatenate([np.zeros(1, dtype=np.int64), keys[fits]])
         f = np.concatenate([np.zeros(1), cost.waf(job.weight, vals[fits])])

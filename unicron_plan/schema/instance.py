@@ -8,8 +8,11 @@ fields to each other (unique ids, references, allocations that fit) live in
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Annotated, Literal, Optional, Union
 
+import numpy as np
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from unicron_plan.schema.base import StrictModel
@@ -68,6 +71,7 @@ class Throughput(StrictModel):
     gpu_type: str = Field(min_length=1)
     tflops: Optional[dict[str, float]] = None
     _table: Optional[dict[int, float]] = PrivateAttr(default=None)  # table(), converted once
+    _arrays: Optional[tuple] = PrivateAttr(default=None)  # table_arrays(), made once
     model: Optional[str] = Field(default=None, min_length=1)
     global_batch: Optional[int] = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH)
     seq_len: Optional[int] = Field(default=None, ge=1, le=MAX_SEQ_LEN)
@@ -105,9 +109,28 @@ class Throughput(StrictModel):
         downstream converts or multiplies it)."""
         if self.tflops is None:
             raise ValueError("throughput names a model; derive its table with unicron_plan.perf")
-        if self._table is None:  # converted once per object: a service or simulator asks at every event
+        return dict(self.table_view())
+
+    def table_view(self) -> Mapping[int, float]:
+        """:meth:`table` as a read-only view of the copy converted once per object (a service or a
+        simulator asks at every event)."""
+        if self.tflops is None:
+            raise ValueError("throughput names a model; derive its table with unicron_plan.perf")
+        if self._table is None:
             self._table = {int(k): float(v) for k, v in self.tflops.items() if len(k) <= MAX_COUNT_DIGITS}
-        return dict(self._table)
+        return MappingProxyType(self._table)
+
+    def table_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(GPU counts ascending, TFLOP/s at them) of :meth:`table`, read-only arrays made once per object."""
+        if self._arrays is None:
+            table = self.table_view()
+            counts = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+            tflops = np.fromiter(table.values(), dtype=float, count=len(table))
+            order = np.argsort(counts, kind="stable")
+            counts, tflops = counts[order], tflops[order]
+            counts.flags.writeable = tflops.flags.writeable = False
+            self._arrays = (counts, tflops)
+        return self._arrays
 
 
 class CurrentAllocation(StrictModel):

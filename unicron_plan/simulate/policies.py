@@ -69,6 +69,8 @@ class PlannerPolicy(Policy):
 
     def __init__(self):
         self._cache: dict = {}
+        self._base_instance = None  # the scenario as a validated Instance, see _base
+        self._down_copies: dict = {}  # node id -> its Node with every GPU listed failed
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -91,37 +93,56 @@ class PlannerPolicy(Policy):
     def on_repair(self, eng: Engine, node: str) -> None:
         self.replan(eng, None, node, charge=True)
 
-    def instance(self, eng: Engine, failed: str | None, repaired: str | None) -> dict:
-        """The v1 instance of the current state with a failure or repair event (or none)."""
+    def _base(self, eng: Engine):
+        """The scenario as a validated v1 Instance (no event), built once per run."""
+        if self._base_instance is None:
+            from unicron_plan.schema import Instance
+
+            cost = {"node_mtbf_hours": eng.mtbf_hours}
+            if eng.scenario.cost.default_transition_seconds is not None:
+                cost["default_transition_seconds"] = eng.scenario.cost.default_transition_seconds
+            self._base_instance = Instance.model_validate({
+                "schema_version": "1", "name": eng.scenario.name,
+                "cluster": eng.scenario.cluster.model_dump(exclude_none=True),
+                "jobs": [j.model_dump(exclude_none=True) for j in eng.scenario.jobs],
+                "cost": cost, "isolation": eng.scenario.isolation})
+        return self._base_instance
+
+    def instance(self, eng: Engine, failed: str | None, repaired: str | None):
+        """The v1 Instance of the current state with a failure or repair event (or none).
+
+        Built from the validated scenario by copying only what changed (nodes listed down, each
+        job's current allocation): the cross-field checks still run in ``build_problem``.
+        """
+        from unicron_plan.schema.instance import CurrentAllocation, Event, RepairEvent
+
+        base = self._base(eng)
         listed_down = (eng.down - {failed}) | ({repaired} if repaired else set())
-        nodes = []
-        for n in eng.scenario.cluster.nodes:
-            d = n.model_dump(exclude_none=True)
-            if n.id in listed_down:
-                d["failed_gpus"] = list(range(n.gpus))
-            nodes.append(d)
-        jobs = []
-        for sj, j in zip(eng.scenario.jobs, eng.jobs):
-            d = sj.model_dump(exclude_none=True)
-            d["current"] = {"gpus": j.count, "nodes": list(j.alloc)}
-            jobs.append(d)
-        cost = {"node_mtbf_hours": eng.mtbf_hours}
-        if eng.scenario.cost.default_transition_seconds is not None:
-            cost["default_transition_seconds"] = eng.scenario.cost.default_transition_seconds
-        inst = {"schema_version": "1", "name": f"{eng.scenario.name}@{eng.t:.0f}s",
-                "cluster": {"gpu_types": {k: v.model_dump() for k, v in eng.scenario.cluster.gpu_types.items()},
-                            "nodes": nodes},
-                "jobs": jobs, "cost": cost, "isolation": eng.scenario.isolation}
+        nodes = base.cluster.nodes
+        if listed_down:
+            down = self._down_copies
+            for nid in listed_down:
+                if nid not in down:
+                    n = eng.nodes[nid]
+                    down[nid] = base.cluster.nodes[eng.node_rank[nid]].model_copy(
+                        update={"failed_gpus": list(range(n.gpus))})
+            nodes = [down[n.id] if n.id in listed_down else n for n in nodes]
+        jobs = [bj.model_copy(update={"current": CurrentAllocation.model_construct(
+                    gpus=j.count, nodes=list(j.alloc))})
+                for bj, j in zip(base.jobs, eng.jobs)]
+        event = None
         if failed is not None:
-            inst["event"] = {"kind": "failure", "failed_nodes": [failed], "failed_gpus": []}
+            event = Event.model_construct(kind="failure", failed_nodes=[failed], failed_gpus=[])
         elif repaired is not None:
             node = eng.nodes[repaired]
             if node.failed_gpus:
-                inst["event"] = {"kind": "repair", "repaired_gpus": [
-                    {"node": repaired, "gpu": g} for g in range(node.gpus) if g not in node.failed_gpus]}
+                event = RepairEvent.model_validate({"kind": "repair", "repaired_gpus": [
+                    {"node": repaired, "gpu": g} for g in range(node.gpus) if g not in node.failed_gpus]})
             else:
-                inst["event"] = {"kind": "repair", "repaired_nodes": [repaired]}
-        return inst
+                event = RepairEvent.model_construct(kind="repair", repaired_nodes=[repaired], repaired_gpus=[])
+        return base.model_copy(update={"name": f"{eng.scenario.name}@{eng.t:.0f}s",
+                                       "cluster": base.cluster.model_copy(update={"nodes": nodes}),
+                                       "jobs": jobs, "event": event})
 
     def plan(self, eng: Engine, failed: str | None, repaired: str | None):
         """(placement per job id, hit per job id) for the current state, cached per cluster state."""
@@ -132,9 +153,8 @@ class PlannerPolicy(Policy):
             return hit
         from unicron_plan.plan.placement import place
         from unicron_plan.core.problem import build_problem
-        from unicron_plan.schema import Instance
 
-        problem = build_problem(Instance.model_validate(self.instance(eng, failed, repaired)))
+        problem = build_problem(self.instance(eng, failed, repaired))
         counts = self.choose(problem)
         placement = place(problem, counts)
         out = (placement, dict(problem.state.hit))

@@ -79,11 +79,14 @@ class ClusterState:
         return g
 
 
-def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None = None) -> ClusterState:
+def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None = None,
+                healthy: dict[str, NodeHealth] | None = None) -> ClusterState:
     """Apply the event to the cluster (node or GPU isolation) and find the hit jobs.
 
     Assumes the instance passed :func:`unicron_plan.core.checks.check_instance`; ``previous``
-    is the split that check returned (derived here when not given).
+    is the split that check returned (derived here when not given). ``healthy``: the
+    :func:`healthy_nodes` of this cluster, reused for the nodes the event leaves untouched (for
+    callers that derive many states of one cluster).
     """
     event = instance.event
     failure = event if event is not None and event.kind == "failure" else None
@@ -98,8 +101,8 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
     for node in instance.cluster.nodes:
         if not node.failed_gpus and node.id not in failed_nodes and node.id not in event_gpus:
             # healthy before and untouched by the event (the common case): nothing to subtract
-            nodes[node.id] = NodeHealth(node.id, node.gpu_type, node.rack, node.gpus, node.gpus, node.gpus,
-                                        False, False)
+            h = healthy.get(node.id) if healthy is not None else None
+            nodes[node.id] = h if h is not None else _healthy(node)
             continue
         before = set(node.failed_gpus)
         failed_after = (before - repaired.get(node.id, set())) | event_gpus.get(node.id, set())
@@ -114,6 +117,15 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
     state.previous = previous if previous is not None else \
         previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
     return state
+
+
+def _healthy(node) -> NodeHealth:
+    return NodeHealth(node.id, node.gpu_type, node.rack, node.gpus, node.gpus, node.gpus, False, False)
+
+
+def healthy_nodes(instance: Instance) -> dict[str, NodeHealth]:
+    """The health of every node of ``instance`` as if all its GPUs were healthy and no event touched it."""
+    return {n.id: _healthy(n) for n in instance.cluster.nodes}
 
 
 def repaired_gpus(instance: Instance) -> dict[str, set[int]]:

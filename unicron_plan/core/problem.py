@@ -144,12 +144,19 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, Mapping[int, float]], 
     return tables, layouts
 
 
-@np.errstate(over="ignore", invalid="ignore")  # an overflowing term is reported as bad input
 def build_problem(instance: Instance) -> Problem:
     """Check the instance, apply the event and tabulate every job's gains."""
     tables, layouts = resolve_tables(instance)
     previous = check_instance(instance, tables)
-    state = build_state(instance, previous)
+    return tabulate(instance, build_state(instance, previous), tables, layouts)
+
+
+@np.errstate(over="ignore", invalid="ignore")  # an overflowing term is reported as bad input
+def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mapping[int, float]],
+             layouts: Mapping[str, dict[int, dict]]) -> Problem:
+    """Every job's gains on a cluster state already derived from ``instance`` (its tables from
+    :func:`resolve_tables`): the part of :func:`build_problem` after the checks, for callers that
+    keep a trusted state of their own (the simulator)."""
     d_run = cost.d_run_seconds(instance, state.nodes_in_service())
     capacity = state.capacity()
     jobs = []

@@ -49,12 +49,31 @@ class SeverityMix(StrictModel):
 class Failures(StrictModel):
     """Independent node failures: exponential (or Weibull) times between failures of each node."""
 
-    node_mtbf_hours: float = Field(gt=0, le=1e9, description="Mean time between failures of one node, hours.")
+    node_mtbf_hours: Optional[float] = Field(
+        default=None, gt=0, le=1e9, description="Mean time between failures of one node, hours. Required "
+                                                "unless failure_every_hours is given.")
+    failure_every_hours: Optional[float] = Field(
+        default=None, gt=0, le=MAX_DURATION_HOURS,
+        description="Mean time between failures of the whole cluster, hours: when given it sets the rate "
+                    "(node MTBF = failure_every_hours x number of nodes) in place of node_mtbf_hours, "
+                    "e.g. 3 for the dense failure injection of fault-tolerance papers.")
     weibull_shape: Optional[float] = Field(
         default=None, ge=0.1, le=20, description="Weibull shape k in [0.1, 20] of the time between failures "
                                                  "(mean stays node_mtbf_hours); absent: exponential (k = 1).")
     repair_hours: RepairHours
     severity_mix: SeverityMix
+
+    @model_validator(mode="after")
+    def _some_rate(self) -> "Failures":
+        if self.node_mtbf_hours is None and self.failure_every_hours is None:
+            raise ValueError("node_mtbf_hours: give node_mtbf_hours or failure_every_hours")
+        return self
+
+    def node_mtbf(self, nodes: int) -> float:
+        """The node MTBF in hours for a cluster of ``nodes`` nodes (failure_every_hours wins when given)."""
+        if self.failure_every_hours is not None:
+            return self.failure_every_hours * max(nodes, 1)
+        return self.node_mtbf_hours
 
 
 class TraceEvent(StrictModel):
@@ -106,10 +125,12 @@ class Scenario(StrictModel):
         if (self.failures is None) == (self.trace is None):
             raise ValueError("give exactly one of 'failures' (a failure model) or 'trace'")
         if self.failures is not None:
-            expected = len(self.cluster.nodes) * self.duration_hours / self.failures.node_mtbf_hours
+            mtbf = self.failures.node_mtbf(len(self.cluster.nodes))
+            expected = len(self.cluster.nodes) * self.duration_hours / mtbf
             if expected > MAX_EVENTS / 2:  # each failure may bring a repair
+                field = "failure_every_hours" if self.failures.failure_every_hours is not None else "node_mtbf_hours"
                 raise ValueError(
-                    f"failures.node_mtbf_hours: {len(self.cluster.nodes)} nodes over {self.duration_hours:g} h "
-                    f"with an MTBF of {self.failures.node_mtbf_hours:g} h expect {expected:.3g} failures, "
+                    f"failures.{field}: {len(self.cluster.nodes)} nodes over {self.duration_hours:g} h "
+                    f"with a node MTBF of {mtbf:g} h expect {expected:.3g} failures, "
                     f"more than {MAX_EVENTS // 2} per run")
         return self

@@ -51,12 +51,13 @@ def draw_events(scenario: Scenario, rng: np.random.Generator) -> list[SimEvent]:
     p = np.array([mix.sev1, mix.sev2, mix.sev3])
     sevs = ("sev1", "sev2", "sev3")
     k = f.weibull_shape
-    scale = f.node_mtbf_hours / math.gamma(1.0 + 1.0 / k) if k is not None else None
+    mtbf = f.node_mtbf(len(scenario.cluster.nodes))
+    scale = mtbf / math.gamma(1.0 + 1.0 / k) if k is not None else None
     raw = []
     for node in scenario.cluster.nodes:
         t = 0.0
         while True:
-            ttf = scale * rng.weibull(k) if k is not None else rng.exponential(f.node_mtbf_hours)
+            ttf = scale * rng.weibull(k) if k is not None else rng.exponential(mtbf)
             t += float(ttf)
             if t >= horizon:
                 break
@@ -87,10 +88,11 @@ def trace_events(scenario: Scenario) -> list[SimEvent]:
 
 
 def planning_mtbf_hours(scenario: Scenario) -> float:
-    """The node MTBF the planner assumes: cost.node_mtbf_hours, failures.node_mtbf_hours, or the trace's rate."""
+    """The node MTBF the planner assumes: cost.node_mtbf_hours, the failure model's (``Failures.node_mtbf``), or
+    the trace's rate."""
     if scenario.cost.node_mtbf_hours is not None:
         return scenario.cost.node_mtbf_hours
     if scenario.failures is not None:
-        return scenario.failures.node_mtbf_hours
+        return scenario.failures.node_mtbf(len(scenario.cluster.nodes))
     n_fail = sum(1 for e in scenario.trace if e.kind == "failure")
     return len(scenario.cluster.nodes) * scenario.duration_hours / max(n_fail, 1)

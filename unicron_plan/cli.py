@@ -290,8 +290,8 @@ def full_app() -> typer.Typer:
 @handle_errors
 def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs/format.md, Scenario)."),
              policy: Optional[list[str]] = typer.Option(
-                 None, "--policy", "-p", help="Policy (repeatable): unicron, megatron, oobleck, greedy, "
-                                              "equal-share. Default: all."),
+                 None, "--policy", "-p", help="Policy (repeatable): unicron, megatron, oobleck, varuna, "
+                                              "bamboo, greedy, equal-share. Default: all."),
              seed: int = typer.Option(0, "--seed", help="Seed of the first run (run i uses seed + i)."),
              seeds: int = typer.Option(1, "--seeds", min=1, help="Runs; more than 1 reports means and 95% intervals."),
              workers: int = typer.Option(2, "--workers", min=1, help="Processes for --seeds."),

@@ -246,6 +246,11 @@ def _data_dir():
     return resources.files(DATA_PACKAGE)
 
 
+def read_data(name: str) -> dict:
+    """A JSON file of the packaged data folder (models/), parsed."""
+    return _read(name)
+
+
 def _read(name: str) -> dict:
     return json.loads(_data_dir().joinpath(name).read_text(encoding="utf-8"))
 

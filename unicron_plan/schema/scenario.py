@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from unicron_plan.schema.base import StrictModel
 from unicron_plan.schema.instance import Cluster, Job
+from unicron_plan.schema.policies import PolicyModelOverride
 
 #: Longest simulated time: ten years.
 MAX_DURATION_HOURS = 87_600.0
@@ -119,6 +120,10 @@ class Scenario(StrictModel):
     duration_hours: float = Field(gt=0, le=MAX_DURATION_HOURS, description="Simulated time, at most ten years.")
     failures: Optional[Failures] = None
     trace: Optional[list[TraceEvent]] = Field(default=None, max_length=MAX_EVENTS)
+    policy_models: Optional[dict[str, PolicyModelOverride]] = Field(
+        default=None, max_length=64,
+        description="Per policy name, constants that replace those of models/policies.json "
+                    "(docs/simulation.md, 'Policy models').")
 
     @model_validator(mode="after")
     def _one_source(self) -> "Scenario":

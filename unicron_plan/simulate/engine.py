@@ -71,7 +71,10 @@ class Engine:
         self.nodes = {n.id: n for n in scenario.cluster.nodes}
         self.node_rank = {n.id: k for k, n in enumerate(scenario.cluster.nodes)}
         default_trans = scenario.cost.default_transition_seconds or 0.0
-        self.jobs = [JobRun(k, j.id, j.throughput.gpu_type, j.weight, j.throughput.table(),
+        # Each policy runs at its own failure-free speed: the scenario's tables are Megatron-LM's.
+        factor = policy.healthy_factor()
+        self.jobs = [JobRun(k, j.id, j.throughput.gpu_type, j.weight,
+                            {c: v * factor for c, v in j.throughput.table_view().items()},
                             j.transition_seconds if j.transition_seconds is not None else default_trans, {})
                      for k, j in enumerate(scenario.jobs)]
         self.down: set[str] = set()  # SEV1 nodes whose failure is detected and not yet repaired
@@ -188,6 +191,8 @@ class Engine:
                 self._react(*payload)
             elif kind == "repair":
                 self._repair(payload)
+            elif kind == "timer":
+                self.policy.on_timer(self, payload)
             self._record()
         if self.checks and self.horizon > self.t:
             self.check_invariants()

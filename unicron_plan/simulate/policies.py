@@ -22,11 +22,32 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from unicron_plan.faults import faultdata, severity
+from unicron_plan.schema.policies import PolicyModel, PolicyModels
+from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.engine import Engine, JobRun
 from unicron_plan.simulate.trace import SimEvent
+
+
+@functools.lru_cache(maxsize=1)
+def packaged_models() -> PolicyModels:
+    """models/policies.json, validated."""
+    from unicron_plan.perf.library import read_data
+
+    return PolicyModels.model_validate(read_data("policies.json"))
+
+
+def policy_model(name: str, scenario: Scenario | None = None) -> PolicyModel:
+    """The constants of policy ``name``: the packaged ones with the scenario's overrides applied."""
+    model = packaged_models().policies[name]
+    override = (scenario.policy_models or {}).get(name) if scenario is not None else None
+    if override is not None:
+        model = model.model_copy(update=override.model_dump(exclude_none=True))
+    return model
 
 
 class Policy:
@@ -34,6 +55,17 @@ class Policy:
 
     name = "policy"
     in_band = True
+
+    def __init__(self, model: PolicyModel | None = None):
+        self.model = model if model is not None else policy_model(self.name)
+
+    def healthy_factor(self) -> float:
+        """Failure-free throughput relative to the scenario's (Megatron-LM's) tables, checkpoint saves included."""
+        m = self.model
+        factor = m.healthy_throughput_factor
+        if m.checkpoint_save_seconds and m.checkpoint_interval_seconds:
+            factor *= m.checkpoint_interval_seconds / (m.checkpoint_interval_seconds + m.checkpoint_save_seconds)
+        return factor
 
     def detection_seconds(self, error: str) -> float:
         """Seconds from the error to its detection under this policy."""
@@ -57,6 +89,41 @@ class Policy:
         """React to ``node`` returning to service."""
         raise NotImplementedError
 
+    def on_timer(self, eng: Engine, payload) -> None:
+        """A time the policy scheduled with ``eng.push(time, "timer", payload)`` has come."""
+
+
+def lost_since_checkpoint(model: PolicyModel, job: JobRun, t_fail: float) -> float:
+    """Seconds of training since ``job``'s last checkpoint at ``t_fail`` (checkpoints every interval of its run)."""
+    if t_fail <= job.run_start:
+        return 0.0
+    return (t_fail - job.run_start) % model.checkpoint_interval_seconds
+
+
+def checkpoint_restart(model: PolicyModel, eng: Engine, job: JobRun, lost: float) -> None:
+    """A restart from the last checkpoint: ``restart_seconds`` (transition), then ``lost`` seconds recomputed."""
+    eng.transition(job, eng.t, model.restart_seconds)
+    if lost > 0:
+        job.run_start = eng.append_block(job, lost, "recompute")
+
+
+def best_own_alloc(eng: Engine, job: JobRun, own: dict[str, int]) -> dict[str, int]:
+    """``job``'s best allowed count on the GPUs ``own`` of nodes in service, placed on them in order."""
+    # Not on nodes that are down, nor on failed ones whose failure is not detected yet.
+    usable = {n: g for n, g in own.items() if n not in eng.down and n not in eng.pending}
+    avail = sum(usable.values())
+    best_c, best_f = 0, 0.0
+    for c in sorted(job.table):
+        if c <= avail and job.f(c) > best_f:
+            best_c, best_f = c, job.f(c)
+    out, left = {}, best_c
+    for n, g in usable.items():
+        take = min(left, g)
+        if take:
+            out[n] = take
+            left -= take
+    return out
+
 
 def restarted_since(job: JobRun, ev: SimEvent) -> bool:
     """The job already began a restart or reconfiguration after the error: that one covers it."""
@@ -67,7 +134,8 @@ def restarted_since(job: JobRun, ev: SimEvent) -> bool:
 class PlannerPolicy(Policy):
     """Re-plans the whole cluster on every capacity change through the v1 planner layers."""
 
-    def __init__(self):
+    def __init__(self, model: PolicyModel | None = None):
+        super().__init__(model)
         self._cache: dict = {}
         self._base_instance = None  # the scenario as a validated Instance, see _base
         self._down_copies: dict = {}  # node id -> its Node with every GPU listed failed
@@ -279,25 +347,41 @@ class MegatronPolicy(Policy):
 
     def lost_work(self, job: JobRun, t_fail: float) -> float:
         """Seconds of training since the job's last checkpoint at ``t_fail``."""
-        if t_fail <= job.run_start:
-            return 0.0
-        return (t_fail - job.run_start) % faultdata.CHECKPOINT_INTERVAL_SECONDS
+        return lost_since_checkpoint(self.model, job, t_fail)
 
     def restart(self, eng: Engine, job: JobRun, lost: float) -> None:
         """Resubmit + set up (transition), then recompute the work lost since the checkpoint."""
-        eng.transition(job, eng.t, faultdata.RESTART_SECONDS)
-        if lost > 0:
-            job.run_start = eng.append_block(job, lost, "recompute")
+        checkpoint_restart(self.model, eng, job, lost)
+
+    def setup(self, eng: Engine) -> None:
+        super().setup(eng)
+        self.own = {j.id: dict(j.alloc) for j in eng.jobs}  # the allocation each job was submitted with
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
+        after = self.model.manual_downscale_after_hours
         for j in hit:
             if ev.severity == "sev1":
                 if not j.waiting:
                     j.pending_lost = 0.0 if restarted_since(j, ev) else self.lost_work(j, ev.time)
                     eng.stop_blocks(j, eng.t)
                 j.waiting.add(ev.node)
+                if after is not None:
+                    eng.push(eng.t + after * 3600.0, "timer", (j.index, ev.node))
             elif not j.waiting and not restarted_since(j, ev):
                 self.restart(eng, j, self.lost_work(j, ev.time))
+
+    def on_timer(self, eng: Engine, payload) -> None:
+        """Manual down-scaling: the operator restarts a job still stopped for ``node`` on its surviving GPUs."""
+        index, node = payload
+        j = eng.jobs[index]
+        if node not in j.waiting:
+            return
+        new = best_own_alloc(eng, j, self.own[j.id])
+        if not new:
+            return
+        j.alloc, j.waiting = new, set()
+        self.restart(eng, j, j.pending_lost)
+        j.pending_lost = 0.0
 
     def on_repair(self, eng: Engine, node: str) -> None:
         for j in eng.jobs:
@@ -309,6 +393,12 @@ class MegatronPolicy(Policy):
                 if not j.waiting:
                     self.restart(eng, j, j.pending_lost)
                     j.pending_lost = 0.0
+            elif (not j.waiting and node in self.own[j.id] and j.alloc != self.own[j.id]
+                  and not set(self.own[j.id]) & (eng.down | set(eng.pending))):
+                # A down-scaled job whose nodes are all back: the operator restarts it at full size
+                # after a checkpoint (no work lost).
+                j.alloc = dict(self.own[j.id])
+                self.restart(eng, j, 0.0)
 
 
 class OobleckPolicy(Policy):
@@ -323,20 +413,12 @@ class OobleckPolicy(Policy):
 
     def best_alloc(self, eng: Engine, job: JobRun) -> dict[str, int]:
         """The job's best allowed count on its own GPUs of nodes in service, placed on them in order."""
-        # Not on nodes that are down, nor on failed ones whose failure is not detected yet.
-        own = {n: g for n, g in self.own[job.id].items() if n not in eng.down and n not in eng.pending}
-        avail = sum(own.values())
-        best_c, best_f = 0, 0.0
-        for c in sorted(job.table):
-            if c <= avail and job.f(c) > best_f:
-                best_c, best_f = c, job.f(c)
-        out, left = {}, best_c
-        for n, g in own.items():
-            take = min(left, g)
-            if take:
-                out[n] = take
-                left -= take
-        return out
+        return best_own_alloc(eng, job, self.own[job.id])
+
+    def reconfigure(self, eng: Engine, job: JobRun, ev: SimEvent | None) -> None:
+        """Charge ``job``'s restart or reconfiguration after ``ev`` (None: growing back on a repair).
+        Oobleck: D_trans, no work lost (it recovers from the pipeline replicas)."""
+        eng.transition(job, eng.t, job.d_trans)
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
         for j in hit:
@@ -347,9 +429,9 @@ class OobleckPolicy(Policy):
                     eng.stop_blocks(j, eng.t)
                     eng.reconfigurations += 1
                 else:
-                    eng.transition(j, eng.t, j.d_trans)
+                    self.reconfigure(eng, j, ev)
             elif not restarted_since(j, ev):
-                eng.transition(j, eng.t, j.d_trans)
+                self.reconfigure(eng, j, ev)
 
     def on_repair(self, eng: Engine, node: str) -> None:
         for j in eng.jobs:
@@ -357,17 +439,60 @@ class OobleckPolicy(Policy):
                 new = self.best_alloc(eng, j)
                 if new != j.alloc:
                     j.alloc = new
-                    eng.transition(j, eng.t, j.d_trans)
+                    self.reconfigure(eng, j, None)
+
+
+class VarunaPolicy(OobleckPolicy):
+    """Job-local like oobleck, but every reconfiguration is a restart from the last checkpoint (a Varuna
+    morph): ``restart_seconds`` plus the work since the checkpoint; timeout detection."""
+
+    name = "varuna"
+
+    def reconfigure(self, eng: Engine, job: JobRun, ev: SimEvent | None) -> None:
+        lost = 0.0 if ev is None or restarted_since(job, ev) else lost_since_checkpoint(self.model, job, ev.time)
+        checkpoint_restart(self.model, eng, job, lost)
+
+
+class BambooPolicy(OobleckPolicy):
+    """Redundant computation: a job's first node failure is absorbed without a restart (a neighbour
+    already computes the lost stage; the job goes on on its surviving GPUs), a second one before the
+    repair needs a restart from the checkpoint; software errors (SEV2/SEV3) restart from the checkpoint.
+    Timeout detection; growing back on repair is a reconfiguration (D_trans)."""
+
+    name = "bamboo"
+
+    def setup(self, eng: Engine) -> None:
+        super().setup(eng)
+        self.absorbed = {j.id: 0 for j in eng.jobs}  # node failures absorbed since the job was whole
+
+    def reconfigure(self, eng: Engine, job: JobRun, ev: SimEvent | None) -> None:
+        if ev is None:  # growing back on repair
+            eng.transition(job, eng.t, job.d_trans)
+            return
+        if ev.severity == "sev1" and self.absorbed[job.id] == 0:
+            self.absorbed[job.id] += 1
+            eng.stop_blocks(job, eng.t)  # the detection hang ends; no restart
+            return
+        lost = 0.0 if restarted_since(job, ev) else lost_since_checkpoint(self.model, job, ev.time)
+        checkpoint_restart(self.model, eng, job, lost)
+
+    def on_repair(self, eng: Engine, node: str) -> None:
+        super().on_repair(eng, node)
+        for j in eng.jobs:
+            if node in self.own[j.id] and not (set(self.own[j.id]) & (eng.down | set(eng.pending))):
+                self.absorbed[j.id] = 0
 
 
 POLICIES: dict[str, type[Policy]] = {
-    p.name: p for p in (UnicronPolicy, MegatronPolicy, OobleckPolicy, GreedyPolicy, EqualSharePolicy)
+    p.name: p for p in (UnicronPolicy, MegatronPolicy, OobleckPolicy, GreedyPolicy, EqualSharePolicy,
+                        VarunaPolicy, BambooPolicy)
 }
 
 
-def make_policy(name: str) -> Policy:
-    """A fresh policy by name; ValueError lists the valid names."""
+def make_policy(name: str, scenario: Scenario | None = None) -> Policy:
+    """A fresh policy by name with its constants (:func:`policy_model`); ValueError lists the valid names."""
     try:
-        return POLICIES[name]()
+        cls = POLICIES[name]
     except KeyError:
         raise ValueError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}") from None
+    return cls(policy_model(name, scenario))

@@ -24,7 +24,7 @@ from unicron_plan.simulate.engine import Engine
 from unicron_plan.simulate.policies import POLICIES, make_policy
 from unicron_plan.simulate.trace import draw_events, planning_mtbf_hours
 
-DEFAULT_POLICIES = ("unicron", "megatron", "oobleck", "greedy", "equal-share")
+DEFAULT_POLICIES = ("unicron", "megatron", "oobleck", "varuna", "bamboo", "greedy", "equal-share")
 
 
 def load_scenario(source: str | os.PathLike | dict | Scenario) -> Scenario:
@@ -35,6 +35,9 @@ def load_scenario(source: str | os.PathLike | dict | Scenario) -> Scenario:
         data = source if isinstance(source, dict) else read_json(source)
         scenario = parse_model(Scenario, data)
     check_scenario(scenario)
+    for name in scenario.policy_models or {}:
+        if name not in POLICIES:
+            raise InvalidInstanceError(f"policy_models.{name}", f"unknown policy; valid: {', '.join(POLICIES)}")
     return scenario
 
 
@@ -69,7 +72,7 @@ def simulate(scenario: Scenario, policies: list[str], seed: int, record: bool = 
     out: dict[str, Any] = {"scenario": scenario.name, "seed": seed, "events": len(events), "policies": {}}
     series = {}
     for name in policies:
-        eng = Engine(scenario, events, make_policy(name), mtbf, record=record, progress=progress)
+        eng = Engine(scenario, events, make_policy(name, scenario), mtbf, record=record, progress=progress)
         out["policies"][name] = eng.run()
         if record:
             series[name] = eng.series

@@ -1,0 +1,127 @@
+"""Per-policy models (models/policies.json): healthy speed, recovery constants, overrides, and the
+varuna, bamboo and manual down-scaling behaviours they drive."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from simfixtures import F8, F16, one_job_trace, stressed_128
+from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.faults import faultdata
+from unicron_plan.simulate import load_scenario, simulate
+from unicron_plan.simulate.engine import Engine
+from unicron_plan.simulate.policies import POLICIES, make_policy, packaged_models, policy_model
+from unicron_plan.simulate.trace import draw_events, planning_mtbf_hours
+
+H = 3600.0
+SEV1_N1 = [{"time_hours": 1.25, "kind": "failure", "node": "n1", "severity": "sev1", "error": "ecc_error"},
+           {"time_hours": 20.0, "kind": "repair", "node": "n1"}]
+
+
+def _run(events, policies, duration=30.0, overrides=None):
+    sc = one_job_trace(events, duration=duration)
+    if overrides:
+        sc["policy_models"] = overrides
+    return simulate(load_scenario(sc), policies, seed=0)["policies"]
+
+
+def test_every_policy_has_a_model_and_every_value_a_source():
+    models = packaged_models().policies
+    assert set(models) == set(POLICIES)
+    for name, m in models.items():
+        for field, value in m.model_dump(exclude_none=True, exclude={"sources"}).items():
+            assert m.sources.get(field), (name, field)
+
+
+def test_megatron_constants_are_the_documented_figure_2_ones():
+    m = policy_model("megatron")
+    assert m.restart_seconds == faultdata.RESTART_SECONDS
+    assert m.checkpoint_interval_seconds == faultdata.CHECKPOINT_INTERVAL_SECONDS
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_each_policy_runs_at_its_own_healthy_speed(name):
+    out = _run([], [name, "megatron"], duration=5.0)
+    factor = policy_model(name).healthy_throughput_factor
+    assert out[name]["weighted_tflop"] == pytest.approx(factor * out["megatron"]["weighted_tflop"], rel=1e-12)
+    assert out[name]["weighted_tflop"] == pytest.approx(factor * F16 * 5.0 * H, rel=1e-12)
+
+
+def test_a_policy_output_scales_exactly_with_its_healthy_factor():
+    base = load_scenario(stressed_128(hours=120.0))
+    slow = copy.deepcopy(stressed_128(hours=120.0))
+    slow["policy_models"] = {"varuna": {"healthy_throughput_factor": 0.4}}
+    a = simulate(base, ["varuna"], seed=4)["policies"]["varuna"]
+    b = simulate(load_scenario(slow), ["varuna"], seed=4)["policies"]["varuna"]
+    assert a["failures"] > 3
+    assert b["weighted_tflop"] == pytest.approx(a["weighted_tflop"] * 0.4 / 0.8, rel=1e-12)
+
+
+def test_checkpoint_saves_slow_the_healthy_speed():
+    out = _run([], ["megatron"], duration=5.0, overrides={"megatron": {"checkpoint_save_seconds": 180.0}})
+    assert out["megatron"]["weighted_tflop"] == pytest.approx(F16 * 5.0 * H * 1800.0 / 1980.0, rel=1e-12)
+
+
+def test_varuna_restarts_from_its_checkpoint_and_loses_the_work_since():
+    r = _run(SEV1_N1, ["varuna"])["varuna"]
+    # failure at 1.25 h, checkpoints every 0.5 h from time 0: 0.25 h recomputed
+    assert r["recompute_hours"] == pytest.approx(0.25, rel=1e-9)
+    assert r["reconfigurations"] == 2  # shrink onto n0, grow back on the repair
+
+
+def test_bamboo_absorbs_a_first_node_failure_without_a_restart():
+    r = _run(SEV1_N1, ["bamboo", "oobleck"])
+    b = r["bamboo"]
+    assert b["recompute_hours"] == 0.0
+    assert b["downtime_hours"]["detection"] > 0
+    # no restart after the failure; only the grow-back on the repair costs D_trans (600 s)
+    assert b["downtime_hours"]["transition"] == pytest.approx(600.0 / H, rel=1e-9)
+    assert r["oobleck"]["downtime_hours"]["transition"] == pytest.approx(2 * 600.0 / H, rel=1e-9)
+
+
+def test_bamboo_restarts_on_a_second_failure_before_the_repair():
+    sc = one_job_trace([{"time_hours": 1.25, "kind": "failure", "node": "n2", "severity": "sev1", "error": "ecc_error"},
+                        {"time_hours": 3.1, "kind": "failure", "node": "n1", "severity": "sev1", "error": "ecc_error"}],
+                       duration=6.0)
+    sc["cluster"]["nodes"].append({"id": "n2", "gpu_type": "a800", "gpus": 8})
+    sc["jobs"][0]["throughput"]["tflops"]["24"] = 2700.0
+    sc["jobs"][0]["current"] = {"gpus": 24, "nodes": ["n0", "n1", "n2"]}
+    r = simulate(load_scenario(sc), ["bamboo"], seed=0)["policies"]["bamboo"]
+    # the first failure is absorbed (no restart), the second restarts from the checkpoint at 3.0 h
+    assert r["recompute_hours"] == pytest.approx(0.1, rel=1e-9)
+    assert r["downtime_hours"]["transition"] > r["recompute_hours"]
+
+
+def test_megatron_manual_downscaling_restarts_on_the_surviving_gpus():
+    waits = _run(SEV1_N1, ["megatron"])["megatron"]
+    scaled = _run(SEV1_N1, ["megatron"], overrides={"megatron": {"manual_downscale_after_hours": 2.0}})["megatron"]
+    assert scaled["weighted_tflop"] > waits["weighted_tflop"]
+    assert scaled["reconfigurations"] == waits["reconfigurations"] + 1  # down-scale, then back at the repair
+    # Down-scaled at detection + 2 h: restart and recompute the 0.25 h since the checkpoint, then 8 GPUs
+    # until the repair at 20 h; its restart to 16 GPUs then has nothing to recompute, while the job
+    # that waited recomputes those 0.25 h after the repair.
+    detect = faultdata.NCCL_TIMEOUT_SECONDS
+    lost = 1.25 * H % 1800.0
+    down_at = 1.25 * H + detect + 2 * H
+    gain = F8 * (20 * H - down_at - faultdata.RESTART_SECONDS - lost) + F16 * lost
+    assert scaled["weighted_tflop"] - waits["weighted_tflop"] == pytest.approx(gain, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["varuna", "bamboo", "megatron"])
+def test_invariants_hold_with_the_new_behaviours(name):
+    sc = load_scenario({**stressed_128(mtbf=100.0, hours=120.0),
+                        "policy_models": {"megatron": {"manual_downscale_after_hours": 1.0}}})
+    for seed in (0, 1):
+        eng = Engine(sc, draw_events(sc, np.random.default_rng(seed)), make_policy(name, sc),
+                     planning_mtbf_hours(sc), checks=True)
+        assert eng.run()["weighted_tflop"] > 0
+
+
+def test_overrides_name_their_field():
+    with pytest.raises(InvalidInstanceError) as exc:
+        load_scenario({**stressed_128(), "policy_models": {"nosuch": {"restart_seconds": 1.0}}})
+    assert "policy_models.nosuch" in str(exc.value)
+    with pytest.raises(InvalidInstanceError) as exc:
+        load_scenario({**stressed_128(), "policy_models": {"oobleck": {"healthy_throughput_factor": 0}}})
+    assert "healthy_throughput_factor" in str(exc.value)

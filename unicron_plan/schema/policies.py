@@ -1,0 +1,45 @@
+"""Per-policy models of the simulator's baselines (models/policies.json, docs/simulation.md):
+each policy's failure-free speed relative to Megatron-LM and its recovery constants, each value
+with its source. A scenario may override any of them (``Scenario.policy_models``)."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from unicron_plan.schema.base import StrictModel
+
+
+class PolicyModelOverride(StrictModel):
+    """Any subset of a policy's constants (a scenario's override)."""
+
+    healthy_throughput_factor: Optional[float] = Field(
+        default=None, gt=0, le=1, description="Failure-free throughput as a fraction of Megatron-LM's on the "
+                                              "same GPUs (the scenario's tables are Megatron-LM's).")
+    restart_seconds: Optional[float] = Field(
+        default=None, ge=0, le=1e6, description="A restart from a checkpoint: resubmission and set-up, seconds.")
+    checkpoint_interval_seconds: Optional[float] = Field(
+        default=None, gt=0, le=1e7, description="Time between checkpoints; a restart recomputes the work since "
+                                                "the last one.")
+    checkpoint_save_seconds: Optional[float] = Field(
+        default=None, ge=0, le=1e5, description="Training paused per checkpoint save (blocking save): the "
+                                                "healthy speed is scaled by interval / (interval + save).")
+    manual_downscale_after_hours: Optional[float] = Field(
+        default=None, gt=0, le=1e5, description="Megatron only: a job stopped for a failed node is restarted "
+                                                "by its operator on its surviving GPUs after this long, "
+                                                "instead of waiting for the repair. Absent: it waits.")
+
+
+class PolicyModel(PolicyModelOverride):
+    """A policy's constants with the source of each (``sources``: field -> citation or ASSUMPTION)."""
+
+    healthy_throughput_factor: float = Field(gt=0, le=1)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+class PolicyModels(StrictModel):
+    """The file models/policies.json."""
+
+    schema_version: Literal["1"]
+    policies: dict[str, PolicyModel]

@@ -105,7 +105,12 @@ def library() -> dict[str, dict]:
            + [(f"gpt3-6.7b-{i}", "gpt3-6.7b", W["gpt3-6.7b"], 128) for i in range(8)]
            + [(f"gpt3-2.7b-{i}", "gpt3-2.7b", W["gpt3-2.7b"], 64) for i in range(4)]
            + [(f"gpt3-1.3b-{i}", "gpt3-1.3b", W["gpt3-1.3b"], 64) for i in range(4)])
+    dense = scenario("gpt3-mix-128-a800-dense", "As gpt3-mix-128-a800, with the dense failure injection of "
+                     "fault-tolerance papers: one failure every 3 h on the cluster, 30 days.", 16, small)
+    del dense["failures"]["node_mtbf_hours"]
+    dense["failures"]["failure_every_hours"] = 3.0
     return {
+        "gpt3-mix-128-a800-dense": dense,
         "gpt3-mix-128-a800": scenario(
             "gpt3-mix-128-a800", "Unicron's setting: 128 A800 (16 x 8), GPT-3 1.3B-175B, Llama 3 failure rate, 30 days.",
             16, small),

@@ -47,6 +47,34 @@ class SeverityMix(StrictModel):
         return self
 
 
+class RepairMix(StrictModel):
+    """Repairs of two kinds: automatic (e.g. a reboot or a spare swapped in) with probability
+    `automatic_fraction`, else manual (a technician), each lognormal."""
+
+    automatic_fraction: float = Field(ge=0, le=1)
+    automatic_hours: RepairHours
+    manual_hours: RepairHours
+
+
+class FailureDomain(StrictModel):
+    """Correlated failures: every rack (or every switch, a group of `racks_per_switch` racks in order of
+    first appearance) fails as a unit with its own MTBF, taking all its nodes out at once (SEV1)."""
+
+    kind: Literal["rack", "switch"]
+    mtbf_hours: float = Field(gt=0, le=1e9, description="Mean time between failures of one rack or switch.")
+    racks_per_switch: Optional[int] = Field(default=None, ge=1, le=100_000,
+                                            description="Required for kind 'switch', absent for 'rack'.")
+    repair_hours: Optional[RepairHours] = Field(default=None, description="Default: the nodes' repair model.")
+    error: Literal["lost_connection", "ecc_error", "invalid_dma_mapping", "nvlink_error", "gpu_driver_error"] = \
+        Field(default="lost_connection", description="The SEV1 error kind the nodes report (sets detection).")
+
+    @model_validator(mode="after")
+    def _switch_size(self) -> "FailureDomain":
+        if (self.kind == "switch") != (self.racks_per_switch is not None):
+            raise ValueError("racks_per_switch: required for a switch domain, absent for a rack domain")
+        return self
+
+
 class Failures(StrictModel):
     """Independent node failures: exponential (or Weibull) times between failures of each node."""
 
@@ -61,13 +89,18 @@ class Failures(StrictModel):
     weibull_shape: Optional[float] = Field(
         default=None, ge=0.1, le=20, description="Weibull shape k in [0.1, 20] of the time between failures "
                                                  "(mean stays node_mtbf_hours); absent: exponential (k = 1).")
-    repair_hours: RepairHours
+    repair_hours: Optional[RepairHours] = Field(default=None, description="One lognormal repair time; "
+                                                                          "or give `repair` instead.")
+    repair: Optional[RepairMix] = None
     severity_mix: SeverityMix
+    domains: list[FailureDomain] = Field(default_factory=list, max_length=16)
 
     @model_validator(mode="after")
     def _some_rate(self) -> "Failures":
         if self.node_mtbf_hours is None and self.failure_every_hours is None:
             raise ValueError("node_mtbf_hours: give node_mtbf_hours or failure_every_hours")
+        if (self.repair_hours is None) == (self.repair is None):
+            raise ValueError("repair_hours: give exactly one of 'repair_hours' or 'repair'")
         return self
 
     def node_mtbf(self, nodes: int) -> float:
@@ -132,6 +165,12 @@ class Scenario(StrictModel):
         if self.failures is not None:
             mtbf = self.failures.node_mtbf(len(self.cluster.nodes))
             expected = len(self.cluster.nodes) * self.duration_hours / mtbf
+            for k, d in enumerate(self.failures.domains):  # a domain failure is one event per node
+                more = len(self.cluster.nodes) * self.duration_hours / d.mtbf_hours
+                if expected + more > MAX_EVENTS / 2:
+                    raise ValueError(f"failures.domains[{k}].mtbf_hours: {d.mtbf_hours:g} h expects {more:.3g} "
+                                     f"node failures per run, more than {MAX_EVENTS // 2} in all")
+                expected += more
             if expected > MAX_EVENTS / 2:  # each failure may bring a repair
                 field = "failure_every_hours" if self.failures.failure_every_hours is not None else "node_mtbf_hours"
                 raise ValueError(

@@ -219,6 +219,9 @@ def plot_sweep(result: dict[str, Any], out_dir: Path) -> list[Path]:
             if xs:
                 ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, linestyle="none", label=f"unicron / {name}")
         ax.axhline(1.0, color="grey", linewidth=0.8)
+        values = [r["point"][field] for r in rows if isinstance(r["point"][field], (int, float))]
+        if values and min(values) > 0 and max(values) >= 10 * min(values):
+            ax.set_xscale("log")  # rates and times spanning a decade or more
         ax.set_xlabel(field)
         ax.set_ylabel("weighted TFLOP ratio (95% CI)")
         ax.legend(fontsize=8)

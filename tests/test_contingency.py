@@ -14,6 +14,7 @@ from randgen import random_instance
 from unicron_plan import api
 from unicron_plan.cli import app
 from unicron_plan.plan.contingency import build_contingency, read_contingency, write_contingency
+from unicron_plan.tools.adversarial import KINDS
 from unicron_plan.tools.generate import generate_instance
 from unicron_plan.io import dumps, read_json
 from unicron_plan.core.problem import build_problem
@@ -59,6 +60,26 @@ def test_every_node_and_rack_equals_dp_resolve_on_generated_instances(seed):
         expected = dp.solve(problem).objective
         assert entry["objective"] == pytest.approx(expected, rel=1e-12)
         assert problem.objective(index["plans"][entry["plan"]]["counts"]) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ("synthetic",) + KINDS)
+def test_every_failure_equals_dp_resolve_on_each_adversarial_kind(kind):
+    # The tables are built on Lagrangian cores of the options; every answer must still be the optimum.
+    doc = generate_instance(3, gpus=512, jobs=12, nodes_per_rack=8, demand=1.3, curves=kind)
+    inst = api.load_instance(doc)
+    index = build_contingency(inst, racks=True)
+    assert index["stats"]["options_in_cores"] <= index["stats"]["options"]
+    for key, entry in index["failures"].items():
+        problem = build_problem(api.load_instance(_with_failure(doc, entry["failed_nodes"])))
+        expected = dp.solve(problem).objective
+        assert entry["objective"] == pytest.approx(expected, rel=1e-12), (kind, key)
+        assert problem.objective(index["plans"][entry["plan"]]["counts"]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_cores_cut_options_on_near_linear_curves():
+    doc = generate_instance(1, gpus=1024, jobs=16, nodes_per_rack=8, curves="near-linear")
+    stats = build_contingency(api.load_instance(doc), racks=True)["stats"]
+    assert stats["options_in_cores"] < stats["options"], stats  # the cut path is exercised
 
 
 def test_cli_contingency_then_solve_uses_the_precomputed_plan(tmp_path):

@@ -170,6 +170,95 @@ def _solve_group(t: _TypeTables, hit_idx: list[int], cap: int, hit_opts: dict) -
     return value, out
 
 
+def _cores(opts: list, work: list, capacity: int) -> tuple[list, list]:
+    """Each job's options that can be in an optimal plan of any group of ``work``, and ``work`` with
+    each group's hit options cut the same way.
+
+    With one multiplier lam >= 0 (the LP's at full capacity), a group's optimum is at most
+    UB = lam C' + sum_i max_y (G_i(y) - lam y), and a count's slack max_y (G_i - lam y) - (G_i(y) - lam y)
+    summed over a plan is at most UB - value. So with LB a feasible plan's value, every optimal plan of
+    the group uses only counts of slack <= UB - LB. LB: the no-failure optimum with the hit jobs' gains,
+    shrinking the one job that loses least to fit the group's capacity. A group with no such plan keeps
+    every option (no cut).
+    """
+    from unicron_plan.solvers.dp import REL_TOL, lp_multiplier, solve_options
+
+    if not opts or not work:
+        return opts, work
+    lam = lp_multiplier(opts, capacity)
+    red = [g - lam * y for y, g in opts]
+    h = np.array([float(r.max()) for r in red])
+    base, _ = solve_options(opts, capacity)
+    at = [int(np.searchsorted(y, c)) for (y, _), c in zip(opts, base)]
+    scale = lam * capacity + sum(float(np.abs(g).max()) for _, g in opts) + 1.0
+    tol = REL_TOL * scale
+    gaps, cut_work = [], []
+    for key, hit_idx, cap, hit_opts in work:
+        counts = list(base)
+        values = [float(g[k]) for (_, g), k in zip(opts, at)]
+        ub = lam * cap + float(h.sum())
+        lb = 0.0
+        for i, (y, g) in hit_opts.items():
+            k = int(np.searchsorted(y, base[i], side="right")) - 1  # best hit option within the base count
+            if k < 0:
+                lb = -np.inf
+            else:
+                counts[i], values[i] = int(y[k]), float(g[k])
+            ub += float((g - lam * y).max()) - h[i]
+        lb += max(_shrunk_value(opts, hit_opts, counts, values, cap),
+                  _refilled_value(base, values, hit_opts, cap))
+        gap = ub - lb + tol
+        gaps.append(gap)
+        cut = {i: _within(y, g, lam, gap) for i, (y, g) in hit_opts.items()}
+        cut_work.append((key, hit_idx, cap, cut))
+    widest = max(gaps)
+    if not np.isfinite(widest):
+        return opts, work
+    return [_within(y, g, lam, widest) for y, g in opts], cut_work
+
+
+def _within(y: np.ndarray, g: np.ndarray, lam: float, gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """The options whose slack (max of G - lam y, less their own) is at most ``gap``."""
+    r = g - lam * y
+    keep = (float(r.max()) - r) <= gap
+    return y[keep], g[keep]
+
+
+def _refilled_value(base: list, values: list, hit_opts: dict, cap: int) -> float:
+    """Value of the base counts with the hit jobs re-chosen one by one in the GPUs the others leave
+    (-inf when the others alone exceed ``cap``)."""
+    counts = list(base)
+    values = list(values)
+    for i in hit_opts:
+        counts[i], values[i] = 0, 0.0
+    free = cap - sum(counts)
+    if free < 0:
+        return -np.inf
+    for i, (y, g) in hit_opts.items():
+        k = int(np.searchsorted(y, free, side="right")) - 1
+        if k < 0:
+            return -np.inf
+        free -= int(y[k])
+        values[i] = float(g[k])
+    return float(sum(values))
+
+
+def _shrunk_value(opts, hit_opts, counts: list, values: list, cap: int) -> float:
+    """Value of ``counts`` (with ``values``) made to fit ``cap`` by shrinking the one job that loses least;
+    -inf when no single job can absorb the excess."""
+    excess = sum(counts) - cap
+    total = float(sum(values))
+    if excess <= 0:
+        return total
+    best_loss = np.inf
+    for i, (y, g) in enumerate(opts):
+        y, g = hit_opts.get(i, (y, g))
+        k = int(np.searchsorted(y, counts[i] - excess, side="right")) - 1
+        if k >= 0:
+            best_loss = min(best_loss, values[i] - float(g[k]))
+    return total - best_loss
+
+
 def build_contingency(instance: Instance, racks: bool = False, progress: bool = False) -> dict:
     """Optimal counts for every single-node (and, with ``racks``, rack) failure of ``instance``.
 
@@ -209,45 +298,53 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
         caps = tuple(sorted((t, problem.capacity[t] - lost.get(t, 0)) for t in problem.capacity))
         groups[(d_run, hit, caps)].append((key, failed))
 
-    tables: dict[float, dict[str, _TypeTables]] = {}
     failures, plans, plan_ids = {}, {}, {}
     keys_sorted = sorted(groups, key=lambda g: (g[0], sorted(g[1]), g[2]))
+    by_d_run: dict[float, list] = defaultdict(list)
+    for key in keys_sorted:
+        by_d_run[key[0]].append(key)
     bar = _progress(progress, len(keys_sorted))
-    for d_run, hit, caps in keys_sorted:
-        if d_run not in tables:
-            tables[d_run] = {}
-            for t, js in by_type.items():
-                opts = [pareto_arrays(j.counts, np.asarray(
-                    cost.gain(j.f, j.counts, j.x, j.f_x, False, d_run, j.d_trans), dtype=float)) for j in js]
-                tables[d_run][t] = _tables(js, opts, problem.capacity[t])
-        value, counts = 0.0, {}
-        for t, cap in caps:
-            if t not in by_type:
-                continue
-            tt = tables[d_run][t]
-            hit_idx = sorted(pos[jid][1] for jid in hit if pos[jid][0] == t)
-            hit_opts = {}
-            for i in hit_idx:
-                j = tt.jobs[i]
-                hit_opts[i] = pareto_arrays(j.counts, np.asarray(
-                    cost.gain(j.f, j.counts, j.x, j.f_x, True, d_run, j.d_trans), dtype=float))
-            v, part = _solve_group(tt, hit_idx, cap, hit_opts)
-            value += v
-            counts.update(part)
-        vector = tuple(counts[j.id] for j in problem.jobs)
-        if vector not in plan_ids:
-            plan_ids[vector] = f"p{len(plan_ids):05d}"
-            plans[plan_ids[vector]] = {"counts": {j.id: counts[j.id] for j in problem.jobs}}
-        for key, failed in groups[(d_run, hit, caps)]:
-            failures[key] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
-        bar.advance()
+    kept = total = 0
+    for d_run, keys in by_d_run.items():
+        # Per GPU type: every group's hit jobs with their gains after the hit, then the Lagrangian
+        # cores of the options over all groups, then the prefix/suffix tables on the cores.
+        answers: dict[tuple, tuple[float, dict]] = {k: (0.0, {}) for k in keys}
+        for t, js in by_type.items():
+            opts = [pareto_arrays(j.counts, np.asarray(
+                cost.gain(j.f, j.counts, j.x, j.f_x, False, d_run, j.d_trans), dtype=float)) for j in js]
+            work = []  # (group key, hit indices, capacity, hit options)
+            for key in keys:
+                cap = dict(key[2])[t]
+                hit_idx = sorted(pos[jid][1] for jid in key[1] if pos[jid][0] == t)
+                hit_opts = {i: pareto_arrays(js[i].counts, np.asarray(
+                    cost.gain(js[i].f, js[i].counts, js[i].x, js[i].f_x, True, d_run, js[i].d_trans), dtype=float))
+                    for i in hit_idx}
+                work.append((key, hit_idx, cap, hit_opts))
+            cores, work = _cores(opts, work, problem.capacity[t])
+            kept += sum(len(y) for y, _ in cores)
+            total += sum(len(y) for y, _ in opts)
+            tt = _tables(js, cores, problem.capacity[t])
+            for key, hit_idx, cap, hit_opts in work:
+                v, part = _solve_group(tt, hit_idx, cap, hit_opts)
+                value, counts = answers[key]
+                answers[key] = (value + v, {**counts, **part})
+        for key in keys:
+            value, counts = answers[key]
+            vector = tuple(counts[j.id] for j in problem.jobs)
+            if vector not in plan_ids:
+                plan_ids[vector] = f"p{len(plan_ids):05d}"
+                plans[plan_ids[vector]] = {"counts": {j.id: counts[j.id] for j in problem.jobs}}
+            for fkey, failed in groups[key]:
+                failures[fkey] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
+            bar.advance()
     bar.close()
     return {
         "schema_version": "1", "kind": "contingency", "instance": base.name,
         "fingerprint": fingerprint(base), "racks": racks,
         "failures": failures, "plans": plans,
         "stats": {"failures": len(failures), "groups": len(groups), "plans": len(plans),
-                  "d_run_values": len(tables), "wall_seconds": time.perf_counter() - start},
+                  "d_run_values": len(by_d_run), "options": total, "options_in_cores": kept,
+                  "wall_seconds": time.perf_counter() - start},
     }
 
 

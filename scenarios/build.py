@@ -15,6 +15,14 @@ the package's performance model):
   strong scaling at a fixed global batch (smaller per-replica batches, more
   all-reduce), so small models spread thin lose efficiency.
 
+The ``-perf`` scenarios take their tables from the package's performance model instead
+(``unicron_plan.perf``, docs/perf.md): A800 GPUs, GPT-3's batch sizes (Brown et al.
+2020, Table 2.1) in sequences of 2,048 tokens; the allowed counts are those up to the
+job's cap where the model finds a layout Megatron-LM accepts that fits in memory (48, 56
+and 64 GPUs for 175B on up to 64 GPUs, where the rule above allows only 64), and the
+TFLOP/s the model's achieved model TFLOP/s at the best layout of each count. There the
+175B job weighs 1.5 (at 1.2 the healthy optimum leaves it without GPUs).
+
 Failures: node MTBF from Llama 3's 3.79 interruptions per 1000 node-days
 (6332 h), SEV1 repair lognormal with median 12 h and sigma 1 ("hours to a
 day"), severity mix from Unicron's Figure 1 (unicron_plan.faults.severity). The
@@ -66,13 +74,26 @@ def table(model: str, max_gpus: int, max_degree: int = 64, whole_nodes: bool = F
     return out
 
 
+# GPT-3's batch sizes in sequences of 2,048 tokens (Brown et al. 2020, Table 2.1: 1M, 1M, 2M, 2M, 3.2M tokens).
+GLOBAL_BATCH = {"gpt3-1.3b": 512, "gpt3-2.7b": 512, "gpt3-6.7b": 1024, "gpt3-13b": 1024, "gpt3-175b": 1536}
+SEQ_LEN = 2048
+
+
+def perf_table(model: str, max_gpus: int, whole_nodes: bool = False) -> dict[str, float]:
+    """{count: aggregate TFLOP/s} from the performance model (module docstring)."""
+    from unicron_plan.perf import derive_table
+
+    curve = derive_table(model, "a800", GLOBAL_BATCH[model], SEQ_LEN, max_gpus=max_gpus)
+    return {str(n): round(t, 3) for n, t in sorted(curve.tflops_table().items()) if not (whole_nodes and n % 8)}
+
+
 def scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str, float, int]],
-             whole_nodes: bool = False) -> dict:
+             whole_nodes: bool = False, perf: bool = False) -> dict:
     """A scenario with ``nodes`` x 8 A800 in racks of 16 nodes; jobs (id, model, weight, max GPUs)."""
     cluster = {"gpu_types": {"a800": A800},
                "nodes": [{"id": f"n{k:04d}", "gpu_type": "a800", "gpus": 8, "rack": f"r{k // 16:03d}"}
                          for k in range(nodes)]}
-    job_list = [{"id": jid, "weight": w, "throughput": {"gpu_type": "a800", "tflops": table(model, cap, 256, whole_nodes)},
+    job_list = [{"id": jid, "weight": w, "throughput": {"gpu_type": "a800", "tflops": perf_table(model, cap, whole_nodes) if perf else table(model, cap, 256, whole_nodes)},
                  "current": {"gpus": 0, "nodes": []}} for jid, model, w, cap in jobs]
     # Time 0: the planner's optimum for the healthy cluster.
     inst = {"schema_version": "1", "name": name, "cluster": cluster, "jobs": job_list,
@@ -109,7 +130,16 @@ def library() -> dict[str, dict]:
                      "fault-tolerance papers: one failure every 3 h on the cluster, 30 days.", 16, small)
     del dense["failures"]["node_mtbf_hours"]
     dense["failures"]["failure_every_hours"] = 3.0
+    small_perf = [("gpt3-175b", "gpt3-175b", 1.5, 64)] + small[1:]
+    perf = scenario("gpt3-mix-128-a800-perf", "As gpt3-mix-128-a800 with throughput tables and allowed counts "
+                    "from the performance model (175B on 48, 56 or 64 GPUs).", 16, small_perf, perf=True)
+    perf_dense = scenario("gpt3-mix-128-a800-perf-dense", "As gpt3-mix-128-a800-perf, with one failure every "
+                          "3 h on the cluster.", 16, small_perf, perf=True)
+    del perf_dense["failures"]["node_mtbf_hours"]
+    perf_dense["failures"]["failure_every_hours"] = 3.0
     return {
+        "gpt3-mix-128-a800-perf": perf,
+        "gpt3-mix-128-a800-perf-dense": perf_dense,
         "gpt3-mix-128-a800-dense": dense,
         "gpt3-mix-128-a800": scenario(
             "gpt3-mix-128-a800", "Unicron's setting: 128 A800 (16 x 8), GPT-3 1.3B-175B, Llama 3 failure rate, 30 days.",

@@ -12,7 +12,9 @@ hit jobs' new gains onto P_a, and meets S_{b+1} at the failure's capacity C':
     opt = max_c  (P_a (+) span)[c] + S_{b+1}[C' - c]          (O(C) per group)
 
 so a group costs O(C x the span's options) instead of a full re-solve. The
-tests check every plan against a full re-solve of the failed instance.
+tables are built on Lagrangian cores (:func:`_cores`): options that no
+group's optimum can use, by the bound gap of every group, are dropped first.
+The tests check every plan against a full re-solve of the failed instance.
 
 Output (``DIR/contingency.json``, canonical JSON): the base instance's name and
 fingerprint, ``failures`` mapping each failure key (``node:ID`` or

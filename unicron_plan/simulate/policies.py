@@ -18,6 +18,13 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
   GPUs (its best allowed count there) and grows back on repair, never taking
   another job's GPUs; restarts and reconfigurations cost D_trans, with no work
   lost (it recovers from pipeline replicas).
+- ``varuna``: as oobleck, but each shrink or grow is a restart from the last
+  checkpoint; ``bamboo``: as oobleck, but a job's first node failure is
+  absorbed without a restart (redundant computation).
+
+Each policy runs at its own failure-free speed and recovery constants
+(``models/policies.json``, overridable per scenario); Megatron may be
+down-scaled by hand after a timeout (``manual_downscale_after_hours``).
 """
 
 from __future__ import annotations
@@ -182,7 +189,8 @@ class PlannerPolicy(Policy):
         """The v1 Instance of the current state with a failure or repair event (or none).
 
         Built from the validated scenario by copying only what changed (nodes listed down, each
-        job's current allocation): the cross-field checks still run in ``build_problem``.
+        job's current allocation), without re-validation: the engine's state is checked by its
+        invariants, and the tests re-validate these instances and solve them through ``api.solve``.
         """
         from unicron_plan.schema.instance import CurrentAllocation, Event, RepairEvent
 

@@ -125,3 +125,21 @@ def test_overrides_name_their_field():
     with pytest.raises(InvalidInstanceError) as exc:
         load_scenario({**stressed_128(), "policy_models": {"oobleck": {"healthy_throughput_factor": 0}}})
     assert "healthy_throughput_factor" in str(exc.value)
+
+
+def test_detection_per_error_kind_is_scenario_data():
+    default = _run(SEV1_N1, ["megatron"])["megatron"]
+    fast = _run(SEV1_N1, ["megatron"], overrides={"megatron": {"detection_seconds": {"ecc_error": 120.0}}})["megatron"]
+    assert default["downtime_hours"]["detection"] == pytest.approx(faultdata.NCCL_TIMEOUT_SECONDS / H)
+    assert fast["downtime_hours"]["detection"] == pytest.approx(120.0 / H)
+
+
+def test_unknown_error_kinds_are_named():
+    with pytest.raises(InvalidInstanceError) as exc:
+        load_scenario({**stressed_128(), "policy_models": {"megatron": {"detection_seconds": {"nosuch": 1.0}}}})
+    assert "policy_models.megatron.detection_seconds.nosuch" in str(exc.value)
+    bad = stressed_128()
+    bad["failures"]["domains"] = [{"kind": "rack", "mtbf_hours": 500.0, "error": "task_hang"}]
+    with pytest.raises(InvalidInstanceError) as exc:
+        load_scenario(bad)
+    assert "failures.domains[0].error" in str(exc.value)

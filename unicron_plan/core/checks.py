@@ -178,6 +178,16 @@ def _check_other_event(instance: Instance, nodes: dict) -> None:
                                        f"arriving job {jid!r} must have current.gpus 0, not {jobs[jid].current.gpus}")
 
 
+def _check_error_kind(error: str, where: str, severity: str | None = None) -> None:
+    """``error`` is an error kind of the taxonomy (of ``severity`` when given)."""
+    try:
+        cls = classify(error)
+    except ValueError as exc:
+        raise InvalidInstanceError(where, str(exc)) from None
+    if severity is not None and cls.severity.value != severity:
+        raise InvalidInstanceError(where, f"{error!r} is {cls.severity.value}, not {severity}")
+
+
 def check_scenario(scenario: Scenario) -> None:
     """Cross-field checks: the time-0 instance is valid, and the trace is consistent in time order."""
     inst = Instance.model_construct(
@@ -189,6 +199,11 @@ def check_scenario(scenario: Scenario) -> None:
     for k, job in enumerate(scenario.jobs):
         if job.throughput.tflops is None:
             raise InvalidInstanceError(f"jobs[{k}].throughput", "scenarios need the table form ('tflops')")
+    for k, d in enumerate(scenario.failures.domains if scenario.failures is not None else ()):
+        _check_error_kind(d.error, f"failures.domains[{k}].error", "sev1")
+    for name, m in (scenario.policy_models or {}).items():
+        for error in m.detection_seconds or {}:
+            _check_error_kind(error, f"policy_models.{name}.detection_seconds.{error}")
     if scenario.trace is None:
         return
     nodes = {n.id for n in scenario.cluster.nodes}
@@ -203,13 +218,7 @@ def check_scenario(scenario: Scenario) -> None:
             raise InvalidInstanceError(f"{where}.time_hours",
                                        f"{ev.time_hours} is after duration_hours {scenario.duration_hours}")
         if ev.error is not None:
-            try:
-                cls = classify(ev.error)
-            except ValueError as exc:
-                raise InvalidInstanceError(f"{where}.error", str(exc)) from None
-            if cls.severity.value != ev.severity:
-                raise InvalidInstanceError(f"{where}.error",
-                                           f"{ev.error!r} is {cls.severity.value}, not {ev.severity}")
+            _check_error_kind(ev.error, f"{where}.error", ev.severity)
         if ev.kind == "failure":
             if ev.node in down:
                 raise InvalidInstanceError(f"{where}.node", f"node {ev.node!r} is already down (SEV1) then")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from unicron_plan.schema.base import StrictModel
 
@@ -25,10 +25,23 @@ class PolicyModelOverride(StrictModel):
     checkpoint_save_seconds: Optional[float] = Field(
         default=None, ge=0, le=1e5, description="Training paused per checkpoint save (blocking save): the "
                                                 "healthy speed is scaled by interval / (interval + save).")
+    detection_seconds: Optional[dict[str, float]] = Field(
+        default=None, max_length=64,
+        description="Seconds from an error to its detection, per error kind (unicron_plan.faults.severity), "
+                    "in place of the policy's own (in band per detection method, else the NCCL timeout).")
     manual_downscale_after_hours: Optional[float] = Field(
         default=None, gt=0, le=1e5, description="Megatron only: a job stopped for a failed node is restarted "
                                                 "by its operator on its surviving GPUs after this long, "
                                                 "instead of waiting for the repair. Absent: it waits.")
+
+
+    @field_validator("detection_seconds")
+    @classmethod
+    def _bounded_seconds(cls, v: Optional[dict[str, float]]) -> Optional[dict[str, float]]:
+        for error, seconds in (v or {}).items():
+            if not 0 <= seconds <= 1e6:
+                raise ValueError(f"{error}: {seconds} is outside [0, 1e6] seconds")
+        return v
 
 
 class PolicyModel(PolicyModelOverride):

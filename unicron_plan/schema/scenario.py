@@ -65,8 +65,8 @@ class FailureDomain(StrictModel):
     racks_per_switch: Optional[int] = Field(default=None, ge=1, le=100_000,
                                             description="Required for kind 'switch', absent for 'rack'.")
     repair_hours: Optional[RepairHours] = Field(default=None, description="Default: the nodes' repair model.")
-    error: Literal["lost_connection", "ecc_error", "invalid_dma_mapping", "nvlink_error", "gpu_driver_error"] = \
-        Field(default="lost_connection", description="The SEV1 error kind the nodes report (sets detection).")
+    error: str = Field(default="lost_connection", max_length=64,
+                       description="The SEV1 error kind the nodes report (sets detection).")
 
     @model_validator(mode="after")
     def _switch_size(self) -> "FailureDomain":

@@ -75,8 +75,10 @@ class Policy:
         return factor
 
     def detection_seconds(self, error: str) -> float:
-        """Seconds from the error to its detection under this policy."""
-        return severity.detection_seconds(error, in_band=self.in_band)
+        """Seconds from the error to its detection under this policy (its model's value for the error
+        kind when it gives one)."""
+        given = (self.model.detection_seconds or {}).get(error)
+        return given if given is not None else severity.detection_seconds(error, in_band=self.in_band)
 
     def setup(self, eng: Engine) -> None:
         """Set every job's allocation at time 0 (default: the scenario's ``current``, split as FORMAT's

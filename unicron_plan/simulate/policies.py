@@ -366,6 +366,7 @@ class MegatronPolicy(Policy):
     def setup(self, eng: Engine) -> None:
         super().setup(eng)
         self.own = {j.id: dict(j.alloc) for j in eng.jobs}  # the allocation each job was submitted with
+        self.stopped_at: dict[str, float] = {}  # when each job's current stop for a failed node began
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
         after = self.model.manual_downscale_after_hours
@@ -374,17 +375,19 @@ class MegatronPolicy(Policy):
                 if not j.waiting:
                     j.pending_lost = 0.0 if restarted_since(j, ev) else self.lost_work(j, ev.time)
                     eng.stop_blocks(j, eng.t)
+                    self.stopped_at[j.id] = eng.t
+                    if after is not None:
+                        eng.push(eng.t + after * 3600.0, "timer", (j.index, eng.t))
                 j.waiting.add(ev.node)
-                if after is not None:
-                    eng.push(eng.t + after * 3600.0, "timer", (j.index, ev.node))
             elif not j.waiting and not restarted_since(j, ev):
                 self.restart(eng, j, self.lost_work(j, ev.time))
 
     def on_timer(self, eng: Engine, payload) -> None:
-        """Manual down-scaling: the operator restarts a job still stopped for ``node`` on its surviving GPUs."""
-        index, node = payload
+        """Manual down-scaling: the operator restarts a job still in the stop that began at ``since`` on its
+        surviving GPUs."""
+        index, since = payload
         j = eng.jobs[index]
-        if node not in j.waiting:
+        if not j.waiting or self.stopped_at.get(j.id) != since:  # restarted since: this stop is over
             return
         new = best_own_alloc(eng, j, self.own[j.id])
         if not new:

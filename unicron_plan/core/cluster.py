@@ -46,6 +46,8 @@ class ClusterState:
     hit: dict[str, bool]
     previous: dict[str, dict[str, int]] = field(default_factory=dict)
     exiting: frozenset = frozenset()  # jobs leaving in a job_exit event (planned 0, charged nothing)
+    # capacity() and nodes_in_service() when build_state counted them on its walk over the nodes
+    counted: tuple[dict[str, int], int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def drained_nodes(self) -> list[str]:
@@ -54,6 +56,8 @@ class ClusterState:
 
     def capacity(self) -> dict[str, int]:
         """Healthy, non-drained GPUs per GPU type (every declared type present)."""
+        if self.counted is not None:
+            return dict(self.counted[0])
         cap = {t: 0 for t in self.instance.cluster.gpu_types}
         for n in self.nodes.values():
             if not n.drained:
@@ -62,6 +66,8 @@ class ClusterState:
 
     def nodes_in_service(self) -> int:
         """H of docs/format.md: nodes not failed, not drained, with a healthy GPU."""
+        if self.counted is not None:
+            return self.counted[1]
         return sum(1 for n in self.nodes.values() if not n.drained and n.healthy_after > 0)
 
     @cached_property
@@ -98,11 +104,15 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
     repaired = repaired_gpus(instance)
     node_isolation = instance.isolation == "node"
     nodes: dict[str, NodeHealth] = {}
+    cap = {t: 0 for t in instance.cluster.gpu_types}
+    in_service = 0
     for node in instance.cluster.nodes:
         if not node.failed_gpus and node.id not in failed_nodes and node.id not in event_gpus:
             # healthy before and untouched by the event (the common case): nothing to subtract
             h = healthy.get(node.id) if healthy is not None else None
             nodes[node.id] = h if h is not None else _healthy(node)
+            cap[node.gpu_type] += node.gpus
+            in_service += node.gpus > 0
             continue
         before = set(node.failed_gpus)
         failed_after = (before - repaired.get(node.id, set())) | event_gpus.get(node.id, set())
@@ -111,9 +121,12 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
         after = 0 if drained else node.gpus - len(failed_after)
         nodes[node.id] = NodeHealth(node.id, node.gpu_type, node.rack, node.gpus,
                                     node.gpus - len(before), after, lost, drained)
+        if not drained:
+            cap[node.gpu_type] += after
+            in_service += after > 0
     affected = {h.id for h in nodes.values() if h.lost_in_event or h.drained}
     hit = {job.id: not affected.isdisjoint(job.current.nodes) for job in instance.jobs}
-    state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance))
+    state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance), counted=(cap, in_service))
     state.previous = previous if previous is not None else \
         previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
     return state

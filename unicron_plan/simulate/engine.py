@@ -45,6 +45,7 @@ class JobRun:
     last_restart: float = -1.0  # start of its latest restart or reconfiguration
     pending_lost: float = 0.0
     output: float = 0.0
+    _f: Optional[dict] = field(default=None, repr=False)
 
     @property
     def count(self) -> int:
@@ -54,7 +55,11 @@ class JobRun:
     def f(self, count: Optional[int] = None) -> float:
         """F at ``count`` (default: the current count)."""
         c = self.count if count is None else count
-        return 0.0 if c == 0 else float(cost.waf(self.weight, self.table[c]))
+        if c == 0:
+            return 0.0
+        if self._f is None:  # F of every count, made once (asked at every interval of the run)
+            self._f = {n: float(cost.waf(self.weight, t)) for n, t in self.table.items()}
+        return self._f[c]
 
 
 class Engine:

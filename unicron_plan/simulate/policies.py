@@ -297,38 +297,38 @@ class GreedyPolicy(PlannerPolicy):
         counts = {}
         for gtype, cap in problem.capacity.items():
             jobs = problem.jobs_of_type(gtype)
-            cur = {j.id: 0 for j in jobs}
-            left = cap
+            at = {j.index: 0 for j in jobs}  # index into the job's counts (counts[0] is its smallest, 0)
+            left = cap - sum(int(j.counts[0]) for j in jobs)
 
             def best_step(j):
-                x = cur[j.id]
-                fx = j.f_of(x)
-                ok = (j.counts > x) & (j.counts - x <= left)
-                if not ok.any():
+                k = at[j.index]
+                x = int(j.counts[k])
+                end = int(np.searchsorted(j.counts, x + left, side="right"))
+                if end <= k + 1:
                     return None
-                c = j.counts[ok]
-                ratio = (j.f[ok] - fx) / (c - x)
-                k = int(np.argmax(ratio))
-                return None if ratio[k] <= 0 else (-float(ratio[k]), j.index, int(c[k]))
+                ratio = (j.f[k + 1:end] - j.f[k]) / (j.counts[k + 1:end] - x)
+                best = int(np.argmax(ratio))
+                return None if ratio[best] <= 0 else (-float(ratio[best]), j.index, k + 1 + best)
 
             # Lazy max-heap: a stored ratio only overestimates a job's best step once GPUs run out.
             heap = [s for s in (best_step(j) for j in jobs) if s is not None]
             heapq.heapify(heap)
             by_index = {j.index: j for j in jobs}
             while heap:
-                neg, idx, c = heapq.heappop(heap)
+                neg, idx, to = heapq.heappop(heap)
                 j = by_index[idx]
-                if c - cur[j.id] > left:
+                grow = int(j.counts[to]) - int(j.counts[at[idx]])
+                if grow > left:
                     step = best_step(j)
                     if step is not None:
                         heapq.heappush(heap, step)
                     continue
-                left -= c - cur[j.id]
-                cur[j.id] = c
+                left -= grow
+                at[idx] = to
                 step = best_step(j)
                 if step is not None:
                     heapq.heappush(heap, step)
-            counts.update(cur)
+            counts.update({j.id: int(j.counts[at[j.index]]) for j in jobs})
         return counts
 
 

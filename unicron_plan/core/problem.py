@@ -170,9 +170,10 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
             vals = np.fromiter(table.values(), dtype=float, count=len(table))
             order = np.argsort(keys, kind="stable")
             keys, vals = keys[order], vals[order]
-        fits = (keys <= capacity[job.throughput.gpu_type]) & (not exiting)
-        counts = np.concatenate([np.zeros(1, dtype=np.int64), keys[fits]])
-        f = np.concatenate([np.zeros(1), cost.waf(job.weight, vals[fits])])
+        # keys ascend: the counts that fit are a prefix (none for a leaving job)
+        fit = 0 if exiting else int(np.searchsorted(keys, capacity[job.throughput.gpu_type], side="right"))
+        counts = np.concatenate([np.zeros(1, dtype=np.int64), keys[:fit]])
+        f = np.concatenate([np.zeros(1), cost.waf(job.weight, vals[:fit])])
         x = job.current.gpus
         f_x = 0.0 if x == 0 else float(cost.waf(job.weight, table[x]))
         d_trans = cost.d_trans_seconds(instance, job)
@@ -183,7 +184,8 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
                 f"jobs[{i}]", f"weight {job.weight} x TFLOP/s (up to {vals.max() if len(vals) else 0}) x "
                               f"D_run {d_run} s (or x D_trans {d_trans} s) overflows a float; use smaller units")
         keep = constraints.allowed_mask(job, counts, gains, x, hit, f_x, d_run, exiting)
-        counts, f, gains = counts[keep], f[keep], gains[keep]
+        if not keep.all():
+            counts, f, gains = counts[keep], f[keep], gains[keep]
         jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, hit, d_trans, f_x,
                              table, counts, f, gains, layouts.get(job.id, {}), d_run,
                              tp=job.tp or 1, pinned=bool(job.pinned) and not exiting, max_nodes=job.max_nodes,

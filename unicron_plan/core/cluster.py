@@ -86,13 +86,13 @@ class ClusterState:
 
 
 def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None = None,
-                healthy: dict[str, NodeHealth] | None = None) -> ClusterState:
+                healthy: "HealthyCluster | None" = None) -> ClusterState:
     """Apply the event to the cluster (node or GPU isolation) and find the hit jobs.
 
     Assumes the instance passed :func:`unicron_plan.core.checks.check_instance`; ``previous``
     is the split that check returned (derived here when not given). ``healthy``: the
-    :func:`healthy_nodes` of this cluster, reused for the nodes the event leaves untouched (for
-    callers that derive many states of one cluster).
+    :func:`healthy_nodes` of this cluster, from which only the nodes with failed GPUs or touched
+    by the event are changed (for callers that derive many states of one cluster).
     """
     event = instance.event
     failure = event if event is not None and event.kind == "failure" else None
@@ -103,17 +103,23 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
             event_gpus[fg.node].add(fg.gpu)
     repaired = repaired_gpus(instance)
     node_isolation = instance.isolation == "node"
-    nodes: dict[str, NodeHealth] = {}
-    cap = {t: 0 for t in instance.cluster.gpu_types}
-    in_service = 0
+    if healthy is not None:
+        nodes = dict(healthy.nodes)
+        cap, in_service = dict(healthy.capacity), healthy.in_service
+    else:
+        nodes, cap, in_service = {}, {t: 0 for t in instance.cluster.gpu_types}, 0
+    affected = set()  # nodes lost in the event or drained
     for node in instance.cluster.nodes:
         if not node.failed_gpus and node.id not in failed_nodes and node.id not in event_gpus:
             # healthy before and untouched by the event (the common case): nothing to subtract
-            h = healthy.get(node.id) if healthy is not None else None
-            nodes[node.id] = h if h is not None else _healthy(node)
-            cap[node.gpu_type] += node.gpus
-            in_service += node.gpus > 0
+            if healthy is None:
+                nodes[node.id] = _healthy(node)
+                cap[node.gpu_type] += node.gpus
+                in_service += node.gpus > 0
             continue
+        if healthy is not None:  # take the node's healthy record out of the totals
+            cap[node.gpu_type] -= node.gpus
+            in_service -= node.gpus > 0
         before = set(node.failed_gpus)
         failed_after = (before - repaired.get(node.id, set())) | event_gpus.get(node.id, set())
         lost = node.id in failed_nodes or bool(event_gpus.get(node.id))
@@ -124,7 +130,8 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
         if not drained:
             cap[node.gpu_type] += after
             in_service += after > 0
-    affected = {h.id for h in nodes.values() if h.lost_in_event or h.drained}
+        if lost or drained:
+            affected.add(node.id)
     hit = {job.id: not affected.isdisjoint(job.current.nodes) for job in instance.jobs}
     state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance), counted=(cap, in_service))
     state.previous = previous if previous is not None else \
@@ -136,9 +143,22 @@ def _healthy(node) -> NodeHealth:
     return NodeHealth(node.id, node.gpu_type, node.rack, node.gpus, node.gpus, node.gpus, False, False)
 
 
-def healthy_nodes(instance: Instance) -> dict[str, NodeHealth]:
-    """The health of every node of ``instance`` as if all its GPUs were healthy and no event touched it."""
-    return {n.id: _healthy(n) for n in instance.cluster.nodes}
+@dataclass(frozen=True)
+class HealthyCluster:
+    """Every node of a cluster as if all its GPUs were healthy and no event touched it, with the totals."""
+
+    nodes: dict[str, NodeHealth]
+    capacity: dict[str, int]
+    in_service: int
+
+
+def healthy_nodes(instance: Instance) -> HealthyCluster:
+    """The :class:`HealthyCluster` of ``instance`` (for :func:`build_state`)."""
+    nodes = {n.id: _healthy(n) for n in instance.cluster.nodes}
+    cap = {t: 0 for t in instance.cluster.gpu_types}
+    for h in nodes.values():
+        cap[h.gpu_type] += h.gpus
+    return HealthyCluster(nodes, cap, sum(1 for h in nodes.values() if h.gpus > 0))
 
 
 def repaired_gpus(instance: Instance) -> dict[str, set[int]]:

@@ -143,3 +143,63 @@ def test_unknown_error_kinds_are_named():
     with pytest.raises(InvalidInstanceError) as exc:
         load_scenario(bad)
     assert "failures.domains[0].error" in str(exc.value)
+
+
+def _with_spare_node(events, duration=30.0):
+    """one_job_trace plus an idle third node n2."""
+    sc = one_job_trace(events, duration=duration)
+    sc["cluster"]["nodes"].append({"id": "n2", "gpu_type": "a800", "gpus": 8})
+    return sc
+
+
+def test_megatron_with_a_hot_spare_restarts_at_once_instead_of_waiting():
+    sc = _with_spare_node(SEV1_N1)
+    waits = simulate(load_scenario(sc), ["megatron"], seed=0)["policies"]["megatron"]
+    sc["policy_models"] = {"megatron": {"spare_nodes": 1}}
+    spare = simulate(load_scenario(sc), ["megatron"], seed=0)["policies"]["megatron"]
+    detect, lost = faultdata.NCCL_TIMEOUT_SECONDS, 1.25 * H % 1800.0
+    # on n0 + n2 right after the detection, restart and recomputation; nothing happens at the repair
+    expected = F16 * (30 * H - detect - faultdata.RESTART_SECONDS - lost)
+    assert spare["weighted_tflop"] == pytest.approx(expected, rel=1e-12)
+    assert spare["weighted_tflop"] > waits["weighted_tflop"]
+    assert spare["reconfigurations"] == 1
+
+
+def test_the_repaired_node_is_the_next_spare():
+    events = SEV1_N1 + [{"time_hours": 25.0, "kind": "failure", "node": "n0", "severity": "sev1",
+                         "error": "ecc_error"}]
+    sc = _with_spare_node(events, duration=30.0)
+    sc["policy_models"] = {"megatron": {"spare_nodes": 1}, "oobleck": {"spare_nodes": 1}}
+    out = simulate(load_scenario(sc), ["megatron", "oobleck"], seed=0)["policies"]
+    # n1 is back at 20 h as a spare, so the failure of n0 at 25 h is answered at once too: never below 16 GPUs
+    assert out["megatron"]["reconfigurations"] == 2
+    assert out["megatron"]["downtime_hours"]["sub_healthy"] == pytest.approx(0.0, abs=1e-12)
+    assert out["oobleck"]["downtime_hours"]["sub_healthy"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_spares_taken_from_busy_nodes_shrink_the_jobs_at_time_0():
+    sc = one_job_trace([], duration=5.0)
+    sc["policy_models"] = {"oobleck": {"spare_nodes": 1}}
+    r = simulate(load_scenario(sc), ["oobleck"], seed=0)["policies"]["oobleck"]
+    factor = policy_model("oobleck").healthy_throughput_factor
+    assert r["healthy_waf_tflops"] == pytest.approx(factor * F8)  # 8 of its 16 GPUs kept as a spare
+
+
+@pytest.mark.parametrize("name", ["megatron", "oobleck", "varuna", "bamboo"])
+def test_invariants_hold_with_hot_spares(name):
+    doc = stressed_128(mtbf=100.0, hours=120.0)
+    doc["policy_models"] = {name: {"spare_nodes": 2}}
+    sc = load_scenario(doc)
+    for seed in (0, 1):
+        eng = Engine(sc, draw_events(sc, np.random.default_rng(seed)), make_policy(name, sc),
+                     planning_mtbf_hours(sc), checks=True)
+        assert eng.run()["weighted_tflop"] > 0
+
+
+def test_spares_are_for_the_baselines_only():
+    with pytest.raises(InvalidInstanceError) as exc:
+        load_scenario({**stressed_128(), "policy_models": {"unicron": {"spare_nodes": 1}}})
+    assert "policy_models.unicron.spare_nodes" in str(exc.value)
+    with pytest.raises(InvalidInstanceError) as exc:
+        load_scenario({**stressed_128(), "policy_models": {"megatron": {"spare_nodes": 16}}})
+    assert "policy_models.megatron.spare_nodes" in str(exc.value)

@@ -15,6 +15,7 @@ from conftest import ROOT
 from unicron_plan.cli import app
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.io import read_json
+from unicron_plan.simulate import load_scenario
 from unicron_plan.simulate import sweep as sw
 
 SCENARIO = ROOT / "scenarios" / "gpt3-mix-128-a800.json"
@@ -47,10 +48,16 @@ def test_points_patch_the_scenario_and_bad_paths_name_the_grid_field():
     data = sw.patched(base, points[5])
     assert data["failures"]["node_mtbf_hours"] == 2 and data["jobs"][0]["weight"] == 2
     assert base["jobs"][0]["weight"] != 2 or base["failures"]["node_mtbf_hours"] != 2  # base untouched
-    for path in ("failures.nope.x", "jobs.99.weight", "name.x"):
+    for path in ("jobs.99.weight", "name.x"):
         with pytest.raises(InvalidInstanceError) as exc:
             sw.patched(base, {path: 1})
         assert exc.value.field == f"grid.{path}"
+    # missing objects on the way are created; the scenario's schema then names a misspelt field
+    assert sw.patched(base, {"policy_models.megatron.spare_nodes": 2})["policy_models"] == {
+        "megatron": {"spare_nodes": 2}}
+    with pytest.raises(InvalidInstanceError) as exc:
+        load_scenario(sw.patched(base, {"failures.nope.x": 1}))
+    assert "failures.nope" in str(exc.value)
 
 
 def test_the_replication_rule_stops_at_the_target_or_the_maximum():

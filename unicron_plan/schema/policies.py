@@ -25,6 +25,11 @@ class PolicyModelOverride(StrictModel):
     checkpoint_save_seconds: Optional[float] = Field(
         default=None, ge=0, le=1e5, description="Training paused per checkpoint save (blocking save): the "
                                                 "healthy speed is scaled by interval / (interval + save).")
+    spare_nodes: Optional[int] = Field(
+        default=None, ge=0, le=100_000,
+        description="Baselines only (megatron, oobleck, varuna, bamboo): nodes kept idle as hot spares from "
+                    "time 0 (idle nodes first, then the last nodes of the cluster, whose jobs shrink); a job "
+                    "whose node fails takes a spare in its place, and the repaired node becomes a spare.")
     detection_seconds: Optional[dict[str, float]] = Field(
         default=None, max_length=64,
         description="Seconds from an error to its detection, per error kind (unicron_plan.faults.severity), "

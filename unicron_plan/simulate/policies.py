@@ -349,6 +349,60 @@ class EqualSharePolicy(PlannerPolicy):
 
 
 # --------------------------------------------------------------------------- baselines
+class SparePool:
+    """Hot spare nodes a baseline keeps idle (its model's ``spare_nodes``).
+
+    Chosen at time 0 from the end of the cluster, idle nodes first; the jobs on a chosen busy node
+    give it up (they shrink to their best allowed count on the rest, uncharged). A job whose node
+    fails (SEV1, detected) takes a spare with as many GPUs in its place; the failed node, once
+    repaired, is a spare. A spare that fails leaves the pool until its repair.
+    """
+
+    def __init__(self, eng: Engine, own: dict[str, dict[str, int]], count: int):
+        used = {n for alloc in own.values() for n in alloc}
+        order = [n.id for n in reversed(eng.scenario.cluster.nodes)]
+        self.free = ([n for n in order if n not in used] + [n for n in order if n in used])[:count]
+        self.out: set[str] = set()  # failed nodes that return as spares
+
+    def reserve(self, eng: Engine, own: dict[str, dict[str, int]]) -> None:
+        """Take the spares out of the jobs' allocations at time 0."""
+        spares = set(self.free)
+        for j in eng.jobs:
+            if spares & set(own[j.id]):
+                own[j.id] = {n: g for n, g in own[j.id].items() if n not in spares}
+                j.alloc = best_own_alloc(eng, j, own[j.id])
+
+    def take(self, eng: Engine, node: str) -> str | None:
+        """A spare in service for the failed ``node`` (None when there is none); ``node`` returns as one."""
+        need = eng.nodes[node].gpus
+        for k, s in enumerate(self.free):
+            if s not in eng.down and s not in eng.pending and eng.nodes[s].gpus >= need:
+                del self.free[k]
+                self.out.add(node)
+                return s
+        return None
+
+    def failed(self, node: str) -> None:
+        """An idle spare failed: out of the pool until its repair."""
+        if node in self.free:
+            self.free.remove(node)
+            self.out.add(node)
+
+    def repaired(self, node: str) -> bool:
+        """True when the repaired ``node`` is a spare again (no job waits for it)."""
+        if node in self.out:
+            self.out.discard(node)
+            self.free.append(node)
+            return True
+        return False
+
+
+def swap_node(eng: Engine, split: dict[str, int], old: str, new: str) -> dict[str, int]:
+    """``split`` with ``old``'s GPUs on ``new``, in cluster order."""
+    out = {(new if n == old else n): g for n, g in split.items()}
+    return dict(sorted(out.items(), key=lambda kv: eng.node_rank[kv[0]]))
+
+
 class MegatronPolicy(Policy):
     """Static allocation; timeout detection; SEV1 waits for the repair, then restarts from a checkpoint."""
 
@@ -367,9 +421,24 @@ class MegatronPolicy(Policy):
         super().setup(eng)
         self.own = {j.id: dict(j.alloc) for j in eng.jobs}  # the allocation each job was submitted with
         self.stopped_at: dict[str, float] = {}  # when each job's current stop for a failed node began
+        self.spares = SparePool(eng, self.own, self.model.spare_nodes) if self.model.spare_nodes else None
+        if self.spares is not None:
+            self.spares.reserve(eng, self.own)
+            self.own = {j.id: dict(j.alloc) for j in eng.jobs}
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
         after = self.model.manual_downscale_after_hours
+        if ev.severity == "sev1" and self.spares is not None:
+            spare = self.spares.take(eng, ev.node) if hit else None
+            if not hit:
+                self.spares.failed(ev.node)
+            if spare is not None:  # the jobs restart with the spare in the failed node's place
+                for j in hit:
+                    j.alloc = swap_node(eng, j.alloc, ev.node, spare)
+                    self.own[j.id] = swap_node(eng, self.own[j.id], ev.node, spare)
+                    if not j.waiting and not restarted_since(j, ev):
+                        self.restart(eng, j, self.lost_work(j, ev.time))
+                return
         for j in hit:
             if ev.severity == "sev1":
                 if not j.waiting:
@@ -397,6 +466,8 @@ class MegatronPolicy(Policy):
         j.pending_lost = 0.0
 
     def on_repair(self, eng: Engine, node: str) -> None:
+        if self.spares is not None and self.spares.repaired(node):
+            return
         for j in eng.jobs:
             if node in j.waiting:
                 j.waiting.discard(node)
@@ -423,6 +494,9 @@ class OobleckPolicy(Policy):
     def setup(self, eng: Engine) -> None:
         super().setup(eng)
         self.own = {j.id: dict(j.alloc) for j in eng.jobs}  # the GPUs each job owns, per node
+        self.spares = SparePool(eng, self.own, self.model.spare_nodes) if self.model.spare_nodes else None
+        if self.spares is not None:
+            self.spares.reserve(eng, self.own)
 
     def best_alloc(self, eng: Engine, job: JobRun) -> dict[str, int]:
         """The job's best allowed count on its own GPUs of nodes in service, placed on them in order."""
@@ -434,6 +508,13 @@ class OobleckPolicy(Policy):
         eng.transition(job, eng.t, job.d_trans)
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
+        if ev.severity == "sev1" and self.spares is not None:
+            owners = [j for j in eng.jobs if ev.node in self.own[j.id]]
+            spare = self.spares.take(eng, ev.node) if owners else None
+            if not owners:
+                self.spares.failed(ev.node)
+            for j in owners if spare is not None else ():  # the spare takes the failed node's place
+                self.own[j.id] = swap_node(eng, self.own[j.id], ev.node, spare)
         for j in hit:
             if ev.severity == "sev1":
                 new = self.best_alloc(eng, j)
@@ -447,6 +528,8 @@ class OobleckPolicy(Policy):
                 self.reconfigure(eng, j, ev)
 
     def on_repair(self, eng: Engine, node: str) -> None:
+        if self.spares is not None and self.spares.repaired(node):
+            return
         for j in eng.jobs:
             if node in self.own[j.id]:
                 new = self.best_alloc(eng, j)
@@ -488,6 +571,12 @@ class BambooPolicy(OobleckPolicy):
             return
         lost = 0.0 if restarted_since(job, ev) else lost_since_checkpoint(self.model, job, ev.time)
         checkpoint_restart(self.model, eng, job, lost)
+
+    def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
+        super().on_failure(eng, ev, hit)
+        for j in hit:
+            if ev.node not in self.own[j.id]:  # a spare took the node's place: the job is whole again
+                self.absorbed[j.id] = 0
 
     def on_repair(self, eng: Engine, node: str) -> None:
         super().on_repair(eng, node)

@@ -21,7 +21,7 @@ from unicron_plan.io import parse_model, read_json
 from unicron_plan.core.checks import check_scenario
 from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.engine import Engine
-from unicron_plan.simulate.policies import POLICIES, make_policy
+from unicron_plan.simulate.policies import POLICIES, MegatronPolicy, OobleckPolicy, make_policy
 from unicron_plan.simulate.trace import draw_events, planning_mtbf_hours
 
 DEFAULT_POLICIES = ("unicron", "megatron", "oobleck", "varuna", "bamboo", "greedy", "equal-share")
@@ -35,9 +35,17 @@ def load_scenario(source: str | os.PathLike | dict | Scenario) -> Scenario:
         data = source if isinstance(source, dict) else read_json(source)
         scenario = parse_model(Scenario, data)
     check_scenario(scenario)
-    for name in scenario.policy_models or {}:
+    for name, model in (scenario.policy_models or {}).items():
         if name not in POLICIES:
             raise InvalidInstanceError(f"policy_models.{name}", f"unknown policy; valid: {', '.join(POLICIES)}")
+        if model.spare_nodes and not issubclass(POLICIES[name], (MegatronPolicy, OobleckPolicy)):
+            raise InvalidInstanceError(f"policy_models.{name}.spare_nodes",
+                                       "only the baselines keep fixed spares (megatron, oobleck, varuna, "
+                                       "bamboo); the planner policies use every healthy GPU")
+        if model.spare_nodes and model.spare_nodes >= len(scenario.cluster.nodes):
+            raise InvalidInstanceError(f"policy_models.{name}.spare_nodes",
+                                       f"{model.spare_nodes} spares leave none of the {len(scenario.cluster.nodes)} "
+                                       f"nodes to train on")
     return scenario
 
 

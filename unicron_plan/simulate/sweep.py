@@ -58,7 +58,8 @@ def grid_points(sweep: Sweep) -> list[dict[str, Any]]:
 
 
 def patched(base: dict, point: dict[str, Any]) -> dict:
-    """``base`` with each dotted path set to its value; InvalidInstanceError names ``grid.<path>``."""
+    """``base`` with each dotted path set to its value (missing objects on the way created empty);
+    InvalidInstanceError names ``grid.<path>`` for a path through a list or a value."""
     data = copy.deepcopy(base)
     for path, value in point.items():
         keys = path.split(".")
@@ -72,7 +73,8 @@ def patched(base: dict, point: dict[str, Any]) -> dict:
             elif not isinstance(node, dict):
                 raise InvalidInstanceError(f"grid.{path}", f"{'.'.join(keys[:depth])} holds no fields")
             elif not last and key not in node:
-                raise InvalidInstanceError(f"grid.{path}", f"the scenario has no field {'.'.join(keys[:depth + 1])}")
+                node[key] = {}  # an optional object the base leaves out (e.g. policy_models.megatron):
+                # the scenario's schema checks the result, so a misspelt field is still refused by name
             if last:
                 node[key] = value
             else:

@@ -110,21 +110,28 @@ def test_megatron_manual_downscaling_restarts_on_the_surviving_gpus():
 
 @pytest.mark.parametrize("name", ["varuna", "bamboo", "megatron"])
 def test_invariants_hold_with_the_new_behaviours(name):
-    sc = load_scenario({**stressed_128(mtbf=100.0, hours=120.0),
-                        "policy_models": {"megatron": {"manual_downscale_after_hours": 1.0}}})
+    _check_invariants_dense(name, {"megatron": {"manual_downscale_after_hours": 1.0}})
+
+
+def _check_invariants_dense(name: str, policy_models: dict) -> None:
+    """Run ``name`` with the engine's invariant checks on, at a dense failure rate, two seeds."""
+    sc = load_scenario({**stressed_128(mtbf=100.0, hours=120.0), "policy_models": policy_models})
     for seed in (0, 1):
         eng = Engine(sc, draw_events(sc, np.random.default_rng(seed)), make_policy(name, sc),
                      planning_mtbf_hours(sc), checks=True)
         assert eng.run()["weighted_tflop"] > 0
 
 
-def test_overrides_name_their_field():
+@pytest.mark.parametrize("models,field", [
+    ({"nosuch": {"restart_seconds": 1.0}}, "policy_models.nosuch"),
+    ({"oobleck": {"healthy_throughput_factor": 0}}, "healthy_throughput_factor"),
+    ({"unicron": {"spare_nodes": 1}}, "policy_models.unicron.spare_nodes"),  # spares: the baselines only
+    ({"megatron": {"spare_nodes": 16}}, "policy_models.megatron.spare_nodes"),  # none left to train on
+])
+def test_overrides_name_their_field(models, field):
     with pytest.raises(InvalidInstanceError) as exc:
-        load_scenario({**stressed_128(), "policy_models": {"nosuch": {"restart_seconds": 1.0}}})
-    assert "policy_models.nosuch" in str(exc.value)
-    with pytest.raises(InvalidInstanceError) as exc:
-        load_scenario({**stressed_128(), "policy_models": {"oobleck": {"healthy_throughput_factor": 0}}})
-    assert "healthy_throughput_factor" in str(exc.value)
+        load_scenario({**stressed_128(), "policy_models": models})
+    assert field in str(exc.value)
 
 
 def test_detection_per_error_kind_is_scenario_data():
@@ -187,19 +194,4 @@ def test_spares_taken_from_busy_nodes_shrink_the_jobs_at_time_0():
 
 @pytest.mark.parametrize("name", ["megatron", "oobleck", "varuna", "bamboo"])
 def test_invariants_hold_with_hot_spares(name):
-    doc = stressed_128(mtbf=100.0, hours=120.0)
-    doc["policy_models"] = {name: {"spare_nodes": 2}}
-    sc = load_scenario(doc)
-    for seed in (0, 1):
-        eng = Engine(sc, draw_events(sc, np.random.default_rng(seed)), make_policy(name, sc),
-                     planning_mtbf_hours(sc), checks=True)
-        assert eng.run()["weighted_tflop"] > 0
-
-
-def test_spares_are_for_the_baselines_only():
-    with pytest.raises(InvalidInstanceError) as exc:
-        load_scenario({**stressed_128(), "policy_models": {"unicron": {"spare_nodes": 1}}})
-    assert "policy_models.unicron.spare_nodes" in str(exc.value)
-    with pytest.raises(InvalidInstanceError) as exc:
-        load_scenario({**stressed_128(), "policy_models": {"megatron": {"spare_nodes": 16}}})
-    assert "policy_models.megatron.spare_nodes" in str(exc.value)
+    _check_invariants_dense(name, {name: {"spare_nodes": 2}})

@@ -91,8 +91,8 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
 
     Assumes the instance passed :func:`unicron_plan.core.checks.check_instance`; ``previous``
     is the split that check returned (derived here when not given). ``healthy``: the
-    :func:`healthy_nodes` of this cluster, from which only the nodes with failed GPUs or touched
-    by the event are changed (for callers that derive many states of one cluster).
+    :func:`healthy_nodes` of this cluster, for callers that derive many states of one cluster
+    (made here when not given).
     """
     event = instance.event
     failure = event if event is not None and event.kind == "failure" else None
@@ -103,23 +103,16 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
             event_gpus[fg.node].add(fg.gpu)
     repaired = repaired_gpus(instance)
     node_isolation = instance.isolation == "node"
-    if healthy is not None:
-        nodes = dict(healthy.nodes)
-        cap, in_service = dict(healthy.capacity), healthy.in_service
-    else:
-        nodes, cap, in_service = {}, {t: 0 for t in instance.cluster.gpu_types}, 0
+    # Start from every node healthy; re-derive only the nodes with failed GPUs or touched by the event.
+    healthy = healthy if healthy is not None else healthy_nodes(instance)
+    nodes = dict(healthy.nodes)
+    cap, in_service = dict(healthy.capacity), healthy.in_service
     affected = set()  # nodes lost in the event or drained
     for node in instance.cluster.nodes:
         if not node.failed_gpus and node.id not in failed_nodes and node.id not in event_gpus:
-            # healthy before and untouched by the event (the common case): nothing to subtract
-            if healthy is None:
-                nodes[node.id] = _healthy(node)
-                cap[node.gpu_type] += node.gpus
-                in_service += node.gpus > 0
             continue
-        if healthy is not None:  # take the node's healthy record out of the totals
-            cap[node.gpu_type] -= node.gpus
-            in_service -= node.gpus > 0
+        cap[node.gpu_type] -= node.gpus  # take the node's healthy record out of the totals
+        in_service -= node.gpus > 0
         before = set(node.failed_gpus)
         failed_after = (before - repaired.get(node.id, set())) | event_gpus.get(node.id, set())
         lost = node.id in failed_nodes or bool(event_gpus.get(node.id))

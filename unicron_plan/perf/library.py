@@ -248,21 +248,17 @@ def _data_dir():
 
 def read_data(name: str) -> dict:
     """A JSON file of the packaged data folder (models/), parsed."""
-    return _read(name)
-
-
-def _read(name: str) -> dict:
     return json.loads(_data_dir().joinpath(name).read_text(encoding="utf-8"))
 
 
 @lru_cache(maxsize=None)
 def _models() -> dict[str, ModelSpec]:
-    return {k: ModelSpec(name=k, **v) for k, v in _read("models.json")["models"].items()}
+    return {k: ModelSpec(name=k, **v) for k, v in read_data("models.json")["models"].items()}
 
 
 @lru_cache(maxsize=None)
 def _gpus() -> dict[str, GpuSpec]:
-    return {k: GpuSpec(name=k, **v) for k, v in _read("gpus.json")["gpus"].items()}
+    return {k: GpuSpec(name=k, **v) for k, v in read_data("gpus.json")["gpus"].items()}
 
 
 def _mtime(path: Optional[str]) -> Optional[int]:
@@ -285,7 +281,7 @@ def efficiency_data(path: Optional[str] = None) -> dict:
 @lru_cache(maxsize=8)
 def _efficiency_data(path: Optional[str], mtime: Optional[int]) -> dict:
     if path is None:
-        return _read("efficiency.json")
+        return read_data("efficiency.json")
     from unicron_plan.io import read_json
 
     return read_json(path)  # strict: missing file, bad JSON, NaN -> InvalidInstanceError

@@ -403,7 +403,35 @@ def swap_node(eng: Engine, split: dict[str, int], old: str, new: str) -> dict[st
     return dict(sorted(out.items(), key=lambda kv: eng.node_rank[kv[0]]))
 
 
-class MegatronPolicy(Policy):
+class OwnGpusPolicy(Policy):
+    """A baseline whose jobs own their GPUs (``own``: per job, per node) and may keep hot spares."""
+
+    def setup(self, eng: Engine) -> None:
+        super().setup(eng)
+        self.own = {j.id: dict(j.alloc) for j in eng.jobs}
+        self.spares = SparePool(eng, self.own, self.model.spare_nodes) if self.model.spare_nodes else None
+        if self.spares is not None:
+            self.spares.reserve(eng, self.own)
+
+    def take_spare(self, eng: Engine, ev: SimEvent, jobs: list[JobRun]) -> str | None:
+        """For a SEV1 failure of ``ev.node``, a spare that takes its place in ``jobs``' own GPUs (None when
+        there is none, or no job to serve: then a failed idle spare leaves the pool)."""
+        if ev.severity != "sev1" or self.spares is None:
+            return None
+        if not jobs:
+            self.spares.failed(ev.node)
+            return None
+        spare = self.spares.take(eng, ev.node)
+        for j in jobs if spare is not None else ():
+            self.own[j.id] = swap_node(eng, self.own[j.id], ev.node, spare)
+        return spare
+
+    def returns_as_spare(self, node: str) -> bool:
+        """The repaired ``node`` went back to the spare pool (no job waits for it)."""
+        return self.spares is not None and self.spares.repaired(node)
+
+
+class MegatronPolicy(OwnGpusPolicy):
     """Static allocation; timeout detection; SEV1 waits for the repair, then restarts from a checkpoint."""
 
     name = "megatron"
@@ -421,24 +449,16 @@ class MegatronPolicy(Policy):
         super().setup(eng)
         self.own = {j.id: dict(j.alloc) for j in eng.jobs}  # the allocation each job was submitted with
         self.stopped_at: dict[str, float] = {}  # when each job's current stop for a failed node began
-        self.spares = SparePool(eng, self.own, self.model.spare_nodes) if self.model.spare_nodes else None
-        if self.spares is not None:
-            self.spares.reserve(eng, self.own)
-            self.own = {j.id: dict(j.alloc) for j in eng.jobs}
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
         after = self.model.manual_downscale_after_hours
-        if ev.severity == "sev1" and self.spares is not None:
-            spare = self.spares.take(eng, ev.node) if hit else None
-            if not hit:
-                self.spares.failed(ev.node)
-            if spare is not None:  # the jobs restart with the spare in the failed node's place
-                for j in hit:
-                    j.alloc = swap_node(eng, j.alloc, ev.node, spare)
-                    self.own[j.id] = swap_node(eng, self.own[j.id], ev.node, spare)
-                    if not j.waiting and not restarted_since(j, ev):
-                        self.restart(eng, j, self.lost_work(j, ev.time))
-                return
+        spare = self.take_spare(eng, ev, hit)
+        if spare is not None:  # the jobs restart with the spare in the failed node's place
+            for j in hit:
+                j.alloc = swap_node(eng, j.alloc, ev.node, spare)
+                if not j.waiting and not restarted_since(j, ev):
+                    self.restart(eng, j, self.lost_work(j, ev.time))
+            return
         for j in hit:
             if ev.severity == "sev1":
                 if not j.waiting:
@@ -466,7 +486,7 @@ class MegatronPolicy(Policy):
         j.pending_lost = 0.0
 
     def on_repair(self, eng: Engine, node: str) -> None:
-        if self.spares is not None and self.spares.repaired(node):
+        if self.returns_as_spare(node):
             return
         for j in eng.jobs:
             if node in j.waiting:
@@ -485,18 +505,11 @@ class MegatronPolicy(Policy):
                 self.restart(eng, j, 0.0)
 
 
-class OobleckPolicy(Policy):
+class OobleckPolicy(OwnGpusPolicy):
     """Each job shrinks onto its own surviving GPUs and grows back on repair; timeout detection."""
 
     name = "oobleck"
     in_band = False
-
-    def setup(self, eng: Engine) -> None:
-        super().setup(eng)
-        self.own = {j.id: dict(j.alloc) for j in eng.jobs}  # the GPUs each job owns, per node
-        self.spares = SparePool(eng, self.own, self.model.spare_nodes) if self.model.spare_nodes else None
-        if self.spares is not None:
-            self.spares.reserve(eng, self.own)
 
     def best_alloc(self, eng: Engine, job: JobRun) -> dict[str, int]:
         """The job's best allowed count on its own GPUs of nodes in service, placed on them in order."""
@@ -508,13 +521,7 @@ class OobleckPolicy(Policy):
         eng.transition(job, eng.t, job.d_trans)
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
-        if ev.severity == "sev1" and self.spares is not None:
-            owners = [j for j in eng.jobs if ev.node in self.own[j.id]]
-            spare = self.spares.take(eng, ev.node) if owners else None
-            if not owners:
-                self.spares.failed(ev.node)
-            for j in owners if spare is not None else ():  # the spare takes the failed node's place
-                self.own[j.id] = swap_node(eng, self.own[j.id], ev.node, spare)
+        self.take_spare(eng, ev, [j for j in eng.jobs if ev.node in self.own[j.id]])
         for j in hit:
             if ev.severity == "sev1":
                 new = self.best_alloc(eng, j)
@@ -528,7 +535,7 @@ class OobleckPolicy(Policy):
                 self.reconfigure(eng, j, ev)
 
     def on_repair(self, eng: Engine, node: str) -> None:
-        if self.spares is not None and self.spares.repaired(node):
+        if self.returns_as_spare(node):
             return
         for j in eng.jobs:
             if node in self.own[j.id]:

@@ -21,7 +21,7 @@ from unicron_plan.io import parse_model, read_json
 from unicron_plan.core.checks import check_scenario
 from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.engine import Engine
-from unicron_plan.simulate.policies import POLICIES, MegatronPolicy, OobleckPolicy, make_policy
+from unicron_plan.simulate.policies import POLICIES, OwnGpusPolicy, make_policy
 from unicron_plan.simulate.trace import draw_events, planning_mtbf_hours
 
 DEFAULT_POLICIES = ("unicron", "megatron", "oobleck", "varuna", "bamboo", "greedy", "equal-share")
@@ -38,7 +38,7 @@ def load_scenario(source: str | os.PathLike | dict | Scenario) -> Scenario:
     for name, model in (scenario.policy_models or {}).items():
         if name not in POLICIES:
             raise InvalidInstanceError(f"policy_models.{name}", f"unknown policy; valid: {', '.join(POLICIES)}")
-        if model.spare_nodes and not issubclass(POLICIES[name], (MegatronPolicy, OobleckPolicy)):
+        if model.spare_nodes and not issubclass(POLICIES[name], OwnGpusPolicy):
             raise InvalidInstanceError(f"policy_models.{name}.spare_nodes",
                                        "only the baselines keep fixed spares (megatron, oobleck, varuna, "
                                        "bamboo); the planner policies use every healthy GPU")

@@ -1,6 +1,7 @@
 """Failure-to-plan latency of `unicron-plan serve` (warm and cold) against `unicron-plan solve` processes.
 
     PYTHONPATH=.:tests python benchmarks/service_latency.py [--instance FILE] [--events N] [--cli-runs N]
+        [--steady] [--modes warm,cold] [--json OUT]
 
 Both measurements come from the same run on the same instance and events:
 
@@ -10,6 +11,10 @@ Both measurements come from the same run on the same instance and events:
   *warm*: after the background work is done (contingency index ready and the
   answer of every single-node failure stored, ``/healthz`` ``precomputed``);
   *cold*: a second server started with --no-contingency;
+- with ``--steady``, the uploaded jobs first hold the optimal plan of the instance without
+  its event (a cluster whose scheduler carried out its plans); without it they hold the
+  instance's own allocations, which on the generated instances are far from optimal, so
+  that every failure re-divides most jobs;
 - the CLI: whole `unicron-plan solve` processes on the instance with one of
   the same failures as its event (start-up included, as a scheduler that
   shells out pays it).
@@ -84,6 +89,17 @@ def time_cli(inst: dict, events: list[dict], runs: int) -> list[float]:
     return out
 
 
+def steady_state(inst: dict) -> dict:
+    """``inst`` with its jobs' current allocations replaced by the optimal plan of ``inst`` (no event)."""
+    from unicron_plan import api
+
+    plan = api.solve(inst)
+    planned = {j.id: j for j in plan.jobs}
+    jobs = [dict(j, current={"gpus": planned[j["id"]].gpus, "nodes": list(planned[j["id"]].nodes)})
+            for j in inst["jobs"]]
+    return dict(inst, jobs=jobs)
+
+
 def summary(xs: list[float]) -> dict:
     return {"n": len(xs), "p50_ms": 1e3 * percentile(xs, 50), "p99_ms": 1e3 * percentile(xs, 99),
             "max_ms": 1e3 * max(xs)}
@@ -96,28 +112,37 @@ def main() -> None:
     ap.add_argument("--cli-runs", type=int, default=7)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--steady", action="store_true",
+                    help="first carry out the optimal plan of the instance without its event (its jobs' current "
+                         "allocations become that plan's), as a cluster whose scheduler applied its plans is")
+    ap.add_argument("--modes", default="warm,cold", help="comma-separated: warm, cold")
     a = ap.parse_args()
     n_events, cli_runs = min(a.events, 2000), min(a.cli_runs, 50)
     inst = json.loads(Path(a.instance).read_text())
     inst.pop("event", None)
+    if a.steady:
+        inst = steady_state(inst)
     rng = np.random.default_rng(a.seed)
     nodes = [n["id"] for n in inst["cluster"]["nodes"] if not n.get("failed_gpus")]
     events = [{"kind": "failure", "failed_nodes": [nodes[int(k)]]} for k in rng.integers(0, len(nodes), n_events)]
-    print("warm ...", file=sys.stderr)
-    warm = time_service(inst, events, wait_ready=True)
-    print("cold ...", file=sys.stderr)
-    cold = time_service(inst, events, "--no-contingency", wait_ready=False)
+    modes = {m.strip() for m in a.modes.split(",") if m.strip()}
+    timed = {}
+    if "warm" in modes:
+        print("warm ...", file=sys.stderr)
+        timed["warm"] = time_service(inst, events, wait_ready=True)
+    if "cold" in modes:
+        print("cold ...", file=sys.stderr)
+        timed["cold"] = time_service(inst, events, "--no-contingency", wait_ready=False)
     print("cli ...", file=sys.stderr)
     cli = time_cli(inst, events, cli_runs)
     cli_median = statistics.median(cli)
     result = {
-        "instance": a.instance, "events": n_events, "cli_runs": cli_runs,
+        "instance": a.instance, "steady": a.steady, "events": n_events, "cli_runs": cli_runs,
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()} (shared)",
-        "warm": summary(warm), "cold": summary(cold),
         "cli_process": {"median_ms": 1e3 * cli_median, "min_ms": 1e3 * min(cli), "max_ms": 1e3 * max(cli)},
     }
-    result["warm"]["p99_over_cli"] = percentile(warm, 99) / cli_median
-    result["cold"]["p99_over_cli"] = percentile(cold, 99) / cli_median
+    for mode, xs in timed.items():
+        result[mode] = {**summary(xs), "p99_over_cli": percentile(xs, 99) / cli_median}
     text = json.dumps(result, indent=2)
     print(text)
     if a.json:

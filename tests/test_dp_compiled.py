@@ -12,14 +12,42 @@ from unicron_plan.tools.generate import generate_instance
 from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import dp
 
-NATIVE = dp.NATIVE
-PATHS = ["numpy"] + (["compiled"] if NATIVE is not None else [])
+NATIVE, NATIVE_PASS = dp.NATIVE, dp.NATIVE_PASS
+# numpy: no compiled code; fold: only the compiled fold (the passes in Python); pass: the whole pass compiled.
+PATHS = ["numpy"] + (["fold", "pass"] if NATIVE is not None else [])
 
 
 @pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
-    monkeypatch.setattr(dp, "NATIVE", NATIVE if request.param == "compiled" else None)
+    monkeypatch.setattr(dp, "NATIVE", None if request.param == "numpy" else NATIVE)
+    monkeypatch.setattr(dp, "NATIVE_PASS", NATIVE_PASS if request.param == "pass" else None)
     return request.param
+
+
+@pytest.mark.skipif(NATIVE_PASS is None, reason="the compiled pass was not built (no C compiler at install)")
+def test_compiled_pass_equals_the_python_pass(monkeypatch):
+    """One attempt (window cuts at a threshold, choices, backtracking) gives the same counts, value and
+    widths compiled as in Python, for thresholds below, at and above the optimum, with and without cuts."""
+    rng = np.random.default_rng(8)
+    outcomes = set()
+    for _ in range(400):
+        opts, cap = _random_options(rng)
+        if not opts:
+            continue
+        lam = float(dp.lp_multiplier(opts, cap)) if sum(int(y[-1]) for y, _ in opts) > cap else 0.0
+        red_max = [float(np.max(g - lam * y)) for y, g in opts]
+        ub = lam * cap + sum(red_max)
+        for threshold in (-np.inf, ub - abs(ub) * rng.uniform(0, 0.3) - rng.uniform(0, 5), ub + 1.0):
+            for cut in (True, False):
+                got = []
+                for compiled in (True, False):
+                    monkeypatch.setattr(dp, "NATIVE_PASS", NATIVE_PASS if compiled else None)
+                    stats = {}
+                    found = dp._attempt(opts, red_max, lam, cap, threshold, stats, cut=cut)
+                    got.append((found, stats.get("max_width"), stats.get("sum_width")))
+                assert got[0] == got[1]
+                outcomes.add(got[0][0] is None)
+    assert outcomes == {True, False}  # both a found plan and a lost path were compared
 
 
 @pytest.mark.skipif(NATIVE is None, reason="the compiled fold was not built (no C compiler at install)")

@@ -50,7 +50,7 @@ def load_plan(source: str | os.PathLike | dict | Plan) -> Plan:
 def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = None,
           time_limit_seconds: float | None = None, threads: int | None = None,
           contingency: str | os.PathLike | dict | None = None,
-          instance_fingerprint: str | None = None) -> Plan:
+          instance_fingerprint: str | None = None, prepared=None) -> Plan:
     """The optimal (or, under a time limit, best found) plan, checked by the independent validator.
 
     ``solver`` is one of the registry (``unicron-plan solvers``); None (the default)
@@ -69,6 +69,9 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     ``instance_fingerprint``: the instance's ``contingency.fingerprint``, for a
     caller that keeps the instance and computed it once (the service); it is
     compared with the index's instead of hashing the instance again.
+    ``prepared``: :func:`unicron_plan.core.problem.prepare` of the instance without its
+    event, for a caller that plans many events on one cluster (the service): then only the
+    event is checked; an instance it does not cover is checked whole.
 
     Raises InvalidInstanceError for bad input, SolverUnavailableError for an
     unknown solver (or ``dp`` on constraints it cannot express), InfeasibleError
@@ -84,11 +87,11 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     instance = _load(Instance, instance)
     fallback = None
     if contingency is not None:
-        plan, fallback = _from_contingency(instance, contingency, instance_fingerprint)
+        plan, fallback = _from_contingency(instance, contingency, instance_fingerprint, prepared)
         if plan is not None:
             return plan
     start = time.perf_counter()
-    problem = build_problem(instance)
+    problem = build_problem(instance, prepared)
     built = time.perf_counter() - start
     if solver is None:
         from unicron_plan.core.constraints import dp_limitations
@@ -111,8 +114,8 @@ def _derived(problem) -> tuple[dict, object]:
     return {j.id: j.table for j in problem.jobs}, problem.state
 
 
-def _from_contingency(instance: Instance, contingency,
-                      instance_fingerprint: str | None = None) -> tuple[Plan | None, str | None]:
+def _from_contingency(instance: Instance, contingency, instance_fingerprint: str | None = None,
+                      prepared=None) -> tuple[Plan | None, str | None]:
     """(the precomputed plan for the instance's event, placed and validated, None) or
     (None, why none was used): a stored plan that does not check out is never used."""
     from unicron_plan.core.constraints import dp_limitations
@@ -126,7 +129,7 @@ def _from_contingency(instance: Instance, contingency,
     if found is None:
         return None, "no precomputed plan matches this instance and event"
     key, counts, stored = found
-    problem = build_problem(instance)
+    problem = build_problem(instance, prepared)
     allowed = {j.id: set(j.counts.tolist()) for j in problem.jobs}
     if set(counts) != set(allowed) or any(counts[j] not in allowed[j] for j in allowed):
         return None, f"the stored plan for {key} gives counts this instance does not allow"

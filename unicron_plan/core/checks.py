@@ -95,31 +95,41 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             f"jobs[{k}].current",
             f"its {job.current.gpus} GPUs and those of {', '.join(map(repr, others))}, which share "
             f"its nodes, do not fit in the healthy GPUs of those nodes together")
-    if instance.event is not None and instance.event.kind != "failure":
-        _check_other_event(instance, nodes)
-    elif instance.event is not None:
-        ev = instance.event
-        _check_refs(ev.failed_nodes, nodes, "event.failed_nodes")
-        for i, nid in enumerate(ev.failed_nodes):
-            if len(nodes[nid].failed_gpus) == nodes[nid].gpus:
-                raise InvalidInstanceError(f"event.failed_nodes[{i}]",
-                                           f"every GPU of node {nid!r} is already in its failed_gpus: "
-                                           f"nothing new can fail")
-        seen_gpus = set()
-        for i, fg in enumerate(ev.failed_gpus):
-            if fg.node not in nodes:
-                raise InvalidInstanceError(f"event.failed_gpus[{i}].node", f"unknown node {fg.node!r}")
-            if fg.gpu >= nodes[fg.node].gpus:
-                raise InvalidInstanceError(f"event.failed_gpus[{i}].gpu",
-                                           f"{fg.gpu} is outside 0..{nodes[fg.node].gpus - 1} of node {fg.node!r}")
-            if fg.gpu in nodes[fg.node].failed_gpus:
-                raise InvalidInstanceError(f"event.failed_gpus[{i}].gpu",
-                                           f"GPU {fg.gpu} of {fg.node!r} is already in its failed_gpus: "
-                                           f"it cannot fail again")
-            if (fg.node, fg.gpu) in seen_gpus:
-                raise InvalidInstanceError(f"event.failed_gpus[{i}]", f"GPU {fg.gpu} of {fg.node!r} is listed twice")
-            seen_gpus.add((fg.node, fg.gpu))
+    check_event(instance, nodes)
     return split
+
+
+def check_event(instance: Instance, nodes: dict | None = None) -> None:
+    """The event's references and preconditions against the cluster and jobs (the part of
+    :func:`check_instance` that depends on the event; ``nodes``: the nodes by id, when known)."""
+    ev = instance.event
+    if ev is None:
+        return
+    if nodes is None:
+        nodes = {n.id: n for n in instance.cluster.nodes}
+    if ev.kind != "failure":
+        _check_other_event(instance, nodes)
+        return
+    _check_refs(ev.failed_nodes, nodes, "event.failed_nodes")
+    for i, nid in enumerate(ev.failed_nodes):
+        if len(nodes[nid].failed_gpus) == nodes[nid].gpus:
+            raise InvalidInstanceError(f"event.failed_nodes[{i}]",
+                                       f"every GPU of node {nid!r} is already in its failed_gpus: "
+                                       f"nothing new can fail")
+    seen_gpus = set()
+    for i, fg in enumerate(ev.failed_gpus):
+        if fg.node not in nodes:
+            raise InvalidInstanceError(f"event.failed_gpus[{i}].node", f"unknown node {fg.node!r}")
+        if fg.gpu >= nodes[fg.node].gpus:
+            raise InvalidInstanceError(f"event.failed_gpus[{i}].gpu",
+                                       f"{fg.gpu} is outside 0..{nodes[fg.node].gpus - 1} of node {fg.node!r}")
+        if fg.gpu in nodes[fg.node].failed_gpus:
+            raise InvalidInstanceError(f"event.failed_gpus[{i}].gpu",
+                                       f"GPU {fg.gpu} of {fg.node!r} is already in its failed_gpus: "
+                                       f"it cannot fail again")
+        if (fg.node, fg.gpu) in seen_gpus:
+            raise InvalidInstanceError(f"event.failed_gpus[{i}]", f"GPU {fg.gpu} of {fg.node!r} is listed twice")
+        seen_gpus.add((fg.node, fg.gpu))
 
 
 def _check_job_constraints(instance: Instance, split: dict[str, dict[str, int]]) -> None:

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from unicron_plan.core import constraints, cost
-from unicron_plan.core.cluster import ClusterState, build_state
+from unicron_plan.core.cluster import ClusterState, HealthyCluster, build_state, healthy_nodes
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.schema import Instance
-from unicron_plan.core.checks import check_instance
+from unicron_plan.core.checks import check_event, check_instance
 
 
 @dataclass
@@ -144,54 +144,149 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, Mapping[int, float]], 
     return tables, layouts
 
 
-def build_problem(instance: Instance) -> Problem:
-    """Check the instance, apply the event and tabulate every job's gains."""
+@dataclass(frozen=True)
+class PreparedCluster:
+    """A cluster and its jobs (an instance without event) checked and tabulated once, for callers
+    that plan many events against it (the service): only the event is checked per plan."""
+
+    instance: Instance  # its event is None
+    tables: Mapping[str, Mapping[int, float]]
+    layouts: Mapping[str, dict[int, dict]]
+    previous: dict[str, dict[str, int]]  # check_instance's split of the current allocations
+    healthy: HealthyCluster
+    nodes: dict  # node id -> node
+    flat: "FlatTables"
+
+    def covers(self, instance: Instance) -> bool:
+        """``instance`` is this one with some event: the very same cluster and jobs objects."""
+        if instance.cluster is not self.instance.cluster or instance.jobs is not self.instance.jobs:
+            return False
+        return all(getattr(instance, f) == getattr(self.instance, f)
+                   for f in type(instance).model_fields if f not in ("cluster", "jobs", "event"))
+
+
+def prepare(instance: Instance) -> PreparedCluster:
+    """Check ``instance`` without its event (InvalidInstanceError naming the field) and keep what
+    every plan of an event on it starts from."""
+    base = instance if instance.event is None else instance.model_copy(update={"event": None})
+    tables, layouts = resolve_tables(base)
+    previous = check_instance(base, tables)
+    return PreparedCluster(base, tables, layouts, previous, healthy_nodes(base),
+                           {n.id: n for n in base.cluster.nodes}, flat_tables(base, tables))
+
+
+def build_problem(instance: Instance, prepared: PreparedCluster | None = None) -> Problem:
+    """Check the instance, apply the event and tabulate every job's gains.
+
+    With ``prepared`` (:func:`prepare` of this instance without its event) only the event is
+    checked; an instance it does not cover is checked whole.
+    """
+    if prepared is not None and prepared.covers(instance):
+        check_event(instance, prepared.nodes)
+        state = build_state(instance, prepared.previous, prepared.healthy)
+        return tabulate(instance, state, prepared.tables, prepared.layouts, prepared.flat)
     tables, layouts = resolve_tables(instance)
     previous = check_instance(instance, tables)
     return tabulate(instance, build_state(instance, previous), tables, layouts)
 
 
+@dataclass(frozen=True)
+class FlatTables:
+    """Every job's table as one pair of read-only arrays: job i's counts (0 first, ascending) at
+    ``counts[off[i]:off[i + 1]]`` and its F = weight x TFLOP/s at them (0 at count 0)."""
+
+    counts: np.ndarray
+    f: np.ndarray
+    off: np.ndarray
+
+
+def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -> FlatTables:
+    """The :class:`FlatTables` of the instance's jobs (``tables`` from :func:`resolve_tables`)."""
+    zero_i, zero_f = np.zeros(1, dtype=np.int64), np.zeros(1)
+    parts_c, parts_f, sizes = [], [], []
+    for job in instance.jobs:
+        keys, vals = _table_arrays(job, tables[job.id])
+        parts_c += [zero_i, keys]
+        parts_f += [zero_f, cost.waf(job.weight, vals)]
+        sizes.append(len(keys) + 1)
+    off = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=off[1:])
+    counts = np.concatenate(parts_c) if parts_c else zero_i[:0]
+    f = np.concatenate(parts_f).astype(float, copy=False) if parts_f else zero_f[:0]
+    counts.flags.writeable = f.flags.writeable = False
+    return FlatTables(counts, f, off)
+
+
+def _table_arrays(job, table: Mapping[int, float]) -> tuple[np.ndarray, np.ndarray]:
+    """(counts ascending, TFLOP/s at them) of a job's resolved table."""
+    if job.throughput.tflops is not None:
+        return job.throughput.table_arrays()
+    keys = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+    vals = np.fromiter(table.values(), dtype=float, count=len(table))
+    order = np.argsort(keys, kind="stable")
+    return keys[order], vals[order]
+
+
 @np.errstate(over="ignore", invalid="ignore")  # an overflowing term is reported as bad input
 def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mapping[int, float]],
-             layouts: Mapping[str, dict[int, dict]]) -> Problem:
+             layouts: Mapping[str, dict[int, dict]], flat: FlatTables | None = None) -> Problem:
     """Every job's gains on a cluster state already derived from ``instance`` (its tables from
     :func:`resolve_tables`): the part of :func:`build_problem` after the checks, for callers that
-    keep a trusted state of their own (the simulator)."""
+    keep a trusted state of their own (the simulator). ``flat``: :func:`flat_tables` of these
+    jobs and tables, for callers that keep them (made here when not given).
+
+    All jobs' gains come from one set of array operations over the flat tables; each job's
+    terms are then views of its slice (the counts that fit its type's capacity).
+    """
+    flat = flat if flat is not None else flat_tables(instance, tables)
     d_run = cost.d_run_seconds(instance, state.nodes_in_service())
     capacity = state.capacity()
+    m = len(instance.jobs)
+    sizes = np.diff(flat.off)
+    xs = np.empty(m, dtype=np.int64)
+    cap = np.empty(m, dtype=np.int64)
+    hit = np.empty(m, dtype=bool)
+    exiting = np.empty(m, dtype=bool)
+    f_x, d_trans, pen = [0.0] * m, [0.0] * m, [0.0] * m
+    for i, job in enumerate(instance.jobs):
+        x = xs[i] = job.current.gpus
+        cap[i] = capacity[job.throughput.gpu_type]
+        hit[i] = state.hit[job.id]
+        exiting[i] = job.id in state.exiting
+        f_x[i] = 0.0 if x == 0 else float(cost.waf(job.weight, tables[job.id][x]))
+        d_trans[i] = cost.d_trans_seconds(instance, job)
+        pen[i] = f_x[i] * d_trans[i]
+    # G(y) = F(y) D_run - [changed] F(x) D_trans with changed = (y != x or hit), never for a leaving job
+    changed = ((flat.counts != np.repeat(xs, sizes)) | np.repeat(hit, sizes)) & ~np.repeat(exiting, sizes)
+    gains_all = flat.f * d_run - np.where(changed, np.repeat(np.asarray(pen, dtype=float), sizes), 0.0)
+    # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job)
+    fits = np.add.reduceat((flat.counts <= np.repeat(cap, sizes)).astype(np.int64), flat.off[:-1]) if m else xs
+    fits = np.where(exiting, 1, fits)
+    finite = np.isfinite(gains_all) | (np.arange(len(gains_all)) - np.repeat(flat.off[:-1], sizes)
+                                       >= np.repeat(fits, sizes))
+    bad = ~np.logical_and.reduceat(finite, flat.off[:-1]) if m else exiting
     jobs = []
     for i, job in enumerate(instance.jobs):
-        table = tables[job.id]
-        exiting = job.id in state.exiting
-        if job.throughput.tflops is not None:
-            keys, vals = job.throughput.table_arrays()
-        else:
-            keys = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
-            vals = np.fromiter(table.values(), dtype=float, count=len(table))
-            order = np.argsort(keys, kind="stable")
-            keys, vals = keys[order], vals[order]
-        # keys ascend: the counts that fit are a prefix (none for a leaving job)
-        fit = 0 if exiting else int(np.searchsorted(keys, capacity[job.throughput.gpu_type], side="right"))
-        counts = np.concatenate([np.zeros(1, dtype=np.int64), keys[:fit]])
-        f = np.concatenate([np.zeros(1), cost.waf(job.weight, vals[:fit])])
-        x = job.current.gpus
-        f_x = 0.0 if x == 0 else float(cost.waf(job.weight, table[x]))
-        d_trans = cost.d_trans_seconds(instance, job)
-        hit = state.hit[job.id]
-        gains = np.asarray(cost.gain(f, counts, x, f_x, hit, d_run, d_trans, exiting), dtype=float)
-        if not (np.isfinite(gains).all() and np.isfinite(f_x * d_trans)):
+        lo = int(flat.off[i])
+        hi = lo + int(fits[i])
+        x, exits, job_hit = int(xs[i]), bool(exiting[i]), bool(hit[i])
+        if bad[i] or not np.isfinite(pen[i]):
+            vals = _table_arrays(job, tables[job.id])[1]
             raise InvalidInstanceError(
                 f"jobs[{i}]", f"weight {job.weight} x TFLOP/s (up to {vals.max() if len(vals) else 0}) x "
-                              f"D_run {d_run} s (or x D_trans {d_trans} s) overflows a float; use smaller units")
-        keep = constraints.allowed_mask(job, counts, gains, x, hit, f_x, d_run, exiting)
-        if not keep.all():
-            counts, f, gains = counts[keep], f[keep], gains[keep]
-        jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, hit, d_trans, f_x,
-                             table, counts, f, gains, layouts.get(job.id, {}), d_run,
-                             tp=job.tp or 1, pinned=bool(job.pinned) and not exiting, max_nodes=job.max_nodes,
+                              f"D_run {d_run} s (or x D_trans {d_trans[i]} s) overflows a float; use smaller units")
+        counts, f, gains = flat.counts[lo:hi], flat.f[lo:hi], gains_all[lo:hi]
+        if not exits and ((job.tp is not None and job.tp > 1) or job.pinned
+                          or (job.min_gain_fraction is not None and not job_hit)):
+            keep = constraints.allowed_mask(job, counts, gains, x, job_hit, f_x[i], d_run, exits)
+            if not keep.all():
+                counts, f, gains = counts[keep], f[keep], gains[keep]
+        jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, job_hit, d_trans[i], f_x[i],
+                             tables[job.id], counts, f, gains, layouts.get(job.id, {}), d_run,
+                             tp=job.tp or 1, pinned=bool(job.pinned) and not exits, max_nodes=job.max_nodes,
                              same_rack=bool(job.same_rack),
-                             min_gain_fraction=None if exiting else job.min_gain_fraction,
-                             exiting=exiting))
+                             min_gain_fraction=None if exits else job.min_gain_fraction,
+                             exiting=exits))
     limit = instance.max_changed_jobs
     if limit is not None:
         limit = min(limit, len(jobs))  # a larger limit binds nothing (and must not overflow a solver)

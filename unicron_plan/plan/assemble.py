@@ -7,7 +7,7 @@ import math
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
 from unicron_plan.plan.placement import place
-from unicron_plan.schema import Placement, Plan, PlanJob, SolverInfo, Status
+from unicron_plan.schema import Plan, PlanJob, SolverInfo, Status
 
 
 def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
@@ -15,6 +15,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     placement = raw.placement if raw.placement is not None else place(problem, raw.counts)
     plan_jobs = []
     total_waf = 0.0
+    gains = []
     for j in problem.jobs:
         y = raw.counts[j.id]
         where = {n: g for n, g in placement.get(j.id, {}).items() if g > 0}
@@ -23,12 +24,13 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         total_waf += f_y
         penalty = float(cost.transition_penalty(j.f_x, j.d_trans,
                                                 cost.is_changed(y, j.x, j.hit, j.exiting, moved)))
+        gains.append(j.gain_of(y, moved))
         plan_jobs.append(PlanJob(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
-            nodes=list(where), placement=[Placement(node=n, gpus=g) for n, g in where.items()],
-            waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=j.gain_of(y, moved),
+            nodes=list(where), placement=[{"node": n, "gpus": g} for n, g in where.items()],
+            waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=gains[-1],
             parallelism=j.layouts.get(y) if y else None))
-    objective = problem.objective(raw.counts, placement)
+    objective = float(sum(gains))  # Problem.objective of these counts and this placement
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)
     gap = (bound - objective) / max(abs(bound), 1.0) if math.isfinite(bound) else None

@@ -128,9 +128,10 @@ async def _read_json(request: Request, limit: int) -> Any:
 
 
 def create_app(state_dir: str | Path, token: str | None = None, solver: str | None = None,
-               contingency: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+               contingency: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               settle_heap: bool = False) -> FastAPI:
     """The FastAPI application serving the state in ``state_dir``."""
-    coord = Coordinator(state_dir, solver=solver, contingency=contingency)
+    coord = Coordinator(state_dir, solver=solver, contingency=contingency, settle_heap=settle_heap)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -193,10 +194,11 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     async def post_event(request: Request, dry_run: bool = Query(False),
                          idempotency_key: Optional[str] = Header(None, alias="Idempotency-Key")):
         data = await _read_json(request, max_body_bytes)
-        if dry_run:
-            text = coord.dry_run_text(data)  # a stored answer: no planning, no re-encoding
-            if text is not None:
-                return Response(text, media_type="application/json")
+        if dry_run:  # nothing is recorded: the plan's own text (a stored answer's, or one just solved)
+            text = coord.dry_run_text(data)
+            if text is None:
+                text = await run_in_threadpool(coord.dry_run_reply, data)
+            return Response(text, media_type="application/json")
         return _json(await run_in_threadpool(coord.post_event, data, dry_run, idempotency_key))
 
     @app.post("/v1/jobs", response_model=RevisionReply, summary="Add a queued job (current.gpus 0)")

@@ -40,5 +40,5 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
     if max_body_mib <= 0:
         raise InvalidInstanceError("--max-body-mib", "must be positive")
     app = create_app(state, token=token, solver=solver, contingency=not no_contingency,
-                     max_body_bytes=int(max_body_mib * 1024 * 1024))
+                     max_body_bytes=int(max_body_mib * 1024 * 1024), settle_heap=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from unicron_plan.core.checks import check_event
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.io import parse_model
 from unicron_plan.schema import Instance
@@ -142,7 +143,7 @@ def record_event(state: State, data: Any) -> tuple[State, Any]:
     base = _need_cluster(state)
     ev = parse_event(data)
     if ev.kind == "failure":
-        _check(base.model_copy(update={"event": ev}))
+        check_event(base.model_copy(update={"event": ev}))  # the applied cluster was checked when it was set
         by_id = {n.id: n for n in base.cluster.nodes}
         failed = {k: set(v) for k, v in state.failed.items()}
         for nid in ev.failed_nodes:
@@ -155,10 +156,8 @@ def record_event(state: State, data: Any) -> tuple[State, Any]:
         return replace(state, failed=failed, whole=frozenset(whole)), ev
     if ev.kind == "repair":
         view = _health_view(state)
-        # The event's references are checked against the health including pending failures; the jobs
-        # still sit on those nodes until a plan is applied, so their allocations are left out of this check.
-        idle = [j.model_copy(update={"current": CurrentAllocation(gpus=0, nodes=[])}) for j in view.jobs]
-        _check(view.model_copy(update={"event": ev, "jobs": idle}))
+        # The event's references are checked against the health including pending failures.
+        check_event(view.model_copy(update={"event": ev}))
         by_id = {n.id: n for n in view.cluster.nodes}
         repaired: dict[str, set] = {}
         for nid in ev.repaired_nodes:
@@ -172,7 +171,7 @@ def record_event(state: State, data: Any) -> tuple[State, Any]:
         failed = {k: v for k, v in failed.items() if v}
         whole = frozenset(n for n in state.whole if n in failed and n not in repaired)
         return replace(state, base=new_base, failed=failed, whole=whole, base_version=state.base_version + 1), ev
-    _check(base.model_copy(update={"event": ev}))
+    check_event(base.model_copy(update={"event": ev}))
     if ev.kind == "job_exit":
         exits = tuple(dict.fromkeys(state.exits + tuple(ev.jobs)))
         arrivals = tuple(j for j in state.arrivals if j not in exits)

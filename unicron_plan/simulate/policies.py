@@ -150,6 +150,7 @@ class PlannerPolicy(Policy):
         self._down_copies: dict = {}  # node id -> its Node with every GPU listed failed
         self._tables = None  # (tables, layouts) of the jobs, from resolve_tables
         self._healthy = None  # cluster.healthy_nodes of the scenario
+        self._flat = None  # problem.flat_tables of the jobs
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -232,17 +233,18 @@ class PlannerPolicy(Policy):
         if hit is not None:
             return hit
         from unicron_plan.core.cluster import build_state, healthy_nodes
-        from unicron_plan.core.problem import resolve_tables, tabulate
+        from unicron_plan.core.problem import flat_tables, resolve_tables, tabulate
         from unicron_plan.plan.placement import place
 
         instance = self.instance(eng, failed, repaired)
         if self._tables is None:  # the jobs, their tables and the nodes never change during a run
             self._tables = resolve_tables(instance)
             self._healthy = healthy_nodes(instance)
+            self._flat = flat_tables(instance, self._tables[0])
         # The engine's own per-node split is the state before the event (it is checked after every
         # event when the engine runs with checks), so the instance checks need not re-derive it.
         state = build_state(instance, previous={j.id: dict(j.alloc) for j in eng.jobs}, healthy=self._healthy)
-        problem = tabulate(instance, state, *self._tables)
+        problem = tabulate(instance, state, *self._tables, self._flat)
         counts = self.choose(problem)
         placement = place(problem, counts)
         out = (placement, dict(problem.state.hit))

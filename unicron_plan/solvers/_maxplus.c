@@ -1,4 +1,4 @@
-/* Compiled inner loop of the DP: one windowed max-plus fold.
+/* Compiled inner loops of the DP: one windowed max-plus fold, and one whole pruned pass.
  *
  * new[c - L2] = max_k Vx[c - y_k - L] + g_k  for c in [L2, L2 + W), c - y_k >= L,
  * choice[c - L2] = the first k reaching the max (ties keep the smaller k), exactly as the
@@ -9,6 +9,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 void maxplus_fold(const double *Vx, int64_t L, const int64_t *y, const double *g, int64_t K,
                   int64_t L2, int64_t W, double *out, uint32_t *choice)
@@ -42,6 +45,105 @@ void maxplus_fold(const double *Vx, int64_t L, const int64_t *y, const double *g
             }
         }
     }
+}
+
+/* One whole pass of the pruned DP (dp._attempt with the choices kept in memory): for every job j
+ * in order, fold its kept options (y[off[j]:off[j+1]], g[...]) into the window [L, U] of the best
+ * values per used capacity, narrow the new window to [L + lo[j], min(U + hi[j], capacity - after_lo[j])]
+ * and, with ``cut``, to the capacities whose Lagrangian bound
+ * new[c] + lam * (capacity - c) + after_m[j] still reaches ``threshold``. Then backtrack the counts.
+ * The same additions and comparisons as the Python loop in dp.py, so the results are identical.
+ * ``choice`` holds ``choice_cap`` entries of ``csize`` bytes (1, 2 or 4); ``win`` gets (L, U) per job.
+ * ``deadline``: a CLOCK_MONOTONIC instant (time.perf_counter's clock), checked before each job; < 0: none.
+ * Returns 0 (result and *value set), 1 (no plan reaches the threshold), 2 (deadline passed),
+ * 3 (choice buffer too small), 4 (out of memory).
+ */
+static double now_monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void put_choice(void *buf, int csize, int64_t i, uint32_t v)
+{
+    if (csize == 1) ((uint8_t *)buf)[i] = (uint8_t)v;
+    else if (csize == 2) ((uint16_t *)buf)[i] = (uint16_t)v;
+    else ((uint32_t *)buf)[i] = v;
+}
+
+static uint32_t get_choice(const void *buf, int csize, int64_t i)
+{
+    if (csize == 1) return ((const uint8_t *)buf)[i];
+    if (csize == 2) return ((const uint16_t *)buf)[i];
+    return ((const uint32_t *)buf)[i];
+}
+
+int64_t maxplus_pass(int64_t m, const int64_t *off, const int64_t *y, const double *g,
+                     const int64_t *lo, const int64_t *hi, const int64_t *after_lo, const double *after_m,
+                     double lam, int64_t capacity, double threshold, int64_t cut, double deadline,
+                     void *choice, int64_t choice_cap, int64_t csize, int64_t *win,
+                     int64_t *result, double *value)
+{
+    int64_t n = capacity + 2;
+    double *V = malloc(sizeof(double) * n), *Vx = malloc(sizeof(double) * n), *nw = malloc(sizeof(double) * n);
+    uint32_t *ch = malloc(sizeof(uint32_t) * n);
+    int64_t status = 0, used = 0, L = 0, U = 0;
+    int64_t *cstart = malloc(sizeof(int64_t) * (m > 0 ? m : 1));
+    if (!V || !Vx || !nw || !ch || !cstart) { status = 4; goto done; }
+    V[0] = 0.0;
+    for (int64_t j = 0; j < m; j++) {
+        if (deadline >= 0 && now_monotonic() >= deadline) { status = 2; goto done; }
+        const int64_t *yj = y + off[j];
+        const double *gj = g + off[j];
+        int64_t K = off[j + 1] - off[j];
+        int64_t L2 = L + lo[j];
+        int64_t U2 = U + hi[j];
+        if (capacity - after_lo[j] < U2) U2 = capacity - after_lo[j];
+        if (U2 < L2) { status = 1; goto done; }
+        int64_t W = U2 - L2 + 1;
+        /* Vx: V extended with V[U] up to U2 - y[0] */
+        int64_t need_top = U2 - yj[0];
+        int64_t width = U - L + 1;
+        int64_t xlen = need_top > U ? need_top - L + 1 : width;
+        memcpy(Vx, V, sizeof(double) * width);
+        for (int64_t i = width; i < xlen; i++) Vx[i] = V[width - 1];
+        maxplus_fold(Vx, L, yj, gj, K, L2, W, nw, ch);
+        int64_t a = 0, b = W - 1;
+        if (cut) {
+            double am = after_m[j];
+            while (a < W && !((nw[a] + lam * (double)(capacity - (L2 + a))) + am >= threshold)) a++;
+            if (a == W) { status = 1; goto done; }
+            while (!((nw[b] + lam * (double)(capacity - (L2 + b))) + am >= threshold)) b--;
+        }
+        if (used + (b - a + 1) > choice_cap) { status = 3; goto done; }
+        cstart[j] = used;
+        for (int64_t i = a; i <= b; i++) put_choice(choice, (int)csize, used + i - a, ch[i]);
+        used += b - a + 1;
+        memcpy(V, nw + a, sizeof(double) * (b - a + 1));
+        L = L2 + a;
+        U = L2 + b;
+        win[2 * j] = L;
+        win[2 * j + 1] = U;
+    }
+    {
+        int64_t best = 0;
+        for (int64_t i = 1; i <= U - L; i++)
+            if (V[i] > V[best]) best = i;
+        *value = V[best];
+        int64_t c = L + best;
+        for (int64_t j = m - 1; j >= 0; j--) {
+            int64_t Lj = win[2 * j], Uj = win[2 * j + 1];
+            if (c > Uj) c = Uj;
+            int64_t yk = y[off[j] + get_choice(choice, (int)csize, cstart[j] + c - Lj)];
+            result[j] = yk;
+            int64_t prevU = j ? win[2 * j - 1] : 0;
+            c = c - yk < prevU ? c - yk : prevU;
+        }
+    }
+done:
+    free(V); free(Vx); free(nw); free(ch); free(cstart);
+    return status;
 }
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_maxplus",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,22 +46,26 @@ CORE_DIVISORS = (2**20, 2**14, 2**8, 2**4)  # core widths tried, as fractions 1/
 
 
 def _load_native():
-    """The compiled fold (unicron_plan/solvers/_maxplus.c) through ctypes, or None when not built."""
+    """The compiled fold and pass (unicron_plan/solvers/_maxplus.c) through ctypes, or (None, None)."""
     try:
         import ctypes
 
         from unicron_plan.solvers import _maxplus
         lib = ctypes.CDLL(_maxplus.__file__)
-        fn = lib.maxplus_fold
+        fold, whole = lib.maxplus_fold, lib.maxplus_pass
     except (ImportError, OSError, AttributeError):
-        return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    fn.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, ptr, ptr]
-    fn.restype = None
-    return fn
+        return None, None
+    i64, ptr, f64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
+    fold.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, ptr, ptr]
+    fold.restype = None
+    whole.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, f64, i64, f64, i64, f64, ptr, i64, i64, ptr,
+                      ptr, ptr]
+    whole.restype = i64
+    return fold, whole
 
 
-NATIVE = _load_native()  # set to None to force the numpy fallback
+# The compiled fold, and the compiled whole pass; set both to None to force the numpy fallback.
+NATIVE, NATIVE_PASS = _load_native()
 
 
 def available() -> bool:
@@ -286,10 +291,10 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
         stats.update(early_exit=True, kept=m)
         return top_y, float(sum(float(g[-1]) for _, g in options))
     lam = lp_multiplier(options, capacity)
-    red_max = [float(np.max(g - lam * y)) for y, g in options]
+    flat, red_max = _flatten(options, lam)
     ub = lam * capacity + math.fsum(red_max)
     lb_pick, lb = _greedy(options, capacity, lam)
-    scale = lam * capacity + sum(abs(float(np.max(np.abs(g)))) for _, g in options) + 1.0
+    scale = lam * capacity + sum(np.maximum.reduceat(np.abs(flat.g), flat.off[:-1]).tolist()) + 1.0
     tol = REL_TOL * scale
     stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)))
     best = ([int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb)
@@ -297,17 +302,17 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
         stats["bound_met"] = "greedy"
         return best
     try:
-        return _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline)
+        return _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline, flat)
     except _TimeUp:
         stats["timed_out"] = True
         core = stats.get("core_plan")
         return core if core is not None and core[1] > best[1] else best
 
 
-def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline):
+def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline, flat=None):
     """Rules 3-4 of the module docstring: the core DP, then the pruned exact DP."""
     if not prune:
-        return _attempt(options, red_max, lam, capacity, -math.inf, stats, deadline=deadline)
+        return _attempt(options, red_max, lam, capacity, -math.inf, stats, deadline=deadline, flat=flat)
     # Threshold T: every plan worth >= T survives the pruning, so a run that finds a plan worth
     # >= T has found the optimum. First, growing cores: a run at T = UB - delta (options and
     # states cut at T) for small deltas. A plan worth v has reduced-cost deficits adding up to at
@@ -321,7 +326,7 @@ def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline
         delta = gap / div
         if delta <= 2 * tol:
             continue
-        found = _attempt(options, red_max, lam, capacity, ub - delta, stats, deadline=deadline)
+        found = _attempt(options, red_max, lam, capacity, ub - delta, stats, deadline=deadline, flat=flat)
         if found is None:
             continue
         if found[1] > lb:
@@ -332,34 +337,71 @@ def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline
             return found
     stats["core_lb"] = core[1] if core is not None else None
     threshold = lb - tol
-    found = _attempt(options, red_max, lam, capacity, threshold, stats, deadline=deadline)
+    found = _attempt(options, red_max, lam, capacity, threshold, stats, deadline=deadline, flat=flat)
     if found is not None and found[1] >= threshold:
         return found
     stats["fallback"] = True  # rounding defeated the threshold (never observed)
-    return _attempt(options, red_max, lam, capacity, -math.inf, stats, deadline=deadline)
+    return _attempt(options, red_max, lam, capacity, -math.inf, stats, deadline=deadline, flat=flat)
+
+
+class _Flat(NamedTuple):
+    """Every job's options in one pair of arrays (job j's at ``off[j]:off[j + 1]``) with their
+    Lagrangian deficits ``red_max[j] - (g - lam y)``, so that a pass selects its options in one step."""
+
+    y: np.ndarray
+    g: np.ndarray
+    off: np.ndarray
+    deficit: np.ndarray
+
+
+def _flatten(options, lam: float, red_max=None) -> tuple[_Flat, list[float]]:
+    """(the options flattened, each job's largest reduced gain ``max(g - lam y)``; ``red_max`` when given)."""
+    m = len(options)
+    sizes = np.fromiter((len(y) for y, _ in options), dtype=np.int64, count=m)
+    off = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(sizes, out=off[1:])
+    ys = np.concatenate([y for y, _ in options]).astype(np.int64, copy=False)
+    gs = np.concatenate([g for _, g in options]).astype(np.float64, copy=False)
+    red = gs - lam * ys
+    if red_max is None:
+        red_max = np.maximum.reduceat(red, off[:-1]).tolist()
+    deficit = np.repeat(np.asarray(red_max, dtype=np.float64), sizes) - red
+    return _Flat(ys, gs, off, deficit), red_max
 
 
 def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stats: dict,
-             cut: bool = True, deadline: float | None = None):
+             cut: bool = True, deadline: float | None = None, flat: _Flat | None = None):
     """The DP over the options (and, with ``cut``, states) whose Lagrangian bound reaches ``threshold``.
 
+    ``flat``: :func:`_flatten` of these options, multiplier and ``red_max`` (made here when not given).
     Returns (counts, value), or None when no plan can reach the threshold.
     """
     m = len(options)
+    if flat is None:
+        flat, _ = _flatten(options, lam, red_max)
     slack = math.fsum(red_max) + lam * capacity - threshold  # m_i - (g - lam y) <= slack survives
-    kept = []
-    for (y, g), mi in zip(options, red_max):
-        keep = (mi - (g - lam * y)) <= slack
-        if not keep.any():
-            return None
-        kept.append((y[keep], g[keep]))
-    stats["kept"] = int(sum(len(y) for y, _ in kept))
-    lo = np.array([int(y[0]) for y, _ in kept], dtype=np.int64)
-    hi = np.array([int(y[-1]) for y, _ in kept], dtype=np.int64)
+    keep = flat.deficit <= slack
+    per_job = np.add.reduceat(keep.astype(np.int64), flat.off[:-1])
+    if not per_job.all():
+        return None
+    ky, kg = flat.y[keep], flat.g[keep]
+    koff = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(per_job, out=koff[1:])
+    stats["kept"] = int(koff[-1])
+    lo = ky[koff[:-1]]
+    hi = ky[koff[1:] - 1]
     if int(lo.sum()) > capacity:
         return None
     after_lo = np.concatenate([np.cumsum(lo[::-1])[::-1][1:], [0]])
     after_m = np.concatenate([np.cumsum(np.array(red_max)[::-1])[::-1][1:], [0.0]])
+    # Store every choice array, or checkpoint, by a safe estimate of their size.
+    itemsize = np.dtype(_dtype(int(per_job.max()))).itemsize
+    entries = int((np.minimum(np.cumsum(hi), capacity) + 1).sum())
+    est = entries * itemsize
+    if NATIVE_PASS is not None and est <= MEMORY_BUDGET_BYTES:
+        return _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, threshold, cut, deadline,
+                            entries, itemsize, stats)
+    kept = [(ky[koff[j]: koff[j + 1]], kg[koff[j]: koff[j + 1]]) for j in range(m)]
 
     def step(V, L, U, j, want_choice):
         if deadline is not None and time.perf_counter() >= deadline:
@@ -381,13 +423,39 @@ def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stat
         return new[a: b + 1], L2 + a, L2 + b, (choice[a: b + 1] if want_choice else None)
 
     widths: list[int] = []
-    # Store every choice array, or checkpoint, by a safe estimate of their size.
-    est = int((np.minimum(np.cumsum(hi), capacity) + 1).sum()) * np.dtype(
-        _dtype(max(len(y) for y, _ in kept))).itemsize
     try:
         return _run(kept, step, m, est, widths, stats, L=0)
     except _LostPath:
         return None
+
+
+def _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, threshold, cut, deadline,
+                 entries, itemsize, stats):
+    """The pass of :func:`_attempt` in one compiled call (same windows, cuts and choices as ``_run``)
+    over the kept options flattened (job j's at ``koff[j]:koff[j + 1]``)."""
+    m = len(koff) - 1
+    ys = np.ascontiguousarray(ky, dtype=np.int64)
+    gs = np.ascontiguousarray(kg, dtype=np.float64)
+    off = np.ascontiguousarray(koff, dtype=np.int64)
+    lo, hi, after_lo = (np.ascontiguousarray(a, dtype=np.int64) for a in (lo, hi, after_lo))
+    after_m = np.ascontiguousarray(after_m, dtype=np.float64)
+    choice = np.empty(max(entries, 1), dtype=np.dtype(f"u{itemsize}"))
+    win = np.empty(2 * m, dtype=np.int64)
+    result = np.empty(m, dtype=np.int64)
+    value = np.zeros(1)
+    status = NATIVE_PASS(m, off.ctypes.data, ys.ctypes.data, gs.ctypes.data, lo.ctypes.data, hi.ctypes.data,
+                         after_lo.ctypes.data, after_m.ctypes.data, float(lam), int(capacity), float(threshold),
+                         int(bool(cut)), -1.0 if deadline is None else float(deadline), choice.ctypes.data,
+                         len(choice), itemsize, win.ctypes.data, result.ctypes.data, value.ctypes.data)
+    if status == 1:
+        return None
+    if status == 2:
+        raise _TimeUp
+    if status:  # pragma: no cover - the buffer is sized from the same bound as the Python path's
+        raise MemoryError(f"compiled DP pass failed (status {status})")
+    widths = win[1::2] - win[0::2] + 1
+    stats.update(checkpointed=False, max_width=int(widths.max()), sum_width=int(widths.sum()))
+    return [int(c) for c in result], float(value[0])
 
 
 class _LostPath(Exception):

@@ -12,8 +12,8 @@ from unicron_plan.tools.generate import generate_instance
 from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import dp
 
-NATIVE, NATIVE_PASS = dp.NATIVE, dp.NATIVE_PASS
-# numpy: no compiled code; fold: only the compiled fold (the passes in Python); pass: the whole pass compiled.
+NATIVE, NATIVE_PASS, NATIVE_PARETO = dp.NATIVE, dp.NATIVE_PASS, dp.NATIVE_PARETO
+# numpy: no compiled code; fold: only the compiled fold (the passes in Python); pass: everything compiled.
 PATHS = ["numpy"] + (["fold", "pass"] if NATIVE is not None else [])
 
 
@@ -21,7 +21,29 @@ PATHS = ["numpy"] + (["fold", "pass"] if NATIVE is not None else [])
 def path(request, monkeypatch):
     monkeypatch.setattr(dp, "NATIVE", None if request.param == "numpy" else NATIVE)
     monkeypatch.setattr(dp, "NATIVE_PASS", NATIVE_PASS if request.param == "pass" else None)
+    monkeypatch.setattr(dp, "NATIVE_PARETO", NATIVE_PARETO if request.param == "pass" else None)
     return request.param
+
+
+@pytest.mark.skipif(NATIVE_PARETO is None, reason="the compiled pruning was not built (no C compiler at install)")
+def test_compiled_dominance_pruning_equals_each_job_alone(monkeypatch):
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(9)
+    for _ in range(300):
+        jobs = []
+        for _ in range(int(rng.integers(1, 12))):
+            n = int(rng.integers(1, 40))
+            counts = np.unique(np.concatenate([[0], rng.integers(1, 200, size=n - 1)])).astype(np.int64)
+            gains = rng.normal(0, 5, size=len(counts)) + counts * rng.uniform(-0.5, 2)
+            if rng.random() < 0.4:
+                gains = np.round(gains)  # ties
+            jobs.append(SimpleNamespace(counts=counts, gains=gains))
+        got = dp.pareto_all(jobs)
+        assert len(got) == len(jobs)
+        for (y, g), j in zip(got, jobs):
+            want_y, want_g = dp.pareto_arrays(j.counts, j.gains)
+            assert y.tolist() == want_y.tolist() and g.tolist() == want_g.tolist()
 
 
 @pytest.mark.skipif(NATIVE_PASS is None, reason="the compiled pass was not built (no C compiler at install)")

@@ -48,6 +48,24 @@ class ClusterState:
     exiting: frozenset = frozenset()  # jobs leaving in a job_exit event (planned 0, charged nothing)
     # capacity() and nodes_in_service() when build_state counted them on its walk over the nodes
     counted: tuple[dict[str, int], int] | None = field(default=None, repr=False, compare=False)
+    order: dict[str, int] = field(default=None, repr=False, compare=False)  # node id -> position in the cluster
+    # (GPUs of every node as if healthy, the nodes re-derived from that) when built from a HealthyCluster
+    healthy_usable: tuple[dict[str, int], list[str]] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.order is None:
+            self.order = {nid: k for k, nid in enumerate(self.nodes)}
+
+    def usable_gpus(self) -> dict[str, int]:
+        """{node id: GPUs a plan may use there (0 when drained)}: a fresh dict, in cluster order."""
+        if self.healthy_usable is None:
+            return {nid: (0 if n.drained else n.healthy_after) for nid, n in self.nodes.items()}
+        usable, touched = self.healthy_usable
+        free = dict(usable)
+        for nid in touched:
+            n = self.nodes[nid]
+            free[nid] = 0 if n.drained else n.healthy_after
+        return free
 
     @property
     def drained_nodes(self) -> list[str]:
@@ -108,9 +126,11 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
     nodes = dict(healthy.nodes)
     cap, in_service = dict(healthy.capacity), healthy.in_service
     affected = set()  # nodes lost in the event or drained
+    touched = []  # nodes re-derived
     for node in instance.cluster.nodes:
         if not node.failed_gpus and node.id not in failed_nodes and node.id not in event_gpus:
             continue
+        touched.append(node.id)
         cap[node.gpu_type] -= node.gpus  # take the node's healthy record out of the totals
         in_service -= node.gpus > 0
         before = set(node.failed_gpus)
@@ -126,7 +146,8 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
         if lost or drained:
             affected.add(node.id)
     hit = {job.id: not affected.isdisjoint(job.current.nodes) for job in instance.jobs}
-    state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance), counted=(cap, in_service))
+    state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance), counted=(cap, in_service),
+                         order=healthy.order, healthy_usable=(healthy.usable, touched))
     state.previous = previous if previous is not None else \
         previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
     return state
@@ -143,6 +164,8 @@ class HealthyCluster:
     nodes: dict[str, NodeHealth]
     capacity: dict[str, int]
     in_service: int
+    order: dict[str, int]  # node id -> position in the cluster
+    usable: dict[str, int]  # node id -> its GPUs
 
 
 def healthy_nodes(instance: Instance) -> HealthyCluster:
@@ -151,7 +174,8 @@ def healthy_nodes(instance: Instance) -> HealthyCluster:
     cap = {t: 0 for t in instance.cluster.gpu_types}
     for h in nodes.values():
         cap[h.gpu_type] += h.gpus
-    return HealthyCluster(nodes, cap, sum(1 for h in nodes.values() if h.gpus > 0))
+    return HealthyCluster(nodes, cap, sum(1 for h in nodes.values() if h.gpus > 0),
+                          {nid: k for k, nid in enumerate(nodes)}, {nid: h.gpus for nid, h in nodes.items()})
 
 
 def repaired_gpus(instance: Instance) -> dict[str, set[int]]:

@@ -78,7 +78,7 @@ class Problem:
         exactly; the free GPUs are what usable nodes have left after them (negative when the
         stays overfill a node, which only constrained callers need to check).
         """
-        free = {nid: (0 if n.drained else n.healthy_after) for nid, n in self.state.nodes.items()}
+        free = self.state.usable_gpus()
         result: dict[str, dict[str, int]] = {j.id: {} for j in self.jobs}
         movers = []
         for j in self.jobs:

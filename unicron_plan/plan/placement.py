@@ -22,7 +22,7 @@ from unicron_plan.core.problem import Problem
 def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]:
     """{job id: {node id: GPUs}} for planned ``counts`` (nodes in cluster order)."""
     state = problem.state
-    order = {nid: k for k, nid in enumerate(state.nodes)}
+    order = state.order
     free, result, movers = problem.stays(counts)
     _retain(problem, movers, counts, free, result)
     racks = {j.id: {state.nodes[n].rack for n in state.previous[j.id]} for j in movers}
@@ -40,7 +40,7 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
                 own.add(nid)
             else:
                 own.discard(nid)
-    return {jid: dict(sorted(split.items(), key=lambda kv: order[kv[0]])) for jid, split in result.items()}
+    return {jid: {nid: split[nid] for nid in sorted(split, key=order.__getitem__)} for jid, split in result.items()}
 
 
 def _retain(problem: Problem, movers, counts, free, result) -> None:

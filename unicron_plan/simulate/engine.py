@@ -46,11 +46,15 @@ class JobRun:
     pending_lost: float = 0.0
     output: float = 0.0
     _f: Optional[dict] = field(default=None, repr=False)
+    _counted: tuple = field(default=(None, 0), repr=False)  # (the alloc dict counted, its sum)
 
     @property
     def count(self) -> int:
-        """GPUs held."""
-        return sum(self.alloc.values())
+        """GPUs held (``alloc`` is always replaced by a new dict, never changed in place)."""
+        alloc = self.alloc
+        if self._counted[0] is not alloc:
+            self._counted = (alloc, sum(alloc.values()))
+        return self._counted[1]
 
     def f(self, count: Optional[int] = None) -> float:
         """F at ``count`` (default: the current count)."""

@@ -293,7 +293,22 @@ class GreedyPolicy(PlannerPolicy):
 
     name = "greedy"
 
+    def __init__(self, model: PolicyModel | None = None):
+        super().__init__(model)
+        self._answers: dict = {}  # (capacities, allowed counts) -> counts
+
     def choose(self, problem) -> dict[str, int]:
+        # Greedy ignores transitions: its answer depends only on the capacities and each job's allowed
+        # counts (F at a count is fixed for a job during a run), which recur as nodes fail and return.
+        key = (tuple(sorted(problem.capacity.items())),
+               tuple((j.id, j.gpu_type, j.counts.tobytes()) for j in problem.jobs))
+        found = self._answers.get(key)
+        if found is None:
+            found = self._answers[key] = self._greedy(problem)
+        return dict(found)
+
+    @staticmethod
+    def _greedy(problem) -> dict[str, int]:
         import heapq
 
         counts = {}

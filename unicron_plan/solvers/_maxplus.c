@@ -1,4 +1,5 @@
-/* Compiled inner loops of the DP: one windowed max-plus fold, and one whole pruned pass.
+/* Compiled inner loops of the DP: one windowed max-plus fold, one whole pruned pass, and the
+ * dominance pruning of every job's options.
  *
  * new[c - L2] = max_k Vx[c - y_k - L] + g_k  for c in [L2, L2 + W), c - y_k >= L,
  * choice[c - L2] = the first k reaching the max (ties keep the smaller k), exactly as the
@@ -144,6 +145,23 @@ int64_t maxplus_pass(int64_t m, const int64_t *off, const int64_t *y, const doub
 done:
     free(V); free(Vx); free(nw); free(ch); free(cstart);
     return status;
+}
+
+/* Exact dominance pruning of every job at once: job j's gains are g[off[j]:off[j+1]] (count 0 first,
+ * counts ascending); keep[i] = 1 for each job's first entry and for every entry whose gain beats the
+ * largest gain before it in its job (the comparisons of dp.pareto_arrays). */
+void pareto_keep(int64_t m, const int64_t *off, const double *g, uint8_t *keep)
+{
+    for (int64_t j = 0; j < m; j++) {
+        int64_t a = off[j], b = off[j + 1];
+        if (a >= b) continue;
+        double best = g[a];
+        keep[a] = 1;
+        for (int64_t i = a + 1; i < b; i++) {
+            keep[i] = g[i] > best;
+            if (g[i] > best) best = g[i];
+        }
+    }
 }
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_maxplus",

@@ -46,26 +46,29 @@ CORE_DIVISORS = (2**20, 2**14, 2**8, 2**4)  # core widths tried, as fractions 1/
 
 
 def _load_native():
-    """The compiled fold and pass (unicron_plan/solvers/_maxplus.c) through ctypes, or (None, None)."""
+    """The compiled fold, pass and dominance pruning (unicron_plan/solvers/_maxplus.c) through ctypes,
+    or (None, None, None) when not built."""
     try:
         import ctypes
 
         from unicron_plan.solvers import _maxplus
         lib = ctypes.CDLL(_maxplus.__file__)
-        fold, whole = lib.maxplus_fold, lib.maxplus_pass
+        fold, whole, pareto = lib.maxplus_fold, lib.maxplus_pass, lib.pareto_keep
     except (ImportError, OSError, AttributeError):
-        return None, None
+        return None, None, None
     i64, ptr, f64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
     fold.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, ptr, ptr]
     fold.restype = None
     whole.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, f64, i64, f64, i64, f64, ptr, i64, i64, ptr,
                       ptr, ptr]
     whole.restype = i64
-    return fold, whole
+    pareto.argtypes = [i64, ptr, ptr, ptr]
+    pareto.restype = None
+    return fold, whole, pareto
 
 
-# The compiled fold, and the compiled whole pass; set both to None to force the numpy fallback.
-NATIVE, NATIVE_PASS = _load_native()
+# The compiled fold, whole pass and dominance pruning; set them to None to force the numpy fallback.
+NATIVE, NATIVE_PASS, NATIVE_PARETO = _load_native()
 
 
 def available() -> bool:
@@ -85,6 +88,24 @@ def pareto_arrays(counts: np.ndarray, gains: np.ndarray) -> tuple[np.ndarray, np
 def pareto_options(job: JobTerms) -> tuple[np.ndarray, np.ndarray]:
     """Counts (0 first) whose gain beats every smaller count's: exact dominance pruning."""
     return pareto_arrays(job.counts, job.gains)
+
+
+def pareto_all(jobs: list[JobTerms]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`pareto_options` of every job (in one compiled call when it is built)."""
+    if NATIVE_PARETO is None or not jobs or any(len(j.counts) == 0 for j in jobs):
+        return [pareto_options(j) for j in jobs]
+    m = len(jobs)
+    off = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum([len(j.counts) for j in jobs], out=off[1:])
+    counts = np.concatenate([j.counts for j in jobs]).astype(np.int64, copy=False)
+    gains = np.ascontiguousarray(np.concatenate([j.gains for j in jobs]), dtype=np.float64)
+    keep = np.zeros(len(gains), dtype=np.uint8)
+    NATIVE_PARETO(m, off.ctypes.data, gains.ctypes.data, keep.ctypes.data)
+    keep = keep.view(bool)
+    kept_off = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(np.add.reduceat(keep.astype(np.int64), off[:-1]), out=kept_off[1:])
+    ys, gs = counts[keep], gains[keep]
+    return [(ys[a:b], gs[a:b]) for a, b in zip(kept_off[:-1].tolist(), kept_off[1:].tolist())]
 
 
 def _dtype(n: int):
@@ -268,7 +289,7 @@ def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
     search, the best plan known then is returned and ``stats["timed_out"]`` is set,
     with the Lagrangian upper bound in ``stats["ub"]``.
     """
-    options = [pareto_options(j) for j in jobs]
+    options = pareto_all(jobs)
     counts, value = solve_options(options, capacity, stats, deadline=deadline)
     return {j.id: int(c) for j, c in zip(jobs, counts)}, value
 

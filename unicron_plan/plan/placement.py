@@ -118,9 +118,19 @@ class _FreePool:
         self.ids = list(state.nodes)
         self.by_type: dict[str, dict[tuple[int, bool], list[int]]] = {}
         self.by_rack: dict[tuple[str, object], dict[tuple[int, bool], list[int]]] = {}
-        for nid, n in state.nodes.items():
-            if free[nid] > 0:
-                self._push(nid)
+        nodes, by_type, by_rack = state.nodes, self.by_type, self.by_rack
+        for nid, v in free.items():  # _push of every node with free GPUs, inlined (thousands per plan)
+            if v > 0:
+                n = nodes[nid]
+                key, pos = (v, v == n.healthy_after), order[nid]
+                t = by_type.get(n.gpu_type)
+                if t is None:
+                    t = by_type[n.gpu_type] = {}
+                t.setdefault(key, []).append(pos)
+                r = by_rack.get((n.gpu_type, n.rack))
+                if r is None:
+                    r = by_rack[(n.gpu_type, n.rack)] = {}
+                r.setdefault(key, []).append(pos)
         for buckets in list(self.by_type.values()) + list(self.by_rack.values()):
             for heap in buckets.values():
                 heapq.heapify(heap)

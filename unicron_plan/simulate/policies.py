@@ -207,7 +207,9 @@ class PlannerPolicy(Policy):
                     n = eng.nodes[nid]
                     down[nid] = base.cluster.nodes[eng.node_rank[nid]].model_copy(
                         update={"failed_gpus": list(range(n.gpus))})
-            nodes = [down[n.id] if n.id in listed_down else n for n in nodes]
+            nodes = list(nodes)
+            for nid in listed_down:
+                nodes[eng.node_rank[nid]] = down[nid]
         jobs = [bj.model_copy(update={"current": CurrentAllocation.model_construct(
                     gpus=j.count, nodes=list(j.alloc))})
                 for bj, j in zip(base.jobs, eng.jobs)]

@@ -8,6 +8,7 @@ and the independent validator see one and the same cluster state.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
@@ -104,13 +105,15 @@ class ClusterState:
 
 
 def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None = None,
-                healthy: "HealthyCluster | None" = None) -> ClusterState:
+                healthy: "HealthyCluster | None" = None, unhealthy: Collection[str] | None = None) -> ClusterState:
     """Apply the event to the cluster (node or GPU isolation) and find the hit jobs.
 
     Assumes the instance passed :func:`unicron_plan.core.checks.check_instance`; ``previous``
     is the split that check returned (derived here when not given). ``healthy``: the
     :func:`healthy_nodes` of this cluster, for callers that derive many states of one cluster
-    (made here when not given).
+    (made here when not given). ``unhealthy`` (with ``healthy``): ids including every node
+    with failed GPUs, for callers that know them; only those and the event's nodes are then
+    visited, instead of every node.
     """
     event = instance.event
     failure = event if event is not None and event.kind == "failure" else None
@@ -119,15 +122,20 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
     if failure:
         for fg in failure.failed_gpus:
             event_gpus[fg.node].add(fg.gpu)
-    repaired = repaired_gpus(instance)
     node_isolation = instance.isolation == "node"
     # Start from every node healthy; re-derive only the nodes with failed GPUs or touched by the event.
+    walk = instance.cluster.nodes
+    if healthy is not None and unhealthy is not None:
+        all_nodes, order = instance.cluster.nodes, healthy.order
+        ids = set(unhealthy) | failed_nodes | set(event_gpus) | set(_repaired_ids(instance))
+        walk = [all_nodes[k] for k in sorted(order[nid] for nid in ids)]
+    repaired = repaired_gpus(instance, walk)
     healthy = healthy if healthy is not None else healthy_nodes(instance)
     nodes = dict(healthy.nodes)
     cap, in_service = dict(healthy.capacity), healthy.in_service
     affected = set()  # nodes lost in the event or drained
     touched = []  # nodes re-derived
-    for node in instance.cluster.nodes:
+    for node in walk:
         if not node.failed_gpus and node.id not in failed_nodes and node.id not in event_gpus:
             continue
         touched.append(node.id)
@@ -178,15 +186,24 @@ def healthy_nodes(instance: Instance) -> HealthyCluster:
                           {nid: k for k, nid in enumerate(nodes)}, {nid: h.gpus for nid, h in nodes.items()})
 
 
-def repaired_gpus(instance: Instance) -> dict[str, set[int]]:
-    """{node: GPU indices that return to service} for a repair event ({} otherwise)."""
+def _repaired_ids(instance: Instance) -> list[str]:
+    """Ids of the nodes a repair event names ([] otherwise)."""
+    event = instance.event
+    if event is None or event.kind != "repair":
+        return []
+    return list(event.repaired_nodes) + [rg.node for rg in event.repaired_gpus]
+
+
+def repaired_gpus(instance: Instance, nodes=None) -> dict[str, set[int]]:
+    """{node: GPU indices that return to service} for a repair event ({} otherwise).
+    ``nodes``: the instance's nodes to look in (those the event names among them; all when None)."""
     event = instance.event
     if event is None or event.kind != "repair":
         return {}
     out: dict[str, set[int]] = defaultdict(set)
     if event.repaired_nodes:
         listed = set(event.repaired_nodes)
-        for n in instance.cluster.nodes:
+        for n in (instance.cluster.nodes if nodes is None else nodes):
             if n.id in listed:
                 out[n.id] |= set(n.failed_gpus)
     for rg in event.repaired_gpus:

@@ -156,6 +156,7 @@ class PreparedCluster:
     healthy: HealthyCluster
     nodes: dict  # node id -> node
     flat: "FlatTables"
+    unhealthy: frozenset  # ids of the nodes with failed GPUs
 
     def covers(self, instance: Instance) -> bool:
         """``instance`` is this one with some event: the very same cluster and jobs objects."""
@@ -172,7 +173,8 @@ def prepare(instance: Instance) -> PreparedCluster:
     tables, layouts = resolve_tables(base)
     previous = check_instance(base, tables)
     return PreparedCluster(base, tables, layouts, previous, healthy_nodes(base),
-                           {n.id: n for n in base.cluster.nodes}, flat_tables(base, tables))
+                           {n.id: n for n in base.cluster.nodes}, flat_tables(base, tables),
+                           frozenset(n.id for n in base.cluster.nodes if n.failed_gpus))
 
 
 def build_problem(instance: Instance, prepared: PreparedCluster | None = None) -> Problem:
@@ -183,7 +185,7 @@ def build_problem(instance: Instance, prepared: PreparedCluster | None = None) -
     """
     if prepared is not None and prepared.covers(instance):
         check_event(instance, prepared.nodes)
-        state = build_state(instance, prepared.previous, prepared.healthy)
+        state = build_state(instance, prepared.previous, prepared.healthy, prepared.unhealthy)
         return tabulate(instance, state, prepared.tables, prepared.layouts, prepared.flat)
     tables, layouts = resolve_tables(instance)
     previous = check_instance(instance, tables)

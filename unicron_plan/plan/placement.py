@@ -26,7 +26,7 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
     free, result, movers = problem.stays(counts)
     _retain(problem, movers, counts, free, result)
     racks = {j.id: {state.nodes[n].rack for n in state.previous[j.id]} for j in movers}
-    pool = _FreePool(state, free, order)
+    pool = _FreePool(state, free, order, {(j.gpu_type, r) for j in movers for r in racks[j.id]})
     for j in sorted(movers, key=lambda j: (-(counts[j.id] - sum(result[j.id].values())), j.index)):
         need = counts[j.id] - sum(result[j.id].values())
         own = {nid for nid in result[j.id] if free[nid] > 0}  # the job's nodes with free GPUs
@@ -113,8 +113,9 @@ class _FreePool:
     ones are skipped lazily. Equal to a scan of every node, in O(log n) a pick.
     """
 
-    def __init__(self, state, free: dict[str, int], order: dict[str, int]):
-        self.state, self.free, self.order = state, free, order
+    def __init__(self, state, free: dict[str, int], order: dict[str, int], racks: set):
+        """``racks``: the (GPU type, rack) pairs that picks will ask for (only those are indexed)."""
+        self.state, self.free, self.order, self.racks = state, free, order, racks
         self.ids = list(state.nodes)
         self.by_type: dict[str, dict[tuple[int, bool], list[int]]] = {}
         self.by_rack: dict[tuple[str, object], dict[tuple[int, bool], list[int]]] = {}
@@ -127,10 +128,11 @@ class _FreePool:
                 if t is None:
                     t = by_type[n.gpu_type] = {}
                 t.setdefault(key, []).append(pos)
-                r = by_rack.get((n.gpu_type, n.rack))
-                if r is None:
-                    r = by_rack[(n.gpu_type, n.rack)] = {}
-                r.setdefault(key, []).append(pos)
+                if (n.gpu_type, n.rack) in racks:
+                    r = by_rack.get((n.gpu_type, n.rack))
+                    if r is None:
+                        r = by_rack[(n.gpu_type, n.rack)] = {}
+                    r.setdefault(key, []).append(pos)
         for buckets in list(self.by_type.values()) + list(self.by_rack.values()):
             for heap in buckets.values():
                 heapq.heapify(heap)
@@ -142,8 +144,10 @@ class _FreePool:
     def _push(self, nid: str, heap_push: bool = False) -> None:
         n = self.state.nodes[nid]
         key = self._state_of(nid)
-        for buckets in (self.by_type.setdefault(n.gpu_type, {}),
-                        self.by_rack.setdefault((n.gpu_type, n.rack), {})):
+        indexed = [self.by_type.setdefault(n.gpu_type, {})]
+        if (n.gpu_type, n.rack) in self.racks:
+            indexed.append(self.by_rack.setdefault((n.gpu_type, n.rack), {}))
+        for buckets in indexed:
             heap = buckets.setdefault(key, [])
             if heap_push:
                 heapq.heappush(heap, self.order[nid])

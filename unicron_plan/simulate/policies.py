@@ -151,6 +151,7 @@ class PlannerPolicy(Policy):
         self._tables = None  # (tables, layouts) of the jobs, from resolve_tables
         self._healthy = None  # cluster.healthy_nodes of the scenario
         self._flat = None  # problem.flat_tables of the jobs
+        self._failed_at_start: set[str] = set()  # nodes the scenario lists with failed GPUs
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -188,6 +189,11 @@ class PlannerPolicy(Policy):
                 "cost": cost, "isolation": eng.scenario.isolation})
         return self._base_instance
 
+    @staticmethod
+    def _listed_down(eng: Engine, failed: str | None, repaired: str | None) -> set[str]:
+        """Nodes the instance of this state lists with every GPU failed (before its event)."""
+        return (eng.down - {failed}) | ({repaired} if repaired else set())
+
     def instance(self, eng: Engine, failed: str | None, repaired: str | None):
         """The v1 Instance of the current state with a failure or repair event (or none).
 
@@ -198,7 +204,7 @@ class PlannerPolicy(Policy):
         from unicron_plan.schema.instance import CurrentAllocation, Event, RepairEvent
 
         base = self._base(eng)
-        listed_down = (eng.down - {failed}) | ({repaired} if repaired else set())
+        listed_down = self._listed_down(eng, failed, repaired)
         nodes = base.cluster.nodes
         if listed_down:
             down = self._down_copies
@@ -243,9 +249,11 @@ class PlannerPolicy(Policy):
             self._tables = resolve_tables(instance)
             self._healthy = healthy_nodes(instance)
             self._flat = flat_tables(instance, self._tables[0])
+            self._failed_at_start = {n.id for n in self._base(eng).cluster.nodes if n.failed_gpus}
         # The engine's own per-node split is the state before the event (it is checked after every
         # event when the engine runs with checks), so the instance checks need not re-derive it.
-        state = build_state(instance, previous={j.id: dict(j.alloc) for j in eng.jobs}, healthy=self._healthy)
+        state = build_state(instance, previous={j.id: dict(j.alloc) for j in eng.jobs}, healthy=self._healthy,
+                            unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start)
         problem = tabulate(instance, state, *self._tables, self._flat)
         counts = self.choose(problem)
         placement = place(problem, counts)

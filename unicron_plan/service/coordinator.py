@@ -103,6 +103,11 @@ class Coordinator:
             self._prepared_base = (state.base_version, prepared)
         return prepared
 
+    def _nodes(self, state: st.State) -> dict | None:
+        """The applied cluster's nodes by id (from its prepared form), or None."""
+        prepared = self._prepared(state) if state.base is not None else None
+        return None if prepared is None else prepared.nodes
+
     def solve(self, instance, index: dict | None, fingerprint: str | None = None, observe: bool = True,
               prepared=None):
         """The one place plans are computed: :func:`unicron_plan.api.solve`."""
@@ -148,7 +153,7 @@ class Coordinator:
         elif not solve:
             return None
         else:
-            after, _ = st.record_event(state, data)
+            after, _ = st.record_event(state, data, self._nodes(state))
             text = self._plan(state, after, dry_run=True).model_dump_json(exclude_none=True).encode()
         self.metrics.plan_latency.observe(time.perf_counter() - start)
         return text[:-1] + b',"plan_id":null,"revision":%d}' % state.revision
@@ -216,7 +221,7 @@ class Coordinator:
                 if found is not None:
                     return found
             before = self.state
-            after, ev = st.record_event(before, data)
+            after, ev = st.record_event(before, data, self._nodes(before))
             plan = self._stored_answer(before, data)
             if plan is not None:
                 self._count_stored(dry_run=False)

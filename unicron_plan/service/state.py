@@ -96,14 +96,17 @@ def combined_event(state: State) -> dict | None:
     base = _need_cluster(state)
     if state.failed:
         nodes, gpus = [], []
-        for n in base.cluster.nodes:
-            lost = state.failed.get(n.id)
+        # in cluster order (a single node needs no ordering, and no walk over the whole cluster)
+        ids = [n.id for n in base.cluster.nodes if n.id in state.failed] if len(state.failed) > 1 \
+            else list(state.failed)
+        for nid in ids:
+            lost = state.failed[nid]
             if not lost:
                 continue
-            if n.id in state.whole:
-                nodes.append(n.id)
+            if nid in state.whole:
+                nodes.append(nid)
             else:
-                gpus += [{"node": n.id, "gpu": g} for g in sorted(lost)]
+                gpus += [{"node": nid, "gpu": g} for g in sorted(lost)]
         return {"kind": "failure", "failed_nodes": nodes, "failed_gpus": gpus}
     if state.exits:
         return {"kind": "job_exit", "jobs": list(state.exits)}
@@ -138,12 +141,13 @@ def _health_view(state: State) -> Instance:
     return _with_nodes(base, {nid: set(by_id[nid].failed_gpus) | set(g) for nid, g in state.failed.items()})
 
 
-def record_event(state: State, data: Any) -> tuple[State, Any]:
-    """(the state after recording the event, the parsed event); raises InvalidInstanceError naming the field."""
+def record_event(state: State, data: Any, nodes: dict | None = None) -> tuple[State, Any]:
+    """(the state after recording the event, the parsed event); raises InvalidInstanceError naming the field.
+    ``nodes``: the applied cluster's nodes by id, when the caller keeps them."""
     base = _need_cluster(state)
     ev = parse_event(data)
     if ev.kind == "failure":
-        check_event(base.model_copy(update={"event": ev}))  # the applied cluster was checked when it was set
+        check_event(base.model_copy(update={"event": ev}), nodes)  # the applied cluster was checked when set
         by_id = {n.id: n for n in base.cluster.nodes}
         failed = {k: set(v) for k, v in state.failed.items()}
         for nid in ev.failed_nodes:
@@ -171,7 +175,7 @@ def record_event(state: State, data: Any) -> tuple[State, Any]:
         failed = {k: v for k, v in failed.items() if v}
         whole = frozenset(n for n in state.whole if n in failed and n not in repaired)
         return replace(state, base=new_base, failed=failed, whole=whole, base_version=state.base_version + 1), ev
-    check_event(base.model_copy(update={"event": ev}))
+    check_event(base.model_copy(update={"event": ev}), nodes)
     if ev.kind == "job_exit":
         exits = tuple(dict.fromkeys(state.exits + tuple(ev.jobs)))
         arrivals = tuple(j for j in state.arrivals if j not in exits)

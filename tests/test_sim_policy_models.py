@@ -195,3 +195,19 @@ def test_spares_taken_from_busy_nodes_shrink_the_jobs_at_time_0():
 @pytest.mark.parametrize("name", ["megatron", "oobleck", "varuna", "bamboo"])
 def test_invariants_hold_with_hot_spares(name):
     _check_invariants_dense(name, {name: {"spare_nodes": 2}})
+
+
+@pytest.mark.parametrize("name", ["megatron", "varuna"])
+def test_a_resubmission_queue_wait_delays_every_checkpoint_restart(name):
+    base = _run(SEV1_N1, [name])[name]
+    queued = _run(SEV1_N1, [name], overrides={name: {"queue_seconds": 1800.0}})[name]
+    restarts = base["reconfigurations"]
+    assert restarts >= 1 and queued["reconfigurations"] == restarts
+    assert base["queue_hours"] == 0.0
+    assert queued["queue_hours"] == pytest.approx(0.5 * restarts, rel=1e-9)  # each restart waits 0.5 h
+    # the wait is part of the transition, the job produces nothing while it waits, and the accounting
+    # identity still holds
+    assert queued["downtime_hours"]["transition"] >= base["downtime_hours"]["transition"] + queued["queue_hours"] - 1e-9
+    assert queued["weighted_tflop"] < base["weighted_tflop"]
+    assert queued["weighted_tflop"] == pytest.approx(
+        queued["healthy_waf_tflops"] * H * (30.0 - sum(queued["downtime_hours"].values())), rel=1e-9)

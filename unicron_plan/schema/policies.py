@@ -19,6 +19,10 @@ class PolicyModelOverride(StrictModel):
                                               "same GPUs (the scenario's tables are Megatron-LM's).")
     restart_seconds: Optional[float] = Field(
         default=None, ge=0, le=1e6, description="A restart from a checkpoint: resubmission and set-up, seconds.")
+    queue_seconds: Optional[float] = Field(
+        default=None, ge=0, le=1e7, description="A checkpoint restart's wait in the cluster scheduler's queue "
+                                                "before its job holds GPUs again, on top of restart_seconds "
+                                                "(reported as queue_hours, inside transition).")
     checkpoint_interval_seconds: Optional[float] = Field(
         default=None, gt=0, le=1e7, description="Time between checkpoints; a restart recomputes the work since "
                                                 "the last one.")

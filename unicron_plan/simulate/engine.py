@@ -24,7 +24,7 @@ from unicron_plan.core import cost
 from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.trace import SimEvent
 
-PHASES = ("detection", "transition", "recompute", "sub_healthy")
+PHASES = ("detection", "queue", "transition", "recompute", "sub_healthy")
 
 
 @dataclass
@@ -135,9 +135,14 @@ class Engine:
         """Cut every block of ``job`` at ``at``."""
         self.block(job, at, 0.0, "transition")
 
-    def transition(self, job: JobRun, t: float, seconds: float) -> None:
-        """A restart or reconfiguration of ``job`` starting at ``t``."""
-        job.run_start = self.block(job, t, seconds, "transition")
+    def transition(self, job: JobRun, t: float, seconds: float, queue: float = 0.0) -> None:
+        """A restart or reconfiguration of ``job`` starting at ``t`` (after ``queue`` seconds waiting in the
+        cluster scheduler's queue, when given)."""
+        if queue > 0:
+            self.block(job, t, queue, "queue")
+            job.run_start = self.append_block(job, seconds, "transition")
+        else:
+            job.run_start = self.block(job, t, seconds, "transition")
         job.last_restart = t
         self.reconfigurations += 1
 
@@ -269,8 +274,8 @@ class Engine:
         """weighted_tflop, reconfigurations and downtime hours per phase (docs/format.md), plus details.
 
         downtime_hours[phase] = weighted TFLOP lost in that phase / healthy WAF / 3600: the hours
-        of the policy's whole healthy output lost (``recompute`` is counted in ``transition`` and
-        also reported alone as ``recompute_hours``).
+        of the policy's whole healthy output lost (``recompute`` and ``queue`` are counted in
+        ``transition`` and also reported alone as ``recompute_hours`` and ``queue_hours``).
         """
         healthy = sum(j.base for j in self.jobs)
         hours = {p: (self.loss[p] / healthy / 3600.0 if healthy > 0 else 0.0) for p in PHASES}
@@ -278,9 +283,10 @@ class Engine:
             "weighted_tflop": self.output,
             "reconfigurations": self.reconfigurations,
             "downtime_hours": {"detection": hours["detection"],
-                               "transition": hours["transition"] + hours["recompute"],
+                               "transition": hours["transition"] + hours["recompute"] + hours["queue"],
                                "sub_healthy": hours["sub_healthy"]},
             "recompute_hours": hours["recompute"],
+            "queue_hours": hours["queue"],
             "healthy_waf_tflops": healthy,
             "mean_waf_tflops": self.output / self.horizon,
             "plans": self.plans,

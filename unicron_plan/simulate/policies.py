@@ -110,8 +110,9 @@ def lost_since_checkpoint(model: PolicyModel, job: JobRun, t_fail: float) -> flo
 
 
 def checkpoint_restart(model: PolicyModel, eng: Engine, job: JobRun, lost: float) -> None:
-    """A restart from the last checkpoint: ``restart_seconds`` (transition), then ``lost`` seconds recomputed."""
-    eng.transition(job, eng.t, model.restart_seconds)
+    """A restart from the last checkpoint: ``queue_seconds`` in the scheduler's queue, ``restart_seconds``
+    (transition), then ``lost`` seconds recomputed."""
+    eng.transition(job, eng.t, model.restart_seconds, queue=model.queue_seconds or 0.0)
     if lost > 0:
         job.run_start = eng.append_block(job, lost, "recompute")
 

@@ -151,6 +151,7 @@ def summarize(runs: list[dict[str, Any]], policies: list[str]) -> dict[str, Any]
             "downtime_hours": {k: float(np.mean([r["downtime_hours"][k] for r in rs]))
                                for k in ("detection", "transition", "sub_healthy")},
             "recompute_hours": float(np.mean([r["recompute_hours"] for r in rs])),
+            "queue_hours": float(np.mean([r["queue_hours"] for r in rs])),
             "healthy_waf_tflops": float(np.mean([r["healthy_waf_tflops"] for r in rs])),
             "ci95": {"weighted_tflop": _ci95(wt)},
         }

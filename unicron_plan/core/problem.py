@@ -261,12 +261,15 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     # G(y) = F(y) D_run - [changed] F(x) D_trans with changed = (y != x or hit), never for a leaving job
     changed = ((flat.counts != np.repeat(xs, sizes)) | np.repeat(hit, sizes)) & ~np.repeat(exiting, sizes)
     gains_all = flat.f * d_run - np.where(changed, np.repeat(np.asarray(pen, dtype=float), sizes), 0.0)
-    # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job)
-    fits = np.add.reduceat((flat.counts <= np.repeat(cap, sizes)).astype(np.int64), flat.off[:-1]) if m else xs
-    fits = np.where(exiting, 1, fits)
-    finite = np.isfinite(gains_all) | (np.arange(len(gains_all)) - np.repeat(flat.off[:-1], sizes)
-                                       >= np.repeat(fits, sizes))
-    bad = ~np.logical_and.reduceat(finite, flat.off[:-1]) if m else exiting
+    # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job);
+    # a job is bad when a gain of that prefix overflows (reduceat needs at least one job)
+    fits = bad = np.zeros(0, dtype=np.int64)
+    if m:
+        starts = flat.off[:-1]
+        fits = np.add.reduceat((flat.counts <= np.repeat(cap, sizes)).astype(np.int64), starts)
+        fits = np.where(exiting, 1, fits)
+        beyond = np.arange(len(gains_all)) - np.repeat(starts, sizes) >= np.repeat(fits, sizes)
+        bad = ~np.logical_and.reduceat(np.isfinite(gains_all) | beyond, starts)
     jobs = []
     for i, job in enumerate(instance.jobs):
         lo = int(flat.off[i])

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
 from unicron_plan.plan.placement import place
-from unicron_plan.schema import Plan, PlanJob, SolverInfo, Status
+from unicron_plan.schema import Placement, Plan, PlanJob, SolverInfo, Status
+
+
+@lru_cache(maxsize=1 << 16)
+def _placement(node: str, gpus: int) -> Placement:
+    """One node's share, made once per (node, GPUs) and shared (it is frozen): a plan at 16,384
+    GPUs lists thousands, and validating each anew took three quarters of building a job's entry."""
+    return Placement(node=node, gpus=gpus)
 
 
 def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
@@ -27,7 +35,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         gains.append(j.gain_of(y, moved))
         plan_jobs.append(PlanJob(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
-            nodes=list(where), placement=[{"node": n, "gpus": g} for n, g in where.items()],
+            nodes=list(where), placement=[_placement(n, g) for n, g in where.items()],
             waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=gains[-1],
             parallelism=j.layouts.get(y) if y else None))
     objective = float(sum(gains))  # Problem.objective of these counts and this placement

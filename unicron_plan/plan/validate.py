@@ -65,6 +65,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         if jid not in known:
             bad(f"jobs: {jid!r} is not a job of the instance")
     used_per_node: dict[str, int] = {}
+    used_get, state_nodes = used_per_node.get, state.nodes
     used_per_type: dict[str, int] = {}
     total = 0.0
     total_waf = 0.0
@@ -90,13 +91,15 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         for p in pj.placement:
             if p.node in split:
                 bad(f"{where}: node {p.node!r} appears twice in placement")
-            split[p.node] = split.get(p.node, 0) + p.gpus
+                split[p.node] += p.gpus
+            else:
+                split[p.node] = p.gpus
         if sum(split.values()) != y:
             bad(f"{where}: placement sums to {sum(split.values())}, not gpus {y}")
         if set(pj.nodes) != set(split) or len(pj.nodes) != len(set(pj.nodes)):
             bad(f"{where}: nodes {pj.nodes} do not match the placement's nodes {sorted(split)}")
         for nid, g in split.items():
-            node = state.nodes.get(nid)
+            node = state_nodes.get(nid)
             if node is None:
                 bad(f"{where}: unknown node {nid!r}")
                 continue
@@ -104,7 +107,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
                 bad(f"{where}: node {nid!r} is failed or drained")
             if node.gpu_type != gtype:
                 bad(f"{where}: node {nid!r} has GPU type {node.gpu_type!r}, the job runs on {gtype!r}")
-            used_per_node[nid] = used_per_node.get(nid, 0) + g
+            used_per_node[nid] = used_get(nid, 0) + g
         used_per_type[gtype] = used_per_type.get(gtype, 0) + y
         # Stay rule (docs/format.md): keeping the count on another split than the previous
         # one is a move, a change that pays its transition.

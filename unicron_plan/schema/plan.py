@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from unicron_plan.schema.base import OutputModel
 
@@ -19,7 +19,9 @@ class Status(OutputModel):
 
 
 class Placement(OutputModel):
-    """GPUs a job takes on one node."""
+    """GPUs a job takes on one node (a frozen value: plans may share one object)."""
+
+    model_config = ConfigDict(frozen=True)
 
     node: str
     gpus: int = Field(ge=1)

@@ -218,7 +218,9 @@ def _greedy(options, capacity: int, lam: float) -> tuple[np.ndarray, float]:
     # Start: every job at the count maximising G - lam' y for lam' just above lam (no tie taken).
     lam_up = lam * (1 + 1e-12) + 1e-12
     red = allg - lam_up * ally
-    pick = np.array([offs[i] + int(np.argmax(red[offs[i]:offs[i + 1]])) for i in range(m)])
+    # each job's first maximum of red (np.argmax per job, for all jobs at once)
+    at_max = np.flatnonzero(red == np.repeat(np.maximum.reduceat(red, offs[:-1]), sizes))
+    pick = at_max[np.searchsorted(at_max, offs[:-1])]
     used = int(ally[pick].sum())
     if used > capacity:  # cannot happen for lam from lp_multiplier; fall back to all zeros
         pick = offs[:-1].copy()

@@ -161,17 +161,31 @@ class _FreePool:
             self._push(nid, heap_push=True)
 
     def _best(self, buckets_list, need: int):
+        # _state_of and _bucket_key inlined: this runs for every node a plan fills
         best = None
+        free, nodes, ids = self.free, self.state.nodes, self.ids
         for buckets in buckets_list:
+            emptied = []
             for key, heap in buckets.items():
-                while heap and self._state_of(self.ids[heap[0]]) != key:
+                v_key, whole_key = key
+                while heap:  # drop stale entries (the node's free count changed since it was pushed)
+                    nid = ids[heap[0]]
+                    v = free[nid]
+                    if v == v_key and (v == nodes[nid].healthy_after) == whole_key:
+                        break
                     heapq.heappop(heap)
-                if not heap or key[0] <= 0:
+                if not heap:
+                    emptied.append(key)
                     continue
-                cand = (_bucket_key(key[0], key[1], need), heap[0])
+                if v_key <= 0:
+                    continue
+                fits = v_key >= need
+                cand = ((not (whole_key and v_key <= need), not fits, v_key if fits else -v_key), heap[0])
                 if best is None or cand < best:
                     best = cand
-        return None if best is None else self.ids[best[1]]
+            for key in emptied:  # a later push makes the bucket again
+                del buckets[key]
+        return None if best is None else ids[best[1]]
 
     def pick(self, gpu_type: str, need: int, racks: set, own: set[str]) -> str:
         """The next node for a job of ``gpu_type`` needing ``need``; ``own``: its nodes with free GPUs."""

@@ -208,13 +208,12 @@ def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int) -
     return 0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)
 
 
-def _greedy(options, capacity: int, lam: float) -> tuple[np.ndarray, float]:
-    """A feasible plan: each job at its largest envelope vertex of slope > lam, then best upgrades."""
-    m = len(options)
-    sizes = np.array([len(y) for y, _ in options])
-    offs = np.concatenate([[0], np.cumsum(sizes)])
-    ally = np.concatenate([y for y, _ in options])
-    allg = np.concatenate([g for _, g in options])
+def _greedy(flat: "_Flat", capacity: int, lam: float) -> tuple[np.ndarray, float]:
+    """A feasible plan: each job at its largest envelope vertex of slope > lam, then best upgrades.
+    ``flat``: the options flattened (:func:`_flatten`)."""
+    offs, ally, allg = flat.off, flat.y, flat.g
+    m = len(offs) - 1
+    sizes = np.diff(offs)
     # Start: every job at the count maximising G - lam' y for lam' just above lam (no tie taken).
     lam_up = lam * (1 + 1e-12) + 1e-12
     red = allg - lam_up * ally
@@ -316,7 +315,7 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     lam = lp_multiplier(options, capacity)
     flat, red_max = _flatten(options, lam)
     ub = lam * capacity + math.fsum(red_max)
-    lb_pick, lb = _greedy(options, capacity, lam)
+    lb_pick, lb = _greedy(flat, capacity, lam)
     scale = lam * capacity + sum(np.maximum.reduceat(np.abs(flat.g), flat.off[:-1]).tolist()) + 1.0
     tol = REL_TOL * scale
     stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)))

@@ -206,3 +206,31 @@ def test_dp_equals_reference_dp_at_scale(gpus, jobs):
     _, v_ref = dp.solve_type_reference(problem.jobs, cap)
     assert v_fast == pytest.approx(v_ref, rel=1e-12)
     assert sum(fast.values()) <= cap
+
+
+def test_runs_of_whole_nodes_place_exactly_like_one_pick_per_node(monkeypatch):
+    """FreePool.whole_run takes the nodes the next picks would return: same placement with and without."""
+    from unicron_plan.plan import placement
+    from unicron_plan.tools.generate import generate_instance as gen
+
+    rng = np.random.default_rng(11)
+    docs = [random_instance(rng, max_nodes=10, max_jobs=6, gpu_types=int(rng.integers(1, 3))) for _ in range(300)]
+    docs += [gen(s, gpus=int(g), jobs=int(k)) for s, (g, k) in enumerate([(512, 8), (2048, 32), (4096, 24)] * 4)]
+    runs = 0
+    original = placement._FreePool.whole_run
+
+    def counted(self, *a):
+        nonlocal runs
+        out = original(self, *a)
+        runs += len(out)
+        return out
+
+    monkeypatch.setattr(placement._FreePool, "whole_run", counted)
+    for d in docs:
+        problem = build_problem(api.load_instance(d))
+        counts = dp.solve(problem).counts
+        monkeypatch.setattr(placement, "RUNS", True)
+        with_runs = placement.place(problem, counts)
+        monkeypatch.setattr(placement, "RUNS", False)
+        assert placement.place(problem, counts) == with_runs
+    assert runs > 100  # runs were taken, and checked

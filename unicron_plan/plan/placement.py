@@ -32,7 +32,9 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
         own = {nid for nid in result[j.id] if free[nid] > 0}  # the job's nodes with free GPUs
         while need > 0:
             nid = pool.pick(j.gpu_type, need, racks[j.id], own)
-            take = min(need, free[nid])
+            v = free[nid]
+            whole = v == state.nodes[nid].healthy_after
+            take = min(need, v)
             result[j.id][nid] = result[j.id].get(nid, 0) + take
             pool.take(nid, take)
             need -= take
@@ -40,6 +42,12 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
                 own.add(nid)
             else:
                 own.discard(nid)
+            if whole and take == v and need > 0 and not own and RUNS:
+                # the picks that would follow, taken at once while they are whole nodes of the same size
+                for nxt in pool.whole_run(nid, v, need, racks[j.id]):
+                    result[j.id][nxt] = v
+                    pool.take(nxt, v)
+                    need -= v
     return {jid: {nid: split[nid] for nid in sorted(split, key=order.__getitem__)} for jid, split in result.items()}
 
 
@@ -93,6 +101,9 @@ def _retain(problem: Problem, movers, counts, free, result) -> None:
             if f > 0:
                 result[j.id][nid] = f * u
                 free[nid] -= f * u
+
+
+RUNS = True  # take runs of whole nodes at once (FreePool.whole_run); False: one pick per node (tests)
 
 
 def _bucket_key(v: int, whole: bool, need: int) -> tuple:
@@ -186,6 +197,50 @@ class _FreePool:
             for key in emptied:  # a later push makes the bucket again
                 del buckets[key]
         return None if best is None else ids[best[1]]
+
+    def whole_run(self, first: str, v: int, need: int, racks: set) -> list[str]:
+        """The nodes that the next picks would return, in order, while each is a whole node of ``v``
+        GPUs filled completely, after ``first`` (such a node, just taken) left ``need`` GPUs to place
+        and the job has no node with free GPUs; they are taken out of their bucket here.
+
+        ``first`` won at its level (the job's racks if it is in one, else the whole type) with key
+        (v, whole): it was the largest whole size below the need, or the exact fit. As the need
+        falls by v per node, the next pick stays in that bucket while v <= need and no whole bucket
+        of the level fits the need exactly (no larger whole size below the need can appear, and
+        fragments and larger nodes rank below every whole node that fits).
+        """
+        node = self.state.nodes[first]
+        gpu_type = node.gpu_type
+        if node.rack in racks:
+            dicts = [self.by_rack.get((gpu_type, r), {}) for r in racks]
+        else:
+            dicts = [self.by_type.get(gpu_type, {})]
+        key = (v, True)
+        free, nodes, ids = self.free, self.state.nodes, self.ids
+        sizes = set()  # whole sizes with a live node at this level, besides v
+        for buckets in dicts:
+            for (size, whole), heap in buckets.items():
+                if not whole or size == v:
+                    continue
+                while heap and not (free[ids[heap[0]]] == size == nodes[ids[heap[0]]].healthy_after):
+                    heapq.heappop(heap)
+                if heap:
+                    sizes.add(size)
+        heaps = [b[key] for b in dicts if key in b]
+        run = []
+        while v <= need and (v == need or need not in sizes):
+            best = None
+            for heap in heaps:
+                while heap and not (free[ids[heap[0]]] == v == nodes[ids[heap[0]]].healthy_after):
+                    heapq.heappop(heap)
+                if heap and (best is None or heap[0] < best[0][0]):
+                    best = (heap, heap[0])
+            if best is None:
+                break
+            heapq.heappop(best[0])
+            run.append(ids[best[1]])
+            need -= v
+        return run
 
     def pick(self, gpu_type: str, need: int, racks: set, own: set[str]) -> str:
         """The next node for a job of ``gpu_type`` needing ``need``; ``own``: its nodes with free GPUs."""

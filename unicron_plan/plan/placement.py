@@ -171,20 +171,25 @@ class _FreePool:
         if self.free[nid] > 0:
             self._push(nid, heap_push=True)
 
-    def _best(self, buckets_list, need: int):
-        # _state_of and _bucket_key inlined: this runs for every node a plan fills
-        best = None
+    def _drop_stale(self, heap: list[int], v_key: int, whole_key: bool) -> None:
+        """Pop the head of bucket (v_key, whole_key) until it is a node still in that state (its
+        free count changed since it was pushed otherwise)."""
         free, nodes, ids = self.free, self.state.nodes, self.ids
+        while heap:
+            nid = ids[heap[0]]
+            v = free[nid]
+            if v == v_key and (v == nodes[nid].healthy_after) == whole_key:
+                return
+            heapq.heappop(heap)
+
+    def _best(self, buckets_list, need: int):
+        # _bucket_key inlined: this runs for every pick
+        best = None
         for buckets in buckets_list:
             emptied = []
             for key, heap in buckets.items():
                 v_key, whole_key = key
-                while heap:  # drop stale entries (the node's free count changed since it was pushed)
-                    nid = ids[heap[0]]
-                    v = free[nid]
-                    if v == v_key and (v == nodes[nid].healthy_after) == whole_key:
-                        break
-                    heapq.heappop(heap)
+                self._drop_stale(heap, v_key, whole_key)
                 if not heap:
                     emptied.append(key)
                     continue
@@ -196,7 +201,7 @@ class _FreePool:
                     best = cand
             for key in emptied:  # a later push makes the bucket again
                 del buckets[key]
-        return None if best is None else ids[best[1]]
+        return None if best is None else self.ids[best[1]]
 
     def whole_run(self, first: str, v: int, need: int, racks: set) -> list[str]:
         """The nodes that the next picks would return, in order, while each is a whole node of ``v``
@@ -216,14 +221,12 @@ class _FreePool:
         else:
             dicts = [self.by_type.get(gpu_type, {})]
         key = (v, True)
-        free, nodes, ids = self.free, self.state.nodes, self.ids
         sizes = set()  # whole sizes with a live node at this level, besides v
         for buckets in dicts:
             for (size, whole), heap in buckets.items():
                 if not whole or size == v:
                     continue
-                while heap and not (free[ids[heap[0]]] == size == nodes[ids[heap[0]]].healthy_after):
-                    heapq.heappop(heap)
+                self._drop_stale(heap, size, True)
                 if heap:
                     sizes.add(size)
         heaps = [b[key] for b in dicts if key in b]
@@ -231,14 +234,13 @@ class _FreePool:
         while v <= need and (v == need or need not in sizes):
             best = None
             for heap in heaps:
-                while heap and not (free[ids[heap[0]]] == v == nodes[ids[heap[0]]].healthy_after):
-                    heapq.heappop(heap)
+                self._drop_stale(heap, v, True)
                 if heap and (best is None or heap[0] < best[0][0]):
                     best = (heap, heap[0])
             if best is None:
                 break
             heapq.heappop(best[0])
-            run.append(ids[best[1]])
+            run.append(self.ids[best[1]])
             need -= v
         return run
 

@@ -148,7 +148,7 @@ def record_event(state: State, data: Any, nodes: dict | None = None) -> tuple[St
     ev = parse_event(data)
     if ev.kind == "failure":
         check_event(base.model_copy(update={"event": ev}), nodes)  # the applied cluster was checked when set
-        by_id = {n.id: n for n in base.cluster.nodes}
+        by_id = nodes if nodes is not None else {n.id: n for n in base.cluster.nodes}
         failed = {k: set(v) for k, v in state.failed.items()}
         for nid in ev.failed_nodes:
             node = by_id[nid]

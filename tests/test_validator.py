@@ -106,3 +106,59 @@ def test_rejects_unknown_and_duplicate_jobs(shared):
     bad.jobs.append(ghost)
     msg = _problems(inst, bad)
     assert "appears twice" in msg and "not a job of the instance" in msg
+
+
+def test_rejects_two_jobs_overfilling_a_node_they_share(shared):
+    inst, plan = shared
+    bad = copy.deepcopy(plan)
+    j2 = next(j for j in bad.jobs if j.id == "j2")  # j1 and j2 share n0 (4 + 4 of 8)
+    j2.placement = [Placement(node="n0", gpus=4), Placement(node="n2", gpus=4)]
+    j2.nodes = ["n0", "n2"]
+    j2.gpus = 8
+    assert "node 'n2': 12 GPUs placed on 8 healthy GPUs" in _problems(inst, bad)
+
+
+def test_rejects_unknown_node_repeated_node_and_huge_share_without_raising(shared):
+    inst, plan = shared
+    bad = copy.deepcopy(plan)
+    j3 = next(j for j in bad.jobs if j.id == "j3")
+    j3.placement = [Placement(node="n2", gpus=8), Placement(node="n2", gpus=8), Placement(node="ghost", gpus=1)]
+    j1 = next(j for j in bad.jobs if j.id == "j1")
+    j1.placement, j1.nodes = [Placement(node="n0", gpus=2**70)], ["n0"]
+    msg = _problems(inst, bad)
+    assert "node 'n2' appears twice" in msg and "unknown node 'ghost'" in msg
+    assert f"node 'n2': 16 GPUs placed on 8" in msg and f"node 'n0': {2**70 + 4} GPUs placed on 8" in msg
+
+
+def test_rejects_a_node_of_another_gpu_type():
+    gpu = {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 1600.0, "inter_node_gbps": 200.0}
+    inst = load_instance({
+        "schema_version": "1", "name": "two-types",
+        "cost": {"default_transition_seconds": 60.0, "expected_run_seconds": 3600.0},
+        "cluster": {"gpu_types": {"a800": gpu, "h800": gpu}, "nodes": [
+            {"id": "a0", "gpu_type": "a800", "gpus": 8}, {"id": "h0", "gpu_type": "h800", "gpus": 8}]},
+        "jobs": [{"id": "j", "weight": 1.0, "throughput": {"gpu_type": "a800", "tflops": {"4": 400.0, "8": 700.0}},
+                  "current": {"gpus": 8, "nodes": ["a0"]}}]})
+    plan = solve(inst)
+    bad = copy.deepcopy(plan)
+    bad.jobs[0].placement, bad.jobs[0].nodes = [Placement(node="h0", gpus=8)], ["h0"]
+    assert "node 'h0' has GPU type 'h800'" in _problems(inst, bad)
+
+
+def test_rejects_the_same_faults_on_the_state_of_a_prepared_cluster(shared):
+    """The service validates on a state derived from a prepared cluster (healthy nodes shared)."""
+    from unicron_plan.api import _derived
+    from unicron_plan.core.problem import build_problem, prepare
+    from unicron_plan.plan.validate import validate_plan as check
+
+    inst, plan = shared
+    problem = build_problem(inst, prepare(inst))
+    assert problem.state.healthy_usable is not None  # the shared-healthy path is the one checked
+    assert check(inst, plan, derived=_derived(problem)).valid
+    bad = copy.deepcopy(plan)
+    j2 = next(j for j in bad.jobs if j.id == "j2")
+    j2.placement, j2.nodes, j2.gpus = [Placement(node="n1", gpus=4), Placement(node="n0", gpus=4)], ["n0", "n1"], 8
+    j1 = next(j for j in bad.jobs if j.id == "j1")
+    j1.placement, j1.nodes, j1.gpus = [Placement(node="n0", gpus=8)], ["n0"], 8
+    msg = " | ".join(check(inst, bad, derived=_derived(problem)).problems)
+    assert "node 'n1' is failed or drained" in msg and "node 'n0': 12 GPUs placed on 8" in msg

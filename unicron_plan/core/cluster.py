@@ -14,6 +14,8 @@ from functools import cached_property
 from itertools import chain
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
 from unicron_plan.schema import Instance
 
 if TYPE_CHECKING:  # networkx is imported lazily: it costs ~0.25 s of CLI start-up
@@ -52,6 +54,7 @@ class ClusterState:
     order: dict[str, int] = field(default=None, repr=False, compare=False)  # node id -> position in the cluster
     # (GPUs of every node as if healthy, the nodes re-derived from that) when built from a HealthyCluster
     healthy_usable: tuple[dict[str, int], list[str]] | None = field(default=None, repr=False, compare=False)
+    healthy: "HealthyCluster | None" = field(default=None, repr=False, compare=False)  # what it was built from
 
     def __post_init__(self):
         if self.order is None:
@@ -68,10 +71,39 @@ class ClusterState:
             free[nid] = 0 if n.drained else n.healthy_after
         return free
 
+    def node_arrays(self) -> "NodeArrays":
+        """The nodes as :class:`NodeArrays` (kept with the healthy cluster the state was built from)."""
+        return self.healthy.arrays if self.healthy is not None else node_arrays(self.nodes)
+
+    def healthy_after_array(self) -> np.ndarray:
+        """Healthy GPUs after the event per node, in cluster order (int64)."""
+        if self.healthy is None or self.healthy_usable is None:
+            return np.fromiter((n.healthy_after for n in self.nodes.values()), dtype=np.int64,
+                               count=len(self.nodes))
+        out = self.healthy.arrays.gpus.copy()
+        for nid in self.healthy_usable[1]:
+            out[self.order[nid]] = self.nodes[nid].healthy_after
+        return out
+
     @property
     def drained_nodes(self) -> list[str]:
         """Nodes out of service after the event, in instance order."""
+        if self.healthy_usable is not None:  # only re-derived nodes can be drained (in cluster order)
+            return [nid for nid in self.healthy_usable[1] if self.nodes[nid].drained]
         return [n.id for n in self.nodes.values() if n.drained]
+
+    def usable_ids(self) -> dict[str, set[str]]:
+        """{GPU type: ids of its nodes in service (not drained)}: a fresh set per type."""
+        if self.healthy is None or self.healthy_usable is None:
+            out: dict[str, set[str]] = {}
+            for n in self.nodes.values():
+                if not n.drained:
+                    out.setdefault(n.gpu_type, set()).add(n.id)
+            return out
+        out = {t: set(ids) for t, ids in self.healthy.ids_by_type.items()}
+        for nid in self.drained_nodes:
+            out[self.nodes[nid].gpu_type].discard(nid)
+        return out
 
     def capacity(self) -> dict[str, int]:
         """Healthy, non-drained GPUs per GPU type (every declared type present)."""
@@ -155,7 +187,7 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
             affected.add(node.id)
     hit = {job.id: not affected.isdisjoint(job.current.nodes) for job in instance.jobs}
     state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance), counted=(cap, in_service),
-                         order=healthy.order, healthy_usable=(healthy.usable, touched))
+                         order=healthy.order, healthy_usable=(healthy.usable, touched), healthy=healthy)
     state.previous = previous if previous is not None else \
         previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
     return state
@@ -163,6 +195,15 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
 
 def _healthy(node) -> NodeHealth:
     return NodeHealth(node.id, node.gpu_type, node.rack, node.gpus, node.gpus, node.gpus, False, False)
+
+
+class NodeArrays(NamedTuple):
+    """A cluster's nodes as arrays in cluster order, for callers that work on all of them at once."""
+
+    gpus: np.ndarray  # GPUs of each node (int64)
+    group: np.ndarray  # code of each node's (GPU type, rack) pair (int64)
+    groups: dict[tuple[str, str | None], int]  # (GPU type, rack) -> code
+    group_type: list[str]  # code -> GPU type
 
 
 @dataclass(frozen=True)
@@ -174,6 +215,28 @@ class HealthyCluster:
     in_service: int
     order: dict[str, int]  # node id -> position in the cluster
     usable: dict[str, int]  # node id -> its GPUs
+
+    @cached_property
+    def ids_by_type(self) -> dict[str, frozenset[str]]:
+        """{GPU type: ids of its nodes} (made on first use, then kept)."""
+        out: dict[str, list[str]] = {}
+        for n in self.nodes.values():
+            out.setdefault(n.gpu_type, []).append(n.id)
+        return {t: frozenset(ids) for t, ids in out.items()}
+
+    @cached_property
+    def arrays(self) -> NodeArrays:
+        """The nodes as :class:`NodeArrays` (made on first use, then kept)."""
+        return node_arrays(self.nodes)
+
+
+def node_arrays(nodes: dict[str, NodeHealth]) -> NodeArrays:
+    """The :class:`NodeArrays` of ``nodes`` (``gpus``: their GPUs as if healthy)."""
+    groups: dict[tuple[str, str | None], int] = {}
+    codes = [groups.setdefault((n.gpu_type, n.rack), len(groups)) for n in nodes.values()]
+    n = len(nodes)
+    return NodeArrays(np.fromiter((h.gpus for h in nodes.values()), dtype=np.int64, count=n),
+                      np.asarray(codes, dtype=np.int64).reshape(n), groups, [t for t, _ in groups])
 
 
 def healthy_nodes(instance: Instance) -> HealthyCluster:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import heapq
 
+import numpy as np
+
 from unicron_plan.core.problem import Problem
 
 
@@ -44,10 +46,9 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
                 own.discard(nid)
             if whole and take == v and need > 0 and not own and RUNS:
                 # the picks that would follow, taken at once while they are whole nodes of the same size
-                for nxt in pool.whole_run(nid, v, need, racks[j.id]):
-                    result[j.id][nxt] = v
-                    pool.take(nxt, v)
-                    need -= v
+                run = pool.whole_run(nid, v, need, racks[j.id])
+                result[j.id].update(dict.fromkeys(run, v))
+                need -= v * len(run)
     return {jid: {nid: split[nid] for nid in sorted(split, key=order.__getitem__)} for jid, split in result.items()}
 
 
@@ -112,6 +113,26 @@ def _bucket_key(v: int, whole: bool, need: int) -> tuple:
     return (not (whole and v <= need), not fits, v if fits else -v)
 
 
+def _buckets(code: np.ndarray, pos: np.ndarray, v: np.ndarray, whole: np.ndarray) -> dict[int, dict]:
+    """{code: {(free GPUs, whole): cluster positions ascending}} of the free nodes at ``pos`` (ascending),
+    each with its group ``code``, free count ``v`` and whether it is ``whole``. An ascending list is
+    a heap."""
+    if not len(pos):
+        return {}
+    base = int(v.max()) + 1
+    key = (code * base + v) * 2 + whole
+    by_key = np.argsort(key, kind="stable")  # stable: positions stay ascending within a bucket
+    key, pos = key[by_key], pos[by_key]
+    cuts = np.flatnonzero(np.diff(key)) + 1
+    starts = [0, *cuts.tolist()]
+    out: dict[int, dict] = {}
+    for a, b in zip(starts, [*cuts.tolist(), len(key)]):
+        k = int(key[a])
+        c, free = divmod(k // 2, base)
+        out.setdefault(c, {})[(free, bool(k % 2))] = pos[a:b].tolist()
+    return out
+
+
 class _FreePool:
     """Free GPUs per node, indexed for the step-3 preference order.
 
@@ -125,28 +146,27 @@ class _FreePool:
     """
 
     def __init__(self, state, free: dict[str, int], order: dict[str, int], racks: set):
-        """``racks``: the (GPU type, rack) pairs that picks will ask for (only those are indexed)."""
+        """``free``: GPUs left per node, in cluster order; ``racks``: the (GPU type, rack) pairs that
+        picks will ask for (only those are indexed)."""
         self.state, self.free, self.order, self.racks = state, free, order, racks
         self.ids = list(state.nodes)
-        self.by_type: dict[str, dict[tuple[int, bool], list[int]]] = {}
-        self.by_rack: dict[tuple[str, object], dict[tuple[int, bool], list[int]]] = {}
-        nodes, by_type, by_rack = state.nodes, self.by_type, self.by_rack
-        for nid, v in free.items():  # _push of every node with free GPUs, inlined (thousands per plan)
-            if v > 0:
-                n = nodes[nid]
-                key, pos = (v, v == n.healthy_after), order[nid]
-                t = by_type.get(n.gpu_type)
-                if t is None:
-                    t = by_type[n.gpu_type] = {}
-                t.setdefault(key, []).append(pos)
-                if (n.gpu_type, n.rack) in racks:
-                    r = by_rack.get((n.gpu_type, n.rack))
-                    if r is None:
-                        r = by_rack[(n.gpu_type, n.rack)] = {}
-                    r.setdefault(key, []).append(pos)
-        for buckets in list(self.by_type.values()) + list(self.by_rack.values()):
-            for heap in buckets.values():
-                heapq.heapify(heap)
+        if len(free) != len(self.ids):  # pragma: no cover - free comes from ClusterState.usable_gpus
+            raise ValueError("placement: free GPUs must list every node in cluster order")
+        arrays = state.node_arrays()
+        left = np.fromiter(free.values(), dtype=np.int64, count=len(free))
+        pos = np.flatnonzero(left > 0)
+        v = left[pos]
+        whole = v == state.healthy_after_array()[pos]
+        group = arrays.group[pos]
+        type_code = {t: k for k, t in enumerate(dict.fromkeys(arrays.group_type))}
+        types = list(type_code)
+        of_group = np.asarray([type_code[t] for t in arrays.group_type], dtype=np.int64)
+        self.by_type = {types[k]: b for k, b in _buckets(of_group[group], pos, v, whole).items()}
+        wanted = [arrays.groups[pair] for pair in racks if pair in arrays.groups]
+        codes = list(arrays.groups)
+        inside = np.isin(group, np.asarray(wanted, dtype=np.int64))
+        self.by_rack = {codes[k]: b for k, b in
+                        _buckets(group[inside], pos[inside], v[inside], whole[inside]).items()}
 
     def _state_of(self, nid: str) -> tuple[int, bool]:
         v = self.free[nid]
@@ -206,13 +226,14 @@ class _FreePool:
     def whole_run(self, first: str, v: int, need: int, racks: set) -> list[str]:
         """The nodes that the next picks would return, in order, while each is a whole node of ``v``
         GPUs filled completely, after ``first`` (such a node, just taken) left ``need`` GPUs to place
-        and the job has no node with free GPUs; they are taken out of their bucket here.
+        and the job has no node with free GPUs; they are taken here (all their GPUs).
 
         ``first`` won at its level (the job's racks if it is in one, else the whole type) with key
         (v, whole): it was the largest whole size below the need, or the exact fit. As the need
         falls by v per node, the next pick stays in that bucket while v <= need and no whole bucket
         of the level fits the need exactly (no larger whole size below the need can appear, and
-        fragments and larger nodes rank below every whole node that fits).
+        fragments and larger nodes rank below every whole node that fits). A whole bucket only
+        loses nodes (free counts only fall), so an entry of it is live while its node has v free.
         """
         node = self.state.nodes[first]
         gpu_type = node.gpu_type
@@ -229,19 +250,32 @@ class _FreePool:
                 self._drop_stale(heap, size, True)
                 if heap:
                     sizes.add(size)
-        heaps = [b[key] for b in dicts if key in b]
-        run = []
+        # the number of picks that stay in the bucket (if it holds that many live nodes)
+        steps = 0
         while v <= need and (v == need or need not in sizes):
+            steps += 1
+            need -= v
+        heaps = [b[key] for b in dicts if key in b]
+        free, ids, pop, run = self.free, self.ids, heapq.heappop, []
+        if len(heaps) == 1:
+            heap = heaps[0]
+            while heap and len(run) < steps:
+                nid = ids[pop(heap)]
+                if free[nid] == v:  # else a stale entry, dropped
+                    free[nid] = 0
+                    run.append(nid)
+            return run
+        while len(run) < steps:
             best = None
             for heap in heaps:
                 self._drop_stale(heap, v, True)
-                if heap and (best is None or heap[0] < best[0][0]):
-                    best = (heap, heap[0])
+                if heap and (best is None or heap[0] < best[0]):
+                    best = heap
             if best is None:
                 break
-            heapq.heappop(best[0])
-            run.append(self.ids[best[1]])
-            need -= v
+            nid = ids[pop(best)]
+            free[nid] = 0
+            run.append(nid)
         return run
 
     def pick(self, gpu_type: str, need: int, racks: set, own: set[str]) -> str:

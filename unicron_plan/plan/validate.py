@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from unicron_plan.core import cost
 from unicron_plan.core.cluster import build_state
 from unicron_plan.core.problem import action_of, resolve_tables
@@ -64,8 +66,9 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
     for jid in by_id:
         if jid not in known:
             bad(f"jobs: {jid!r} is not a job of the instance")
-    used_per_node: dict[str, int] = {}
-    used_get, state_nodes = used_per_node.get, state.nodes
+    usable, state_nodes = state.usable_ids(), state.nodes  # {GPU type: nodes in service}
+    placed_nodes: list[str] = []  # every (known node, GPUs) of every job, for the per-node totals
+    placed_gpus: list[int] = []
     used_per_type: dict[str, int] = {}
     total = 0.0
     total_waf = 0.0
@@ -87,27 +90,35 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         if y != 0 and y not in table:
             bad(f"{where}: {y} GPUs is not a count of its throughput table")
             continue
-        split: dict[str, int] = {}
-        for p in pj.placement:
-            if p.node in split:
-                bad(f"{where}: node {p.node!r} appears twice in placement")
-                split[p.node] += p.gpus
-            else:
-                split[p.node] = p.gpus
+        split = {p.node: p.gpus for p in pj.placement}
+        if len(split) != len(pj.placement):
+            split = {}
+            for p in pj.placement:
+                if p.node in split:
+                    bad(f"{where}: node {p.node!r} appears twice in placement")
+                    split[p.node] += p.gpus
+                else:
+                    split[p.node] = p.gpus
         if sum(split.values()) != y:
             bad(f"{where}: placement sums to {sum(split.values())}, not gpus {y}")
-        if set(pj.nodes) != set(split) or len(pj.nodes) != len(set(pj.nodes)):
+        listed = set(pj.nodes)
+        if listed != split.keys() or len(pj.nodes) != len(listed):
             bad(f"{where}: nodes {pj.nodes} do not match the placement's nodes {sorted(split)}")
-        for nid, g in split.items():
-            node = state_nodes.get(nid)
-            if node is None:
-                bad(f"{where}: unknown node {nid!r}")
-                continue
-            if node.drained:
-                bad(f"{where}: node {nid!r} is failed or drained")
-            if node.gpu_type != gtype:
-                bad(f"{where}: node {nid!r} has GPU type {node.gpu_type!r}, the job runs on {gtype!r}")
-            used_per_node[nid] = used_get(nid, 0) + g
+        if split.keys() <= usable.get(gtype, set()):
+            placed_nodes += split.keys()
+            placed_gpus += split.values()
+        else:
+            for nid, g in split.items():
+                node = state_nodes.get(nid)
+                if node is None:
+                    bad(f"{where}: unknown node {nid!r}")
+                    continue
+                if node.drained:
+                    bad(f"{where}: node {nid!r} is failed or drained")
+                if node.gpu_type != gtype:
+                    bad(f"{where}: node {nid!r} has GPU type {node.gpu_type!r}, the job runs on {gtype!r}")
+                placed_nodes.append(nid)
+                placed_gpus.append(g)
         used_per_type[gtype] = used_per_type.get(gtype, 0) + y
         # Stay rule (docs/format.md): keeping the count on another split than the previous
         # one is a move, a change that pays its transition.
@@ -129,10 +140,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         total_waf += f_y
         changed_jobs += bool(changed)
         _check_constraints(job, where, state, split, x, y, hit, f_x * d_run, g, bool(changed), bad)
-    for nid, used in used_per_node.items():
-        node = state.nodes.get(nid)
-        if node is not None and used > node.healthy_after:
-            bad(f"node {nid!r}: {used} GPUs placed on {node.healthy_after} healthy GPUs")
+    for nid, used in _overfilled(state, placed_nodes, placed_gpus):
+        bad(f"node {nid!r}: {used} GPUs placed on {state.nodes[nid].healthy_after} healthy GPUs")
     capacity = state.capacity()
     for gtype, used in used_per_type.items():
         if used > capacity[gtype]:
@@ -150,6 +159,23 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
     if plan.status.solution == "optimal" and plan.status.termination != "optimal":
         bad(f"status: solution 'optimal' with termination {plan.status.termination!r}")
     return ValidationReport(valid=not problems, problems=problems, objective=total)
+
+
+def _overfilled(state, nodes: list[str], gpus: list[int]) -> list[tuple[str, int]]:
+    """(node, GPUs placed there) for every node given more than its healthy GPUs, in cluster order;
+    ``nodes`` and ``gpus``: every share of every job (known nodes only)."""
+    order = state.order
+    if not gpus or max(gpus) * len(gpus) < 2**62:  # the int64 sums cannot overflow
+        at = np.fromiter(map(order.__getitem__, nodes), dtype=np.int64, count=len(nodes))
+        used = np.zeros(len(order), dtype=np.int64)
+        np.add.at(used, at, np.asarray(gpus, dtype=np.int64).reshape(len(gpus)))
+        ids = list(state.nodes)
+        return [(ids[k], int(used[k])) for k in np.flatnonzero(used > state.healthy_after_array()).tolist()]
+    totals: dict[str, int] = {}
+    for nid, g in zip(nodes, gpus):
+        totals[nid] = totals.get(nid, 0) + g
+    return [(nid, u) for nid, u in sorted(totals.items(), key=lambda t: order[t[0]])
+            if u > state.nodes[nid].healthy_after]
 
 
 def _rack_of(state, nid: str):

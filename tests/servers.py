@@ -41,16 +41,19 @@ class Server:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()}")
-            try:
-                if httpx.get(self.url + "/healthz", headers=headers, timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("server did not start")
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()}")
+                try:
+                    if httpx.get(self.url + "/healthz", headers=headers, timeout=1).status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    time.sleep(0.05)
+            raise RuntimeError("server did not start")
+        except BaseException:  # never leave the process behind (an interrupt included)
+            self.stop()
+            raise
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""

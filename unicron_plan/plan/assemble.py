@@ -24,20 +24,26 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     plan_jobs = []
     total_waf = 0.0
     gains = []
+    previous = problem.state.previous
     for j in problem.jobs:
-        y = raw.counts[j.id]
-        where = {n: g for n, g in placement.get(j.id, {}).items() if g > 0}
-        moved = cost.is_moved(j.x, y, where, problem.state.previous.get(j.id, {}))
+        y = int(raw.counts[j.id])
+        where = placement.get(j.id, {})
+        if 0 in where.values():
+            where = {n: g for n, g in where.items() if g > 0}
+        moved = cost.is_moved(j.x, y, where, previous.get(j.id, {}))
         f_y = j.f_of(y)
         total_waf += f_y
         penalty = float(cost.transition_penalty(j.f_x, j.d_trans,
                                                 cost.is_changed(y, j.x, j.hit, j.exiting, moved)))
         gains.append(j.gain_of(y, moved))
-        plan_jobs.append(PlanJob(
+        layout = j.layouts.get(y) if y else None
+        # Built without pydantic's checks: every value is a Python value made just above, and the
+        # independent validator checks the whole plan next (thousands of entries at 16,384 GPUs).
+        plan_jobs.append(PlanJob.model_construct(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
-            nodes=list(where), placement=[_placement(n, g) for n, g in where.items()],
+            nodes=list(where), placement=list(map(_placement, where, where.values())),
             waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=gains[-1],
-            parallelism=j.layouts.get(y) if y else None))
+            parallelism=None if layout is None else dict(layout)))
     objective = float(sum(gains))  # Problem.objective of these counts and this placement
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)

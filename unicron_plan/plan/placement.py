@@ -114,9 +114,9 @@ def _bucket_key(v: int, whole: bool, need: int) -> tuple:
 
 
 def _buckets(code: np.ndarray, pos: np.ndarray, v: np.ndarray, whole: np.ndarray) -> dict[int, dict]:
-    """{code: {(free GPUs, whole): cluster positions ascending}} of the free nodes at ``pos`` (ascending),
-    each with its group ``code``, free count ``v`` and whether it is ``whole``. An ascending list is
-    a heap."""
+    """{code: {(free GPUs, whole): cluster positions}} of the free nodes at ``pos`` (ascending), each
+    with its group ``code``, free count ``v`` and whether it is ``whole``: a fragment bucket ascending
+    (a heap), a whole bucket descending (its head last, :class:`_FreePool`)."""
     if not len(pos):
         return {}
     base = int(v.max()) + 1
@@ -129,7 +129,8 @@ def _buckets(code: np.ndarray, pos: np.ndarray, v: np.ndarray, whole: np.ndarray
     for a, b in zip(starts, [*cuts.tolist(), len(key)]):
         k = int(key[a])
         c, free = divmod(k // 2, base)
-        out.setdefault(c, {})[(free, bool(k % 2))] = pos[a:b].tolist()
+        whole_key = bool(k % 2)
+        out.setdefault(c, {})[(free, whole_key)] = (pos[a:b][::-1] if whole_key else pos[a:b]).tolist()
     return out
 
 
@@ -143,6 +144,9 @@ class _FreePool:
     per GPU type and per (GPU type, rack), each a heap of cluster positions.
     Free counts only fall, so entries are pushed once per bucket and stale
     ones are skipped lazily. Equal to a scan of every node, in O(log n) a pick.
+    A node is whole only until its first take, so whole buckets are filled once
+    and only lose nodes: they are kept as lists in descending order (head last,
+    taken with ``pop()``, runs of nodes sliced off at once).
     """
 
     def __init__(self, state, free: dict[str, int], order: dict[str, int], racks: set):
@@ -175,6 +179,8 @@ class _FreePool:
     def _push(self, nid: str, heap_push: bool = False) -> None:
         n = self.state.nodes[nid]
         key = self._state_of(nid)
+        if key[1]:  # pragma: no cover - a node pushed after a take is no longer whole
+            raise RuntimeError("placement: a whole node cannot be pushed again")
         indexed = [self.by_type.setdefault(n.gpu_type, {})]
         if (n.gpu_type, n.rack) in self.racks:
             indexed.append(self.by_rack.setdefault((n.gpu_type, n.rack), {}))
@@ -192,13 +198,18 @@ class _FreePool:
             self._push(nid, heap_push=True)
 
     def _drop_stale(self, heap: list[int], v_key: int, whole_key: bool) -> None:
-        """Pop the head of bucket (v_key, whole_key) until it is a node still in that state (its
+        """Drop the head of bucket (v_key, whole_key) until it is a node still in that state (its
         free count changed since it was pushed otherwise)."""
-        free, nodes, ids = self.free, self.state.nodes, self.ids
+        free, ids = self.free, self.ids
+        if whole_key:  # live while untouched: free still v_key (descending list, head last)
+            while heap and free[ids[heap[-1]]] != v_key:
+                heap.pop()
+            return
+        nodes = self.state.nodes
         while heap:
             nid = ids[heap[0]]
             v = free[nid]
-            if v == v_key and (v == nodes[nid].healthy_after) == whole_key:
+            if v == v_key and v != nodes[nid].healthy_after:
                 return
             heapq.heappop(heap)
 
@@ -216,7 +227,8 @@ class _FreePool:
                 if v_key <= 0:
                     continue
                 fits = v_key >= need
-                cand = ((not (whole_key and v_key <= need), not fits, v_key if fits else -v_key), heap[0])
+                cand = ((not (whole_key and v_key <= need), not fits, v_key if fits else -v_key),
+                        heap[-1] if whole_key else heap[0])
                 if best is None or cand < best:
                     best = cand
             for key in emptied:  # a later push makes the bucket again
@@ -250,32 +262,33 @@ class _FreePool:
                 self._drop_stale(heap, size, True)
                 if heap:
                     sizes.add(size)
-        # the number of picks that stay in the bucket (if it holds that many live nodes)
-        steps = 0
-        while v <= need and (v == need or need not in sizes):
-            steps += 1
-            need -= v
-        heaps = [b[key] for b in dicts if key in b]
-        free, ids, pop, run = self.free, self.ids, heapq.heappop, []
-        if len(heaps) == 1:
-            heap = heaps[0]
-            while heap and len(run) < steps:
-                nid = ids[pop(heap)]
-                if free[nid] == v:  # else a stale entry, dropped
-                    free[nid] = 0
-                    run.append(nid)
-            return run
-        while len(run) < steps:
-            best = None
-            for heap in heaps:
-                self._drop_stale(heap, v, True)
-                if heap and (best is None or heap[0] < best[0]):
-                    best = heap
-            if best is None:
-                break
-            nid = ids[pop(best)]
-            free[nid] = 0
-            run.append(nid)
+        # the number of picks that stay in the bucket (if it holds that many live nodes): while
+        # v <= need, until the need is another whole size of the level
+        steps = need // v
+        for size in sizes:
+            if size <= need and (need - size) % v == 0:
+                steps = min(steps, (need - size) // v)
+        lists = [b[key] for b in dicts if key in b]  # descending, head last
+        free, ids, run = self.free, self.ids, []
+        if len(lists) == 1:
+            bucket = lists[0]
+            while bucket and len(run) < steps:
+                chunk = bucket[-(steps - len(run)):]
+                del bucket[-len(chunk):]
+                run += [nid for nid in map(ids.__getitem__, reversed(chunk)) if free[nid] == v]  # else stale
+        else:
+            while len(run) < steps:
+                best = None
+                for bucket in lists:
+                    self._drop_stale(bucket, v, True)
+                    if bucket and (best is None or bucket[-1] < best[-1]):
+                        best = bucket
+                if best is None:
+                    break
+                nid = ids[best.pop()]
+                free[nid] = 0
+                run.append(nid)
+        free.update(dict.fromkeys(run, 0))
         return run
 
     def pick(self, gpu_type: str, need: int, racks: set, own: set[str]) -> str:

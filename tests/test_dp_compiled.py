@@ -12,7 +12,9 @@ from unicron_plan.tools.generate import generate_instance
 from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import dp
 
-NATIVE, NATIVE_PASS, NATIVE_PARETO = dp.NATIVE, dp.NATIVE_PASS, dp.NATIVE_PARETO
+NATIVE, NATIVE_PASS, NATIVE_PARETO, NATIVE_HULL = dp.NATIVE, dp.NATIVE_PASS, dp.NATIVE_PARETO, dp.NATIVE_HULL
+# the envelope code paths: numpy passes, and the compiled monotone chain when built
+HULLS = [None] + ([NATIVE_HULL] if NATIVE_HULL is not None else [])
 # numpy: no compiled code; fold: only the compiled fold (the passes in Python); pass: everything compiled.
 PATHS = ["numpy"] + (["fold", "pass"] if NATIVE is not None else [])
 
@@ -22,6 +24,7 @@ def path(request, monkeypatch):
     monkeypatch.setattr(dp, "NATIVE", None if request.param == "numpy" else NATIVE)
     monkeypatch.setattr(dp, "NATIVE_PASS", NATIVE_PASS if request.param == "pass" else None)
     monkeypatch.setattr(dp, "NATIVE_PARETO", NATIVE_PARETO if request.param == "pass" else None)
+    monkeypatch.setattr(dp, "NATIVE_HULL", NATIVE_HULL if request.param == "pass" else None)
     return request.param
 
 
@@ -138,7 +141,9 @@ def test_smallest_adversarial_instance_of_each_kind_is_exact(kind, path):
     assert plan.status.solution == "optimal" and plan.bound == plan.objective
 
 
-def test_vectorised_upper_hull_equals_the_sequential_loop():
+@pytest.mark.parametrize("hull", HULLS, ids=lambda h: "numpy" if h is None else "compiled")
+def test_vectorised_upper_hull_equals_the_sequential_loop(hull, monkeypatch):
+    monkeypatch.setattr(dp, "NATIVE_HULL", hull)
     rng = np.random.default_rng(5)
     for _ in range(2000):
         n = int(rng.integers(1, 80))
@@ -152,8 +157,10 @@ def test_vectorised_upper_hull_equals_the_sequential_loop():
             assert hy.tolist() == ly.tolist() and hg.tolist() == lg.tolist()
 
 
-def test_envelopes_of_all_jobs_at_once_equal_each_job_alone():
-    """_upper_hulls (one set of numpy calls for every job) gives each job's own envelope, in job order."""
+@pytest.mark.parametrize("hull", HULLS, ids=lambda h: "numpy" if h is None else "compiled")
+def test_envelopes_of_all_jobs_at_once_equal_each_job_alone(hull, monkeypatch):
+    """_upper_hulls (one call for every job) gives each job's own envelope, in job order."""
+    monkeypatch.setattr(dp, "NATIVE_HULL", hull)
     rng = np.random.default_rng(6)
     for _ in range(500):
         options = []

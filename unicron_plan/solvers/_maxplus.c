@@ -164,6 +164,30 @@ void pareto_keep(int64_t m, const int64_t *off, const double *g, uint8_t *keep)
     }
 }
 
+/* Concave envelope of every job's points (job j's at off[j]..off[j+1]-1, y ascending) by the
+   monotone chain: keep[i] = 1 for its vertices (keep zeroed by the caller; stack: scratch of n
+   entries). A point on or below the chord of its neighbours is dropped, as in dp._upper_hull_loop,
+   with the same arithmetic. */
+void upper_hull_keep(int64_t m, const int64_t *off, const int64_t *y, const double *g, int64_t *stack,
+                     uint8_t *keep)
+{
+    for (int64_t j = 0; j < m; j++) {
+        int64_t top = 0;
+        for (int64_t i = off[j]; i < off[j + 1]; i++) {
+            while (top >= 2) {
+                int64_t p = stack[top - 1], q = stack[top - 2];
+                if ((g[p] - g[q]) * (double)(y[i] - y[p]) <= (g[i] - g[p]) * (double)(y[p] - y[q]))
+                    top--;
+                else
+                    break;
+            }
+            stack[top++] = i;
+        }
+        for (int64_t k = 0; k < top; k++)
+            keep[stack[k]] = 1;
+    }
+}
+
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_maxplus",
                                     "Compiled max-plus fold (called through ctypes).", -1, NULL};
 

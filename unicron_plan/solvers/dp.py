@@ -46,16 +46,16 @@ CORE_DIVISORS = (2**20, 2**14, 2**8, 2**4)  # core widths tried, as fractions 1/
 
 
 def _load_native():
-    """The compiled fold, pass and dominance pruning (unicron_plan/solvers/_maxplus.c) through ctypes,
-    or (None, None, None) when not built."""
+    """The compiled fold, pass, dominance pruning and envelopes (unicron_plan/solvers/_maxplus.c)
+    through ctypes, or Nones when not built."""
     try:
         import ctypes
 
         from unicron_plan.solvers import _maxplus
         lib = ctypes.CDLL(_maxplus.__file__)
-        fold, whole, pareto = lib.maxplus_fold, lib.maxplus_pass, lib.pareto_keep
+        fold, whole, pareto, hull = lib.maxplus_fold, lib.maxplus_pass, lib.pareto_keep, lib.upper_hull_keep
     except (ImportError, OSError, AttributeError):
-        return None, None, None
+        return None, None, None, None
     i64, ptr, f64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
     fold.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, ptr, ptr]
     fold.restype = None
@@ -64,11 +64,14 @@ def _load_native():
     whole.restype = i64
     pareto.argtypes = [i64, ptr, ptr, ptr]
     pareto.restype = None
-    return fold, whole, pareto
+    hull.argtypes = [i64, ptr, ptr, ptr, ptr, ptr]
+    hull.restype = None
+    return fold, whole, pareto, hull
 
 
-# The compiled fold, whole pass and dominance pruning; set them to None to force the numpy fallback.
-NATIVE, NATIVE_PASS, NATIVE_PARETO = _load_native()
+# The compiled fold, whole pass, dominance pruning and envelopes; set them to None to force the
+# numpy fallback.
+NATIVE, NATIVE_PASS, NATIVE_PARETO, NATIVE_HULL = _load_native()
 
 
 def available() -> bool:
@@ -162,7 +165,8 @@ def _upper_hull_loop(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8):
     """Concave envelopes of every job's options at once: (y, g, job) of the vertices, job by job.
 
-    Vectorised: each pass drops, at once, every point on or below the chord of its two
+    Compiled when built (each job's monotone chain, as :func:`_upper_hull_loop`). Otherwise
+    vectorised: each pass drops, at once, every point on or below the chord of its two
     neighbours within its job (such a point is no vertex, and dropping non-vertices leaves
     the envelope unchanged); points left after ``passes`` go through the sequential loop.
     One set of numpy calls for all jobs instead of one per job.
@@ -171,6 +175,15 @@ def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8):
     y = np.concatenate([np.asarray(o[0], dtype=np.int64) for o in options])
     g = np.concatenate([np.asarray(o[1], dtype=np.float64) for o in options])
     seg = np.repeat(np.arange(len(options)), sizes)
+    if NATIVE_HULL is not None:  # every job's monotone chain in one compiled call
+        off = np.zeros(len(options) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=off[1:])
+        keep = np.zeros(len(y), dtype=np.uint8)
+        stack = np.empty(len(y), dtype=np.int64)
+        NATIVE_HULL(len(options), off.ctypes.data, y.ctypes.data, g.ctypes.data, stack.ctypes.data,
+                    keep.ctypes.data)
+        keep = keep.view(bool)
+        return y[keep], g[keep], seg[keep]
     for _ in range(passes):
         if len(y) < 3:
             return y, g, seg

@@ -184,3 +184,16 @@ def test_validate_accepts_fields_added_by_other_producers(runner, tmp_path):
     path.write_text(json.dumps(plan))
     res = runner.invoke(app, ["validate", str(TINY), str(path)])
     assert res.exit_code == 2 and "jobs[0].gpus" in res.stderr
+
+
+def test_an_overflowing_transition_of_a_later_job_names_that_job(tmp_path):
+    """F(x) x D_trans overflowing for the second job (the first is fine) is reported for jobs[1]."""
+    from unicron_plan import api
+    from unicron_plan.errors import InvalidInstanceError
+
+    d = json.loads((ROOT / "instances" / "small-shared-node-failure.json").read_text())
+    d["jobs"][1]["transition_seconds"] = 1e306
+    d["jobs"][1]["weight"] = 1e10
+    with pytest.raises(InvalidInstanceError) as err:
+        api.solve(d)
+    assert err.value.field == "jobs[1]" and "overflows" in err.value.message

@@ -270,16 +270,19 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
         fits = np.where(exiting, 1, fits)
         beyond = np.arange(len(gains_all)) - np.repeat(starts, sizes) >= np.repeat(fits, sizes)
         bad = ~np.logical_and.reduceat(np.isfinite(gains_all) | beyond, starts)
+    overflow = np.flatnonzero(bad | ~np.isfinite(np.asarray(pen, dtype=float)))
+    if len(overflow):
+        i = int(overflow[0])
+        job = instance.jobs[i]
+        vals = _table_arrays(job, tables[job.id])[1]
+        raise InvalidInstanceError(
+            f"jobs[{i}]", f"weight {job.weight} x TFLOP/s (up to {vals.max() if len(vals) else 0}) x "
+                          f"D_run {d_run} s (or x D_trans {d_trans[i]} s) overflows a float; use smaller units")
     jobs = []
-    for i, job in enumerate(instance.jobs):
-        lo = int(flat.off[i])
-        hi = lo + int(fits[i])
-        x, exits, job_hit = int(xs[i]), bool(exiting[i]), bool(hit[i])
-        if bad[i] or not np.isfinite(pen[i]):
-            vals = _table_arrays(job, tables[job.id])[1]
-            raise InvalidInstanceError(
-                f"jobs[{i}]", f"weight {job.weight} x TFLOP/s (up to {vals.max() if len(vals) else 0}) x "
-                              f"D_run {d_run} s (or x D_trans {d_trans[i]} s) overflows a float; use smaller units")
+    starts_l = flat.off[:-1].tolist()
+    for i, job, lo, n_fit, x, exits, job_hit in zip(range(m), instance.jobs, starts_l, fits.tolist(), xs.tolist(),
+                                                     exiting.tolist(), hit.tolist()):
+        hi = lo + n_fit
         counts, f, gains = flat.counts[lo:hi], flat.f[lo:hi], gains_all[lo:hi]
         if not exits and ((job.tp is not None and job.tp > 1) or job.pinned
                           or (job.min_gain_fraction is not None and not job_hit)):

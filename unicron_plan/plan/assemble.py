@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
@@ -11,11 +10,22 @@ from unicron_plan.plan.placement import place
 from unicron_plan.schema import Placement, Plan, PlanJob, SolverInfo, Status
 
 
-@lru_cache(maxsize=1 << 16)
-def _placement(node: str, gpus: int) -> Placement:
-    """One node's share, made once per (node, GPUs) and shared (it is frozen): a plan at 16,384
-    GPUs lists thousands, and validating each anew took three quarters of building a job's entry."""
-    return Placement(node=node, gpus=gpus)
+_PLACEMENTS: dict[tuple[str, int], Placement] = {}  # (node, GPUs) -> its frozen Placement, shared
+_MAX_PLACEMENTS = 1 << 16
+
+
+def _placements(where: dict[str, int]) -> list[Placement]:
+    """The frozen :class:`Placement` of each (node, GPUs) of ``where``, made once and shared: a plan
+    at 16,384 GPUs lists thousands, and building each anew cost three quarters of a job's entry."""
+    keys = list(zip(where, where.values()))
+    found = list(map(_PLACEMENTS.get, keys))
+    if not all(found):  # (a Placement is always truthy; "None in" would call its __eq__)
+        if len(_PLACEMENTS) > _MAX_PLACEMENTS:
+            _PLACEMENTS.clear()
+        for k, (key, got) in enumerate(zip(keys, found)):
+            if got is None:
+                found[k] = _PLACEMENTS[key] = Placement(node=key[0], gpus=key[1])
+    return found
 
 
 def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
@@ -36,14 +46,11 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         penalty = float(cost.transition_penalty(j.f_x, j.d_trans,
                                                 cost.is_changed(y, j.x, j.hit, j.exiting, moved)))
         gains.append(j.gain_of(y, moved))
-        layout = j.layouts.get(y) if y else None
-        # Built without pydantic's checks: every value is a Python value made just above, and the
-        # independent validator checks the whole plan next (thousands of entries at 16,384 GPUs).
-        plan_jobs.append(PlanJob.model_construct(
+        plan_jobs.append(PlanJob(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
-            nodes=list(where), placement=list(map(_placement, where, where.values())),
+            nodes=list(where), placement=_placements(where),
             waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=gains[-1],
-            parallelism=None if layout is None else dict(layout)))
+            parallelism=j.layouts.get(y) if y else None))
     objective = float(sum(gains))  # Problem.objective of these counts and this placement
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)

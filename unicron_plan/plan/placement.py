@@ -49,7 +49,11 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
                 run = pool.whole_run(nid, v, need, racks[j.id])
                 result[j.id].update(dict.fromkeys(run, v))
                 need -= v * len(run)
-    return {jid: {nid: split[nid] for nid in sorted(split, key=order.__getitem__)} for jid, split in result.items()}
+    out = {}
+    for jid, split in result.items():
+        nids = sorted(split, key=order.__getitem__)
+        out[jid] = dict(zip(nids, map(split.__getitem__, nids)))
+    return out
 
 
 def _retain(problem: Problem, movers, counts, free, result) -> None:

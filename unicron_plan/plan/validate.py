@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from unicron_plan.schema import Instance, Plan
 from unicron_plan.core.checks import check_instance
 
 REL_TOL = 1e-9
+_node, _gpus = attrgetter("node"), attrgetter("gpus")  # of a placement entry
 
 
 @dataclass
@@ -90,7 +92,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         if y != 0 and y not in table:
             bad(f"{where}: {y} GPUs is not a count of its throughput table")
             continue
-        split = {p.node: p.gpus for p in pj.placement}
+        split = dict(zip(map(_node, pj.placement), map(_gpus, pj.placement)))
         if len(split) != len(pj.placement):
             split = {}
             for p in pj.placement:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from itertools import accumulate, chain
 
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
@@ -14,10 +15,11 @@ _PLACEMENTS: dict[tuple[str, int], Placement] = {}  # (node, GPUs) -> its frozen
 _MAX_PLACEMENTS = 1 << 16
 
 
-def _placements(where: dict[str, int]) -> list[Placement]:
-    """The frozen :class:`Placement` of each (node, GPUs) of ``where``, made once and shared: a plan
-    at 16,384 GPUs lists thousands, and building each anew cost three quarters of a job's entry."""
-    keys = list(zip(where, where.values()))
+def _placements(wheres: list[dict[str, int]]) -> list[list[Placement]]:
+    """The frozen :class:`Placement` of each (node, GPUs) of each job's ``where``, made once and shared:
+    a plan at 16,384 GPUs lists thousands, and building each anew cost three quarters of a job's
+    entry. Looked up for all jobs at once."""
+    keys = list(chain.from_iterable(zip(w, w.values()) for w in wheres))
     found = list(map(_PLACEMENTS.get, keys))
     if not all(found):  # (a Placement is always truthy; "None in" would call its __eq__)
         if len(_PLACEMENTS) > _MAX_PLACEMENTS:
@@ -25,7 +27,8 @@ def _placements(where: dict[str, int]) -> list[Placement]:
         for k, (key, got) in enumerate(zip(keys, found)):
             if got is None:
                 found[k] = _PLACEMENTS[key] = Placement(node=key[0], gpus=key[1])
-    return found
+    ends = list(accumulate(map(len, wheres)))
+    return [found[a:b] for a, b in zip([0, *ends], ends)]
 
 
 def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
@@ -35,11 +38,12 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     total_waf = 0.0
     gains = []
     previous = problem.state.previous
+    wheres = []
     for j in problem.jobs:
-        y = int(raw.counts[j.id])
         where = placement.get(j.id, {})
-        if 0 in where.values():
-            where = {n: g for n, g in where.items() if g > 0}
+        wheres.append({n: g for n, g in where.items() if g > 0} if 0 in where.values() else where)
+    for j, where, shares in zip(problem.jobs, wheres, _placements(wheres)):
+        y = int(raw.counts[j.id])
         moved = cost.is_moved(j.x, y, where, previous.get(j.id, {}))
         f_y = j.f_of(y)
         total_waf += f_y
@@ -48,9 +52,8 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         gains.append(j.gain_of(y, moved))
         plan_jobs.append(PlanJob(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
-            nodes=list(where), placement=_placements(where),
-            waf_tflops=f_y, transition_penalty=penalty, hit=j.hit, gain=gains[-1],
-            parallelism=j.layouts.get(y) if y else None))
+            nodes=list(where), placement=shares, waf_tflops=f_y, transition_penalty=penalty, hit=j.hit,
+            gain=gains[-1], parallelism=j.layouts.get(y) if y else None))
     objective = float(sum(gains))  # Problem.objective of these counts and this placement
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)

@@ -93,10 +93,33 @@ def pareto_options(job: JobTerms) -> tuple[np.ndarray, np.ndarray]:
     return pareto_arrays(job.counts, job.gains)
 
 
+class _Joined(NamedTuple):
+    """Every job's options in one pair of arrays: job j's at ``off[j]:off[j + 1]``."""
+
+    y: np.ndarray  # int64
+    g: np.ndarray  # float64
+    off: np.ndarray  # int64, m + 1 entries
+
+
+def _join(options: list[tuple[np.ndarray, np.ndarray]]) -> _Joined:
+    """The options of every job as one :class:`_Joined`."""
+    sizes = np.fromiter((len(y) for y, _ in options), dtype=np.int64, count=len(options))
+    off = np.zeros(len(options) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=off[1:])
+    y = np.concatenate([np.asarray(o[0], dtype=np.int64) for o in options]) if options else np.zeros(0, np.int64)
+    g = np.concatenate([np.asarray(o[1], dtype=np.float64) for o in options]) if options else np.zeros(0)
+    return _Joined(y, g, off)
+
+
 def pareto_all(jobs: list[JobTerms]) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`pareto_options` of every job (in one compiled call when it is built)."""
+    return _pareto_joined(jobs)[0]
+
+
+def _pareto_joined(jobs: list[JobTerms]) -> tuple[list[tuple[np.ndarray, np.ndarray]], _Joined | None]:
+    """(:func:`pareto_all`, the same options joined, or None when not joined on the way)."""
     if NATIVE_PARETO is None or not jobs or any(len(j.counts) == 0 for j in jobs):
-        return [pareto_options(j) for j in jobs]
+        return [pareto_options(j) for j in jobs], None
     m = len(jobs)
     off = np.zeros(m + 1, dtype=np.int64)
     np.cumsum([len(j.counts) for j in jobs], out=off[1:])
@@ -108,7 +131,8 @@ def pareto_all(jobs: list[JobTerms]) -> list[tuple[np.ndarray, np.ndarray]]:
     kept_off = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(np.add.reduceat(keep.astype(np.int64), off[:-1]), out=kept_off[1:])
     ys, gs = counts[keep], gains[keep]
-    return [(ys[a:b], gs[a:b]) for a, b in zip(kept_off[:-1].tolist(), kept_off[1:].tolist())]
+    return [(ys[a:b], gs[a:b]) for a, b in zip(kept_off[:-1].tolist(), kept_off[1:].tolist())], \
+        _Joined(ys, gs, kept_off)
 
 
 def _dtype(n: int):
@@ -162,22 +186,19 @@ def _upper_hull_loop(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.array(hy, dtype=np.int64), np.array(hg)
 
 
-def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8):
+def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, joined: _Joined | None = None):
     """Concave envelopes of every job's options at once: (y, g, job) of the vertices, job by job.
 
     Compiled when built (each job's monotone chain, as :func:`_upper_hull_loop`). Otherwise
     vectorised: each pass drops, at once, every point on or below the chord of its two
     neighbours within its job (such a point is no vertex, and dropping non-vertices leaves
     the envelope unchanged); points left after ``passes`` go through the sequential loop.
-    One set of numpy calls for all jobs instead of one per job.
+    One set of numpy calls for all jobs instead of one per job. ``joined``: :func:`_join` of the
+    options, when the caller has it.
     """
-    sizes = np.fromiter((len(y) for y, _ in options), dtype=np.int64, count=len(options))
-    y = np.concatenate([np.asarray(o[0], dtype=np.int64) for o in options])
-    g = np.concatenate([np.asarray(o[1], dtype=np.float64) for o in options])
-    seg = np.repeat(np.arange(len(options)), sizes)
+    y, g, off = joined if joined is not None else _join(options)
+    seg = np.repeat(np.arange(len(options)), np.diff(off))
     if NATIVE_HULL is not None:  # every job's monotone chain in one compiled call
-        off = np.zeros(len(options) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=off[1:])
         keep = np.zeros(len(y), dtype=np.uint8)
         stack = np.empty(len(y), dtype=np.int64)
         NATIVE_HULL(len(options), off.ctypes.data, y.ctypes.data, g.ctypes.data, stack.ctypes.data,
@@ -205,11 +226,12 @@ def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8):
     return np.concatenate(ys), np.concatenate(gs), np.concatenate(segs)
 
 
-def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int) -> float:
+def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
+                  joined: _Joined | None = None) -> float:
     """lam minimising lam C + sum_i max_y (G_i(y) - lam y): the slope where the LP fills C."""
     if not options:
         return 0.0
-    hy, hg, seg = _upper_hulls(options)
+    hy, hg, seg = _upper_hulls(options, joined=joined)
     within = seg[1:] == seg[:-1]  # consecutive vertices of one job: an envelope segment
     if not within.any():
         return 0.0
@@ -303,17 +325,18 @@ def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
     search, the best plan known then is returned and ``stats["timed_out"]`` is set,
     with the Lagrangian upper bound in ``stats["ub"]``.
     """
-    options = pareto_all(jobs)
-    counts, value = solve_options(options, capacity, stats, deadline=deadline)
+    options, joined = _pareto_joined(jobs)
+    counts, value = solve_options(options, capacity, stats, deadline=deadline, joined=joined)
     return {j.id: int(c) for j, c in zip(jobs, counts)}, value
 
 
 def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
                   stats: dict | None = None, prune: bool = True,
-                  deadline: float | None = None) -> tuple[list[int], float]:
+                  deadline: float | None = None, joined: _Joined | None = None) -> tuple[list[int], float]:
     """Exact optimum of max sum_i g_i(y_i) s.t. sum y_i <= C over Pareto options (0 first).
 
     ``prune=False`` disables the bound-based rules 3-4 (used as a numerical safety net).
+    ``joined``: :func:`_join` of the options, when the caller has it.
     A ``deadline`` that passes stops the search: the best known plan (the greedy one, or
     the core optimum when it was reached) is returned and ``stats["timed_out"]`` set.
     """
@@ -325,8 +348,9 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     if sum(top_y) <= capacity:  # every job at its best count: exact optimum
         stats.update(early_exit=True, kept=m)
         return top_y, float(sum(float(g[-1]) for _, g in options))
-    lam = lp_multiplier(options, capacity)
-    flat, red_max = _flatten(options, lam)
+    joined = joined if joined is not None else _join(options)
+    lam = lp_multiplier(options, capacity, joined)
+    flat, red_max = _flatten(options, lam, joined=joined)
     ub = lam * capacity + math.fsum(red_max)
     lb_pick, lb = _greedy(flat, capacity, lam)
     scale = lam * capacity + sum(np.maximum.reduceat(np.abs(flat.g), flat.off[:-1]).tolist()) + 1.0
@@ -389,14 +413,11 @@ class _Flat(NamedTuple):
     deficit: np.ndarray
 
 
-def _flatten(options, lam: float, red_max=None) -> tuple[_Flat, list[float]]:
-    """(the options flattened, each job's largest reduced gain ``max(g - lam y)``; ``red_max`` when given)."""
-    m = len(options)
-    sizes = np.fromiter((len(y) for y, _ in options), dtype=np.int64, count=m)
-    off = np.zeros(m + 1, dtype=np.int64)
-    np.cumsum(sizes, out=off[1:])
-    ys = np.concatenate([y for y, _ in options]).astype(np.int64, copy=False)
-    gs = np.concatenate([g for _, g in options]).astype(np.float64, copy=False)
+def _flatten(options, lam: float, red_max=None, joined: _Joined | None = None) -> tuple[_Flat, list[float]]:
+    """(the options flattened, each job's largest reduced gain ``max(g - lam y)``; ``red_max`` when given).
+    ``joined``: :func:`_join` of the options, when the caller has it."""
+    ys, gs, off = joined if joined is not None else _join(options)
+    sizes = np.diff(off)
     red = gs - lam * ys
     if red_max is None:
         red_max = np.maximum.reduceat(red, off[:-1]).tolist()

@@ -245,19 +245,14 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     capacity = state.capacity()
     m = len(instance.jobs)
     sizes = np.diff(flat.off)
-    xs = np.empty(m, dtype=np.int64)
-    cap = np.empty(m, dtype=np.int64)
-    hit = np.empty(m, dtype=bool)
-    exiting = np.empty(m, dtype=bool)
-    f_x, d_trans, pen = [0.0] * m, [0.0] * m, [0.0] * m
-    for i, job in enumerate(instance.jobs):
-        x = xs[i] = job.current.gpus
-        cap[i] = capacity[job.throughput.gpu_type]
-        hit[i] = state.hit[job.id]
-        exiting[i] = job.id in state.exiting
-        f_x[i] = 0.0 if x == 0 else float(cost.waf(job.weight, tables[job.id][x]))
-        d_trans[i] = cost.d_trans_seconds(instance, job)
-        pen[i] = f_x[i] * d_trans[i]
+    x_list = [job.current.gpus for job in instance.jobs]
+    xs = np.asarray(x_list, dtype=np.int64).reshape(m)
+    cap = np.asarray([capacity[job.throughput.gpu_type] for job in instance.jobs], dtype=np.int64).reshape(m)
+    hit = np.asarray([state.hit[job.id] for job in instance.jobs], dtype=bool).reshape(m)
+    exiting = np.asarray([job.id in state.exiting for job in instance.jobs], dtype=bool).reshape(m)
+    f_x = [0.0 if x == 0 else float(cost.waf(job.weight, tables[job.id][x])) for job, x in zip(instance.jobs, x_list)]
+    d_trans = [cost.d_trans_seconds(instance, job) for job in instance.jobs]
+    pen = [a * b for a, b in zip(f_x, d_trans)]
     # G(y) = F(y) D_run - [changed] F(x) D_trans with changed = (y != x or hit), never for a leaving job
     changed = ((flat.counts != np.repeat(xs, sizes)) | np.repeat(hit, sizes)) & ~np.repeat(exiting, sizes)
     gains_all = flat.f * d_run - np.where(changed, np.repeat(np.asarray(pen, dtype=float), sizes), 0.0)

@@ -167,10 +167,9 @@ def _overfilled(state, nodes: list[str], gpus: list[int]) -> list[tuple[str, int
     """(node, GPUs placed there) for every node given more than its healthy GPUs, in cluster order;
     ``nodes`` and ``gpus``: every share of every job (known nodes only)."""
     order = state.order
-    if not gpus or max(gpus) * len(gpus) < 2**62:  # the int64 sums cannot overflow
+    if not gpus or max(gpus) * len(gpus) < 2**52:  # the sums are exact in float64
         at = np.fromiter(map(order.__getitem__, nodes), dtype=np.int64, count=len(nodes))
-        used = np.zeros(len(order), dtype=np.int64)
-        np.add.at(used, at, np.asarray(gpus, dtype=np.int64).reshape(len(gpus)))
+        used = np.bincount(at, weights=np.asarray(gpus, dtype=np.float64).reshape(len(gpus)), minlength=len(order))
         ids = list(state.nodes)
         return [(ids[k], int(used[k])) for k in np.flatnonzero(used > state.healthy_after_array()).tolist()]
     totals: dict[str, int] = {}

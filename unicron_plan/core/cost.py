@@ -75,7 +75,9 @@ def transition_penalty(f_previous: float, d_trans: float, changed: bool | np.nda
 
 def is_moved(x: int, y: int, split: dict[str, int], previous: dict[str, int]) -> bool:
     """A job that keeps its count x > 0 on another per-node split than its previous one."""
-    return y == x and x > 0 and {n: g for n, g in split.items() if g} != previous
+    if not (y == x and x > 0):
+        return False
+    return (split if 0 not in split.values() else {n: g for n, g in split.items() if g}) != previous
 
 
 def is_changed(y: int | np.ndarray, x: int, hit: bool, exiting: bool = False,

@@ -17,7 +17,10 @@ Both measurements come from the same run on the same instance and events:
   that every failure re-divides most jobs;
 - the CLI: whole `unicron-plan solve` processes on the instance with one of
   the same failures as its event (start-up included, as a scheduler that
-  shells out pays it).
+  shells out pays it), run one at a time between the service's requests,
+  spread evenly over each mode's stream, so that both sides are timed under
+  the same conditions (this shared machine's speed moves by up to 1.5x within
+  minutes; timing them one after the other compared two different machines).
 
 Prints and writes JSON (``--json``) with p50/p99/max per mode and the ratios
 p99 / CLI median. Bounded: at most 2,000 events and 50 CLI runs.
@@ -47,7 +50,27 @@ def percentile(xs: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(xs), q))
 
 
-def time_service(base: dict, events: list[dict], *args: str, wait_ready: bool) -> list[float]:
+class CliRuns:
+    """Whole `unicron-plan solve` processes on the instance with one of the events, run between the
+    service's requests so that both are timed under the same machine conditions (this shared
+    machine's speed moves by 1.5x within minutes)."""
+
+    def __init__(self, inst: dict, events: list[dict], directory: Path):
+        self.inst, self.events, self.dir, self.times = inst, events, directory, []
+
+    def run(self) -> None:
+        k = len(self.times)
+        path = self.dir / f"i{k}.json"
+        path.write_text(json.dumps(dict(self.inst, event=self.events[k % len(self.events)])))
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "unicron_plan.cli", "solve", str(path), "--out", os.devnull],
+                       check=True, capture_output=True)
+        self.times.append(time.perf_counter() - start)
+
+
+def time_service(base: dict, events: list[dict], *args: str, wait_ready: bool, cli: CliRuns | None = None,
+                 cli_runs: int = 0) -> list[float]:
+    """Latency of each event as a dry run; ``cli_runs`` of ``cli`` spread evenly between them."""
     with tempfile.TemporaryDirectory() as d, Server(Path(d) / "s", *args) as srv, \
             httpx.Client(base_url=srv.url, timeout=60) as c:
         assert c.put("/v1/cluster", json=base).status_code == 200
@@ -64,8 +87,11 @@ def time_service(base: dict, events: list[dict], *args: str, wait_ready: bool) -
             print(f"  background work done in {time.monotonic() - start:.0f} s", file=sys.stderr)
         for ev in events[:3]:  # first requests pay imports and caches
             c.post("/v1/events", params={"dry_run": "true"}, json=ev)
+        between = {round((i + 0.5) * len(events) / cli_runs) for i in range(cli_runs)} if cli_runs else set()
         out, sources = [], set()
-        for ev in events:
+        for k, ev in enumerate(events):
+            if k in between:
+                cli.run()
             start = time.perf_counter()
             r = c.post("/v1/events", params={"dry_run": "true"}, json=ev)
             out.append(time.perf_counter() - start)
@@ -74,19 +100,6 @@ def time_service(base: dict, events: list[dict], *args: str, wait_ready: bool) -
             sources.add(r.json()["solver"]["name"])
         print(f"  solver names seen: {sorted(sources)}", file=sys.stderr)
         return out
-
-
-def time_cli(inst: dict, events: list[dict], runs: int) -> list[float]:
-    out = []
-    with tempfile.TemporaryDirectory() as d:
-        for k in range(runs):
-            path = Path(d) / f"i{k}.json"
-            path.write_text(json.dumps(dict(inst, event=events[k % len(events)])))
-            start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "unicron_plan.cli", "solve", str(path), "--out", os.devnull],
-                           check=True, capture_output=True)
-            out.append(time.perf_counter() - start)
-    return out
 
 
 def steady_state(inst: dict) -> dict:
@@ -125,21 +138,28 @@ def main() -> None:
     rng = np.random.default_rng(a.seed)
     nodes = [n["id"] for n in inst["cluster"]["nodes"] if not n.get("failed_gpus")]
     events = [{"kind": "failure", "failed_nodes": [nodes[int(k)]]} for k in rng.integers(0, len(nodes), n_events)]
-    modes = {m.strip() for m in a.modes.split(",") if m.strip()}
+    modes = [m for m in ("warm", "cold") if m in {x.strip() for x in a.modes.split(",")}]
     timed = {}
-    if "warm" in modes:
-        print("warm ...", file=sys.stderr)
-        timed["warm"] = time_service(inst, events, wait_ready=True)
-    if "cold" in modes:
-        print("cold ...", file=sys.stderr)
-        timed["cold"] = time_service(inst, events, "--no-contingency", wait_ready=False)
-    print("cli ...", file=sys.stderr)
-    cli = time_cli(inst, events, cli_runs)
-    cli_median = statistics.median(cli)
+    with tempfile.TemporaryDirectory() as d:
+        cli = CliRuns(inst, events, Path(d))
+        for i, mode in enumerate(modes):  # the CLI runs shared out between the modes' request streams
+            runs = cli_runs // len(modes) + (i < cli_runs % len(modes))
+            print(f"{mode} (with {runs} CLI runs in between) ...", file=sys.stderr)
+            if mode == "warm":
+                timed["warm"] = time_service(inst, events, wait_ready=True, cli=cli, cli_runs=runs)
+            else:
+                timed["cold"] = time_service(inst, events, "--no-contingency", wait_ready=False, cli=cli,
+                                             cli_runs=runs)
+        if not modes:
+            for _ in range(cli_runs):
+                cli.run()
+    cli_times = cli.times
+    cli_median = statistics.median(cli_times)
     result = {
         "instance": a.instance, "steady": a.steady, "events": n_events, "cli_runs": cli_runs,
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()} (shared)",
-        "cli_process": {"median_ms": 1e3 * cli_median, "min_ms": 1e3 * min(cli), "max_ms": 1e3 * max(cli)},
+        "cli_process": {"median_ms": 1e3 * cli_median, "min_ms": 1e3 * min(cli_times),
+                        "max_ms": 1e3 * max(cli_times)},
     }
     for mode, xs in timed.items():
         result[mode] = {**summary(xs), "p99_over_cli": percentile(xs, 99) / cli_median}

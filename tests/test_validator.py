@@ -153,7 +153,7 @@ def test_rejects_the_same_faults_on_the_state_of_a_prepared_cluster(shared):
 
     inst, plan = shared
     problem = build_problem(inst, prepare(inst))
-    assert problem.state.healthy_usable is not None  # the shared-healthy path is the one checked
+    assert problem.state.touched is not None  # the shared-healthy path is the one checked
     assert check(inst, plan, derived=_derived(problem)).valid
     bad = copy.deepcopy(plan)
     j2 = next(j for j in bad.jobs if j.id == "j2")

@@ -52,9 +52,9 @@ class ClusterState:
     # capacity() and nodes_in_service() when build_state counted them on its walk over the nodes
     counted: tuple[dict[str, int], int] | None = field(default=None, repr=False, compare=False)
     order: dict[str, int] = field(default=None, repr=False, compare=False)  # node id -> position in the cluster
-    # (GPUs of every node as if healthy, the nodes re-derived from that) when built from a HealthyCluster
-    healthy_usable: tuple[dict[str, int], list[str]] | None = field(default=None, repr=False, compare=False)
-    healthy: "HealthyCluster | None" = field(default=None, repr=False, compare=False)  # what it was built from
+    # when built from a HealthyCluster: that cluster, and the nodes re-derived from it (cluster order)
+    healthy: "HealthyCluster | None" = field(default=None, repr=False, compare=False)
+    touched: list[str] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if self.order is None:
@@ -62,11 +62,10 @@ class ClusterState:
 
     def usable_gpus(self) -> dict[str, int]:
         """{node id: GPUs a plan may use there (0 when drained)}: a fresh dict, in cluster order."""
-        if self.healthy_usable is None:
+        if self.healthy is None or self.touched is None:
             return {nid: (0 if n.drained else n.healthy_after) for nid, n in self.nodes.items()}
-        usable, touched = self.healthy_usable
-        free = dict(usable)
-        for nid in touched:
+        free = dict(self.healthy.usable)
+        for nid in self.touched:
             n = self.nodes[nid]
             free[nid] = 0 if n.drained else n.healthy_after
         return free
@@ -77,24 +76,24 @@ class ClusterState:
 
     def healthy_after_array(self) -> np.ndarray:
         """Healthy GPUs after the event per node, in cluster order (int64)."""
-        if self.healthy is None or self.healthy_usable is None:
+        if self.healthy is None or self.touched is None:
             return np.fromiter((n.healthy_after for n in self.nodes.values()), dtype=np.int64,
                                count=len(self.nodes))
         out = self.healthy.arrays.gpus.copy()
-        for nid in self.healthy_usable[1]:
+        for nid in self.touched:
             out[self.order[nid]] = self.nodes[nid].healthy_after
         return out
 
     @property
     def drained_nodes(self) -> list[str]:
         """Nodes out of service after the event, in instance order."""
-        if self.healthy_usable is not None:  # only re-derived nodes can be drained (in cluster order)
-            return [nid for nid in self.healthy_usable[1] if self.nodes[nid].drained]
+        if self.touched is not None:  # only re-derived nodes can be drained (in cluster order)
+            return [nid for nid in self.touched if self.nodes[nid].drained]
         return [n.id for n in self.nodes.values() if n.drained]
 
     def usable_ids(self) -> dict[str, set[str]]:
         """{GPU type: ids of its nodes in service (not drained)}: a fresh set per type."""
-        if self.healthy is None or self.healthy_usable is None:
+        if self.healthy is None or self.touched is None:
             out: dict[str, set[str]] = {}
             for n in self.nodes.values():
                 if not n.drained:
@@ -187,7 +186,7 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
             affected.add(node.id)
     hit = {job.id: not affected.isdisjoint(job.current.nodes) for job in instance.jobs}
     state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance), counted=(cap, in_service),
-                         order=healthy.order, healthy_usable=(healthy.usable, touched), healthy=healthy)
+                         order=healthy.order, healthy=healthy, touched=touched)
     state.previous = previous if previous is not None else \
         previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
     return state

@@ -289,9 +289,7 @@ class _FreePool:
                         best = bucket
                 if best is None:
                     break
-                nid = ids[best.pop()]
-                free[nid] = 0
-                run.append(nid)
+                run.append(ids[best.pop()])  # a node sits in one rack's list: no other list holds it
         free.update(dict.fromkeys(run, 0))
         return run
 

@@ -202,7 +202,8 @@ class NodeArrays(NamedTuple):
     gpus: np.ndarray  # GPUs of each node (int64)
     group: np.ndarray  # code of each node's (GPU type, rack) pair (int64)
     groups: dict[tuple[str, str | None], int]  # (GPU type, rack) -> code
-    group_type: list[str]  # code -> GPU type
+    types: list[str]  # the GPU types of the nodes, in order of first appearance
+    group_type: np.ndarray  # code -> index of its GPU type in ``types`` (int64)
 
 
 @dataclass(frozen=True)
@@ -234,8 +235,11 @@ def node_arrays(nodes: dict[str, NodeHealth]) -> NodeArrays:
     groups: dict[tuple[str, str | None], int] = {}
     codes = [groups.setdefault((n.gpu_type, n.rack), len(groups)) for n in nodes.values()]
     n = len(nodes)
+    types = list(dict.fromkeys(t for t, _ in groups))
+    type_index = {t: k for k, t in enumerate(types)}
     return NodeArrays(np.fromiter((h.gpus for h in nodes.values()), dtype=np.int64, count=n),
-                      np.asarray(codes, dtype=np.int64).reshape(n), groups, [t for t, _ in groups])
+                      np.asarray(codes, dtype=np.int64).reshape(n), groups, types,
+                      np.asarray([type_index[t] for t, _ in groups], dtype=np.int64).reshape(len(groups)))
 
 
 def healthy_nodes(instance: Instance) -> HealthyCluster:

@@ -166,10 +166,7 @@ class _FreePool:
         v = left[pos]
         whole = v == state.healthy_after_array()[pos]
         group = arrays.group[pos]
-        type_code = {t: k for k, t in enumerate(dict.fromkeys(arrays.group_type))}
-        types = list(type_code)
-        of_group = np.asarray([type_code[t] for t in arrays.group_type], dtype=np.int64)
-        self.by_type = {types[k]: b for k, b in _buckets(of_group[group], pos, v, whole).items()}
+        self.by_type = {arrays.types[k]: b for k, b in _buckets(arrays.group_type[group], pos, v, whole).items()}
         wanted = [arrays.groups[pair] for pair in racks if pair in arrays.groups]
         codes = list(arrays.groups)
         inside = np.isin(group, np.asarray(wanted, dtype=np.int64))

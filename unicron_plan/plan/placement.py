@@ -177,7 +177,8 @@ class _FreePool:
         v = self.free[nid]
         return v, v == self.state.nodes[nid].healthy_after
 
-    def _push(self, nid: str, heap_push: bool = False) -> None:
+    def _push(self, nid: str) -> None:
+        """Index ``nid`` again after a take left it free GPUs (a fragment now)."""
         n = self.state.nodes[nid]
         key = self._state_of(nid)
         if key[1]:  # pragma: no cover - a node pushed after a take is no longer whole
@@ -186,17 +187,13 @@ class _FreePool:
         if (n.gpu_type, n.rack) in self.racks:
             indexed.append(self.by_rack.setdefault((n.gpu_type, n.rack), {}))
         for buckets in indexed:
-            heap = buckets.setdefault(key, [])
-            if heap_push:
-                heapq.heappush(heap, self.order[nid])
-            else:
-                heap.append(self.order[nid])
+            heapq.heappush(buckets.setdefault(key, []), self.order[nid])
 
     def take(self, nid: str, gpus: int) -> None:
         """Record that ``gpus`` GPUs of ``nid`` were given away."""
         self.free[nid] -= gpus
         if self.free[nid] > 0:
-            self._push(nid, heap_push=True)
+            self._push(nid)
 
     def _drop_stale(self, heap: list[int], v_key: int, whole_key: bool) -> None:
         """Drop the head of bucket (v_key, whole_key) until it is a node still in that state (its

@@ -121,10 +121,7 @@ def _pareto_joined(jobs: list[JobTerms]) -> tuple[list[tuple[np.ndarray, np.ndar
     if NATIVE_PARETO is None or not jobs or any(len(j.counts) == 0 for j in jobs):
         return [pareto_options(j) for j in jobs], None
     m = len(jobs)
-    off = np.zeros(m + 1, dtype=np.int64)
-    np.cumsum([len(j.counts) for j in jobs], out=off[1:])
-    counts = np.concatenate([j.counts for j in jobs]).astype(np.int64, copy=False)
-    gains = np.ascontiguousarray(np.concatenate([j.gains for j in jobs]), dtype=np.float64)
+    counts, gains, off = _join([(j.counts, j.gains) for j in jobs])
     keep = np.zeros(len(gains), dtype=np.uint8)
     NATIVE_PARETO(m, off.ctypes.data, gains.ctypes.data, keep.ctypes.data)
     keep = keep.view(bool)

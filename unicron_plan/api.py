@@ -110,7 +110,11 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
 
 
 def _derived(problem) -> tuple[dict, object]:
-    """The checked tables and cluster state a Problem was built from (for the validator)."""
+    """The checked tables and cluster state a Problem was built from (for the validator); on a mixed
+    fleet also every job's table per GPU type."""
+    if problem.alternatives:
+        return {j.id: j.table for j in problem.jobs}, problem.state, \
+            {jid: {a.gpu_type: a.table for a in alts} for jid, alts in problem.alternatives.items()}
     return {j.id: j.table for j in problem.jobs}, problem.state
 
 

@@ -82,6 +82,9 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
 
     import time
 
+    if problem.alternatives:  # mixed fleets: the model over types and counts
+        from unicron_plan.solvers import mixed_ip
+        return mixed_ip.solve(problem, options, "cpsat")
     started = time.perf_counter()
     options = options or SolverOptions()
     model = ipmodel.build(problem)

@@ -167,6 +167,9 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str =
         raise SolverUnavailableError(f"unknown MILP backend {backend!r}; valid: {', '.join(BACKENDS)}")
     import time
 
+    if problem.alternatives:  # mixed fleets: the model over types and counts
+        from unicron_plan.solvers import mixed_ip
+        return mixed_ip.solve(problem, options, backend)
     started = time.perf_counter()
     options = options or SolverOptions()
     model = ipmodel.build(problem)

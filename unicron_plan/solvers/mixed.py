@@ -1,0 +1,334 @@
+"""Exact solver for mixed fleets: each job chooses its GPU type and its count (docs/solvers.md).
+
+Job i may run on the types T_i (``Problem.alternatives``); on type t its options are the
+Pareto counts of its terms there, y = 0 (suspended) being common to all its types. The
+problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every type t.
+
+1. Lagrangian bound. For multipliers mu_t >= 0 on the capacities,
+   UB(mu) = sum_t mu_t C_t + sum_i m_i,  m_i = max(G_i(0), max_{t, y > 0} G_i^t(y) - mu_t y),
+   bounds every plan. mu is the dual of the LP relaxation over the concave envelopes of the
+   options (HiGHS through scipy), the best such mu; any mu >= 0 gives a valid bound.
+2. Lower bound: fix a type per job (its current type; its best Lagrangian type) and solve each
+   type exactly with the DP (:func:`unicron_plan.solvers.dp.solve_options`).
+3. Type fixing: a plan worth v has sum_i (m_i - reduced gain of its option) <= UB - v, so job i
+   can use type t in a plan worth >= LB only if UB - (m_i - r_it) >= LB, with r_it the best
+   reduced gain of a count > 0 on t. Types that fail are removed.
+4. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
+   branch and bound on the type of an undecided job (best bound first); each node repeats 1-3
+   on its restricted types. ``optimal`` only when the best plan meets the largest open bound.
+
+Under a deadline the best plan found comes back ``feasible`` with the largest open bound.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+
+import numpy as np
+
+from unicron_plan.core.problem import JobTerms, Problem, RawSolution
+from unicron_plan.errors import InfeasibleError, SolverUnavailableError
+from unicron_plan.solvers import SolverOptions, dp
+
+REL_TOL = 1e-9
+MAX_NODES = 100_000  # branch-and-bound nodes before the search stops with a bound and a gap
+
+
+def available() -> bool:
+    """numpy and scipy (HiGHS) only."""
+    return True
+
+
+class _Model:
+    """Every job's options per allowed type, their envelopes and zero gains, in flat arrays."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.types = list(problem.capacity)
+        self.type_index = {t: k for k, t in enumerate(self.types)}
+        self.cap = np.asarray([problem.capacity[t] for t in self.types], dtype=np.int64)
+        self.terms: list[list[JobTerms]] = [problem.alternatives.get(j.id, [j]) for j in problem.jobs]
+        self.m = len(self.terms)
+        # one "pair" per (job, type): its Pareto options; the envelope of its counts > 0
+        self.pair_job, self.pair_type, self.options = [], [], []
+        self.pairs_of: list[list[int]] = []
+        zero = np.full(self.m, -np.inf)
+        for i, alts in enumerate(self.terms):
+            mine = []
+            for jt in alts:
+                y, g = dp.pareto_options(jt)
+                if len(y) and y[0] == 0:
+                    zero[i] = float(g[0])
+                mine.append(len(self.options))
+                self.pair_job.append(i)
+                self.pair_type.append(self.type_index[jt.gpu_type])
+                self.options.append((y, g))
+            self.pairs_of.append(mine)
+        self.zero = zero
+        self.pair_job = np.asarray(self.pair_job, dtype=np.int64)
+        self.pair_type = np.asarray(self.pair_type, dtype=np.int64)
+        positive = [(y[1:], g[1:]) if len(y) and y[0] == 0 else (y, g) for y, g in self.options]
+        self.has_positive = np.asarray([len(y) > 0 for y, _ in positive], dtype=bool)
+        nonempty = [p for p, (y, _) in enumerate(positive) if len(y)]
+        if nonempty:
+            hy, hg, seg = dp._upper_hulls([positive[p] for p in nonempty])
+            self.hy, self.hg = hy.astype(float), hg
+            self.hpair = np.asarray(nonempty, dtype=np.int64)[seg]
+        else:
+            self.hy, self.hg, self.hpair = np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
+        self.htype = self.pair_type[self.hpair]
+        scale = float(np.abs(self.hg).max()) if len(self.hg) else 0.0
+        finite = np.abs(zero[np.isfinite(zero)])
+        self.scale = max(scale, float(finite.max()) if len(finite) else 0.0) * max(self.m, 1) + 1.0
+
+    def reduced(self, mu: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """(r per pair: best reduced gain of a count > 0, -inf when none or not allowed;
+        m per job; UB(mu)) with the pairs of ``allowed`` (bool per pair) only."""
+        r = np.full(len(self.pair_job), -np.inf)
+        if len(self.hg):
+            red = self.hg - mu[self.htype] * self.hy
+            np.maximum.at(r, self.hpair, red)
+        r[~allowed] = -np.inf
+        best = np.full(self.m, -np.inf)
+        np.maximum.at(best, self.pair_job, r)
+        m_i = np.maximum(best, self.zero)
+        return r, m_i, float(mu @ self.cap) + math.fsum(m_i.tolist())
+
+    def multipliers(self, allowed: np.ndarray) -> np.ndarray:
+        """The LP dual of the capacities over the allowed envelopes (zeros when the LP cannot say)."""
+        from scipy.optimize import linprog
+        from scipy.sparse import csr_matrix
+
+        T = len(self.types)
+        keep = allowed[self.hpair]
+        hy, hg, hp = self.hy[keep], self.hg[keep], self.hpair[keep]
+        jobs_zero = np.flatnonzero(np.isfinite(self.zero))
+        n = len(hy) + len(jobs_zero)
+        if n == 0 or not (hy > 0).any():
+            return np.zeros(T)
+        top = max(float(np.abs(hg).max()) if len(hg) else 0.0,
+                  float(np.abs(self.zero[jobs_zero]).max()) if len(jobs_zero) else 0.0)
+        s = 2.0 ** -math.frexp(top)[1] if top > 0 else 1.0
+        c = -np.concatenate([hg, self.zero[jobs_zero]]) * s
+        rows_eq = np.concatenate([self.pair_job[hp], jobs_zero])
+        a_eq = csr_matrix((np.ones(n), (rows_eq, np.arange(n))), shape=(self.m, n))
+        cols = np.arange(len(hy))
+        a_ub = csr_matrix((hy, (self.pair_type[hp], cols)), shape=(T, n))
+        res = linprog(c, A_ub=a_ub, b_ub=self.cap.astype(float), A_eq=a_eq, b_eq=np.ones(self.m),
+                      bounds=(0, None), method="highs")
+        if res.status != 0 or res.ineqlin is None:
+            return np.zeros(T)
+        return np.maximum(-np.asarray(res.ineqlin.marginals, dtype=float), 0.0) / s
+
+    def solve_assignment(self, chosen: list[int], deadline: float | None):
+        """Each job on the type of its pair ``chosen[i]``: every type's exact DP.
+        Returns (counts per job, value, bound, timed out) or None when the jobs do not fit."""
+        by_type: dict[int, list[int]] = {}
+        for i, p in enumerate(chosen):
+            by_type.setdefault(int(self.pair_type[p]), []).append(i)
+        counts = [0] * self.m
+        value = bound = 0.0
+        timed_out = False
+        for t, jobs in by_type.items():
+            opts = [self.options[chosen[i]] for i in jobs]
+            if sum(int(y[0]) for y, _ in opts) > self.cap[t]:
+                return None
+            stats: dict = {}
+            part, v = dp.solve_options(opts, int(self.cap[t]), stats, deadline=deadline)
+            for i, y in zip(jobs, part):
+                counts[i] = int(y)
+            value += v
+            if stats.get("timed_out"):
+                timed_out = True
+                bound += max(float(stats.get("ub", v)), v)
+            else:
+                bound += v
+        return counts, value, bound, timed_out
+
+
+class _Search:
+    """The branch and bound of the module docstring over allowed (job, type) pairs."""
+
+    def __init__(self, model: _Model, deadline: float | None):
+        self.model = model
+        self.deadline = deadline
+        self.best: tuple[list[int], list[int], float] | None = None  # (counts, chosen pairs, value)
+        self.open_bound = -math.inf  # largest bound of a node left unexplored (deadline, node limit)
+        self.nodes = 0
+        self.timed_out = False
+        self.tol = REL_TOL * model.scale
+
+    def _lb(self) -> float:
+        return self.best[2] if self.best is not None else -math.inf
+
+    def _try(self, chosen: list[int]) -> None:
+        got = self.model.solve_assignment(chosen, self.deadline)
+        if got is None:
+            return
+        counts, value, bound, timed_out = got
+        if timed_out:
+            self.timed_out = True
+            self.open_bound = max(self.open_bound, bound)
+        if value > self._lb():
+            self.best = (counts, list(chosen), value)
+
+    def _choice(self, r: np.ndarray, allowed: np.ndarray, prefer_current: bool) -> list[int]:
+        """A pair per job: its current type's (when allowed and ``prefer_current``), else its best reduced."""
+        chosen = []
+        for i, pairs in enumerate(self.model.pairs_of):
+            ok = [p for p in pairs if allowed[p]] or pairs[:1]
+            if prefer_current and allowed[pairs[0]]:
+                chosen.append(pairs[0])
+            else:
+                chosen.append(max(ok, key=lambda p: r[p]))
+        return chosen
+
+    def run(self) -> None:
+        model = self.model
+        root = np.ones(len(model.pair_job), dtype=bool)
+        mu = model.multipliers(root)
+        r, m_i, ub = model.reduced(mu, root)
+        self._try(self._choice(r, root, True))
+        self._try(self._choice(r, root, False))
+        heap = [(-ub, 0, root, mu)]
+        counter = 1
+        while heap:
+            neg_ub, _, allowed, mu = heapq.heappop(heap)
+            if -neg_ub <= self._lb() + self.tol:
+                continue
+            if self._expired() or self.nodes >= MAX_NODES:
+                self.open_bound = max(self.open_bound, -neg_ub, *(-h[0] for h in heap))
+                return
+            self.nodes += 1
+            if self.nodes > 1:
+                mu = model.multipliers(allowed)
+            r, m_i, ub = model.reduced(mu, allowed)
+            if ub <= self._lb() + self.tol:
+                continue
+            # type fixing (module docstring, rule 3)
+            slack = ub - self._lb() + self.tol
+            allowed = allowed & (m_i[model.pair_job] - r <= slack)
+            undecided = []
+            for i, pairs in enumerate(model.pairs_of):
+                live = [p for p in pairs if allowed[p]]
+                if len(live) > 1:
+                    undecided.append((i, live))
+            if not undecided:
+                self._try(self._choice(r, allowed, False))
+                continue
+            self._try(self._choice(r, allowed, False))
+            # branch on the undecided job whose best two types are closest
+            def closeness(item):
+                vals = sorted((r[p] for p in item[1]), reverse=True)
+                return vals[0] - vals[1]
+            i, live = min(undecided, key=closeness)
+            for p in live:
+                child = allowed.copy()
+                child[[q for q in model.pairs_of[i] if q != p]] = False
+                heapq.heappush(heap, (-ub, counter, child, mu))
+                counter += 1
+
+    def _expired(self) -> bool:
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            self.timed_out = True
+            return True
+        return False
+
+
+def _limitations(problem: Problem) -> list[str]:
+    """What the count-level search cannot express, on any type a job may use (dp_limitations of
+    every choice of types would say the same): node-level tp, max_nodes, same_rack, the churn limit."""
+    from unicron_plan.core.constraints import dp_limitations
+
+    out = list(dp_limitations(problem))
+    for alts in problem.alternatives.values():
+        j = alts[0]
+        if j.tp > 1 or j.max_nodes is not None or j.same_rack:
+            label = f"jobs {j.id!r}: tp {j.tp}" if j.tp > 1 else f"jobs {j.id!r}: locality on another GPU type"
+            if label not in out:
+                out.append(label)
+    return out
+
+
+def solve_types(problem: Problem, deadline: float | None = None) -> tuple[dict[str, int], dict[str, str], float,
+                                                                          float, bool, dict]:
+    """(counts, GPU type per job, value, bound, timed out, stats) of the separable mixed problem."""
+    model = _Model(problem)
+    search = _Search(model, deadline)
+    search.run()
+    if search.best is None:
+        if search.timed_out:
+            raise InfeasibleError("no plan found before the time limit; raise it")
+        raise InfeasibleError("the jobs that may not suspend (pinned, hysteresis) do not fit on any choice of "
+                              "GPU types")
+    counts, chosen, value = search.best
+    types = {}
+    for j, y, p in zip(problem.jobs, counts, chosen):
+        types[j.id] = model.types[int(model.pair_type[p])] if y > 0 else j.gpu_type
+    bound = max(value, search.open_bound)
+    stats = {"nodes": search.nodes, "types": len(model.types),
+             "pairs": int(len(model.pair_job)), "envelope_points": int(len(model.hy))}
+    return ({j.id: int(y) for j, y in zip(problem.jobs, counts)}, types, value, bound,
+            search.timed_out or bound > value + search.tol, stats)
+
+
+def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
+    """Choose every job's GPU type and count exactly (module docstring).
+
+    A single-type problem goes to the DP unchanged. With node-level or churn constraints, the
+    optimum of the count-level problem is returned when its counts can be placed under them
+    (then it is optimal for the constrained problem too); otherwise SolverUnavailableError.
+    """
+    if not problem.alternatives:
+        return dp.solve(problem, options)
+    deadline = options.deadline if options is not None else None
+    counts, types, value, bound, stopped, stats = solve_types(problem, deadline)
+    placement = None
+    limits = _limitations(problem)
+    if limits:
+        placement = _place_constrained(problem, counts, types, options or SolverOptions())
+        if placement is None:
+            raise SolverUnavailableError(
+                f"mixed GPU types with {', '.join(limits)}: the best plan over types and counts cannot be "
+                f"placed under these constraints, and no exact node-level model over several types exists; "
+                f"drop the constraint or list one type for the job")
+        stats["backend"] = "mixed+place"
+    resolved = problem.with_types(types)
+    objective = resolved.objective(counts, placement)
+    if stopped:
+        return RawSolution(counts=counts, objective=objective, bound=max(bound, objective), termination="time_limit",
+                           solution="feasible", placement=placement, types=types,
+                           options={"stopped": "time limit", **stats})
+    return RawSolution(counts=counts, objective=objective, bound=objective, placement=placement, types=types,
+                       options=stats)
+
+
+def relaxation(problem: Problem, deadline: float | None = None) -> tuple[dict[str, int], float]:
+    """The optimum over types and counts with node-level and churn constraints dropped: an upper bound."""
+    counts, _, value, bound, _, _ = solve_types(problem, deadline)
+    return counts, bound
+
+
+def _place_constrained(problem: Problem, counts, types, options: SolverOptions):
+    """The counts on the chosen types placed under every node-level and churn constraint, or None."""
+    from unicron_plan.core import cost
+    from unicron_plan.solvers.ipmodel import needs_node_level
+
+    resolved = problem.with_types(types)
+    if resolved.max_changed_jobs is not None:
+        changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit, j.exiting, j.off_type and counts[j.id] > 0))
+                      for j in resolved.jobs)
+        if changed > resolved.max_changed_jobs:
+            return None
+    if not needs_node_level(resolved):
+        from unicron_plan.plan.placement import place
+
+        return place(resolved, counts)
+    from unicron_plan.solvers import cpsat
+
+    if not cpsat.available():
+        return None
+    left = options.remaining()
+    return cpsat.place_constrained(resolved, counts, 5.0 if left is None else min(5.0, left / 2), options.threads)

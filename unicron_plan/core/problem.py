@@ -295,6 +295,8 @@ def add_alternatives(problem: Problem, type_tables, type_layouts) -> Problem:
             if (job.tp is not None and job.tp > 1) or (job.min_gain_fraction is not None and not jt.hit):
                 keep = constraints.allowed_mask(job, counts, gains, -1, jt.hit, jt.f_x, problem.d_run)
             keep[0] = zero_ok
+            if not keep.any():
+                continue  # no count allowed there
             options.append(dataclasses.replace(
                 jt, gpu_type=t, table=table, counts=counts[keep], f=f[keep], gains=gains[keep],
                 layouts=dict(type_layouts.get(jt.id, {}).get(t, {})), off_type=True))

@@ -34,6 +34,7 @@ from unicron_plan.solvers import SolverOptions, dp
 
 REL_TOL = 1e-9
 MAX_NODES = 100_000  # branch-and-bound nodes before the search stops with a bound and a gap
+LAGRANGE_STEPS = 40  # subgradient steps per node on the one-type-per-job multipliers
 
 
 def available() -> bool:
@@ -157,8 +158,13 @@ class _Search:
         self.best: tuple[list[int], list[int], float] | None = None  # (counts, chosen pairs, value)
         self.open_bound = -math.inf  # largest bound of a node left unexplored (deadline, node limit)
         self.nodes = 0
+        self.lagrange_steps = 0
         self.timed_out = False
         self.tol = REL_TOL * model.scale
+        # y > 0 options of every pair (Pareto among themselves, so also after a shift of their gains)
+        self.positive = [(y[1:], g[1:]) if len(y) and y[0] == 0 else (y, g) for y, g in model.options]
+        self.z = np.where(np.isfinite(model.zero), model.zero, 0.0)
+        self.eq = ~np.isfinite(model.zero)  # may not suspend: "on exactly one type"
 
     def _lb(self) -> float:
         return self.best[2] if self.best is not None else -math.inf
@@ -185,6 +191,80 @@ class _Search:
                 chosen.append(max(ok, key=lambda p: r[p]))
         return chosen
 
+    def _dual(self, allowed: np.ndarray, live: list[list[int]], pi: np.ndarray):
+        """The bound of relaxing "job i on at most (exactly) one type" with multipliers ``pi``:
+        sum_i (z_i + pi_i) + sum_t DP_t, where DP_t is the exact DP of type t over the jobs decided
+        on t (their own options) and the undecided jobs allowed there (gains G - z_i - pi_i, or
+        nothing). Returns (bound, times each undecided job is used, the pair each used job took),
+        or None when the jobs that may not suspend cannot fit."""
+        model = self.model
+        per_type: dict[int, list] = {}
+        total = 0.0
+        for i, pairs in enumerate(live):
+            if len(pairs) == 1:
+                p = pairs[0]
+                per_type.setdefault(int(model.pair_type[p]), []).append((i, p, model.options[p], False))
+            elif not pairs:
+                if self.eq[i]:
+                    return None
+                total += self.z[i]
+            else:
+                total += self.z[i] + pi[i]
+                for p in pairs:
+                    y, g = self.positive[p]
+                    shifted = g - self.z[i] - pi[i]
+                    keep = shifted > 0
+                    opt = (np.concatenate([[0], y[keep]]), np.concatenate([[0.0], shifted[keep]]))
+                    per_type.setdefault(int(model.pair_type[p]), []).append((i, p, opt, True))
+        use = np.zeros(model.m)
+        took = {}
+        for t, items in per_type.items():
+            opts = [it[2] for it in items]
+            if sum(int(y[0]) for y, _ in opts) > model.cap[t]:
+                return None
+            counts, value = dp.solve_options(opts, int(model.cap[t]), deadline=self.deadline)
+            total += value
+            for (i, p, _, undecided), c in zip(items, counts):
+                if c > 0 and undecided:
+                    use[i] += 1
+                    took[i] = p
+        return total, use, took
+
+    def _lagrange(self, allowed, live, pi, ub, steps):
+        """Subgradient steps on the multipliers of :meth:`_dual`; (best bound, its multipliers,
+        the last use counts); each solution, repaired to one type per job, is tried as a plan."""
+        undecided = np.asarray([len(p) > 1 for p in live])
+        best_pi, theta, stall = pi.copy(), 1.0, 0
+        use = None
+        for step in range(steps):
+            if self._expired():
+                break
+            got = self._dual(allowed, live, pi)
+            self.lagrange_steps += 1
+            if got is None:
+                return -math.inf, pi, None
+            value, use, took = got
+            if value < ub:
+                ub, best_pi, stall = value, pi.copy(), 0
+            else:
+                stall += 1
+                if stall >= 3:
+                    theta, stall = theta / 2, 0
+            if step % 4 == 0:
+                self._try([took.get(i, next((p for p in live[i]), self.model.pairs_of[i][0]))
+                           if undecided[i] else (live[i][0] if live[i] else self.model.pairs_of[i][0])
+                           for i in range(self.model.m)])
+            gap = ub - self._lb()
+            if gap <= self.tol:
+                break
+            s = np.where(undecided, 1.0 - use, 0.0)
+            norm = float(s @ s)
+            if norm == 0:
+                break
+            pi = pi - theta * max(value - self._lb(), self.tol) / norm * s
+            pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
+        return ub, best_pi, use
+
     def run(self) -> None:
         model = self.model
         root = np.ones(len(model.pair_job), dtype=bool)
@@ -192,42 +272,50 @@ class _Search:
         r, m_i, ub = model.reduced(mu, root)
         self._try(self._choice(r, root, True))
         self._try(self._choice(r, root, False))
-        heap = [(-ub, 0, root, mu)]
+        pi0 = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
+        heap = [(-ub, 0, root, pi0)]
         counter = 1
         while heap:
-            neg_ub, _, allowed, mu = heapq.heappop(heap)
+            neg_ub, _, allowed, pi = heapq.heappop(heap)
             if -neg_ub <= self._lb() + self.tol:
                 continue
             if self._expired() or self.nodes >= MAX_NODES:
                 self.open_bound = max(self.open_bound, -neg_ub, *(-h[0] for h in heap))
                 return
             self.nodes += 1
-            if self.nodes > 1:
-                mu = model.multipliers(allowed)
-            r, m_i, ub = model.reduced(mu, allowed)
+            mu = model.multipliers(allowed) if self.nodes > 1 else mu
+            r, m_i, ub_lp = model.reduced(mu, allowed)
+            ub = min(ub_lp, -neg_ub)
             if ub <= self._lb() + self.tol:
                 continue
-            # type fixing (module docstring, rule 3)
-            slack = ub - self._lb() + self.tol
-            allowed = allowed & (m_i[model.pair_job] - r <= slack)
-            undecided = []
-            for i, pairs in enumerate(model.pairs_of):
-                live = [p for p in pairs if allowed[p]]
-                if len(live) > 1:
-                    undecided.append((i, live))
+            # type fixing (module docstring, rule 3): with this node's own UB(mu), whose deficits it uses
+            allowed = allowed & (m_i[model.pair_job] - r <= ub_lp - self._lb() + self.tol)
+            live = [[p for p in pairs if allowed[p]] for pairs in model.pairs_of]
+            undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
             if not undecided:
                 self._try(self._choice(r, allowed, False))
                 continue
             self._try(self._choice(r, allowed, False))
-            # branch on the undecided job whose best two types are closest
-            def closeness(item):
-                vals = sorted((r[p] for p in item[1]), reverse=True)
-                return vals[0] - vals[1]
-            i, live = min(undecided, key=closeness)
-            for p in live:
+            if self.nodes > 1:
+                pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
+            else:
+                pi = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
+            ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS)
+            if ub <= self._lb() + self.tol:
+                continue
+            if self._expired():
+                self.open_bound = max(self.open_bound, ub, *(-h[0] for h in heap))
+                return
+
+            def conflict(i):  # used twice or not at all by the relaxation first, then the closest types
+                vals = sorted((r[p] for p in live[i]), reverse=True)
+                off = 0 if use is None else abs(1 - use[i])
+                return (-off, vals[0] - vals[1])
+            i = min(undecided, key=conflict)
+            for p in live[i]:
                 child = allowed.copy()
                 child[[q for q in model.pairs_of[i] if q != p]] = False
-                heapq.heappush(heap, (-ub, counter, child, mu))
+                heapq.heappush(heap, (-ub, counter, child, pi))
                 counter += 1
 
     def _expired(self) -> bool:
@@ -268,7 +356,7 @@ def solve_types(problem: Problem, deadline: float | None = None) -> tuple[dict[s
     for j, y, p in zip(problem.jobs, counts, chosen):
         types[j.id] = model.types[int(model.pair_type[p])] if y > 0 else j.gpu_type
     bound = max(value, search.open_bound)
-    stats = {"nodes": search.nodes, "types": len(model.types),
+    stats = {"nodes": search.nodes, "lagrange_steps": search.lagrange_steps, "types": len(model.types),
              "pairs": int(len(model.pair_job)), "envelope_points": int(len(model.hy))}
     return ({j.id: int(y) for j, y in zip(problem.jobs, counts)}, types, value, bound,
             search.timed_out or bound > value + search.tol, stats)

@@ -172,16 +172,23 @@ def test_large_mixed_exact_and_agrees_with_highs():
 
 
 def test_contingency_on_a_mixed_cluster_is_exact(tmp_path):
-    from unicron_plan.plan.contingency import build_contingency  # noqa: F401 - the module exists
+    from unicron_plan.plan.contingency import build_contingency, write_contingency
 
     raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
-    inst = load_instance(raw)
-    for node in ("h1", "a0"):
+    index = build_contingency(load_instance(raw))
+    assert set(index["failures"]) == {f"node:{n['id']}" for n in raw["cluster"]["nodes"]}
+    write_contingency(index, tmp_path)
+    for key, entry in index["failures"].items():
         raw_e = copy.deepcopy(raw)
-        raw_e["event"] = {"kind": "failure", "failed_nodes": [node]}
+        raw_e["event"] = {"kind": "failure", "failed_nodes": entry["failed_nodes"]}
         e = load_instance(raw_e)
-        assert math.isclose(solve(e).objective, solve(e, solver="brute").objective, rel_tol=1e-9)
-    del inst
+        fresh = solve(e)
+        assert math.isclose(entry["objective"], solve(e, solver="brute").objective, rel_tol=1e-9)
+        used = solve(e, contingency=str(tmp_path))
+        assert used.solver.name == "contingency", used.solver.options
+        assert math.isclose(used.objective, fresh.objective, rel_tol=1e-9)
+    moved = index["plans"][index["failures"]["node:h3"]["plan"]]
+    assert moved["types"] == {"llm-b": "a100"}
 
 
 def test_relaxation_of_a_mixed_problem_bounds_every_plan():

@@ -74,6 +74,10 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
     objective = problem.with_types(types).objective(counts)
     optimal = result["termination"] == "optimal"
     bound = result["bound"] if math.isfinite(result["bound"]) else math.inf
+    if not math.isfinite(bound):  # CBC reports no bound (and its "optimal" is no proof): the relaxation's
+        from unicron_plan.solvers.mixed import relaxation
+
+        bound = relaxation(problem)[1]
     bound = max(bound, objective)
     if optimal and not math.isclose(bound, objective, rel_tol=1e-9, abs_tol=1e-6):
         optimal = False  # the backend's rounding leaves a visible gap: no proof

@@ -6,8 +6,8 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
 
 1. Lagrangian bound. For multipliers mu_t >= 0 on the capacities,
    UB(mu) = sum_t mu_t C_t + sum_i m_i,  m_i = max(G_i(0), max_{t, y > 0} G_i^t(y) - mu_t y),
-   bounds every plan. mu is the dual of the LP relaxation over the concave envelopes of the
-   options (HiGHS through scipy), the best such mu; any mu >= 0 gives a valid bound.
+   bounds every plan (only the concave envelopes of the options matter). mu is the dual of
+   the LP relaxation over those envelopes (HiGHS), the best such mu; any mu >= 0 is valid.
 2. Lower bound: fix a type per job (its current type; its best Lagrangian type) and solve each
    type exactly with the DP (:func:`unicron_plan.solvers.dp.solve_options`).
 3. Type fixing: a plan worth v has sum_i (m_i - reduced gain of its option) <= UB - v, so job i
@@ -38,7 +38,7 @@ LAGRANGE_STEPS = 40  # subgradient steps per node on the one-type-per-job multip
 
 
 def available() -> bool:
-    """numpy and scipy (HiGHS) only."""
+    """numpy and highspy (HiGHS), both dependencies of the package."""
     return True
 
 
@@ -98,30 +98,47 @@ class _Model:
         return r, m_i, float(mu @ self.cap) + math.fsum(m_i.tolist())
 
     def multipliers(self, allowed: np.ndarray) -> np.ndarray:
-        """The LP dual of the capacities over the allowed envelopes (zeros when the LP cannot say)."""
-        from scipy.optimize import linprog
-        from scipy.sparse import csr_matrix
+        """The LP dual of the capacities over the allowed envelopes (HiGHS; zeros when it cannot say):
+        the mu that minimises UB(mu)."""
+        from unicron_plan.solvers.milp import _silence_highs_banner
 
+        import highspy
+
+        _silence_highs_banner()
         T = len(self.types)
         keep = allowed[self.hpair]
         hy, hg, hp = self.hy[keep], self.hg[keep], self.hpair[keep]
         jobs_zero = np.flatnonzero(np.isfinite(self.zero))
-        n = len(hy) + len(jobs_zero)
+        nv, n = len(hy), len(hy) + len(jobs_zero)
         if n == 0 or not (hy > 0).any():
             return np.zeros(T)
-        top = max(float(np.abs(hg).max()) if len(hg) else 0.0,
+        top = max(float(np.abs(hg).max()) if nv else 0.0,
                   float(np.abs(self.zero[jobs_zero]).max()) if len(jobs_zero) else 0.0)
         s = 2.0 ** -math.frexp(top)[1] if top > 0 else 1.0
-        c = -np.concatenate([hg, self.zero[jobs_zero]]) * s
-        rows_eq = np.concatenate([self.pair_job[hp], jobs_zero])
-        a_eq = csr_matrix((np.ones(n), (rows_eq, np.arange(n))), shape=(self.m, n))
-        cols = np.arange(len(hy))
-        a_ub = csr_matrix((hy, (self.pair_type[hp], cols)), shape=(T, n))
-        res = linprog(c, A_ub=a_ub, b_ub=self.cap.astype(float), A_eq=a_eq, b_eq=np.ones(self.m),
-                      bounds=(0, None), method="highs")
-        if res.status != 0 or res.ineqlin is None:
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = n, self.m + T
+        lp.col_cost_ = -np.concatenate([hg, self.zero[jobs_zero]]) * s
+        lp.col_lower_, lp.col_upper_ = np.zeros(n), np.full(n, highspy.kHighsInf)
+        lp.row_lower_ = np.concatenate([np.ones(self.m), np.full(T, -highspy.kHighsInf)])
+        lp.row_upper_ = np.concatenate([np.ones(self.m), self.cap.astype(float)])
+        # column-wise: a vertex sits in its job's row (1) and its type's row (its count); a zero option in its job's
+        index = np.empty(2 * nv + len(jobs_zero), dtype=np.int32)
+        value = np.empty(len(index))
+        index[0:2 * nv:2], index[1:2 * nv:2] = self.pair_job[hp], self.m + self.pair_type[hp]
+        value[0:2 * nv:2], value[1:2 * nv:2] = 1.0, hy
+        index[2 * nv:], value[2 * nv:] = jobs_zero, 1.0
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = np.concatenate([np.arange(0, 2 * nv + 1, 2), 2 * nv + np.arange(1, len(jobs_zero) + 1)])
+        lp.a_matrix_.index_, lp.a_matrix_.value_ = index, value
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+        h.passModel(lp)
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             return np.zeros(T)
-        return np.maximum(-np.asarray(res.ineqlin.marginals, dtype=float), 0.0) / s
+        duals = np.asarray(h.getSolution().row_dual[self.m:], dtype=float)
+        return np.maximum(-duals, 0.0) / s
 
     def solve_assignment(self, chosen: list[int], deadline: float | None):
         """Each job on the type of its pair ``chosen[i]``: every type's exact DP.

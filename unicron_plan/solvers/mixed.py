@@ -34,6 +34,8 @@ from unicron_plan.solvers import SolverOptions, dp
 
 REL_TOL = 1e-9
 MAX_NODES = 100_000  # branch-and-bound nodes before the search stops with a bound and a gap
+MU_STEPS = 120  # cutting-plane steps for the capacity multipliers (at most)
+MU_TOL = 1e-7  # ... stopped when UB is within this fraction of its minimum
 LAGRANGE_STEPS = 40  # subgradient steps per node on the one-type-per-job multipliers
 
 
@@ -97,48 +99,79 @@ class _Model:
         m_i = np.maximum(best, self.zero)
         return r, m_i, float(mu @ self.cap) + math.fsum(m_i.tolist())
 
+    def _value(self, mu: np.ndarray, sel: np.ndarray, starts: np.ndarray, sizes: np.ndarray, pairs: np.ndarray):
+        """(UB(mu), a subgradient) over the envelope vertices ``sel`` (``starts``/``sizes``: each pair's run)."""
+        hy, hg = self.hy[sel], self.hg[sel]
+        red = hg - mu[self.htype[sel]] * hy
+        best = np.maximum.reduceat(red, starts)
+        at = red == np.repeat(best, sizes)
+        y = np.minimum.reduceat(np.where(at, hy, np.inf), starts)
+        per_job = self.zero.copy()
+        np.maximum.at(per_job, self.pair_job[pairs], best)
+        value = float(mu @ self.cap) + math.fsum(per_job.tolist())
+        # the pair that attains each job's maximum (none when suspending does): its count, on its type
+        wins = best >= per_job[self.pair_job[pairs]]
+        wins &= best > self.zero[self.pair_job[pairs]]
+        first = np.zeros(len(pairs), dtype=bool)
+        seen = set()
+        for k in np.flatnonzero(wins).tolist():
+            i = int(self.pair_job[pairs[k]])
+            if i not in seen:
+                seen.add(i)
+                first[k] = True
+        demand = np.bincount(self.pair_type[pairs[first]], weights=y[first], minlength=len(self.types))
+        return value, self.cap - demand
+
     def multipliers(self, allowed: np.ndarray) -> np.ndarray:
-        """The LP dual of the capacities over the allowed envelopes (HiGHS; zeros when it cannot say):
-        the mu that minimises UB(mu)."""
+        """The mu >= 0 that minimises UB(mu), the LP dual of the capacities over the allowed envelopes:
+        UB is convex and piecewise linear in T variables, minimised by Kelley's cutting planes (a
+        master LP of T + 1 variables per step, HiGHS) until UB is within MU_TOL of the master's lower bound."""
         from unicron_plan.solvers.milp import _silence_highs_banner
 
         import highspy
 
-        _silence_highs_banner()
         T = len(self.types)
-        keep = allowed[self.hpair]
-        hy, hg, hp = self.hy[keep], self.hg[keep], self.hpair[keep]
-        jobs_zero = np.flatnonzero(np.isfinite(self.zero))
-        nv, n = len(hy), len(hy) + len(jobs_zero)
-        if n == 0 or not (hy > 0).any():
+        sel = allowed[self.hpair]
+        if not sel.any():
             return np.zeros(T)
-        top = max(float(np.abs(hg).max()) if nv else 0.0,
-                  float(np.abs(self.zero[jobs_zero]).max()) if len(jobs_zero) else 0.0)
-        s = 2.0 ** -math.frexp(top)[1] if top > 0 else 1.0
-        lp = highspy.HighsLp()
-        lp.num_col_, lp.num_row_ = n, self.m + T
-        lp.col_cost_ = -np.concatenate([hg, self.zero[jobs_zero]]) * s
-        lp.col_lower_, lp.col_upper_ = np.zeros(n), np.full(n, highspy.kHighsInf)
-        lp.row_lower_ = np.concatenate([np.ones(self.m), np.full(T, -highspy.kHighsInf)])
-        lp.row_upper_ = np.concatenate([np.ones(self.m), self.cap.astype(float)])
-        # column-wise: a vertex sits in its job's row (1) and its type's row (its count); a zero option in its job's
-        index = np.empty(2 * nv + len(jobs_zero), dtype=np.int32)
-        value = np.empty(len(index))
-        index[0:2 * nv:2], index[1:2 * nv:2] = self.pair_job[hp], self.m + self.pair_type[hp]
-        value[0:2 * nv:2], value[1:2 * nv:2] = 1.0, hy
-        index[2 * nv:], value[2 * nv:] = jobs_zero, 1.0
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-        lp.a_matrix_.start_ = np.concatenate([np.arange(0, 2 * nv + 1, 2), 2 * nv + np.arange(1, len(jobs_zero) + 1)])
-        lp.a_matrix_.index_, lp.a_matrix_.value_ = index, value
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
-        h.passModel(lp)
-        h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-            return np.zeros(T)
-        duals = np.asarray(h.getSolution().row_dual[self.m:], dtype=float)
-        return np.maximum(-duals, 0.0) / s
+        hp = self.hpair[sel]
+        starts = np.flatnonzero(np.r_[True, hp[1:] != hp[:-1]])
+        sizes = np.diff(np.r_[starts, len(hp)])
+        pairs = hp[starts]
+        slope = self.hg[sel] / np.maximum(self.hy[sel], 1.0)
+        top = np.zeros(T)  # above the steepest envelope slope a type's demand is 0: UB only grows
+        np.maximum.at(top, self.htype[sel], np.maximum(slope, 0.0))
+        top = top + 1.0
+        _silence_highs_banner()
+        mu = np.zeros(T)
+        best_mu, best = mu, math.inf
+        cuts: list[tuple[float, np.ndarray, np.ndarray]] = []
+        cols = np.arange(T + 1, dtype=np.int32)
+        unit = None  # values in units of UB(0), multipliers in units of their box: coefficients near 1
+        for _ in range(MU_STEPS):
+            value, sub = self._value(mu, sel, starts, sizes, pairs)
+            if unit is None:
+                unit = max(abs(value), 1.0)
+            if value < best:
+                best, best_mu = value, mu.copy()
+            cuts.append((value, sub.astype(float), mu.copy()))
+            # master: min theta s.t. theta >= value_k + sub_k (mu - mu_k), 0 <= mu <= top (scaled)
+            h = highspy.Highs()
+            h.setOptionValue("output_flag", False)
+            h.setOptionValue("threads", 1)
+            inf = highspy.kHighsInf
+            h.addVars(T + 1, np.r_[np.zeros(T), -inf], np.r_[np.ones(T), inf])
+            h.changeColsCost(T + 1, cols, np.r_[np.zeros(T), 1.0])
+            for v, g, m0 in cuts:  # theta' - (g top / unit) mu' >= (v - g m0) / unit
+                h.addRow((v - float(g @ m0)) / unit, inf, T + 1, cols, np.r_[-g * top / unit, 1.0])
+            h.run()
+            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+                break
+            sol = np.asarray(h.getSolution().col_value, dtype=float)
+            if best - sol[T] * unit <= MU_TOL * unit:
+                break
+            mu = np.clip(sol[:T], 0.0, 1.0) * top
+        return best_mu
 
     def solve_assignment(self, chosen: list[int], deadline: float | None):
         """Each job on the type of its pair ``chosen[i]``: every type's exact DP.

@@ -187,3 +187,35 @@ def test_fuzz_points_files_text(tmp_path):
         path.write_bytes(data)
         code, detail = run(("calibrate", path, "--out", out))
         assert code == 2 and "Traceback" not in detail, f"case {k}: {data[:300]!r}\n{detail[:2000]}"
+
+
+def test_fuzz_efficiency_files(tmp_path):
+    """`curve --efficiency`: a mutated efficiency file is a valid curve or a named field (exit 2)."""
+    corpus = [json.loads((ROOT / "models" / "efficiency.json").read_text())]
+    fuzz(tmp_path, corpus, lambda p: ("curve", "gpt3-1.3b", "--gpu-type", "a100", "--global-batch", "256",
+                                      "--seq-len", "2048", "--gpus", "16,32", "--efficiency", p), None, seed=7)
+
+
+def test_fuzz_sweep_yaml(tmp_path):
+    """The sweep reader on YAML: every mutation of a sweep file is read or refused by name."""
+    import yaml
+
+    from unicron_plan.simulate.sweep import load_sweep
+
+    sweep = {"scenario": str(ROOT / "scenarios" / "trace-128-a800.json"), "policies": ["unicron", "megatron"],
+             "grid": {"horizon_hours": [24, 48]}, "seed": 1}
+    rng = np.random.default_rng(8 + SEED)
+    start, cases = __import__("time").perf_counter(), 0
+    path = tmp_path / "s.yaml"
+    while __import__("time").perf_counter() - start < BUDGET or cases < 10:
+        if rng.random() < 0.3:
+            text = mutate_text(rng, sweep).decode("utf-8", "replace")
+        else:
+            text = yaml.safe_dump(json.loads(mutate_structure(rng, sweep)))
+        path.write_text(text)
+        try:
+            with deadline(CASE_SECONDS):
+                load_sweep(path)
+        except InvalidInstanceError:
+            pass
+        cases += 1

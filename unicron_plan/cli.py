@@ -138,19 +138,20 @@ class SchemaKind(str, Enum):
     scenario = "scenario"
     points = "points"
     sweep = "sweep"
+    efficiency = "efficiency"
 
 
 @app.command()
-def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan, scenario, points or "
-                                                       "sweep.")):
-    """Print the JSON Schema of the instance, plan, scenario, calibration points or sweep format."""
+def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan, scenario, points, "
+                                                       "sweep or efficiency.")):
+    """Print the JSON Schema of the instance, plan, scenario, calibration points, sweep or efficiency format."""
     from unicron_plan.schema import Instance, Plan
-    from unicron_plan.schema.efficiency import MeasuredPoints
+    from unicron_plan.schema.efficiency import EfficiencyFile, MeasuredPoints
     from unicron_plan.schema.scenario import Scenario
     from unicron_plan.schema.sweep import Sweep
 
     model = {"instance": Instance, "plan": Plan, "scenario": Scenario, "points": MeasuredPoints,
-             "sweep": Sweep}[kind.value]
+             "sweep": Sweep, "efficiency": EfficiencyFile}[kind.value]
     typer.echo(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
 
 

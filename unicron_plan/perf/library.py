@@ -25,7 +25,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.schema.efficiency import EfficiencyConstants
+from unicron_plan.schema.efficiency import EfficiencyConstants, EfficiencyFile, StackFeatures
 
 DATA_PACKAGE = "unicron_plan.models_data"
 
@@ -193,31 +193,8 @@ class GpuSpec(_Frozen):
     source: str = ""
 
 
-class Stack(_Frozen):
-    """Structural features of a training software stack (not fitted)."""
-
-    name: str = ""
-    flash_attention: bool
-    sequence_parallel: bool
-    distributed_optimizer: bool
-    shard_gradients: bool = Field(description="Gradients sharded over data parallelism too (ZeRO-2 / FSDP).")
-    shard_weights: bool = Field(
-        default=False, description="BF16 weights sharded over data parallelism too (ZeRO-3 / FSDP), gathered per layer.")
-    activation_recompute: bool = Field(
-        description="MLP activation function recomputed in the backward pass (keeps only the first GEMM's output).")
-    grad_bytes: int = Field(ge=2, le=4, description="Bytes per gradient element kept and reduced.")
-    optimizer_grad_copy_bytes: int = Field(
-        ge=0, description="Bytes per parameter of the transient FP32 gradient copy made at the optimizer step.")
-    p2p_scatter_gather: bool
-    tp_overlap: float = Field(ge=0, le=1, description="Fraction of tensor-parallel traffic hidden.")
-    dp_overlap: float = Field(ge=0, le=1, description="Fraction of gradient reduction hidden.")
-    ep_overlap: float = Field(default=0.0, ge=0, le=1,
-                              description="Fraction of MoE all-to-all traffic hidden behind computation.")
-    fp8: bool = Field(default=False, description="Layer GEMMs in FP8 on GPUs that support it (else BF16).")
-    cp_comm: Literal["ring", "all_gather"] = Field(
-        default="ring", description="Context-parallel attention: 'ring' passes K/V chunks behind the "
-                                    "attention core; 'all_gather' gathers K/V before it (exposed).")
-    source: str = ""
+#: Structural features of a software stack (one definition, in the schema).
+Stack = StackFeatures
 
 
 #: The fitted constants of one GPU type under one stack (one definition, in the schema).
@@ -282,9 +259,11 @@ def efficiency_data(path: Optional[str] = None) -> dict:
 def _efficiency_data(path: Optional[str], mtime: Optional[int]) -> dict:
     if path is None:
         return read_data("efficiency.json")
-    from unicron_plan.io import read_json
+    from unicron_plan.io import parse_model, read_json
 
-    return read_json(path)  # strict: missing file, bad JSON, NaN -> InvalidInstanceError
+    # strict: missing file, bad JSON, NaN, a missing or misspelt field -> InvalidInstanceError naming it
+    return parse_model(EfficiencyFile, read_json(path)).model_dump(
+        mode="json", exclude={"stacks": {"__all__": {"name"}}})
 
 
 def clear_caches() -> None:

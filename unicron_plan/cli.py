@@ -465,7 +465,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry point."""
     args = sys.argv[1:] if argv is None else argv
     first = next((a for a in args if not a.startswith("-")), None)
-    register_extra_commands(None if first is None or first not in _CORE_COMMANDS else [])
+    if first is None:  # help lists every command; --version needs none
+        names = [] if "--version" in args else None
+    else:
+        names = [] if first in _CORE_COMMANDS else [first] if first in EXTRA_COMMANDS else None
+    register_extra_commands(names)
     app(args=args)
 
 

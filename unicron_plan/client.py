@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Any, Optional
 from urllib.parse import quote
 
-import httpx
+from unicron_plan.extras import require
+
+httpx = require("httpx", "unicron_plan.client")
 
 
 class PlannerError(Exception):

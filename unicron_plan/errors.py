@@ -42,3 +42,7 @@ class PlanValidationError(UnicronError):
     def __init__(self, problems: list[str]):
         self.problems = problems
         super().__init__("internal error, plan failed validation: " + "; ".join(problems))
+
+
+class MissingExtraError(SolverUnavailableError):
+    """A command needs an optional part of the package that is not installed (exit 2)."""

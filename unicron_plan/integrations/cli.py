@@ -65,6 +65,9 @@ def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show 
                      None, "--rack-feature", help="Prefix of the node feature that names the rack (e.g. rack)."),
                  name: str = typer.Option("slurm", "--name", help="Instance name.")):
     """Build a v1 instance from Slurm nodes and jobs."""
+    from unicron_plan.extras import require
+
+    require("hostlist", "import slurm")
     from unicron_plan.integrations.slurm import import_slurm as run
     from unicron_plan.io import dumps, emit, read_json
 
@@ -114,6 +117,9 @@ def export_slurm(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan 
                  out: Optional[Path] = _OUT):
     """The scontrol commands that carry out PLAN on Slurm, as a shell script."""
     from unicron_plan.api import load_plan
+    from unicron_plan.extras import require
+
+    require("hostlist", "export slurm")
     from unicron_plan.integrations.slurm import export_slurm as run
     from unicron_plan.io import emit, read_json
 

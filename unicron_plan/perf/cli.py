@@ -36,6 +36,9 @@ def parse_gpus(text: Optional[str]) -> Optional[list[int]]:
 
 def write_plot(curve, path: Path) -> None:
     """Draw hardware and model TFLOP/s per GPU and aggregate PFLOP/s; write the PNG atomically."""
+    from unicron_plan.extras import require
+
+    require("matplotlib", "curve --plot")
     import matplotlib
 
     matplotlib.use("Agg")

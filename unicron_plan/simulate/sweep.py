@@ -187,6 +187,9 @@ def run_sweep(sweep: Sweep, base: dict, backend: str = "process", address: Optio
 
 def plot_sweep(result: dict[str, Any], out_dir: Path) -> list[Path]:
     """One PNG per swept field: each baseline's ratio (mean, 95% interval) against the field's values."""
+    from unicron_plan.extras import require
+
+    require("matplotlib", "sweep plots (--out)")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from unicron_plan.errors import SolverUnavailableError
+from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 
 
 #: The least time a backend is handed once its deadline has passed: enough to return
@@ -82,7 +82,7 @@ def get_solver(name: str) -> Callable:
         raise SolverUnavailableError(f"unknown solver {name!r}; valid solvers: {', '.join(solver_names())}")
     module = importlib.import_module(spec.module)
     if hasattr(module, "available") and not module.available():
-        raise SolverUnavailableError(
-            f"solver {name!r} is not available on this machine (its backend is not installed); "
-            f"valid solvers: {', '.join(solver_names())}")
+        raise MissingExtraError(
+            f"solver {name!r} is not available here (its backend is not installed): "
+            f"pip install 'unicron-plan[ip]'")
     return module.solve

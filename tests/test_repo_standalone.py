@@ -141,3 +141,11 @@ def test_scripts_only_print_help_on_help(script, tmp_path):
                        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0 and "usage" in r.stdout.lower(), (script, r.stdout[-500:], r.stderr[-500:])
     assert {p: p.stat().st_mtime_ns for p in watched} == before
+
+
+def test_license_file_matches_the_declared_license():
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
+    text = (ROOT / "LICENSE").read_text()
+    assert declared == "MIT" and text.startswith("MIT License") and "WITHOUT WARRANTY OF ANY KIND" in text

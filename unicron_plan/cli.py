@@ -231,8 +231,10 @@ def bench(instances: list[str] = typer.Argument(..., help="Instance files, or ge
           runs: int = typer.Option(3, "--runs", help="Timed runs per solver and instance."),
           process: bool = typer.Option(False, "--process", help="Also time the whole `solve` CLI process."),
           time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds, for the IP backends."),
-          json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
-          check: Optional[Path] = typer.Option(None, "--check", help="Baseline JSON to compare against."),
+          as_json: bool = typer.Option(False, "--json", help="Print the results as JSON instead of the table."),
+          out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the results as JSON here too."),
+          check: Optional[Path] = typer.Option(None, "--check", help="Baseline JSON to compare against: every "
+                                                                     "instance and solver run must be in it."),
           tolerance: float = typer.Option(0.5, "--tolerance", help="Allowed relative slowdown."),
           floor: float = typer.Option(0.01, "--floor", help="Times below this many seconds count as this."),
           quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar.")):
@@ -242,16 +244,19 @@ def bench(instances: list[str] = typer.Argument(..., help="Instance files, or ge
 
     results = b.run_bench(instances, solver, runs=runs, process=process, time_limit=time_limit,
                           progress=not quiet)
-    from rich.console import Console
+    if as_json:
+        sys.stdout.write(dumps(results))
+    else:
+        from rich.console import Console
 
-    console = Console(width=200)
-    console.print(b.table(results))
+        Console(width=200).print(b.table(results))
     for line in b.notes(results):
         typer.echo(line, err=True)
-    if json_out is not None:
-        write_atomic(json_out, dumps(results))
+    if out is not None:
+        write_atomic(out, dumps(results))
     if check is not None:
-        problems = b.check(results, read_json(check), tolerance=tolerance, floor_seconds=floor)
+        roots = [Path.cwd(), check.resolve().parent.parent]  # benchmarks/baseline.json keys are repo-relative
+        problems = b.check(results, read_json(check), tolerance=tolerance, floor_seconds=floor, roots=roots)
         for p in problems:
             typer.echo(f"regression: {p}", err=True)
         if problems:

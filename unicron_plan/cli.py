@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Cost-minimising reconfiguration plans for multi-job LLM training clusters.")
 
 
@@ -39,8 +39,47 @@ def _root(show_version: bool = typer.Option(False, "--version", callback=_versio
 def _fail(code: int, message: str) -> None:
     from unicron_plan.text import one_line
 
-    typer.echo(f"error: {one_line(message, 600)}", err=True)
+    typer.echo(f"error: {one_line(message, 2400)}", err=True)  # each part is bounded where it is made
     raise typer.Exit(code)
+
+
+def working(label: str, quiet: bool = False, after: float = 2.0):
+    """A context showing a spinner with ``label`` on stderr once the work inside has run ``after``
+    seconds (on a terminal, unless ``quiet``): anything long says it is working, nothing short
+    flickers, and stdout stays the result."""
+    import contextlib
+
+    if quiet or not sys.stderr.isatty():
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def spin():
+        import threading
+
+        from rich.console import Console
+        from rich.status import Status
+
+        status = Status(label, console=Console(stderr=True))
+        lock = threading.Lock()
+        state = {"done": False, "shown": False}
+
+        def show():
+            with lock:
+                if not state["done"]:
+                    status.start()
+                    state["shown"] = True
+        timer = threading.Timer(after, show)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            with lock:
+                state["done"] = True
+                if state["shown"]:
+                    status.stop()
+    return spin()
 
 
 #: Default of ``solve --time-limit``: no input makes the command run longer than this.
@@ -65,6 +104,11 @@ def handle_errors(fn):
             _fail(3, str(exc))
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
+        except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as the
+            import os            # Python documentation recommends (Python's own flush would fail again)
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1) from None
         except Exception as exc:  # a bug: say so in one line; UNICRON_DEBUG=1 shows the traceback
             import os
 
@@ -91,13 +135,15 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
                                           "plan when the event matches one (validated first; otherwise "
                                           "solve afresh and say why on stderr)."),
           summary: bool = typer.Option(False, "--summary", help="Also print a table of the plan "
-                                                                "(job, action, GPUs, nodes, WAF, penalty) on stderr.")):
+                                                                "(job, action, GPUs, nodes, WAF, penalty) on stderr."),
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress spinner on stderr.")):
     """Compute the optimal reconfiguration plan of INSTANCE and print it as JSON."""
     from unicron_plan import api
     from unicron_plan.io import dumps, emit
 
-    plan = api.solve(instance, solver=solver, time_limit_seconds=time_limit, threads=threads,
-                     contingency=contingency)  # api.solve parses and checks the file once
+    with working(f"solving {instance.name}", quiet):
+        plan = api.solve(instance, solver=solver, time_limit_seconds=time_limit, threads=threads,
+                         contingency=contingency)  # api.solve parses and checks the file once
     reason = (plan.solver.options or {}).get("contingency_fallback")
     if reason:
         typer.echo(f"note: contingency not used: {reason}; solved from scratch", err=True)
@@ -121,7 +167,7 @@ def validate(instance: Path = typer.Argument(..., help="Instance JSON file."),
         typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     if report.valid:
         if not as_json:
-            typer.echo(f"valid: objective {report.objective:.6g}")
+            typer.echo(f"valid: objective {report.objective:.6g} TFLOP (weighted useful work)")
         return
     from unicron_plan.text import one_line
 
@@ -170,6 +216,31 @@ def solvers():
 
 @app.command()
 @handle_errors
+def models(as_json: bool = typer.Option(False, "--json", help="Print the lists as JSON.")):
+    """List the library's models and GPU types (the names `curve` and a job's `throughput.model` take)."""
+    from unicron_plan.perf.library import get_gpu, get_model, gpu_names, model_names
+
+    ms = [get_model(n) for n in model_names()]
+    gs = [get_gpu(n) for n in gpu_names()]
+    if as_json:
+        typer.echo(json.dumps({
+            "models": [{"name": m.name, "params": m.params(), "active_params": m.active_params(), "layers": m.layers,
+                        "moe": m.moe} for m in ms],
+            "gpu_types": [{"name": g.name, "peak_tflops": g.peak_tflops, "memory_gib": g.memory_gib,
+                           "gpus_per_node": g.gpus_per_node} for g in gs]}, indent=2, sort_keys=True))
+        return
+    typer.echo("models (parameters in billions; active per token for MoE):")
+    for m in ms:
+        active = f", {m.active_params() / 1e9:.1f} B active" if m.moe else ""
+        typer.echo(f"  {m.name:24s} {m.params() / 1e9:8.1f} B params{active}, {m.layers} layers")
+    typer.echo("GPU types:")
+    for g in gs:
+        typer.echo(f"  {g.name:8s} {g.peak_tflops:7.0f} TFLOP/s dense BF16, {g.memory_gib:5.0f} GiB, "
+                   f"{g.gpus_per_node} GPUs per node")
+
+
+@app.command()
+@handle_errors
 def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (its event, if any, is ignored)."),
                 out: Path = typer.Option(Path("contingency"), "--out", "-o", help="Output directory."),
                 racks: bool = typer.Option(False, "--racks", help="Also plan for the failure of each rack."),
@@ -212,15 +283,17 @@ def generate(out: Path = typer.Argument(..., help="File to write."),
                                                    "adversarial kind (unicron_plan.tools.adversarial)."),
              scenario: bool = typer.Option(False, "--scenario", help="Write a scenario instead of an instance."),
              duration_hours: float = typer.Option(720.0, "--duration-hours", help="Scenario length."),
-             name: Optional[str] = typer.Option(None, "--name")):
+             name: Optional[str] = typer.Option(None, "--name"),
+             quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress spinner on stderr.")):
     """Write a seeded instance (or scenario) drawn from the documented distributions (unicron_plan.tools.generate)."""
     from unicron_plan.tools.generate import generate_instance, generate_scenario
     from unicron_plan.io import dumps, write_atomic
 
     kwargs = dict(gpus=gpus, jobs=jobs, gpus_per_node=gpus_per_node, nodes_per_rack=nodes_per_rack,
                   demand=demand, max_counts=max_counts, curves=curves.value, name=name)
-    doc = (generate_scenario(seed, duration_hours=duration_hours, **kwargs) if scenario
-           else generate_instance(seed, failed_nodes=failed_nodes, **kwargs))
+    with working(f"generating {out.name}", quiet):
+        doc = (generate_scenario(seed, duration_hours=duration_hours, **kwargs) if scenario
+               else generate_instance(seed, failed_nodes=failed_nodes, **kwargs))
     write_atomic(out, dumps(doc))
 
 
@@ -304,14 +377,15 @@ def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs
              as_json: bool = typer.Option(False, "--json", help="Print the result JSON (docs/format.md)."),
              plot: Optional[Path] = typer.Option(None, "--plot", help="PNG: cumulative weighted TFLOP and WAF "
                                                                        "over time (first seed)."),
-             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the JSON here too.")):
+             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the JSON here too."),
+             quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr.")):
     """Simulate SCENARIO's failures and repairs over time under each policy."""
     from unicron_plan.io import dumps, emit
     from unicron_plan.simulate import DEFAULT_POLICIES, run as simrun
 
     sc = simrun.load_scenario(scenario)
     names = simrun.check_policies(list(policy) if policy else list(DEFAULT_POLICIES))
-    show = not as_json and sys.stderr.isatty()
+    show = not quiet and sys.stderr.isatty()
     with _progress(show, seeds, sc.name) as tick:
         if seeds == 1:
             runs = [simrun.simulate(sc, names, seed, record=plot is not None, progress=tick)]
@@ -364,20 +438,28 @@ def _print_summary(result: dict, names: list[str]) -> None:
 
     table = Table(title=f"{result['scenario']} (seed {result['seed']}"
                         + (f", {result['seeds']} seeds" if "seeds" in result else "") + ")")
-    for col in ("policy", "weighted TFLOP", "unicron / policy", "reconfigs", "detection h", "transition h",
-                "sub-healthy h"):
+    several = "seeds" in result
+    for col in ("policy", "weighted TFLOP" + (" (mean [95% CI])" if several else ""),
+                "unicron / policy" + (" (mean [95% CI])" if several else ""), "reconfigs", "detection h",
+                "transition h", "sub-healthy h"):
         table.add_column(col, justify="right" if col != "policy" else "left")
     ref = result["policies"].get("unicron", {}).get("weighted_tflop")
     for name in names:
         r = result["policies"][name]
         dh = r["downtime_hours"]
-        table.add_row(name, f"{r['weighted_tflop']:.4e}",
-                      f"{ref / r['weighted_tflop']:.4f}" if ref and r["weighted_tflop"] else "-",
+        work, ratio = f"{r['weighted_tflop']:.4e}", f"{ref / r['weighted_tflop']:.4f}" if ref and r["weighted_tflop"] else "-"
+        if several:
+            lo, hi = r["ci95"]["weighted_tflop"]
+            work += f" [{lo:.4e}, {hi:.4e}]"
+            ur = r.get("unicron_ratio") or {}
+            if ur.get("mean") is not None:
+                ratio = f"{ur['mean']:.4f} [{ur['ci95'][0]:.4f}, {ur['ci95'][1]:.4f}]"
+        table.add_row(name, work, ratio,
                       f"{r['reconfigurations']:g}",
                       f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}")
     console = Console()
     if not console.is_terminal:
-        console = Console(width=120)
+        console = Console(width=160)
     console.print(table)
 
 
@@ -390,7 +472,8 @@ def sweep(sweep_file: Path = typer.Argument(..., metavar="SWEEP", help="Sweep fi
                                                                           "Ray instance)."),
           workers: int = typer.Option(2, "--workers", min=1, max=256, help="Local processes or Ray CPUs."),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for sweep.json and the plots."),
-          as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table.")):
+          as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr.")):
     """Simulate a grid of scenario variants x policies x seeds; unicron's ratio to each policy with 95% CIs."""
     from unicron_plan.errors import InvalidInstanceError
     from unicron_plan.io import dumps, emit, read_json
@@ -404,7 +487,7 @@ def sweep(sweep_file: Path = typer.Argument(..., metavar="SWEEP", help="Sweep fi
         if out.exists() and not out.is_dir():
             raise InvalidInstanceError("--out", f"{out} is not a directory")
         out.mkdir(parents=True, exist_ok=True)
-    show = not as_json and sys.stderr.isatty()
+    show = not quiet and sys.stderr.isatty()
     with _sweep_progress(show, len(sw.grid_points(spec)) * spec.replications.max) as tick:
         result = sw.run_sweep(spec, base, backend=backend, address=address, workers=workers, progress=tick)
     text = dumps(result)
@@ -475,10 +558,33 @@ def main(argv: Optional[list[str]] = None) -> None:
     else:
         names = [] if first in _CORE_COMMANDS else [first] if first in EXTRA_COMMANDS else None
     register_extra_commands(names)
-    app(args=args)
+    command(app)(args=args, prog_name="unicron-plan")
 
 
-_CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "contingency", "generate", "bench", "simulate",
+def command(typer_app: typer.Typer):
+    """The click command of ``typer_app``, its flags (``--json``, ``--summary``, ``--help``...) shown
+    in help without a value placeholder, as they take none."""
+    def bare(cmd) -> None:
+        for p in cmd.params:
+            if getattr(p, "is_flag", False):
+                p.metavar = ""
+        make_help = cmd.get_help_option
+
+        def help_option(ctx, _make=make_help):
+            opt = _make(ctx)
+            if opt is not None:
+                opt.metavar = ""
+            return opt
+        cmd.get_help_option = help_option
+        for sub in getattr(cmd, "commands", {}).values():
+            bare(sub)
+
+    cmd = typer.main.get_command(typer_app)
+    bare(cmd)
+    return cmd
+
+
+_CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "models", "contingency", "generate", "bench", "simulate",
                   "sweep", "import", "export"}
 
 

@@ -289,8 +289,11 @@ def get_model(name: str, field: str = "model") -> ModelSpec:
     try:
         return _models()[name]
     except KeyError:
+        from unicron_plan.text import shown
+
         raise InvalidInstanceError(
-            field, f"unknown model {name!r}; valid models: {', '.join(model_names())}") from None
+            field, f"unknown model '{shown(name, 60)}'; valid models (`unicron-plan models` describes them): "
+                   f"{', '.join(model_names())}", limit=2000) from None
 
 
 def get_gpu(name: str, field: str = "gpu_type") -> GpuSpec:
@@ -298,8 +301,11 @@ def get_gpu(name: str, field: str = "gpu_type") -> GpuSpec:
     try:
         return _gpus()[name]
     except KeyError:
+        from unicron_plan.text import shown
+
         raise InvalidInstanceError(
-            field, f"unknown GPU type {name!r}; valid GPU types: {', '.join(gpu_names())}") from None
+            field, f"unknown GPU type '{shown(name, 60)}'; valid GPU types: {', '.join(gpu_names())}",
+            limit=2000) from None
 
 
 def get_efficiency(gpu_type: str, stack: Optional[str] = None,

@@ -224,7 +224,7 @@ def table(results: dict):
 
     t = Table(title=f"unicron-plan bench ({results['runs']} runs, medians)")
     for col in ("instance", "GPUs", "jobs", "solver", "status", "solve s", "total s", "process s",
-                "objective", "gap"):
+                "objective TFLOP", "gap (fraction)"):
         t.add_column(col, justify="left" if col in ("instance", "solver", "status") else "right",
                      no_wrap=True)
     for name, e in results["instances"].items():

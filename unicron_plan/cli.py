@@ -82,8 +82,7 @@ def working(label: str, quiet: bool = False, after: float = 2.0):
     return spin()
 
 
-#: Default of ``solve --time-limit``: no input makes the command run longer than this.
-DEFAULT_TIME_LIMIT_SECONDS = 60.0
+from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS  # noqa: E402 (light: no solver is imported)
 
 
 def handle_errors(fn):
@@ -147,11 +146,22 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
     reason = (plan.solver.options or {}).get("contingency_fallback")
     if reason:
         typer.echo(f"note: contingency not used: {reason}; solved from scratch", err=True)
+    if not quiet and plan.solver.name in ("dp", "auto") and _source_tree_without_native():
+        typer.echo("note: the DP ran its slower numpy loop: this source tree has no compiled "
+                   "_maxplus; `pip install -e .` builds it (or run from outside the tree)", err=True)
     emit(dumps(plan), out)
     if summary:
         from unicron_plan.plan.report import print_summary
 
         print_summary(plan)
+
+
+def _source_tree_without_native() -> bool:
+    """Whether the package runs from a source checkout whose DP extension is not built (Python
+    run from the repository root imports the tree, not the installed copy)."""
+    from unicron_plan.solvers import dp
+
+    return dp.NATIVE is None and (Path(dp.__file__).resolve().parents[2] / "pyproject.toml").is_file()
 
 
 @app.command()

@@ -15,6 +15,10 @@ from typing import Callable, Optional
 from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 
 
+#: Default time limit of `unicron-plan solve` and :func:`unicron_plan.api.solve`, seconds of wall
+#: time: no input makes a solve run longer unless the caller asks for it.
+DEFAULT_TIME_LIMIT_SECONDS = 60.0
+
 #: The least time a backend is handed once its deadline has passed: enough to return
 #: what it holds (an incumbent or the fallback plan), never a reason to run on.
 MIN_SECONDS = 0.01

@@ -194,3 +194,17 @@ def test_a_source_tree_without_the_compiled_dp_says_so(monkeypatch, tmp_path):
     monkeypatch.undo()
     r = CliRunner().invoke(app, ["solve", TINY, "-o", str(tmp_path / "p.json")])
     assert r.exit_code == 0 and "numpy loop" not in r.stderr
+
+
+def test_the_calibration_example_of_docs_perf_runs(tmp_path):
+    import re
+
+    text = (ROOT / "docs" / "perf.md").read_text()
+    section = text[text.index("## Calibration (`calibrate`)"):]
+    example = re.search(r"```json\n(.*?)```", section, re.S).group(1)
+    points = tmp_path / "points.json"
+    points.write_text(example)
+    r = CliRunner().invoke(full_app(), ["calibrate", str(points), "--out", str(tmp_path / "eff.json")])
+    assert r.exit_code == 0, r.output
+    eff = json.loads((tmp_path / "eff.json").read_text())
+    assert "RMS log error" in eff["constants"]["a800"]["megatron-sc21"]["source"]

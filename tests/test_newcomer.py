@@ -92,7 +92,7 @@ def test_json_is_a_flag_in_every_command():
 
 
 def test_long_work_shows_a_spinner_on_stderr_after_two_seconds(monkeypatch):
-    from unicron_plan.cli import working
+    from unicron_plan.progress import working
 
     class Tty(_io.StringIO):
         def isatty(self):

@@ -219,3 +219,21 @@ def test_fuzz_sweep_yaml(tmp_path):
         except InvalidInstanceError:
             pass
         cases += 1
+
+
+def test_fuzz_bench_baseline(tmp_path):
+    """`bench --check`: a mutated baseline is compared or refused by field name, never a crash."""
+    inst = str(ROOT / "instances" / "tiny-one-job-two-nodes.json")
+    from unicron_plan.tools import bench
+
+    baseline = bench.run_bench([inst], ["dp"], runs=1)
+    fuzz(tmp_path, [json.loads(json.dumps(baseline))],
+         lambda p: ("bench", inst, "--runs", "1", "-q", "--check", p), None, seed=9)
+
+
+def test_fuzz_gpu_maps(tmp_path):
+    """`import --gpu-map`: a mutated map is used or refused by field name, never a crash."""
+    d = ROOT / "tests" / "fixtures" / "k8s-small"
+    fuzz(tmp_path, [{"NVIDIA-A100-SXM4-80GB": "a100", "NVIDIA-H100-80GB-HBM3": "h100"}],
+         lambda p: ("import", "k8s", "--nodes", d / "nodes.json", "--pods", d / "pods.json", "--jobs",
+                    d / "jobs.json", "--expected-run-seconds", "3600", "--gpu-map", p), None, seed=10)

@@ -285,8 +285,12 @@ def bench(instances: list[str] = typer.Argument(..., help="Instance files, or ge
           quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar.")):
     """Run solvers side by side and print median times, objectives and gaps; --check exits 1 on a regression."""
     from unicron_plan.tools import bench as b
-    from unicron_plan.io import dumps, read_json, write_atomic
+    from unicron_plan.io import dumps, parse_model, read_json, write_atomic
 
+    if check is not None:  # read before the (long) run, so a bad baseline fails at once
+        from unicron_plan.schema.bench import BenchResults
+
+        baseline = parse_model(BenchResults, read_json(check)).model_dump(mode="json")
     results = b.run_bench(instances, solver, runs=runs, process=process, time_limit=time_limit,
                           progress=not quiet)
     if as_json:
@@ -301,7 +305,7 @@ def bench(instances: list[str] = typer.Argument(..., help="Instance files, or ge
         write_atomic(out, dumps(results))
     if check is not None:
         roots = [Path.cwd(), check.resolve().parent.parent]  # benchmarks/baseline.json keys are repo-relative
-        problems = b.check(results, read_json(check), tolerance=tolerance, floor_seconds=floor, roots=roots)
+        problems = b.check(results, baseline, tolerance=tolerance, floor_seconds=floor, roots=roots)
         for p in problems:
             typer.echo(f"regression: {p}", err=True)
         if problems:

@@ -209,7 +209,8 @@ def check(results: dict, baseline: dict, tolerance: float = 0.5, floor_seconds: 
             if t_now > t_base * (1.0 + tolerance):
                 problems.append(f"{name} / {solver}: {key} {r[key]:.4f} s > baseline {b[key]:.4f} s "
                                 f"x (1 + {tolerance})")
-            if b.get("gap", 1.0) <= OPT_TOL and r.get("gap", 0.0) > OPT_TOL:
+            base_gap = 1.0 if b.get("gap") is None else b["gap"]
+            if base_gap <= OPT_TOL and r.get("gap", 0.0) > OPT_TOL:
                 problems.append(f"{name} / {solver}: lost optimality, gap {r['gap']:.3g} "
                                 f"(objective {r['objective']!r}, best {now['best']!r})")
             if r["objective"] < b["objective"] - OPT_TOL * max(abs(b["objective"]), 1.0):

@@ -585,6 +585,13 @@ def relaxation(problem: Problem, deadline: float | None = None) -> tuple[dict[st
     return counts, total
 
 
+def relaxation_bound(problem: Problem, deadline: float | None = None) -> tuple[dict[str, int], float, float, bool]:
+    """(counts, their value, an upper bound, exact) of the relaxation of :func:`relaxation`; when
+    ``deadline`` passes first, the best counts held and the Lagrangian bound (exact False)."""
+    counts, total, bound, timed_out = _solve_types(problem, deadline)
+    return counts, total, bound, not timed_out
+
+
 def _solve_types(problem: Problem, deadline: float | None) -> tuple[dict[str, int], float, float, bool]:
     """(counts, value, upper bound, timed out) over every GPU type, each solved on its own."""
     counts: dict[str, int] = {}

@@ -13,8 +13,9 @@ from unicron_plan.solvers import SolverOptions
 
 
 def _linear_on_threes(jobs=12, nodes=10):
-    """Linear curves on multiples of 3 with capacity 79: every count has a reduced cost of about 0,
-    so the greedy plan stays below the Lagrangian bound and the DP must fold."""
+    """Linear curves on multiples of 3 (and a poor count 2, so that every capacity is reachable)
+    with capacity 79: every count has a reduced cost of about 0, so the greedy plan stays below
+    the Lagrangian bound and the DP must fold."""
     return {
         "schema_version": "1", "name": "linear-threes",
         "cluster": {"gpu_types": {"a": {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 1600.0,
@@ -23,7 +24,8 @@ def _linear_on_threes(jobs=12, nodes=10):
                               for i in range(nodes)]},
         "jobs": [{"id": f"j{k}", "weight": 1.0,
                   "throughput": {"gpu_type": "a",
-                                 "tflops": {str(3 * c): 30.0 * c * (1 + 1e-3 * k) for c in range(1, 21)}},
+                                 "tflops": {"2": 1.0} | {str(3 * c): 30.0 * c * (1 + 1e-3 * k)
+                                                         for c in range(1, 21)}},
                   "current": {"gpus": 0, "nodes": []}} for k in range(jobs)],
         "cost": {"expected_run_seconds": 3600.0, "default_transition_seconds": 60.0},
     }

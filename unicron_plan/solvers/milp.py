@@ -336,6 +336,7 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
     from unicron_plan.solvers.dp import relaxation_bound
 
     termination = result["termination"]
+    info = {**info, **{k: v for k, v in result.items() if k.endswith("_status")}}
     if termination == "infeasible" and model.feasible(model.hint_values()):
         # A claim of infeasibility refuted by a plan in hand: the solver is wrong, not the instance.
         info = {**info, "infeasible_claim_refuted": True}

@@ -52,7 +52,7 @@ def main() -> None:
                 start = time.perf_counter()
                 plan = api.solve(inst, solver=name, time_limit_seconds=limit, threads=1)
                 wall = time.perf_counter() - start
-                fb = plan.solver.options.get("fallback") or ""
+                fb = (plan.solver.options or {}).get("fallback") or ""
                 rows.append({"gpus": gpus, "solver": name, "limit": limit, "wall": wall, "gap": plan.gap,
                              "solution": plan.status.solution, "fallback": fb})
                 print(f"{gpus:>6} {name:9} {limit:>7.1f} {wall:>7.2f} {wall - limit:>+7.2f} {plan.gap:>9.2e} {fb}",

@@ -41,7 +41,9 @@ def test_a_common_step_bounds_the_capacity_and_the_dp_stays_exact(step, cap, n, 
         y = np.concatenate([[0], step * ks]).astype(np.int64)
         g = np.concatenate([[0.0], 10.0 * y[1:] if linear else np.cumsum(rng.uniform(1, 9, size=len(ks)))])
         options.append(dp.pareto_arrays(y, g))
-    assert dp.reachable_capacity(np.concatenate([y for y, _ in options]), cap) == cap // step * step
+    every = np.concatenate([y for y, _ in options])
+    common = int(np.gcd.reduce(every))  # a multiple of step
+    assert common % step == 0 and dp.reachable_capacity(every, cap) == cap // common * common
     counts, value = dp.solve_options(options, cap)
     best = max((sum(float(g[k]) for (y, g), k in zip(options, pick)), pick)
                for pick in np.ndindex(*[len(y) for y, _ in options])

@@ -132,16 +132,19 @@ def elasticjob_errors(old: dict, new: dict) -> list[str]:
 
 
 def kueue_errors(old: dict, new: dict, suspend_path: tuple[str, ...]) -> list[str]:
-    """A Kueue-managed job's suspend flag belongs to Kueue."""
+    """A Kueue-managed job's suspend flag belongs to Kueue, and its queue-name label is immutable
+    while it runs (jobframework/validation.go, validateUpdateForQueueName)."""
     if KUEUE not in old["metadata"].get("labels", {}):
         return []
+    errs = [] if new["metadata"].get("labels", {}).get(KUEUE) == old["metadata"]["labels"][KUEUE] else [
+        f"metadata.labels[{KUEUE}]: field is immutable"]
 
     def get(doc):
         for part in suspend_path:
             doc = doc.get(part, {}) if isinstance(doc, dict) else {}
         return doc if doc != {} else None
 
-    return [] if get(old) == get(new) else [f"{'.'.join(suspend_path)}: managed by Kueue, changed"]
+    return errs + ([] if get(old) == get(new) else [f"{'.'.join(suspend_path)}: managed by Kueue, changed"])
 
 
 def rule_errors(old: dict, new: dict) -> list[str]:

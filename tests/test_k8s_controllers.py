@@ -285,3 +285,19 @@ def test_fixture_patches_pass_kubectl_and_the_rules(size, kubectl, tmp_path):
     changes = export_k8s(plan, jobs, pods)
     assert check_with_kubectl(kubectl, changes, jobs, nodes, tmp_path) >= 2
     survivors_hold(changes, pods, jobs, plan)
+
+
+def test_walkthrough_of_the_docs():
+    """docs/integrations.md's walk-through: what the plan and the script of the example do."""
+    nodes, pods, jobs = examples()
+    plan = api.solve(import_k8s(nodes, pods, jobs, cost=COST, gpu_map=GpuMap()))
+    by = {pj.id: pj for pj in plan.jobs}
+    assert (by["team-a/llama"].action, by["team-a/llama"].nodes) == ("grow", ["gpu-02", "gpu-03", "gpu-06", "gpu-09"])
+    assert [by[j].action for j in ("team-b/gpt", "team-d/eval", "team-c/bert")] == ["keep", "suspend", "suspend"]
+    notes: list[str] = []
+    changes = export_k8s(plan, jobs, pods, notes=notes)
+    labelled = {c["name"]: c["patch"]["metadata"]["labels"]["unicron-plan/llama"] for c in changes if c["kind"] == "Node"}
+    assert labelled == {"gpu-02": "true", "gpu-03": "true", "gpu-06": "true", "gpu-09": "true", "gpu-01": None}
+    assert {c["name"] for c in changes if c["kind"] == "Pod"} == {"llama-worker-0", "bert-edljob-worker-0"}
+    assert [c["patch"] for c in changes if c["kind"] == "ElasticJob"] == [{"spec": {"suspend": True}}]
+    assert len(notes) == 1 and "team-d/eval" in notes[0]

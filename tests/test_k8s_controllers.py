@@ -226,12 +226,28 @@ def test_dlrover_suspension_by_spec_suspend(kubectl, tmp_path):
     old = all_jobs(jobs)[-1]
     new = kubectl_patch(kubectl, old, "merge", changes[0]["patch"], tmp_path)
     assert new["spec"]["suspend"] is True and rule_errors(old, new) == []
+    notes: list[str] = []
+    assert export_k8s(plan_of(("team-c/bert", 8, 0, "suspend", {})), jobs, notes=notes) == changes[:1]
+    assert len(notes) == 1 and "--pods" in notes[0]  # without the pods file its running worker stays: said
     suspended = copy.deepcopy(jobs)
     suspended[2][0]["items"][0]["spec"]["suspend"] = True
     changes = export_k8s(plan_of(("team-c/bert", 0, 16, "resume", {"gpu-02": 8, "gpu-03": 8})), suspended)
     assert changes[0]["patch"]["spec"]["suspend"] is False
     assert changes[1]["kind"] == "ScalePlan" and changes[1]["patch"]["spec"]["replicaResourceSpecs"]["worker"][
         "replicas"] == 2
+
+
+def test_pods_without_type_labels_are_typed_by_name():
+    """A pod without its replica-type label is typed and indexed by the name its controller gives it."""
+    nodes, pods, jobs = examples()
+    pods = copy.deepcopy(pods)
+    for p in pods["items"]:
+        p["metadata"]["labels"].pop("training.kubeflow.org/replica-type", None)
+        p["metadata"]["labels"].pop("training.kubeflow.org/replica-index", None)
+    plan = plan_of(("team-b/gpt", 16, 8, "shrink", {"gpu-04": 4, "gpu-05": 4}))
+    changes = export_k8s(plan, jobs, pods)
+    # Indices 2 and 3 go (beyond 2 replicas); 0 stays on gpu-04; 1 moves to gpu-05's room.
+    assert {c["name"] for c in changes if c["kind"] == "Pod"} == {"gpt-worker-1", "gpt-worker-2", "gpt-worker-3"}
 
 
 def test_kueue_job_suspension_is_left_to_kueue():

@@ -12,7 +12,7 @@ import_app = typer.Typer(no_args_is_help=True, help="Build a v1 instance from a 
 export_app = typer.Typer(no_args_is_help=True, help="Turn a v1 plan into a scheduler's own changes.")
 
 _RUN = typer.Option(None, "--expected-run-seconds", help="D_run of the instance (or give --node-mtbf-hours).")
-_MTBF = typer.Option(None, "--node-mtbf-hours", help="D_run from node MTBF (FORMAT.md cost.node_mtbf_hours).")
+_MTBF = typer.Option(None, "--node-mtbf-hours", help="D_run from node MTBF (docs/format.md, cost.node_mtbf_hours).")
 _TRANS = typer.Option(600.0, "--default-transition-seconds", help="D_trans of jobs that give none.")
 _GPU_TYPE = typer.Option(None, "--gpu-type", help="PRODUCT=TYPE: map a GPU product (label or gres type) to a "
                                                   "GPU type of the library (repeatable; wins over the built-in table).")

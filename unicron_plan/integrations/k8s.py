@@ -611,15 +611,20 @@ def _pod_type(job: K8sJob, pod: Pod) -> Optional[str]:
     value = (labels.get("training.kubeflow.org/replica-type") if job.key == PYTORCH else
              labels.get("volcano.sh/task-spec") if job.key == VOLCANO else
              labels.get("elasticjob.dlrover/replica-type"))
-    return next((t for t in job.gpu_types if value is not None and t.lower() == value.lower()), None)
+    found = next((t for t in job.gpu_types if value is not None and t.lower() == value.lower()), None)
+    if found is None and value is None:  # no type label: the name the controller gives (JOB-TYPE-INDEX)
+        found = next((t for t in job.gpu_types if _pod_index(job, pod, t, by_name_only=True) is not None), None)
+    return found
 
 
-def _pod_index(job: K8sJob, pod: Pod, rtype: str) -> Optional[int]:
+def _pod_index(job: K8sJob, pod: Pod, rtype: str, by_name_only: bool = False) -> Optional[int]:
     """The replica index of a pod: the name the controller gives it (JOB-TYPE-INDEX), else its index label."""
     prefix = f"{job.name}-{rtype.lower() if job.key == PYTORCH else rtype}-"
     name = pod.metadata.name
     if name.startswith(prefix) and name[len(prefix):].isdigit():
         return int(name[len(prefix):])
+    if by_name_only:
+        return None
     value = pod.metadata.labels.get(INDEX_LABELS[job.key], "")
     return int(value) if value.isdigit() else None
 
@@ -706,7 +711,11 @@ def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[s
                              f"its Workload (spec.active: false) or let Kueue preempt it; nothing is changed here")
                 continue
             changes += _suspend(job)
-            deletions += [_delete(job, p) for p in job.pods] if job.key == DLROVER else []
+            if job.key == DLROVER:
+                deletions += [_delete(job, p) for p in job.pods]
+                if pods_doc is None:
+                    notes.append(f"{job.label}: suspended by spec.suspend, which stops new workers only; its "
+                                 f"running workers are deleted when the export is given --pods")
             continue
         if not job.allowed_gpus(pj.gpus):
             raise object_error(job.label, f"plan jobs[{k}].gpus", f"{pj.gpus} GPUs: its controller runs "

@@ -159,6 +159,12 @@ def test_volcano_task_names_and_placement_label_are_checked():
     sel["unicron-plan/llama"] = "$(x)"
     with pytest.raises(InvalidInstanceError, match=r"label value"):
         import_k8s(nodes, pods, jobs, cost=COST, gpu_map=GpuMap())
+    nodes, pods, jobs = copy.deepcopy(examples())
+    twin = copy.deepcopy(jobs[0][0]["items"][0])
+    twin["metadata"]["name"] = "llama-2"
+    jobs[0][0]["items"].append(twin)
+    with pytest.raises(InvalidInstanceError, match=r"Job team-a/llama-2 .*unicron-plan/llama is also Job team-a/llama"):
+        import_k8s(nodes, pods, jobs, cost=COST, gpu_map=GpuMap())
 
 
 # --- the command line: exit 2 naming the object and the field ----------------------------------

@@ -312,8 +312,9 @@ class K8sJob:
 
     @property
     def kueue(self) -> bool:
-        """Kueue admits and suspends this job (it carries Kueue's queue-name label)."""
-        return KUEUE_QUEUE_LABEL in self.obj.metadata.labels
+        """Kueue admits and suspends this job: a PyTorchJob (a kind Kueue integrates; Volcano and
+        DLRover jobs it does not) carrying Kueue's queue-name label."""
+        return self.key == PYTORCH and KUEUE_QUEUE_LABEL in self.obj.metadata.labels
 
     def counts_rule(self) -> str:
         """The counts :meth:`allowed_gpus` accepts, in words."""
@@ -438,10 +439,17 @@ def parse_jobs(docs: Any, source: str = "jobs") -> list[K8sJob]:
         if len(jobs) > MAX_OBJECTS:
             raise InvalidInstanceError(src, f"{len(jobs)} jobs in all; at most {MAX_OBJECTS} are accepted")
     seen: dict[str, str] = {}
+    keys: dict[str, str] = {}
     for j in jobs:
         if j.id in seen:
             raise object_error(j.label, "metadata.name", f"{j.id!r} is also {seen[j.id]}; job ids are namespace/name")
         seen[j.id] = j.label
+        if j.placement_label is not None:
+            key = j.placement_label[0]
+            if key in keys:
+                raise object_error(j.label, "spec.tasks[*].template.spec.nodeSelector",
+                                   f"the placement label {key} is also {keys[key]}'s: each job needs a key of its own")
+            keys[key] = j.label
     return jobs
 
 

@@ -16,6 +16,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import schedfixtures as fx
 from k8s_rules import kueue_errors, rule_errors
@@ -317,3 +319,29 @@ def test_walkthrough_of_the_docs():
     assert {c["name"] for c in changes if c["kind"] == "Pod"} == {"llama-worker-0", "bert-edljob-worker-0"}
     assert [c["patch"] for c in changes if c["kind"] == "ElasticJob"] == [{"spec": {"suspend": True}}]
     assert len(notes) == 1 and "team-d/eval" in notes[0]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(allocatable=st.integers(0, 8), unmanaged=st.integers(0, 8), ready=st.booleans(), cordoned=st.booleans())
+def test_withheld_and_lost_gpus_never_collide(allocatable, unmanaged, ready, cordoned):
+    """Any mix on one node of lost GPUs (allocatable below capacity), GPUs of unmanaged pods, a
+    failure and a cordon imports: withheld GPUs and the event's GPUs are disjoint and the instance loads."""
+    nodes, pods, jobs = copy.deepcopy(examples())
+    node = next(n for n in nodes["items"] if n["metadata"]["name"] == "gpu-08")
+    node["status"]["allocatable"]["nvidia.com/gpu"] = str(allocatable)
+    node["status"]["conditions"][0]["status"] = "True" if ready else "Unknown"
+    node["spec"]["unschedulable"] = cordoned
+    infer = next(p for p in pods["items"] if p["metadata"]["name"] == "infer-1")
+    for res in ("limits", "requests"):
+        infer["spec"]["containers"][0]["resources"][res]["nvidia.com/gpu"] = str(unmanaged)
+    inst = import_k8s(nodes, pods, jobs, cost=COST, gpu_map=GpuMap())
+    withheld = set(next(n for n in inst["cluster"]["nodes"] if n["id"] == "gpu-08")["failed_gpus"])
+    lost = {g["gpu"] for g in inst["event"]["failed_gpus"] if g["node"] == "gpu-08"}
+    assert not withheld & lost
+    if "gpu-08" in inst["event"]["failed_nodes"]:
+        assert not withheld
+    else:
+        # Unmanaged pods keep what is left of their GPUs; a cordoned node withholds all it has left.
+        assert len(lost) == 8 - allocatable
+        assert len(withheld) == (allocatable if cordoned else min(allocatable, unmanaged))
+    api.load_instance(inst)

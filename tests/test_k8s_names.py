@@ -214,3 +214,24 @@ def test_errors_name_the_node_or_the_pod(tmp_path):
     pods["items"][1]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "eight"
     r = _import(tmp_path, nodes, pods, [doc for doc, _ in jobs])
     assert r.exit_code == 2 and "Pod team-a/llama-worker-0 spec.containers[0].resources.limits" in r.stderr, r.stderr
+
+
+def test_export_cli_takes_several_jobs_files_and_prints_notes(tmp_path):
+    nodes, pods, jobs = examples()
+    r = _import(tmp_path, nodes, pods, [doc for doc, _ in jobs])
+    assert r.exit_code == 0, r.output
+    (tmp_path / "inst.json").write_text(r.stdout)
+    assert CliRunner().invoke(app, ["solve", str(tmp_path / "inst.json"), "--out", str(tmp_path / "plan.json")]
+                              ).exit_code == 0
+    args = ["export", "k8s", str(tmp_path / "plan.json"), "--pods", str(tmp_path / "pods.json"), "--format", "kubectl"]
+    for i in range(len(jobs)):
+        args += ["--jobs", str(tmp_path / f"jobs{i}.json")]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith("#!/bin/sh\n") and "# note: PyTorchJob team-d/eval" in r.stdout
+    assert "note: PyTorchJob team-d/eval" in r.stderr
+    from unicron_plan import api
+
+    notes: list[str] = []
+    changes = export_k8s(api.load_plan(tmp_path / "plan.json"), jobs, pods, notes=notes)
+    assert r.stdout == render_kubectl(changes, notes)

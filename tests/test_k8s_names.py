@@ -235,3 +235,63 @@ def test_export_cli_takes_several_jobs_files_and_prints_notes(tmp_path):
     notes: list[str] = []
     changes = export_k8s(api.load_plan(tmp_path / "plan.json"), jobs, pods, notes=notes)
     assert r.stdout == render_kubectl(changes, notes)
+
+
+# --- the real kubectl against a fake API server on 127.0.0.1 --------------------------------------
+
+def _run_real_kubectl(script: str, tmp_path: Path) -> list[dict]:
+    from fake_apiserver import fake_apiserver
+    from test_k8s_controllers import KUBECTL
+
+    if KUBECTL is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("kubectl is not installed (Debian: apt-get install kubernetes-client)")
+        pytest.skip("kubectl is not installed")
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("n1", "n2", "a", "x"):
+        (work / name).write_text("")
+    with fake_apiserver(tmp_path) as (config, requests):
+        env = {"PATH": f"{Path(KUBECTL).parent}:/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(config)}
+        r = subprocess.run(["sh", "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    assert not (work / "PWNED").exists() and sorted(os.listdir(work)) == ["a", "n1", "n2", "x"]
+    return list(requests)
+
+
+def test_real_kubectl_sends_each_hostile_name_as_that_object(tmp_path):
+    """kubectl itself parses the script: a pod named ``--all`` is deleted as the pod ``--all`` (not
+    every pod), a node named ``-n`` is patched as that node, ``$(...)``, globs and quotes stay names."""
+    names = [n for n in HOSTILE if "\n" not in n]
+    changes = []
+    for name in names:
+        changes.append({"apiVersion": "v1", "kind": "Pod", "namespace": name, "name": name,
+                        "patchType": "delete", "patch": None})
+        changes.append({"apiVersion": "v1", "kind": "Node", "namespace": "", "name": name,
+                        "patchType": "merge", "patch": {"metadata": {"labels": {"k": None}}}})
+    requests = _run_real_kubectl(render_kubectl(changes), tmp_path)
+    assert [(q["method"], q["path"]) for q in requests] == [
+        (("DELETE", ["api", "v1", "namespaces", n, "pods", n]), ("PATCH", ["api", "v1", "nodes", n]))[k]
+        for n in names for k in (0, 1)]
+
+
+def test_real_kubectl_carries_the_examples_script(tmp_path):
+    """The examples' exported patches and deletions, run by kubectl: each reaches its object with its
+    patch type and body."""
+    from unicron_plan import api
+
+    nodes, pods, jobs = examples()
+    plan = api.solve(import_k8s(nodes, pods, jobs, cost=COST, gpu_map=GpuMap()))
+    changes = [c for c in export_k8s(plan, jobs, pods) if c["patchType"] != "create"]
+    requests = _run_real_kubectl(render_kubectl(changes), tmp_path)
+    assert len(requests) == len(changes)
+    types = {"merge": "application/merge-patch+json", "json": "application/json-patch+json"}
+    for q, c in zip(requests, changes):
+        assert q["path"][-1] == c["name"]
+        assert ("namespaces" not in q["path"] and not c["namespace"]) or \
+            q["path"][q["path"].index("namespaces") + 1] == c["namespace"]
+        if c["patchType"] == "delete":
+            assert q["method"] == "DELETE" and q["path"][-2] == "pods"
+        else:
+            assert q["method"] == "PATCH" and q["content_type"] == types[c["patchType"]]
+            assert json.loads(q["body"]) == c["patch"]

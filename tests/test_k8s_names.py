@@ -295,3 +295,39 @@ def test_real_kubectl_carries_the_examples_script(tmp_path):
         else:
             assert q["method"] == "PATCH" and q["content_type"] == types[c["patchType"]]
             assert json.loads(q["body"]) == c["patch"]
+
+
+def test_mutated_kubernetes_objects_are_bad_input_never_a_crash():
+    """Seeded mutations of the examples (any field set to an object, a list, a huge number, an
+    option-like or over-long string...): import and export either work or raise bad input."""
+    import random
+
+    from test_k8s_controllers import plan_of
+    from unicron_plan.errors import InfeasibleError
+
+    values = [None, {}, [], {"x": 1}, ["a"], 0, -1, 10**30, 1.5, 1e308, True, "", "--all", "8", "-8", "a" * 300]
+    base = examples()
+    plan = plan_of(("team-a/llama", 24, 16, "shrink", {"gpu-02": 8, "gpu-03": 8}),
+                   ("team-c/bert", 8, 0, "suspend", {}))
+
+    def paths(doc, pre=()):
+        yield pre
+        items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+        for k, v in items:
+            yield from paths(v, pre + (k,))
+
+    rng = random.Random(7)
+    for _ in range(150):
+        docs = copy.deepcopy(base)
+        which = rng.randrange(3)
+        target = docs[which] if which < 2 else docs[2][rng.randrange(3)][0]
+        *parents, last = rng.choice(list(paths(target))[1:])
+        node = target
+        for k in parents:
+            node = node[k]
+        node[last] = copy.deepcopy(rng.choice(values))
+        try:
+            import_k8s(*docs, cost=COST, gpu_map=GpuMap())
+            render_kubectl(export_k8s(plan, docs[2], docs[1]))
+        except (InvalidInstanceError, InfeasibleError):
+            pass

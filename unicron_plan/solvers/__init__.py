@@ -19,6 +19,7 @@ from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 #: time: no input makes a solve run longer unless the caller asks for it.
 DEFAULT_TIME_LIMIT_SECONDS = 60.0
 
+
 class DeadlineReached(Exception):
     """The deadline passed while a backend was building or copying a model (nothing was solved)."""
 

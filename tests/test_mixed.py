@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mixedgen import large_mixed, mixed_instance
+from unicron_plan.tools.mixedgen import large_mixed, mixed_instance
 from unicron_plan import load_instance, solve, validate_plan
 from unicron_plan.core.problem import build_problem
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError

@@ -1,4 +1,5 @@
-"""Seeded random mixed-fleet instances (several GPU types, jobs allowed on several of them)."""
+"""Seeded random mixed-fleet instances (several GPU types, jobs allowed on several of them), for the tests
+and benchmarks/mixed_fleet.py."""
 
 from __future__ import annotations
 
@@ -60,10 +61,16 @@ def mixed_instance(seed: int, types: int = 2, nodes_per_type: int = 2, gpus_per_
     return inst
 
 
-def large_mixed(seed: int, gpus: int, types: int, jobs: int, gpus_per_node: int = 8, counts_per_job: int = 64) -> dict:
-    """A large mixed fleet: ``gpus`` GPUs split evenly over ``types`` types, every job allowed 2..4 types
-    with jagged, adversarial tables (near-linear with random dents), a quarter of them queued; a node of
-    the first type fails."""
+CURVES = ("jagged", "linear-step", "dense")
+
+
+def large_mixed(seed: int, gpus: int, types: int, jobs: int, gpus_per_node: int = 8, counts_per_job: int = 64,
+                curves: str = "jagged") -> dict:
+    """A large mixed fleet: ``gpus`` GPUs split evenly over ``types`` types, every job allowed 2..4 types,
+    a quarter of the jobs queued; a node of the first type fails. ``curves``: ``jagged`` (random
+    counts, near-linear with random dents), ``linear-step`` (exactly linear on multiples of 8, one
+    slope per type for every job: many type choices tie) or ``dense`` (every count from 1 to 4x the
+    job's share, near-linear with a relative noise of 1e-6)."""
     rng = np.random.default_rng(seed)
     names = list(GPU_SPECS)[:types]
     per_type = gpus // types // gpus_per_node
@@ -80,6 +87,16 @@ def large_mixed(seed: int, gpus: int, types: int, jobs: int, gpus_per_node: int 
         current = allowed[0]
         by_type = {}
         for t in allowed:
+            if curves == "linear-step":
+                by_type[t] = {str(c): speed[t] * c for c in range(gpus_per_node, min(cap, 4 * share) + 1, gpus_per_node)}
+                by_type[t].setdefault(str(share), speed[t] * share)
+                continue
+            if curves == "dense":
+                y = np.arange(1, min(cap, 4 * share) + 1)
+                by_type[t] = {str(int(c)): float(speed[t] * c * (1 + 1e-6 * e))
+                              for c, e in zip(y, rng.uniform(-1, 1, size=len(y)))}
+                by_type[t].setdefault(str(share), speed[t] * share)
+                continue
             counts = sorted(set((rng.integers(1, max(2, 4 * share // gpus_per_node), size=counts_per_job)
                                  * gpus_per_node).tolist()) | {share})
             counts = [c for c in counts if c <= cap]
@@ -96,7 +113,7 @@ def large_mixed(seed: int, gpus: int, types: int, jobs: int, gpus_per_node: int 
                          "transition_seconds": round(float(rng.uniform(60, 1800)), 1),
                          "throughput": {"gpu_type": current, "by_type": by_type}})
     failed = next((j["current"]["nodes"][0] for j in out_jobs if j["current"]["nodes"]), nodes[0]["id"])
-    return {"schema_version": "1", "name": f"mixed-{gpus}-{types}types-{jobs}jobs-s{seed}",
+    return {"schema_version": "1", "name": f"mixed-{curves}-{gpus}-{types}types-{jobs}jobs-s{seed}",
             "cluster": {"gpu_types": {t: GPU_SPECS[t] for t in names}, "nodes": nodes},
             "jobs": out_jobs, "event": {"kind": "failure", "failed_nodes": [failed]},
             "cost": {"expected_run_seconds": 36000.0, "default_transition_seconds": 600.0}}

@@ -197,3 +197,32 @@ def test_relaxation_of_a_mixed_problem_bounds_every_plan():
     _, bound = mixed.relaxation(problem)
     best, _ = _outcome(inst, "brute")
     assert best is None or bound >= best - 1e-6 * max(1.0, abs(best))
+
+
+def test_service_plans_and_applies_a_type_move(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from unicron_plan.service.app import create_app
+
+    raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
+    base = copy.deepcopy(raw)
+    event = base.pop("event")
+    c = TestClient(create_app(tmp_path / "state", contingency=False))
+    assert c.put("/v1/cluster", json=base).status_code == 200
+    plan = c.post("/v1/events", json=event).json()
+    assert plan["objective"] == pytest.approx(raw["reference"]["objective"], rel=1e-12)
+    moved = next(j for j in plan["jobs"] if j["id"] == "llm-b")
+    assert moved["gpu_type"] == "a100"
+    assert c.post(f"/v1/plans/{plan['plan_id']}/apply").status_code == 200
+    state = c.get("/v1/state").json()["instance"]
+    job = next(j for j in state["jobs"] if j["id"] == "llm-b")
+    assert job["throughput"]["gpu_type"] == "a100" and job["current"]["nodes"] == moved["nodes"]
+    assert job["throughput"]["tflops"] == raw["jobs"][1]["throughput"]["by_type"]["a100"]
+    # the next event plans from the moved job: an A100 node failure hits it there
+    again = c.post("/v1/events", json={"kind": "failure", "failed_nodes": [moved["nodes"][0]]}).json()
+    assert api_valid(again, c)
+
+
+def api_valid(plan: dict, c) -> bool:
+    inst = c.get("/v1/state").json()["instance"]
+    return validate_plan(inst, {k: v for k, v in plan.items() if k not in ("plan_id", "revision")}).valid

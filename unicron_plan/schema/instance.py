@@ -161,6 +161,19 @@ class Throughput(StrictModel):
         listed = self.by_type if self.by_type is not None else (self.gpu_types or ())
         return [self.gpu_type] + [t for t in listed if t != self.gpu_type]
 
+    def on_type(self, gpu_type: str) -> "Throughput":
+        """This throughput with the job running on ``gpu_type`` now (one of :meth:`allowed_types`): what
+        a job moved to another type by a plan carries from then on."""
+        if gpu_type == self.gpu_type:
+            return self
+        if gpu_type not in self.allowed_types():
+            raise ValueError(f"{gpu_type!r} is not a GPU type the job may run on")
+        data = self.model_dump(exclude_none=True)
+        data["gpu_type"] = gpu_type
+        if self.by_type is not None:
+            data.pop("tflops", None)
+        return Throughput.model_validate(data)
+
     def type_table(self, gpu_type: str) -> dict[int, float]:
         """``by_type[gpu_type]`` as {gpu count: TFLOP/s} (counts of more than MAX_COUNT_DIGITS digits left
         out, as in :meth:`table`); the current type's is :meth:`table`."""

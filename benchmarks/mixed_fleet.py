@@ -64,6 +64,7 @@ def main() -> None:
                     ref = api.solve(doc, solver=name, time_limit_seconds=a.ip_limit)
                     row[name] = {"seconds": time.perf_counter() - start, "objective": ref.objective,
                                  "bound": ref.bound, "status": ref.status.solution,
+                                 "fallback": (ref.solver.options or {}).get("fallback"),
                                  "agrees": abs(ref.objective - plan.objective) <= 1e-9 * abs(plan.objective)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)

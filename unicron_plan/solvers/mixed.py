@@ -145,25 +145,23 @@ class _Model:
         _silence_highs_banner()
         mu = np.zeros(T)
         best_mu, best = mu, math.inf
-        cuts: list[tuple[float, np.ndarray, np.ndarray]] = []
         cols = np.arange(T + 1, dtype=np.int32)
         unit = None  # values in units of UB(0), multipliers in units of their box: coefficients near 1
+        # master: min theta s.t. theta >= value_k + sub_k (mu - mu_k), 0 <= mu <= top (scaled), one row per step
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+        inf = highspy.kHighsInf
+        h.addVars(T + 1, np.r_[np.zeros(T), -inf], np.r_[np.ones(T), inf])
+        h.changeColsCost(T + 1, cols, np.r_[np.zeros(T), 1.0])
         for _ in range(MU_STEPS):
             value, sub = self._value(mu, sel, starts, sizes, pairs)
             if unit is None:
                 unit = max(abs(value), 1.0)
             if value < best:
                 best, best_mu = value, mu.copy()
-            cuts.append((value, sub.astype(float), mu.copy()))
-            # master: min theta s.t. theta >= value_k + sub_k (mu - mu_k), 0 <= mu <= top (scaled)
-            h = highspy.Highs()
-            h.setOptionValue("output_flag", False)
-            h.setOptionValue("threads", 1)
-            inf = highspy.kHighsInf
-            h.addVars(T + 1, np.r_[np.zeros(T), -inf], np.r_[np.ones(T), inf])
-            h.changeColsCost(T + 1, cols, np.r_[np.zeros(T), 1.0])
-            for v, g, m0 in cuts:  # theta' - (g top / unit) mu' >= (v - g m0) / unit
-                h.addRow((v - float(g @ m0)) / unit, inf, T + 1, cols, np.r_[-g * top / unit, 1.0])
+            g = sub.astype(float)  # theta' - (g top / unit) mu' >= (value - g mu) / unit
+            h.addRow((value - float(g @ mu)) / unit, inf, T + 1, cols, np.r_[-g * top / unit, 1.0])
             h.run()
             if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
                 break

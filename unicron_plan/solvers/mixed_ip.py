@@ -66,7 +66,12 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
         raise InfeasibleError("the jobs that may not suspend (pinned, hysteresis) do not fit on any choice of "
                               "GPU types (the solver proved it)")
     if values is None or not model.feasible(values):
-        raise InfeasibleError(f"no plan found ({result['termination']}); raise the time limit")
+        # stopped before any plan: suspending every job that may suspend (and keeping the others) is one
+        values = model.hint_values()
+        if len(model.hint) < len(problem.jobs) or not model.feasible(values):
+            raise InfeasibleError(f"no plan found ({result['termination']}); raise the time limit")
+        info = {**info, "fallback": "suspend"}
+        result = {**result, "termination": "time_limit" if result["termination"] == "optimal" else result["termination"]}
     counts, types = {}, {}
     for v, (jid, t, y) in meaning.items():
         if values[v] > 0.5:

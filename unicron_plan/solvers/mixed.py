@@ -239,39 +239,66 @@ class _Search:
                 chosen.append(max(ok, key=lambda p: r[p]))
         return chosen
 
-    def _dual(self, allowed: np.ndarray, live: list[list[int]], pi: np.ndarray):
+    def _prepare_dual(self, live: list[list[int]]):
+        """What :meth:`_dual` reuses at every step for these allowed types: the decided jobs per type
+        with their options, the constant of the jobs left without a type, and the counts > 0 of the
+        undecided jobs' pairs in flat arrays, each pair's run led by a count 0 (None: infeasible)."""
+        model = self.model
+        fixed: dict[int, list] = {}
+        const = 0.0
+        pairs, jobs = [], []
+        for i, ps in enumerate(live):
+            if len(ps) == 1:
+                fixed.setdefault(int(model.pair_type[ps[0]]), []).append((i, ps[0], model.options[ps[0]]))
+            elif not ps:
+                if self.eq[i]:
+                    return None
+                const += self.z[i]
+            else:
+                pairs += ps
+                jobs += [i] * len(ps)
+        ys = [np.concatenate([[0], self.positive[p][0]]) for p in pairs]
+        gs = [np.concatenate([[0.0], self.positive[p][1]]) for p in pairs]
+        sizes = np.asarray([len(y) for y in ys], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        flat_y = np.concatenate(ys) if ys else np.zeros(0, dtype=np.int64)
+        flat_g = np.concatenate(gs) if gs else np.zeros(0)
+        owner = np.repeat(np.asarray(jobs, dtype=np.int64), sizes)
+        lead = np.zeros(len(flat_y), dtype=bool)
+        lead[starts] = True
+        undecided = np.asarray(sorted(set(jobs)), dtype=np.int64)
+        return fixed, const, pairs, jobs, starts, flat_y, flat_g, owner, lead, undecided
+
+    def _dual(self, prepared, pi: np.ndarray):
         """The bound of relaxing "job i on at most (exactly) one type" with multipliers ``pi``:
         sum_i (z_i + pi_i) + sum_t DP_t, where DP_t is the exact DP of type t over the jobs decided
         on t (their own options) and the undecided jobs allowed there (gains G - z_i - pi_i, or
         nothing). Returns (bound, times each undecided job is used, the pair each used job took),
-        or None when the jobs that may not suspend cannot fit."""
+        or None when the jobs that may not suspend cannot fit. A DP stopped by the deadline adds
+        its own upper bound, so the total stays a bound."""
         model = self.model
-        per_type: dict[int, list] = {}
-        total = 0.0
-        for i, pairs in enumerate(live):
-            if len(pairs) == 1:
-                p = pairs[0]
-                per_type.setdefault(int(model.pair_type[p]), []).append((i, p, model.options[p], False))
-            elif not pairs:
-                if self.eq[i]:
-                    return None
-                total += self.z[i]
-            else:
-                total += self.z[i] + pi[i]
-                for p in pairs:
-                    y, g = self.positive[p]
-                    shifted = g - self.z[i] - pi[i]
-                    keep = shifted > 0
-                    opt = (np.concatenate([[0], y[keep]]), np.concatenate([[0.0], shifted[keep]]))
-                    per_type.setdefault(int(model.pair_type[p]), []).append((i, p, opt, True))
+        fixed, const, pairs, jobs, starts, flat_y, flat_g, owner, lead, undecided = prepared
+        total = const + float((self.z[undecided] + pi[undecided]).sum())
+        per_type = {t: [(i, p, opt, False) for i, p, opt in items] for t, items in fixed.items()}
+        if pairs:
+            shifted = flat_g - (self.z + pi)[owner]
+            shifted[lead] = 0.0
+            keep = lead | (shifted > 0)
+            kept = np.add.reduceat(keep.astype(np.int64), starts)
+            cuts = np.cumsum(kept)[:-1]
+            ky, kg = np.split(flat_y[keep], cuts), np.split(shifted[keep], cuts)
+            for k in np.flatnonzero(kept > 1).tolist():  # a pair with only its 0 adds nothing
+                p = pairs[k]
+                per_type.setdefault(int(model.pair_type[p]), []).append((jobs[k], p, (ky[k], kg[k]), True))
         use = np.zeros(model.m)
         took = {}
         for t, items in per_type.items():
             opts = [it[2] for it in items]
             if sum(int(y[0]) for y, _ in opts) > model.cap[t]:
                 return None
-            counts, value = dp.solve_options(opts, int(model.cap[t]), deadline=self.deadline)
-            total += value
+            stats: dict = {}
+            counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline)
+            total += max(value, float(stats.get("ub", value))) if stats.get("timed_out") else value
             for (i, p, _, undecided), c in zip(items, counts):
                 if c > 0 and undecided:
                     use[i] += 1
@@ -284,10 +311,13 @@ class _Search:
         undecided = np.asarray([len(p) > 1 for p in live])
         best_pi, theta, stall = pi.copy(), 1.0, 0
         use = None
+        prepared = self._prepare_dual(live)
+        if prepared is None:
+            return -math.inf, pi, None
         for step in range(steps):
             if self._expired():
                 break
-            got = self._dual(allowed, live, pi)
+            got = self._dual(prepared, pi)
             self.lagrange_steps += 1
             if got is None:
                 return -math.inf, pi, None

@@ -237,6 +237,9 @@ class CurveKind(str, Enum):
     dense = "dense"
     equal_per_gpu = "equal-per-gpu"
     four_types = "four-types"
+    queued_linear_step = "queued-linear-step"
+    queued_equal_per_gpu = "queued-equal-per-gpu"
+    queued_near_linear = "queued-near-linear"
 
 
 @app.command()

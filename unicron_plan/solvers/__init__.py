@@ -19,9 +19,9 @@ from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 #: time: no input makes a solve run longer unless the caller asks for it.
 DEFAULT_TIME_LIMIT_SECONDS = 60.0
 
-#: The least time a backend is handed once its deadline has passed: enough to return
-#: what it holds (an incumbent or the fallback plan), never a reason to run on.
-MIN_SECONDS = 0.01
+
+class DeadlineReached(Exception):
+    """The deadline passed while a backend was building or copying a model (nothing was solved)."""
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,9 @@ class SolverOptions:
 
     ``deadline`` is a :func:`time.perf_counter` instant; when only
     ``time_limit_seconds`` is given, the deadline is that many seconds from the
-    options' creation. A backend asks :meth:`remaining` just before each call of
-    its engine, so time spent building models counts against the same limit.
+    options' creation. Every phase of a backend counts against it: model building
+    checks :meth:`check` as it goes, a solver is never started once :meth:`expired`,
+    and a running solver is handed :meth:`remaining` and stopped at the deadline.
     """
 
     time_limit_seconds: Optional[float] = None
@@ -43,14 +44,24 @@ class SolverOptions:
             object.__setattr__(self, "deadline", time.perf_counter() + float(self.time_limit_seconds))
 
     def remaining(self) -> Optional[float]:
-        """Seconds left before the deadline (at least MIN_SECONDS), or None without a limit."""
+        """Seconds left before the deadline (0 once it has passed), or None without a limit."""
         if self.deadline is None:
             return None
-        return max(self.deadline - time.perf_counter(), MIN_SECONDS)
+        return max(self.deadline - time.perf_counter(), 0.0)
 
     def expired(self) -> bool:
         """Whether the deadline has passed."""
         return self.deadline is not None and time.perf_counter() >= self.deadline
+
+    def check(self) -> None:
+        """Raise :class:`DeadlineReached` when the deadline has passed."""
+        check_deadline(self.deadline)
+
+
+def check_deadline(deadline: Optional[float]) -> None:
+    """Raise :class:`DeadlineReached` when ``deadline`` (a perf_counter instant, or None) has passed."""
+    if deadline is not None and time.perf_counter() >= deadline:
+        raise DeadlineReached
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,13 @@ def test_pytorchjob_shrink_gang_follows_and_cpu_master_untouched(kubectl, tmp_pa
     # Without the gang update, the rules say the gang never starts.
     stale = merge_patch(old, {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}})
     assert any("the gang never starts" in e for e in rule_errors(old, stale))
+    # An elastic range is widened to include the new count (else torchrun's min:max excludes it).
+    elastic = merge_patch(old, {"spec": {"elasticPolicy": {"minReplicas": 2, "maxReplicas": 4}}})
+    patch = export_k8s(plan, [([{**elastic}], "jobs")], pods)[0]
+    assert patch["patch"]["spec"]["elasticPolicy"] == {"minReplicas": 1, "maxReplicas": 4}
+    assert rule_errors(elastic, kubectl_patch(kubectl, elastic, "merge", patch["patch"], tmp_path)) == []
+    assert any("below elasticPolicy.minReplicas" in e for e in rule_errors(elastic, merge_patch(
+        elastic, {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}})))
 
 
 def test_dlrover_suspension_by_spec_suspend(kubectl, tmp_path):

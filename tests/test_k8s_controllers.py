@@ -184,6 +184,16 @@ def test_volcano_shrink_changes_only_what_an_update_allows(kubectl, tmp_path):
     survivors_hold(changes, pods, jobs, plan)
 
 
+def test_volcano_move_is_labels_and_deletions_only():
+    """llama keeps 24 GPUs but leaves the failed gpu-01 for gpu-04: no job update at all; the label
+    moves and worker-0 (the pod off the plan's nodes) is deleted, to be recreated on gpu-04."""
+    nodes, pods, jobs = examples()
+    changes = export_k8s(plan_of(("team-a/llama", 24, 24, "restart", {"gpu-02": 8, "gpu-03": 8, "gpu-04": 8})),
+                         jobs, pods)
+    assert [c["kind"] for c in changes] == ["Node"] * 4 + ["Pod"]
+    assert changes[-1]["name"] == "llama-worker-0"
+
+
 def test_volcano_old_merge_patch_is_refused_by_the_rules():
     """The rules can fail: the template affinity and whole-list merge patch the export wrote
     before is refused by Volcano's validateJobUpdate."""

@@ -189,8 +189,9 @@ def apply_k8s(changes: list[dict], nodes_doc: dict, pods_doc: dict, jobs_doc: di
 _SET = re.compile(r"^(\w+)=(.*)$")
 
 
-def apply_slurm(lines: list[str], nodes_doc: dict, jobs_doc: dict) -> tuple[dict, dict]:
-    """The (nodes, jobs) documents after the scontrol commands and the scheduler's reaction."""
+def apply_slurm(steps, nodes_doc: dict, jobs_doc: dict) -> tuple[dict, dict]:
+    """The (nodes, jobs) documents after the export's steps (their scontrol commands, parsed
+    back from the argument vectors) and the scheduler's reaction."""
     nodes = copy.deepcopy(nodes_doc)
     jobs = copy.deepcopy(jobs_doc)
     node_by = {n["name"]: n for n in nodes["nodes"]}
@@ -208,11 +209,8 @@ def apply_slurm(lines: list[str], nodes_doc: dict, jobs_doc: dict) -> tuple[dict
         job["tres_alloc_str"] = f"cpu={192 * n},node={n},gres/gpu={8 * n},gres/gpu:{gtype}={8 * n}" if n else ""
         job["gres_detail"] = [f"gpu:{gtype}:8(IDX:0-7)"] * n
 
-    for line in lines:
-        if not line or line.startswith("#") or line == "set -e":
-            continue
-        words = shlex.split(line)
-        assert words[0] == "scontrol", line
+    for words in (argv for st in steps for argv in st.commands()):
+        assert words[0] == "scontrol", words
         if words[1] == "update":
             kv = dict(_SET.match(w).groups() for w in words[2:])
             if "NodeName" in kv:
@@ -220,27 +218,33 @@ def apply_slurm(lines: list[str], nodes_doc: dict, jobs_doc: dict) -> tuple[dict
                     if kv.get("State") == "DRAIN" and "DRAIN" not in node_by[n]["state"]:
                         node_by[n]["state"].append("DRAIN")
                         node_by[n]["reason"] = kv.get("Reason", "")
-            else:
+            elif "NodeList" in kv:
                 job = job_by[int(kv["JobId"])]
-                if "NodeList" in kv:
-                    assert job["job_state"] == ["RUNNING"], line
-                    names = hostlist.expand_hostlist(kv["NodeList"])
-                    assert set(names) <= set(hostlist.expand_hostlist(job["nodes"])), "NodeList may only shrink"
-                    run_on(job, names, gres_type(job))
-                else:
-                    assert job["job_state"] == ["PENDING"], line
-                    names = hostlist.expand_hostlist(kv["ReqNodeList"])
-                    assert int(kv["NumNodes"]) == len(names)
-                    required[job["job_id"]] = names
+                assert job["job_state"] == ["RUNNING"], words
+                names = hostlist.expand_hostlist(kv["NodeList"])
+                assert set(names) <= set(hostlist.expand_hostlist(job["nodes"])), "NodeList may only shrink"
+                run_on(job, names, gres_type(job))
+            elif "ReqNodeList" in kv:
+                job = job_by[int(kv["JobId"])]
+                assert job["job_state"] == ["PENDING"], words
+                names = hostlist.expand_hostlist(kv["ReqNodeList"])
+                lo, _, hi = kv["NumNodes"].partition("-")
+                assert int(lo) == int(hi) == len(names), "NumNodes=N-N: a fixed count (sbatch -N fixed the maximum)"
+                required[job["job_id"]] = names
+            else:
+                assert set(kv) == {"JobId", "StartTime"}, words
         elif words[1] == "requeuehold":
             job = job_by[int(words[2])]
             job["_gtype"] = gres_type(job) if job["nodes"] else None
             run_on(job, [], "")
             job["hold"] = True
+        elif words[1] == "hold":
+            assert job_by[int(words[2])]["job_state"] == ["PENDING"], words
+            job_by[int(words[2])]["hold"] = True
         elif words[1] == "release":
             job_by[int(words[2])]["hold"] = False
         else:
-            raise AssertionError(line)
+            raise AssertionError(words)
     busy = {n for j in jobs["jobs"] if j["job_state"] == ["RUNNING"] for n in hostlist.expand_hostlist(j["nodes"])}
     bad = {n["name"] for n in nodes["nodes"] if {"DOWN", "DRAIN", "FAIL"} & set(n["state"])}
     for jid, names in required.items():

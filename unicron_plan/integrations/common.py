@@ -242,7 +242,7 @@ class JobState:
 
 @dataclass
 class Cost:
-    """The instance's cost constants (docs/format.md ``cost``)."""
+    """The instance's cost constants (docs/format.md, ``cost``)."""
 
     expected_run_seconds: Optional[float] = None
     node_mtbf_hours: Optional[float] = None

@@ -4,6 +4,7 @@ back onto the objects (tests/schedsim.py) -> import again == the plan."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -141,26 +142,18 @@ def test_kubectl_rendering_and_yaml_cli(tmp_path):
     assert changes == export_k8s(api.load_plan(plan), json.loads((d / "jobs.json").read_text()),
                                  json.loads((d / "pods.json").read_text()))
     script = render_kubectl(changes)
-    patches = [c for c in changes if c["patchType"] == "merge"]
+    patches = [c for c in changes if c["patchType"] in ("merge", "json")]
     assert script.count("kubectl patch ") == len(patches)
-    assert script.count("kubectl delete pods ") == sum(c["kind"] == "Pod" for c in changes)
+    assert len(re.findall(r"^kubectl delete .* -- pods ", script, re.M)) == sum(c["kind"] == "Pod" for c in changes)
     assert all(set(c) == {"apiVersion", "kind", "namespace", "name", "patchType", "patch"} for c in changes)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["k8s", "slurm"])
 def test_large_roundtrip(kind):
-    """The 2,048-node fixtures carried through import -> solve -> export -> apply -> import.
-
-    A plan that suspends a DLRover ElasticJob cannot be exported (a ScalePlan cannot ask for 0
-    replicas): then the export must say so, naming the job, and nothing else may fail."""
-    from unicron_plan.errors import InvalidInstanceError
-
+    """The 2,048-node fixtures carried through import -> solve -> export -> apply -> import."""
     start = time.perf_counter()
-    try:
-        (_k8s_roundtrip if kind == "k8s" else _slurm_roundtrip)("large")
-    except InvalidInstanceError as exc:
-        assert kind == "k8s" and str(exc).startswith("ElasticJob ") and "cannot be suspended" in str(exc)
+    (_k8s_roundtrip if kind == "k8s" else _slurm_roundtrip)("large")
     assert time.perf_counter() - start <= 120
 
 

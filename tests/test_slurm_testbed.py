@@ -105,7 +105,8 @@ def _agent(url: str, state_dir: Path):
     from unicron_plan.integrations.agent import AgentConfig, SlurmAgent
 
     client = PlannerClient(url)
-    return SlurmAgent(client, AgentConfig(state_dir=state_dir, verify_seconds=60), log=lambda rec: None)
+    return SlurmAgent(client, AgentConfig(state_dir=state_dir, verify_seconds=60),
+                      log=lambda rec: print(json.dumps(rec)[:600], flush=True))
 
 
 def _slurm_view() -> tuple[dict[str, tuple[int, set]], set]:
@@ -162,7 +163,8 @@ def _fail_and_recover(tmp_path: Path) -> tuple[float, dict, str]:
         for pj in plan["jobs"]:
             assert jobs[pj["id"]] == (pj["gpus"], set(pj["nodes"])), (pj, jobs)
         assert down in failed and down in plan["drained_nodes"]
-        assert _coordinator_view(srv.url) == (jobs, failed)
+        coord = _coordinator_view(srv.url)
+        assert coord == (jobs, failed), (coord, jobs, failed, result)
         reason = _sh("sinfo", "-h", "-N", "-n", down, "-o", "%E").strip()
         assert reason.startswith("gpu-xid-79") and "unicron-plan" in reason  # the operator's reason kept
         return elapsed, result, down

@@ -210,6 +210,11 @@ def _base(inst: dict) -> dict:
     return {k: v for k, v in inst.items() if k != "event"}
 
 
+def _dict(reply: Any) -> dict:
+    """A client reply (a pydantic model, or a dict from an older client) as JSON data."""
+    return reply.model_dump(mode="json", exclude_none=True) if hasattr(reply, "model_dump") else reply
+
+
 def _plan_body(plan: dict) -> dict:
     return {k: v for k, v in plan.items() if k not in ("plan_id", "revision")}
 
@@ -235,7 +240,7 @@ class SlurmAgent:
     def run_once(self) -> dict:
         j = self.journal.load()
         if j.get("status") == "posting":      # killed between journaling an event and its answer
-            plan = self.client.post_event(j["event"], idempotency_key=j["key"])
+            plan = _dict(self.client.post_event(j["event"], idempotency_key=j["key"]))
             self.journal.save({"status": "carrying", "plan": plan, "attempts": 0, "commands": []})
             j = self.journal.load()
         if j.get("status") == "carrying":
@@ -243,7 +248,7 @@ class SlurmAgent:
         nodes_doc, jobs_doc = self.cli.read()
         inst = import_slurm(nodes_doc, jobs_doc, cost=self.cfg.cost, gpu_map=self.cfg.gpu_map,
                             rack_feature=self.cfg.rack_feature)
-        state = self.client.state()
+        state = _dict(self.client.state())
         events, drift = self._events(state.get("instance"), inst)
         if drift:
             self.log({"drift": drift})
@@ -275,7 +280,7 @@ class SlurmAgent:
                 self.client.add_job(job)
         key = hashlib.sha256(json.dumps([event, time.time_ns()], sort_keys=True).encode()).hexdigest()[:32]
         self.journal.save({"status": "posting", "event": event, "key": key})
-        plan = self.client.post_event(event, idempotency_key=key)
+        plan = _dict(self.client.post_event(event, idempotency_key=key))
         self.journal.save({"status": "carrying", "plan": plan, "attempts": 0, "commands": []})
         self.log({"event": event, "plan_id": plan["plan_id"]})
         return plan
@@ -359,7 +364,7 @@ class SlurmAgent:
 
     def _coordinator_has(self, plan: dict) -> bool:
         """The coordinator's applied jobs are the plan's (an apply posted before a restart)."""
-        inst = self.client.state().get("instance") or {}
+        inst = _dict(self.client.state()).get("instance") or {}
         now = {j["id"]: (j["current"]["gpus"], set(j["current"]["nodes"])) for j in inst.get("jobs", [])}
         return all(now.get(p["id"]) == (p["gpus"], set(p["nodes"])) for p in plan["jobs"])
 

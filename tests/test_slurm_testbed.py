@@ -136,10 +136,14 @@ def _scenario(tmp_path: Path):
     u = _submit(1, 0, planned=False, gpus=4)
     _wait_running([a, b, u])
     srv = Server(tmp_path / "coord").start()
-    agent = _agent(srv.url, tmp_path / "agent")
-    first = agent.run_once()
-    assert first["status"] == "in-sync", first
-    assert _coordinator_view(srv.url) == _slurm_view()
+    try:
+        agent = _agent(srv.url, tmp_path / "agent")
+        first = agent.run_once()
+        assert first["status"] == "in-sync", first
+        assert _coordinator_view(srv.url) == _slurm_view()
+    except BaseException:
+        srv.stop()
+        raise
     return srv, agent, (a, b, u)
 
 

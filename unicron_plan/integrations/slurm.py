@@ -398,7 +398,9 @@ class Step:
     - ``suspend``: requeue held a running ``job`` (hold it if pending);
     - ``requeue``: requeue held a running ``job`` that moves or grows to ``nodes``;
     - ``place``: once the job is no longer completing, ``NumNodes=N-N ReqNodeList=nodes``,
-      release, ``StartTime=now`` (a requeued job is not eligible for two minutes otherwise).
+      release, ``StartTime=now+3`` (a requeued job is not eligible for two minutes otherwise;
+      started within the second its old credential was revoked, slurmd refuses it and the job
+      is lost, so 3 s).
     """
 
     kind: str
@@ -422,7 +424,7 @@ class Step:
         if self.kind == "place":
             n = len(self.nodes)
             return [["scontrol", "update", f"JobId={j}", f"NumNodes={n}-{n}", f"ReqNodeList={hl}"],
-                    ["scontrol", "release", j], ["scontrol", "update", f"JobId={j}", "StartTime=now"]]
+                    ["scontrol", "release", j], ["scontrol", "update", f"JobId={j}", "StartTime=now+3"]]
         raise ValueError(self.kind)
 
 

@@ -233,11 +233,11 @@ def test_exported_script_passes_every_name_as_one_word(tmp_path):
     steps = [Step("drain", node=name, reason=f"{name}; $(touch PWNED) `touch PWNED` *") for name in HOSTILE]
     steps += [Step("hold", job=5), Step("shrink", job=6, nodes=["n1", "n?", "-rf"]), Step("suspend", job=7),
               Step("requeue", job=8, nodes=["n*", "n$(touch PWNED)"]),
-              Step("place", job=8, nodes=["n*", "n$(touch PWNED)"])]
+              Step("place", job=8, nodes=["n*", "n$(touch PWNED)"]), Step("start", job=8)]
     calls = _run_with_fakes(render_script(steps), tmp_path)
     expected = [argv for s in steps[:len(HOSTILE) + 2] for argv in s.commands()]
     # the fake squeue says every job is pending: the suspension holds job 7, job 8 is not requeued
-    expected += [["scontrol", "hold", "7"]] + steps[-1].commands()
+    expected += [["scontrol", "hold", "7"]] + steps[-2].commands() + steps[-1].commands()
     assert calls == expected
     assert ["scontrol", "update", "JobId=8", "NumNodes=2-2", "ReqNodeList=n$(touch PWNED),n*"] in calls
 

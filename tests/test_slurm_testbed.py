@@ -270,3 +270,22 @@ def test_time_from_node_down_to_planned_jobs_running(slurm_env, tmp_path):
         print(f"round {k}: {elapsed:.2f} s, node {down}, commands {json.dumps(result['commands'])}")
     print(f"median {statistics.median(times):.2f} s of {[round(t, 2) for t in times]}")
     assert statistics.median(times) < 60
+
+
+def test_propose_mode_writes_the_plan_and_changes_nothing(slurm_env, tmp_path):
+    srv, agent, (a, b, u) = _scenario(tmp_path)
+    try:
+        down = _node_of(a)
+        _sh("scontrol", "update", f"NodeName={down}", "State=DOWN", "Reason=gpu-xid-79")
+        time.sleep(2)  # Slurm's own reaction (the job on the node requeued) first
+        before = _sh("squeue", "-h", "-o", "%i %T %N")
+        agent.cfg.mode = "propose"
+        result = agent.run_once()
+        assert result["status"] == "proposed", result
+        out = Path(result["dir"])
+        assert json.loads((out / "plan.json").read_text())["plan_id"] == result["plan_id"]
+        assert (out / "apply.sh").read_text().startswith("#!/bin/sh\n")
+        assert _sh("squeue", "-h", "-o", "%i %T %N") == before
+        assert "drain" not in _node_states()[down]          # nothing was changed
+    finally:
+        srv.stop()

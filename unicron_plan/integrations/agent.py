@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from unicron_plan.integrations.common import Cost, GpuMap
-from unicron_plan.integrations.slurm import (HOLDING, Step, export_slurm, expand, import_slurm, parse_jobs,
+from unicron_plan.integrations.slurm import (HOLDING, START_PAUSE, Step, export_slurm, expand, import_slurm, parse_jobs,
                                              parse_nodes, render_script)
 
 
@@ -99,6 +99,7 @@ def carry_out(steps: list[Step], cli: SlurmCli, settle_seconds: float = 120.0) -
     exported script). A failed command releases the jobs this call requeued for a move and
     raises :class:`CommandFailed`; the next pass finishes the plan."""
     moved: list[int] = []
+    paused = False
     try:
         for st in steps:
             if st.kind == "drain":
@@ -131,6 +132,12 @@ def carry_out(steps: list[Step], cli: SlurmCli, settle_seconds: float = 120.0) -
                     time.sleep(0.25)
                 for argv in st.commands():
                     cli.run(argv, record=True)
+            elif st.kind == "start":
+                if not paused:
+                    time.sleep(START_PAUSE)
+                    paused = True
+                if cli.job_state(st.job)[0] == "PENDING":
+                    cli.run(st.commands()[0], record=True)
     except CommandFailed:
         for j in moved:
             try:

@@ -289,3 +289,40 @@ def test_propose_mode_writes_the_plan_and_changes_nothing(slurm_env, tmp_path):
         assert "drain" not in _node_states()[down]          # nothing was changed
     finally:
         srv.stop()
+
+
+def test_exported_script_carries_the_plan_out_and_is_harmless_twice(slurm_env, tmp_path):
+    """import -> solve -> export as a script -> sh on the real testbed: the cluster equals the
+    plan; the same script run again changes nothing (its steps are guarded)."""
+    from unicron_plan import api
+    from unicron_plan.integrations.agent import SlurmCli, differences
+    from unicron_plan.integrations.common import Cost, GpuMap
+    from unicron_plan.integrations.slurm import export_slurm, import_slurm, render_script
+
+    _reset()
+    a, b = _submit(3, 2), _submit(3, 1)
+    _wait_running([a, b])
+    down = _node_of(a)
+    _sh("scontrol", "update", f"NodeName={down}", "State=DOWN", "Reason=gpu-xid-79")
+    nodes_doc, jobs_doc = SlurmCli().read()
+    plan = api.solve(import_slurm(nodes_doc, jobs_doc, cost=Cost(expected_run_seconds=36000), gpu_map=GpuMap()))
+    script = tmp_path / "apply.sh"
+    script.write_text(render_script(export_slurm(plan, jobs_doc, nodes_doc)))
+    r = subprocess.run(["sh", str(script)], capture_output=True, text=True, env=slurm_env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    plan_doc = json.loads(plan.model_dump_json())
+    deadline = time.monotonic() + 60
+    while differences(plan_doc, *SlurmCli().read()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert differences(plan_doc, *SlurmCli().read()) == []
+    log = tmp_path / "argv.log"
+    wrapper = tmp_path / "bin"
+    wrapper.mkdir()
+    real = subprocess.run(["sh", "-c", "command -v scontrol"], capture_output=True, text=True).stdout.strip()
+    (wrapper / "scontrol").write_text(f'#!/bin/sh\necho "$*" >> {shlex.quote(str(log))}\nexec {shlex.quote(real)} "$@"\n')
+    (wrapper / "scontrol").chmod(0o755)
+    env = {**slurm_env, "PATH": f"{wrapper}:{slurm_env['PATH']}"}
+    r = subprocess.run(["sh", str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert not log.exists() or log.read_text() == "", log.read_text()   # nothing to do the second time
+    assert differences(plan_doc, *SlurmCli().read()) == []

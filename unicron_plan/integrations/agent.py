@@ -90,6 +90,13 @@ class SlurmCli:
         state, _, nodes = out.partition(" ")
         return state, expand(nodes.strip(), f"Job {job}", "nodes")
 
+    def held(self, job: int) -> bool:
+        try:
+            reason = self.run(["squeue", "-h", "-j", str(job), "-o", "%r"]).strip()
+            return reason.startswith("JobHeld") or "held state" in reason   # "job requeued in held state"
+        except CommandFailed:
+            return False
+
     def node_state(self, node: str) -> str:
         return self.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"]).strip().lower()
 
@@ -110,7 +117,7 @@ def carry_out(steps: list[Step], cli: SlurmCli, settle_seconds: float = 120.0) -
             state, nodes = cli.job_state(st.job)
             there = state == "RUNNING" and set(nodes) == set(st.nodes)
             if st.kind == "hold":
-                if state == "PENDING":
+                if state == "PENDING" and not cli.held(st.job):
                     cli.run(st.commands()[0], record=True)
             elif st.kind == "shrink":
                 if not there:
@@ -118,7 +125,7 @@ def carry_out(steps: list[Step], cli: SlurmCli, settle_seconds: float = 120.0) -
             elif st.kind == "suspend":
                 if state in ("RUNNING", "SUSPENDED"):
                     cli.run(st.commands()[0], record=True)
-                elif state == "PENDING":
+                elif state == "PENDING" and not cli.held(st.job):
                     cli.run(["scontrol", "hold", str(st.job)], record=True)
             elif st.kind == "requeue":
                 if not there and state in ("RUNNING", "SUSPENDED"):

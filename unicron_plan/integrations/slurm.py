@@ -509,6 +509,7 @@ fail() {
 }
 job_state() { squeue -h -j "$1" -o '%T %N' 2>/dev/null || true; }
 node_state() { sinfo -h -N -n "$1" -o '%T' 2>/dev/null || true; }
+held() { case "$(squeue -h -j "$1" -o '%r' 2>/dev/null)" in JobHeld*|*'held state'*) return 0 ;; esac; return 1; }
 settled() {  # wait until a requeued job is no longer completing (at most 120 s)
   i=0
   while [ "$i" -lt 240 ]; do
@@ -538,13 +539,15 @@ def render_script(steps: list[Step]) -> str:
         j = str(st.job)
         target = q(f"RUNNING {compress(st.nodes)}") if st.nodes else "''"
         if st.kind == "hold":
-            out.append(f"case \"$(job_state {j})\" in PENDING*)\n" + _run(st.commands()[0], "  ") + "  ;;\nesac\n")
+            out.append(f"case \"$(job_state {j})\" in PENDING*)\n  held {j} || "
+                       + _run(st.commands()[0]) + "  ;;\nesac\n")
         elif st.kind == "shrink":
             out.append(f"if [ \"$(job_state {j})\" != {target} ]; then\n" + _run(st.commands()[0], "  ") + "fi\n")
         elif st.kind == "suspend":
             out.append(f"case \"$(job_state {j})\" in\n  RUNNING*|SUSPENDED*) "
                        + _run(st.commands()[0]).rstrip("\n") + " ;;\n"
-                       + f"  PENDING*) {shlex.join(['scontrol', 'hold', j])} || fail 'scontrol hold {j}' ;;\nesac\n")
+                       + f"  PENDING*) held {j} || {shlex.join(['scontrol', 'hold', j])} || fail 'scontrol hold {j}' ;;\n"
+                       + "esac\n")
         elif st.kind == "requeue":
             out.append(f"s=\"$(job_state {j})\"\nif [ \"$s\" != {target} ]; then\n  case \"$s\" in RUNNING*|SUSPENDED*)\n"
                        + _run(st.commands()[0], "    ") + f"    moved=\"$moved {j}\" ;;\n  esac\nfi\n")

@@ -27,6 +27,8 @@ from unicron_plan.service.coordinator import Conflict, Coordinator
 from unicron_plan.service.state import NotFound
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Largest revision a query may name (SQLite integers are 64-bit).
+MAX_REVISION = 2 ** 62
 
 
 class BodyTooLarge(Exception):
@@ -129,8 +131,8 @@ async def _read_json(request: Request, limit: int) -> Any:
 
 def create_app(state_dir: str | Path, token: str | None = None, solver: str | None = None,
                contingency: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               settle_heap: bool = False) -> FastAPI:
-    """The FastAPI application serving the state in ``state_dir``."""
+               settle_heap: bool = False, access_log: bool = False) -> FastAPI:
+    """The FastAPI application serving the state in ``state_dir`` (``access_log``: one log line a request)."""
     coord = Coordinator(state_dir, solver=solver, contingency=contingency, settle_heap=settle_heap)
 
     @contextlib.asynccontextmanager
@@ -143,6 +145,10 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     app.state.coordinator = coord
     if token is not None:
         app.add_middleware(_TokenAuth, token=token)
+    if access_log:  # outermost: a request refused for its token is logged too
+        from unicron_plan.service.daemon import AccessLog
+
+        app.add_middleware(AccessLog)
 
     # ----------------------------------------------------------------- errors
     @app.exception_handler(InvalidInstanceError)
@@ -224,7 +230,8 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
         return _json(await run_in_threadpool(coord.state_document))
 
     @app.get("/v1/history", response_model=None, responses={200: {"model": HistoryReply}})
-    async def history(since: int = Query(0, ge=0), limit: Optional[int] = Query(None, ge=1, le=100000)):
+    async def history(since: int = Query(0, ge=0, le=MAX_REVISION),
+                      limit: Optional[int] = Query(None, ge=1, le=100000)):
         return _json(await run_in_threadpool(coord.history, since, limit))
 
     @app.get("/healthz", response_model=HealthReply)

@@ -27,6 +27,7 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
           log_format: str = typer.Option("text", "--log-format", help="text or json (one object a line).")):
     """Serve the planning coordinator over HTTP (docs/service.md)."""
     import logging
+    import signal
 
     import uvicorn
 
@@ -63,20 +64,31 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
                              access_log=access_log)
             coord = app.state.coordinator
             url = daemon.url_of(sock)
-            daemon.log(logging.INFO, f"unicron-plan serve: listening on {url}, state {coord.store.path} "
-                                     f"(revision {coord.state.revision}), token {'on' if token else 'off'}",
-                       kind="start", url=url, state=str(coord.store.path), revision=coord.state.revision,
-                       token=token is not None)
-            if token is None and not daemon.is_loopback(sock):
-                daemon.log(logging.WARNING, f"{host} is reachable beyond this machine and no --token-file is "
-                                            "set: anyone who reaches it can change the state",
-                           kind="no-token", host=host)
+
+            def started() -> None:  # the start-up line, once uvicorn accepts connections
+                daemon.log(logging.INFO, f"unicron-plan serve: listening on {url}, state {coord.store.path} "
+                                         f"(revision {coord.state.revision}), token {'on' if token else 'off'}",
+                           kind="start", url=url, state=str(coord.store.path), revision=coord.state.revision,
+                           token=token is not None)
+                if token is None and not daemon.is_loopback(sock):
+                    daemon.log(logging.WARNING, f"{host} is reachable beyond this machine and no --token-file "
+                                                "is set: anyone who reaches it can change the state",
+                               kind="no-token", host=host)
+
             config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
                                     http=daemon.json_error_protocol(), lifespan="on",
                                     timeout_graceful_shutdown=GRACEFUL_SECONDS)
-            uvicorn.Server(config).run(sockets=[sock])
+            # While it runs, uvicorn turns SIGTERM/SIGINT into a graceful shutdown (requests in flight
+            # finish), then re-raises them to the handlers it found: these exit 0 (also before it runs).
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, _exit_0)
+            daemon.Server(config, started).run(sockets=[sock])
             daemon.log(logging.INFO, "unicron-plan serve: stopped", kind="stop")
         finally:
             lock.release()
     finally:
         sock.close()
+
+
+def _exit_0(*_) -> None:
+    raise SystemExit(0)

@@ -121,6 +121,20 @@ class AccessLog:
                 ms=round(ms, 2), client=client[0])
 
 
+# --------------------------------------------------------------------------- server
+def Server(config, started):
+    """A uvicorn server that calls ``started()`` once it accepts connections."""
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if not self.should_exit:
+                started()
+
+    return _Server(config)
+
+
 # --------------------------------------------------------------------------- HTTP protocol
 def json_error_protocol():
     """uvicorn's httptools protocol whose answer to an unparsable request (e.g. a 100 KB URL) is the

@@ -84,15 +84,22 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+#: The console's own files (``console/`` beside this module): no state in them, served to anyone.
+CONSOLE_DIR = Path(__file__).parent / "console"
+CONSOLE_FILES = {"console.js": "text/javascript", "console.css": "text/css"}
+_PUBLIC_PATHS = frozenset({"/", "/docs", *(f"/console/{name}" for name in CONSOLE_FILES)})
+
+
 class _TokenAuth:
-    """Pure ASGI middleware: 401 unless ``Authorization: Bearer <token>`` (constant-time compare)."""
+    """Pure ASGI middleware: 401 unless ``Authorization: Bearer <token>`` (constant-time compare).
+    The console's page and files are public (they hold no state; the page asks for the token)."""
 
     def __init__(self, app, token: str):
         self.app = app
         self.expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
+        if scope["type"] == "http" and not (scope.get("method") == "GET" and scope.get("path") in _PUBLIC_PATHS):
             got = b""
             for k, v in scope.get("headers", ()):
                 if k == b"authorization":
@@ -140,7 +147,8 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
         yield
         coord.close()
 
-    app = FastAPI(title="unicron-plan coordinator", version="1", lifespan=lifespan,
+    # /docs is the package's own page over /openapi.json: no script or style from outside (air-gapped)
+    app = FastAPI(title="unicron-plan coordinator", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Cluster state, events and validated plans over HTTP (docs/service.md).")
     app.state.coordinator = coord
     if token is not None:
@@ -245,8 +253,28 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
 
         return Response(generate_latest(coord.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    # ----------------------------------------------------------------- console (plain files, no outside asset)
+    @app.get("/", include_in_schema=False)
+    async def console_page():
+        return _file("index.html", "text/html; charset=utf-8")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs_page():
+        return _file("docs.html", "text/html; charset=utf-8")
+
+    @app.get("/console/{name}", include_in_schema=False)
+    async def console_file(name: str):
+        if name not in CONSOLE_FILES:
+            raise StarletteHTTPException(404, "Not Found")
+        return _file(name, CONSOLE_FILES[name] + "; charset=utf-8")
+
     _document_bodies(app)
     return app
+
+
+def _file(name: str, media_type: str) -> Response:
+    return Response((CONSOLE_DIR / name).read_bytes(), media_type=media_type,
+                    headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
 
 
 def _document_bodies(app: FastAPI) -> None:

@@ -132,9 +132,16 @@ def test_page_needs_no_outside_asset_and_asks_for_the_token(server, driver, tmp_
     driver.find_element("id", "token").send_keys(TOKEN)
     driver.find_element("css selector", "#token-form button").click()
     _wait(driver, "return window.unicronConsole.drawnAt")
-    docs = httpx.get(url + "/docs").text
-    assert "http" not in re.sub(r'href="/[^"]*"', "", docs).replace("http://", "").lower() or \
-        not re.search(r"(src|href)=\"https?://", docs)
+    for page in ("/", "/docs", "/console/console.js", "/console/console.css"):
+        text = httpx.get(url + page).text  # public: no state in them
+        assert not re.search(r"""(src|href|url)\s*[=(]\s*["']?(https?:)?//""", text), page
+        assert "cdn" not in text.lower(), page
+    # /docs: the package's own page over /openapi.json (token from the console's session)
+    driver.get(url + "/docs")
+    ops = _wait(driver, "return document.querySelectorAll('#ops details.op').length")
+    spec = httpx.get(url + "/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    assert ops == sum(len(v) for v in spec["paths"].values())
+    _shot(driver, "docs-page.png", tmp_path)
 
 
 def test_what_is_shown_matches_the_state(server, driver, tmp_path):

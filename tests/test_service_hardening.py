@@ -138,3 +138,20 @@ def test_bad_options_exit_2_naming_the_option(tmp_path, setup, args, option):
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert r.stderr.startswith(f"error: {option}"), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_body_reading_is_bounded_in_time(tmp_path, monkeypatch):
+    import time
+
+    from unicron_plan.service import app as app_module
+
+    def slow_parse(text, source):
+        time.sleep(1.5)
+        return {}
+
+    monkeypatch.setattr(app_module, "parse_json", slow_parse)
+    with TestClient(create_app(tmp_path / "state", contingency=False, parse_seconds=0.2)) as c:
+        start = time.perf_counter()
+        r = c.post("/v1/events", json={"kind": "failure", "failed_nodes": ["n0"]})
+        assert time.perf_counter() - start < 1.2
+    assert r.status_code == 400 and r.json() == {"error": "body: not read within 0.2 s"}

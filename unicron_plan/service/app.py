@@ -7,6 +7,7 @@ the field exactly as the CLI does: ``{"error": "<field>: <reason>"}``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -27,6 +28,8 @@ from unicron_plan.service.coordinator import Conflict, Coordinator
 from unicron_plan.service.state import NotFound
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Longest a request body's JSON may take to read (a thread reads it; the event loop goes on).
+DEFAULT_PARSE_SECONDS = 10.0
 #: Largest revision a query may name (SQLite integers are 64-bit).
 MAX_REVISION = 2 ** 62
 
@@ -113,8 +116,8 @@ class _TokenAuth:
         await self.app(scope, receive, send)
 
 
-async def _read_json(request: Request, limit: int) -> Any:
-    """The request body as strict JSON, at most ``limit`` bytes."""
+async def _read_json(request: Request, limit: int, parse_seconds: float = DEFAULT_PARSE_SECONDS) -> Any:
+    """The request body as strict JSON, at most ``limit`` bytes, read within ``parse_seconds``."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge()
@@ -130,15 +133,21 @@ async def _read_json(request: Request, limit: int) -> Any:
         raise InvalidInstanceError("body", "not UTF-8 text") from None
     if not text.strip():
         raise InvalidInstanceError("body", "empty: a JSON object is expected")
+    # off the event loop (other requests, /healthz included, go on meanwhile) and bounded in time
+    work = asyncio.ensure_future(run_in_threadpool(parse_json, text, "body"))
+    work.add_done_callback(lambda f: f.cancelled() or f.exception())  # an abandoned read's error is dropped
     try:
-        return parse_json(text, "body")
+        return await asyncio.wait_for(asyncio.shield(work), timeout=parse_seconds)
+    except asyncio.TimeoutError:
+        raise InvalidInstanceError("body", f"not read within {parse_seconds:g} s") from None
     except InvalidInstanceError as exc:
         raise InvalidInstanceError("body", exc.message) from None
 
 
 def create_app(state_dir: str | Path, token: str | None = None, solver: str | None = None,
                contingency: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               settle_heap: bool = False, access_log: bool = False) -> FastAPI:
+               settle_heap: bool = False, access_log: bool = False,
+               parse_seconds: float = DEFAULT_PARSE_SECONDS) -> FastAPI:
     """The FastAPI application serving the state in ``state_dir`` (``access_log``: one log line a request)."""
     coord = Coordinator(state_dir, solver=solver, contingency=contingency, settle_heap=settle_heap)
 
@@ -200,14 +209,14 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     # ----------------------------------------------------------------- routes
     @app.put("/v1/cluster", response_model=RevisionReply, summary="Upload the cluster (a v1 instance without event)")
     async def put_cluster(request: Request):
-        data = await _read_json(request, max_body_bytes)
+        data = await _read_json(request, max_body_bytes, parse_seconds)
         return _json(await run_in_threadpool(coord.put_cluster, data))
 
     @app.post("/v1/events", response_model=None, responses={200: {"model": PlanReply}},
               summary="Record an event and answer the optimal plan (dry_run: answer only)")
     async def post_event(request: Request, dry_run: bool = Query(False),
                          idempotency_key: Optional[str] = Header(None, alias="Idempotency-Key")):
-        data = await _read_json(request, max_body_bytes)
+        data = await _read_json(request, max_body_bytes, parse_seconds)
         if dry_run:  # nothing is recorded: the plan's own text (a stored answer's, or one just solved)
             text = coord.dry_run_text(data)
             if text is None:
@@ -217,7 +226,7 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
 
     @app.post("/v1/jobs", response_model=RevisionReply, summary="Add a queued job (current.gpus 0)")
     async def post_job(request: Request):
-        data = await _read_json(request, max_body_bytes)
+        data = await _read_json(request, max_body_bytes, parse_seconds)
         return _json(await run_in_threadpool(coord.add_job, data))
 
     @app.delete("/v1/jobs/{job_id:path}", response_model=RevisionReply, summary="Remove a job (its GPUs are freed)")

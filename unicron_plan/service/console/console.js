@@ -149,22 +149,21 @@ function renderCluster(inst) {
       if (p && p.size) cls.push("pending");
       if (S.picked.has(n.id)) cls.push("picked");
       const cols = n.gpus <= 8 ? Math.max(1, Math.ceil(n.gpus / 2)) : Math.ceil(Math.sqrt(n.gpus * 2));
-      const jobs = new Set();
       let cells = "";
       for (let g = 0; g < a.length; g++) {
         const o = a[g];
         if (o === -2) { cells += '<i class="x"></i>'; continue; }
         healthy++;
-        if (p && p.has(g)) { cells += '<i class="p"></i>'; if (o >= 0) { jobs.add(o); used++; } continue; }
-        if (o >= 0) { cells += `<i class="j${o}"></i>`; jobs.add(o); used++; } else cells += "<i></i>";
+        if (p && p.has(g)) { cells += '<i class="p"></i>'; if (o >= 0) used++; continue; }
+        if (o >= 0) { cells += `<i class="j${o}"></i>`; used++; } else cells += "<i></i>";
       }
-      const who = [...jobs].map((o) => inst.jobs[o].id).join(", ") || "free";
-      const state = isDown ? "down" : (p && p.size ? "failure pending" : "healthy");
-      parts.push(`<div class="${cls.join(" ")}" data-node="${esc(n.id)}" style="grid-template-columns:repeat(${cols},5px)" title="${esc(n.id)} · ${esc(n.gpu_type)} · ${state} · ${esc(who)}">${cells}</div>`);
+      parts.push(`<div class="${cls.join(" ")}" data-node="${esc(n.id)}" style="grid-template-columns:repeat(${cols},5px)">${cells}</div>`);
     }
     parts.push("</div></div>");
   }
   $("racks").innerHTML = parts.join("");
+  S.owners = owners;
+  S.pending = pending;
   $("cluster-counts").textContent =
     `${fmt(inst.cluster.nodes.length, 0)} nodes in ${fmt(racks.size, 0)} racks · ${fmt(healthy, 0)} healthy GPUs · ` +
     `${fmt(used, 0)} in use · ${fmt(down, 0)} node${down === 1 ? "" : "s"} down`;
@@ -462,12 +461,26 @@ function init() {
     const head = ev.target.closest(".rack > b");
     if (head) pickRack(head.parentElement.dataset.rack);
   });
+  $("racks").addEventListener("mouseover", (ev) => {
+    const node = ev.target.closest(".node");
+    if (node && !node.title) node.title = nodeTitle(node.dataset.node);
+  });
   $("rack-pick").addEventListener("change", (ev) => { if (ev.target.value) pickRack(ev.target.value); });
   $("clear-pick").onclick = () => { S.picked.clear(); $("rack-pick").value = ""; renderPicked(); };
   $("dry-run").onclick = dryRun;
   $("record").onclick = recordFailure;
   refresh(true);
   setInterval(refresh, 1000);
+}
+
+function nodeTitle(id) {
+  // the tooltip, built when the pointer first reaches the node (16,384 of them at render would cost time)
+  const n = S.inst && S.inst.cluster.nodes.find((x) => x.id === id);
+  if (!n) return id;
+  const a = S.owners.get(id), p = S.pending.get(id);
+  const jobs = [...new Set(a.filter((o) => o >= 0))].map((o) => S.inst.jobs[o].id);
+  const state = a.every((x) => x === -2) ? "down" : p && p.size ? "failure pending" : "healthy";
+  return `${id} · rack ${n.rack ?? id} · ${n.gpu_type} · ${state} · ${jobs.join(", ") || "free"}`;
 }
 
 function pickRack(rack) {

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import ROOT
 from unicron_plan.io import read_json
+from unicron_plan.service import daemon
 
 
 def _start(state, *args: str) -> tuple[subprocess.Popen, str, str]:
@@ -123,18 +124,26 @@ def test_port_in_use_exits_2_with_one_line(tmp_path):
     assert r.stderr.strip() == f"error: --port: 127.0.0.1:{port} is already in use"
 
 
-def test_warning_when_binding_beyond_loopback_without_token(tmp_path):
-    # 0.0.0.0 is bound but the test only talks to it over loopback
-    proc, url, _ = _start(tmp_path / "s", "--host", "0.0.0.0")
-    port = url.rsplit(":", 1)[1]
-    try:
-        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
-    finally:
-        code, rest = _stop(proc)
-    assert code == 0 and "warning: 0.0.0.0 is reachable beyond this machine and no --token-file" in rest, rest
-    proc, url, _ = _start(tmp_path / "s2")  # loopback: no warning
+@pytest.mark.parametrize("address,token,warns", [
+    (("0.0.0.0", 8470), None, True), (("10.1.2.3", 8470), None, True), (("::", 8470, 0, 0), None, True),
+    (("0.0.0.0", 8470), "t", False), (("127.0.0.1", 8470), None, False), (("127.8.9.1", 8470), None, False),
+    (("::1", 8470, 0, 0), None, False)])
+def test_warning_when_bound_beyond_loopback_without_token(address, token, warns):
+    # a stand-in socket: the tests bind loopback only
+    class Sock:
+        def getsockname(self):
+            return address
+
+    warning = daemon.exposure_warning(Sock(), token)
+    assert (warning is not None) == warns
+    if warns:
+        assert warning.startswith(f"{address[0]} is reachable beyond this machine and no --token-file is set")
+
+
+def test_no_warning_on_loopback(tmp_path):
+    proc, url, _ = _start(tmp_path / "s")
     code, rest = _stop(proc)
-    assert "warning" not in rest
+    assert code == 0 and "warning" not in rest, rest
 
 
 def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):

@@ -70,10 +70,9 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
                                          f"(revision {coord.state.revision}), token {'on' if token else 'off'}",
                            kind="start", url=url, state=str(coord.store.path), revision=coord.state.revision,
                            token=token is not None)
-                if token is None and not daemon.is_loopback(sock):
-                    daemon.log(logging.WARNING, f"{host} is reachable beyond this machine and no --token-file "
-                                                "is set: anyone who reaches it can change the state",
-                               kind="no-token", host=host)
+                warning = daemon.exposure_warning(sock, token)
+                if warning:
+                    daemon.log(logging.WARNING, warning, kind="no-token", host=host)
 
             config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
                                     http=daemon.json_error_protocol(), lifespan="on",

@@ -49,6 +49,14 @@ def is_loopback(sock: socket.socket) -> bool:
         return False
 
 
+def exposure_warning(sock: socket.socket, token: str | None) -> str | None:
+    """The start-up warning for a socket reachable beyond this machine without a token, else None."""
+    if token is not None or is_loopback(sock):
+        return None
+    return (f"{sock.getsockname()[0]} is reachable beyond this machine and no --token-file is set: "
+            "anyone who reaches it can change the state")
+
+
 def url_of(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

@@ -259,3 +259,10 @@ def test_what_if_and_apply(server, driver, tmp_path):
                          " return d.length === 32 ? d.length : null")
     assert down == 32
     _shot(driver, "console-applied.png", tmp_path)
+    # it updates itself: a change made by another client shows without a reload
+    rev = client.get("/v1/state").json()["revision"]
+    job = copy.deepcopy(client.get("/v1/state").json()["instance"]["jobs"][0])
+    job.update(id="queued-by-another-client", current={"gpus": 0, "nodes": []})
+    assert client.post("/v1/jobs", json=job).json() == {"revision": rev + 1}
+    _wait(driver, "return document.querySelector('#jobs tr[data-job=\"queued-by-another-client\"]')", timeout=10)
+    assert int(driver.find_element("id", "revision").text) == rev + 1

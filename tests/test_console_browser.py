@@ -243,6 +243,7 @@ def test_what_if_and_apply(server, driver, tmp_path):
     shown = driver.execute_script(
         "return [...document.querySelectorAll('#whatif-plan .diff tbody tr')].map(r => r.dataset.job)")
     assert sorted(shown) == sorted(j["id"] for j in expected["jobs"] if j["action"] not in ("keep", "idle"))
+    driver.execute_script("document.getElementById('whatif-panel').scrollIntoView()")
     _shot(driver, "console-what-if.png", tmp_path)
     assert client.get("/v1/history").json()["entries"][-1] == last  # a dry run records nothing
     # record it, then apply from the page: the rack is drawn down

@@ -217,7 +217,7 @@ function renderJobs(inst) {
   });
   $("jobs").tBodies[0].innerHTML = rows.join("");
   const running = states.filter((s) => s === "running" || s === "hit").length;
-  $("jobs-count").textContent = `${inst.jobs.length} jobs · ${running} running · ${states.filter((s) => s === "queued").length} queued`;
+  $("jobs-count").textContent = `${inst.jobs.length} jobs · ${running} running · ${states.filter((s) => s === "waiting").length} waiting (0 GPUs)`;
 }
 
 // ------------------------------------------------------------------ plans

@@ -90,6 +90,15 @@ def test_a_100kb_id_in_the_url_gets_the_json_error(tmp_path):
             assert body.startswith(b'{"error": ') or body.startswith(b'{"error":'), body[:200]
 
 
+@pytest.mark.parametrize("method,path", [("GET", "/v1/plans/p"), ("DELETE", "/v1/jobs/"),
+                                         ("POST", "/v1/plans/p")])
+def test_a_long_id_is_echoed_cut(client, method, path):
+    long_id = "7" * 30_000 + "%0A"  # an encoded newline
+    r = client.request(method, path + long_id + ("/apply" if method == "POST" else ""))
+    assert r.status_code == 404 and len(r.json()["error"]) < 1000, (r.status_code, len(r.text))
+    assert "\n" not in r.json()["error"]
+
+
 def test_state_directory_and_files_are_private(tmp_path):
     with TestClient(create_app(tmp_path / "state", contingency=False)) as c:
         base, ev = _base()

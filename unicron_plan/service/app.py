@@ -84,7 +84,10 @@ def _json(obj: Any) -> Response:
 
 
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+    """The JSON error; what it echoes of the request is escaped and cut (a 100 KB id stays a short line)."""
+    from unicron_plan.text import one_line
+
+    return JSONResponse({"error": one_line(message, 600)}, status_code=status)
 
 
 #: The console's own files (``console/`` beside this module): no state in them, served to anyone.

@@ -170,3 +170,27 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):
         code, rest = _stop(proc)
     assert code == 0
     assert "POST /v1/events 422" in rest, rest
+
+
+def test_an_error_is_one_line_in_text_and_one_object_in_json(monkeypatch):
+    import io
+    import logging
+
+    monkeypatch.delenv("UNICRON_DEBUG", raising=False)
+    for fmt in ("text", "json"):
+        buf = io.StringIO()
+        daemon.setup_logging(fmt, buf)
+        try:
+            {}["missing"]
+        except KeyError:
+            logging.getLogger("uvicorn.error").error("Exception in ASGI application", exc_info=True)
+        out = buf.getvalue()
+        if fmt == "text":
+            assert out.count("\n") == 1 and out.rstrip().endswith("error: Exception in ASGI application: "
+                                                                  "KeyError: 'missing'"), out
+        else:
+            doc = json.loads(out)
+            assert doc["level"] == "error" and "KeyError: 'missing'" in doc["exception"]
+    for name in (daemon.LOGGER, "uvicorn", "uvicorn.error"):  # leave the process's logging as it was
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True

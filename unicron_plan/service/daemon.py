@@ -9,6 +9,7 @@ import errno
 import ipaddress
 import json
 import logging
+import os
 import socket
 import sys
 import time
@@ -70,6 +71,8 @@ class _JsonFormatter(logging.Formatter):
         doc = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds")
                .replace("+00:00", "Z"), "level": record.levelname.lower(), "message": record.getMessage()}
         doc.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
         return json.dumps(doc, separators=(",", ":"), default=str)
 
 
@@ -77,7 +80,13 @@ class _TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.fromtimestamp(record.created, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
         level = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
-        return f"{stamp} {level}{record.getMessage()}"
+        line = f"{stamp} {level}{record.getMessage()}"
+        if record.exc_info:  # a bug: its type and message on the line, the traceback with UNICRON_DEBUG=1
+            exc = record.exc_info[1]
+            line += f": {type(exc).__name__}: {exc}"
+            if os.environ.get("UNICRON_DEBUG"):
+                line += "\n" + self.formatException(record.exc_info)
+        return line
 
 
 def setup_logging(fmt: str, stream=None) -> logging.Logger:

@@ -230,6 +230,13 @@ def test_what_if_and_apply(server, driver, tmp_path):
     last = client.get("/v1/history").json()["entries"][-1]
     assert last["type"] == "apply" and last["body"]["plan_id"] == pending["plan_id"]
     _wait(driver, "return document.getElementById('plan-tag').textContent.includes('applied')")
+    # nodes are picked by clicking them
+    node = driver.find_element("css selector", '#racks .node[data-node="n00007"]')
+    node.click()
+    assert driver.find_element("id", "picked").text == "1 node(s): n00007"
+    assert "picked" in node.get_attribute("class")
+    node.click()
+    assert driver.find_element("id", "picked").text == "no node picked"
     # what if rack r0005 fails: the dry run shown is the service's dry run
     Select(driver.find_element("id", "rack-pick")).select_by_visible_text("r0005")
     picked = _wait(driver, "return document.querySelectorAll('#racks .node.picked').length")

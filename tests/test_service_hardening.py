@@ -153,15 +153,42 @@ def test_bad_options_exit_2_naming_the_option(tmp_path, setup, args, option):
 def test_body_reading_is_bounded_in_time(tmp_path, monkeypatch):
     import time
 
-    from unicron_plan.service import app as app_module
+    from unicron_plan import io as io_module
 
-    def slow_parse(text, source):
+    def slow_parse(text, source, fmt):
         time.sleep(1.5)
         return {}
 
-    monkeypatch.setattr(app_module, "parse_json", slow_parse)
+    monkeypatch.setattr(io_module, "parse_document", slow_parse)
     with TestClient(create_app(tmp_path / "state", contingency=False, parse_seconds=0.2)) as c:
         start = time.perf_counter()
         r = c.post("/v1/events", json={"kind": "failure", "failed_nodes": ["n0"]})
         assert time.perf_counter() - start < 1.2
-    assert r.status_code == 400 and r.json() == {"error": "body: not read within 0.2 s"}
+    assert r.status_code == 400 and r.json()["error"].startswith("body: not read within 0.2 s")
+
+
+def test_body_reading_is_off_the_event_loop(tmp_path):
+    """While one slow body is read, /healthz still answers at once (the reader runs in a thread)."""
+    import threading
+    import time
+
+    import httpx
+
+    slow = "[" * 70 + '"' + '\\"' * 12_000  # deep and unterminated: the slowest shape for the depth check
+    with Server(tmp_path / "s", "--no-contingency") as srv:
+        got = {}
+
+        def post():
+            got["r"] = httpx.post(srv.url + "/v1/events", content=slow, timeout=60)
+
+        t = threading.Thread(target=post)
+        t.start()
+        time.sleep(0.05)
+        worst = 0.0
+        while t.is_alive() and worst < 5:
+            start = time.perf_counter()
+            assert httpx.get(srv.url + "/healthz", timeout=30).status_code == 200
+            worst = max(worst, time.perf_counter() - start)
+        t.join()
+        assert got["r"].status_code == 400 and got["r"].json()["error"].startswith("body:")
+        assert worst < 1.0, worst

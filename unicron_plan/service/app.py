@@ -7,7 +7,6 @@ the field exactly as the CLI does: ``{"error": "<field>: <reason>"}``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import json
@@ -17,13 +16,14 @@ from typing import Any, Optional
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError, SolverUnavailableError
-from unicron_plan.io import field_path, parse_json
+from unicron_plan.io import field_path, parse_document_async
 from unicron_plan.schema import Instance, Job, Plan
+from unicron_plan.schema.service import (HealthReply, HistoryEntry, HistoryReply, PlanReply, RevisionReply,  # noqa: F401
+                                         StateReply)
 from unicron_plan.service.coordinator import Conflict, Coordinator
 from unicron_plan.service.state import NotFound
 
@@ -36,41 +36,6 @@ MAX_REVISION = 2 ** 62
 
 class BodyTooLarge(Exception):
     pass
-
-
-# --------------------------------------------------------------------------- response models (documentation)
-class RevisionReply(BaseModel):
-    revision: int = Field(description="Log position of the change.")
-
-
-class PlanReply(Plan):
-    plan_id: Optional[str] = Field(description="Id for GET/apply; null for a dry run (nothing recorded).")
-    revision: int = Field(description="State revision the plan was made for (apply answers 409 if it moved on).")
-
-
-class StateReply(BaseModel):
-    revision: int
-    instance: Optional[Instance] = Field(description="The applied cluster with the combined pending event.")
-
-
-class HistoryEntry(BaseModel):
-    revision: int
-    type: str = Field(description="cluster, event, plan, apply or job.")
-    at: str = Field(description="UTC time of the commit (ISO 8601).")
-    body: dict[str, Any]
-
-
-class HistoryReply(BaseModel):
-    entries: list[HistoryEntry]
-
-
-class HealthReply(BaseModel):
-    status: str
-    contingency: str = Field(description="ready, building or off.")
-    revision: int = Field(description="Revision of the state (cheap to poll).")
-    precomputed: dict = Field(default_factory=dict,
-                              description="Whole answers to single-node failures stored for the state: "
-                                          "done and total.")
 
 
 # Request bodies are parsed by hand (strict JSON); these give /openapi.json their schemas.
@@ -137,12 +102,8 @@ async def _read_json(request: Request, limit: int, parse_seconds: float = DEFAUL
     if not text.strip():
         raise InvalidInstanceError("body", "empty: a JSON object is expected")
     # off the event loop (other requests, /healthz included, go on meanwhile) and bounded in time
-    work = asyncio.ensure_future(run_in_threadpool(parse_json, text, "body"))
-    work.add_done_callback(lambda f: f.cancelled() or f.exception())  # an abandoned read's error is dropped
     try:
-        return await asyncio.wait_for(asyncio.shield(work), timeout=parse_seconds)
-    except asyncio.TimeoutError:
-        raise InvalidInstanceError("body", f"not read within {parse_seconds:g} s") from None
+        return await parse_document_async(text, "body", timeout=parse_seconds)
     except InvalidInstanceError as exc:
         raise InvalidInstanceError("body", exc.message) from None
 

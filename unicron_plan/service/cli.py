@@ -29,6 +29,10 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
     import logging
     import signal
 
+    from unicron_plan.extras import require
+
+    for module in ("uvicorn", "fastapi", "prometheus_client"):
+        require(module, "serve")
     import uvicorn
 
     from unicron_plan.errors import InvalidInstanceError

@@ -189,6 +189,9 @@ def test_what_is_shown_matches_the_state(server, driver, tmp_path):
     done, total = driver.find_element("id", "precomputed").text.replace(",", "").split(" / ")
     assert int(total) == health["precomputed"]["total"] and 0 <= int(done) <= int(total)
     _shot(driver, "console.png", tmp_path)
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE" and " 401 " not in e["message"]
+              and "status of 401" not in e["message"]]
+    assert not errors, errors  # no script error, no missing file
 
 
 def _pending_of(inst: dict, job: dict) -> int:

@@ -273,6 +273,8 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
     start = time.perf_counter()
     base = instance.model_copy(update={"event": None})
     problem = build_problem(base)
+    if problem.alternatives:
+        return _mixed_contingency(base, racks, start)
     state = problem.state
     in_service = state.nodes_in_service()
     node_of = state.nodes
@@ -346,6 +348,39 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
         "failures": failures, "plans": plans,
         "stats": {"failures": len(failures), "groups": len(groups), "plans": len(plans),
                   "d_run_values": len(by_d_run), "options": total, "options_in_cores": kept,
+                  "wall_seconds": time.perf_counter() - start},
+    }
+
+
+def _mixed_contingency(base: Instance, racks: bool, start: float) -> dict:
+    """Mixed fleets: every failure solved exactly over GPU types and counts
+    (:func:`unicron_plan.solvers.mixed.solve_types`); a stored plan also lists the jobs that
+    change type (``types``). A failure that leaves no feasible plan gets no entry."""
+    from unicron_plan.core.problem import build_problem, prepare
+    from unicron_plan.errors import InfeasibleError
+    from unicron_plan.schema.instance import Event
+    from unicron_plan.solvers.mixed import solve_types
+
+    prepared = prepare(base)
+    failures, plans, plan_ids = {}, {}, {}
+    for key, failed in candidate_failures(base, racks):
+        problem = build_problem(base.model_copy(update={"event": Event(kind="failure", failed_nodes=list(failed))}),
+                                prepared)
+        try:
+            counts, types, value, _, _, _ = solve_types(problem)
+        except InfeasibleError:
+            continue
+        moved = {j.id: types[j.id] for j in problem.jobs if types[j.id] != j.gpu_type}
+        vector = (tuple(counts[j.id] for j in problem.jobs), tuple(sorted(moved.items())))
+        if vector not in plan_ids:
+            plan_ids[vector] = f"p{len(plan_ids):05d}"
+            plans[plan_ids[vector]] = {"counts": {j.id: counts[j.id] for j in problem.jobs},
+                                       **({"types": moved} if moved else {})}
+        failures[key] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
+    return {
+        "schema_version": "1", "kind": "contingency", "instance": base.name,
+        "fingerprint": fingerprint(base), "racks": racks, "failures": failures, "plans": plans,
+        "stats": {"failures": len(failures), "plans": len(plans), "mixed_types": True,
                   "wall_seconds": time.perf_counter() - start},
     }
 

@@ -18,6 +18,7 @@ from randgen import random_instance
 from randgen_ip import add_constraints
 from unicron_plan import api
 from unicron_plan.cli import app
+from unicron_plan.plan import contingency
 from unicron_plan.plan.contingency import (build_contingency, candidate_failures, read_contingency,
                                            write_contingency)
 from unicron_plan.tools.adversarial import KINDS
@@ -163,15 +164,20 @@ def _check_every_entry(doc: dict, index: dict) -> None:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**32 - 1), mtbf=st.booleans(), types=st.integers(1, 2))
-def test_count_rules_every_entry_equals_a_fresh_solve(seed, mtbf, types):
-    # pinned and min_gain_fraction (the DP's own rules): the grouped tables, D_run per failure,
-    # hit jobs exempt from hysteresis, pinned jobs on a failed node infeasible
+@given(seed=st.integers(0, 2**32 - 1), mtbf=st.booleans(), types=st.integers(1, 2), tables=st.booleans())
+def test_count_rules_every_entry_equals_a_fresh_solve(seed, mtbf, types, tables):
+    # pinned and min_gain_fraction (the DP's own rules): the grouped tables (or the DP per group),
+    # D_run per failure, hit jobs exempt from hysteresis, pinned jobs on a failed node infeasible
     rng = np.random.default_rng(seed)
     doc = random_instance(rng, max_nodes=6, max_jobs=4, gpu_types=types, mtbf=mtbf)
     doc = add_constraints(rng, doc, node_level=False, churn=False, p=0.6)
     doc.pop("event", None)
-    index = build_contingency(api.load_instance(doc), racks=True)
+    saved = contingency.DIRECT_GROUPS
+    contingency.DIRECT_GROUPS = 0 if tables else 10**6
+    try:
+        index = build_contingency(api.load_instance(doc), racks=True)
+    finally:
+        contingency.DIRECT_GROUPS = saved
     assert index["stats"]["method"] == "groups"
     _check_every_entry(doc, index)
 

@@ -1,28 +1,40 @@
 """Contingency plans: the optimal plan for the failure of every single node (or rack), ahead of time.
 
 A node failure changes (a) one GPU type's capacity, (b) which jobs are hit
-(their gain vectors lose the "unchanged" option) and, with
-``cost.node_mtbf_hours``, (c) D_run through the number of nodes in service.
-Failures are grouped by (D_run, hit jobs, capacities) and each group is solved
-once. Per D_run and GPU type, prefix tables P_k (DP over the type's jobs
-0..k-1) and suffix tables S_k (jobs k..m-1) over capacities 0..C are built
-once; a group hitting jobs a..b (in type order) folds the span a..b with the
-hit jobs' new gains onto P_a, and meets S_{b+1} at the failure's capacity C':
+(their gain vectors lose the "unchanged" option, and they are exempt from
+hysteresis) and, with ``cost.node_mtbf_hours``, (c) D_run, which moves the
+hysteresis thresholds too. Nodes that hold the same jobs and lose the same
+GPUs are one equivalence class: failures are grouped by (D_run, hit jobs,
+capacities) and each group is solved once, on each job's options under the
+failure's own rules (:func:`_job_options`). Per D_run and GPU type:
+
+* a group that hits no job of the type is the type's DP (``dp.solve_options``,
+  with all of its pruning) at the group's capacity, once per capacity;
+* groups that hit jobs share prefix tables P_k (DP over the type's jobs
+  0..k-1) and suffix tables S_k (jobs k..m-1) over capacities 0..C, built only
+  as far as some group needs them; a group hitting jobs a..b (in type order)
+  folds the span a..b with the hit jobs' new gains onto P_a, and meets S_{b+1}
+  at the failure's capacity C':
 
     opt = max_c  (P_a (+) span)[c] + S_{b+1}[C' - c]          (O(C) per group)
 
-so a group costs O(C x the span's options) instead of a full re-solve. The
-tables are built on Lagrangian cores (:func:`_cores`): options that no
-group's optimum can use, by the bound gap of every group, are dropped first.
-The tests check every plan against a full re-solve of the failed instance.
+  The tables are built on Lagrangian cores (:func:`_cores`): options that no
+  group's optimum can use, by the bound gap of every group, are dropped first.
+
+A pinned job on a failed node, or jobs that may not suspend no longer fitting,
+make the failure infeasible: it is listed under ``infeasible`` with the reason.
+An instance with constraints the DP cannot express has each failure solved on
+its own (``auto``). The tests compare every entry with a fresh solve.
 
 Output (``DIR/contingency.json``, canonical JSON): the base instance's name and
 fingerprint, ``failures`` mapping each failure key (``node:ID`` or
-``rack:ID``) to its failed nodes, objective and plan id, and ``plans`` mapping
-plan ids to the optimal counts per job (identical count vectors are stored
-once). Placement is deterministic and fast, so it is redone when a plan is
-used: :func:`lookup` (``unicron-plan solve --contingency DIR``) turns the
-counts into a placed plan that :func:`unicron_plan.api.solve` validates.
+``rack:ID``) to its failed nodes, objective and plan id, ``infeasible`` mapping
+the keys that admit no plan to their failed nodes and reason, and ``plans``
+mapping plan ids to the optimal counts per job (identical count vectors are
+stored once). Placement is deterministic and fast, so it is redone when a plan
+is used: :func:`lookup` (``unicron-plan solve --contingency DIR``) finds the
+counts, :func:`proven_optimal` re-checks them on the instance as it is, and
+:func:`unicron_plan.api.solve` places and validates them.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ from unicron_plan.errors import InfeasibleError, InvalidInstanceError
 from unicron_plan.schema import Instance
 
 INDEX_FILE = "contingency.json"
+DIRECT_GROUPS = 4  # per D_run and GPU type, at most this many groups that hit jobs are solved by the DP each
 
 
 def fingerprint(instance: Instance) -> str:
@@ -362,8 +375,6 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
     over the type's options at the group's capacity (solved once per capacity); groups that hit jobs
     share prefix and suffix tables over Lagrangian cores, built only as far as some group needs them.
     """
-    from unicron_plan.solvers.dp import solve_options
-
     state = problem.state
     in_service = state.nodes_in_service()
     node_of = state.nodes
@@ -421,14 +432,12 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
                 work.append((key, hit_idx, cap, {i: hit_cache[i] for i in hit_idx}))
             total += sum(len(y) for y, _ in opts)
             for cap, members in plain.items():
-                if any(len(y) == 0 for y, _ in opts) or sum(int(y[0]) for y, _ in opts) > cap:
-                    part = (None, _no_fit(js, t, cap))
-                else:
-                    counts, value = solve_options(opts, cap)
-                    part = (value, {j.id: int(c) for j, c in zip(js, counts)})
+                part = _solve_direct(js, t, opts, {}, cap)
                 for key in members:
                     answers[key] = _add(answers[key], part)
-            if not work:
+            if len(work) <= DIRECT_GROUPS:  # too few groups to pay for the tables: the DP per group
+                for key, hit_idx, cap, hit_opts in work:
+                    answers[key] = _add(answers[key], _solve_direct(js, t, opts, hit_opts, cap))
                 continue
             cores, work = _cores(opts, work, capacity)
             kept += sum(len(y) for y, _ in cores)
@@ -444,6 +453,17 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
             bar.advance()
     stats.update(groups=len(groups), d_run_values=len(by_d_run), options=total, options_in_cores=kept,
                  tables=tables, method="groups")
+
+
+def _solve_direct(js: list, gpu_type: str, opts: list, hit_opts: dict, cap: int) -> tuple:
+    """(value, counts) of one GPU type by its DP with the hit jobs' options, or (None, reason)."""
+    from unicron_plan.solvers.dp import solve_options
+
+    options = [hit_opts.get(i, o) for i, o in enumerate(opts)]
+    if any(len(y) == 0 for y, _ in options) or sum(int(y[0]) for y, _ in options) > cap:
+        return None, _no_fit(js, gpu_type, cap)
+    counts, value = solve_options(options, cap)
+    return value, {j.id: int(c) for j, c in zip(js, counts)}
 
 
 def _add(acc: tuple, part: tuple) -> tuple:

@@ -75,3 +75,29 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
+def test_the_worker_is_stopped_while_a_request_solves(tmp_path):
+    coord = Coordinator(tmp_path / "s")
+    try:
+        coord.put_cluster(_base("jagged-2048-32jobs.json"))
+        deadline = time.monotonic() + 60
+        while coord._warm_pid is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pid = coord._warm_pid
+        assert pid is not None
+        with coord._worker_paused():
+            time.sleep(0.2)
+            assert _state(pid) == "T"  # stopped: it takes no CPU from the request
+        time.sleep(0.2)
+        if _alive(pid):
+            assert _state(pid) != "T"
+        _wait_answers(coord)  # and it still finishes
+    finally:
+        coord.close()

@@ -17,6 +17,7 @@ answer; anything else is solved (with the index where it applies).
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import threading
@@ -85,6 +86,9 @@ class Coordinator:
             _settle_heap()
         self._worker = None
         self.warm_pids: list[int] = []  # the warm worker processes started (tests, diagnostics)
+        self._warm_pid: int | None = None  # the running one
+        self._pause_lock = threading.Lock()
+        self._solving = 0  # requests solving now (the warm worker is stopped while any is)
         if contingency:
             self._worker = threading.Thread(target=self._contingency_loop, name="contingency", daemon=True)
             self._worker.start()
@@ -117,11 +121,29 @@ class Coordinator:
         from unicron_plan import api
 
         start = time.perf_counter()
-        plan = api.solve(instance, solver=self.solver, contingency=index, instance_fingerprint=fingerprint,
-                         prepared=prepared)
+        with self._worker_paused():
+            plan = api.solve(instance, solver=self.solver, contingency=index, instance_fingerprint=fingerprint,
+                             prepared=prepared)
         if observe:
             self.metrics.solver_time.observe(time.perf_counter() - start)
         return plan
+
+    @contextlib.contextmanager
+    def _worker_paused(self):
+        """While any request is solving, the warm worker process is stopped (SIGSTOP), so that it takes
+        no CPU from the request (on two hyper-threads even a lower priority would); it continues when
+        the last request is done."""
+        with self._pause_lock:
+            self._solving += 1
+            if self._solving == 1 and self._warm_pid is not None:
+                _signal(self._warm_pid, "SIGSTOP")
+        try:
+            yield
+        finally:
+            with self._pause_lock:
+                self._solving -= 1
+                if self._solving == 0 and self._warm_pid is not None:
+                    _signal(self._warm_pid, "SIGCONT")
 
     def _stored_text(self, state: st.State, data: Any) -> bytes | None:
         """The precomputed answer to ``data`` on ``state`` as JSON text, or None (module docstring)."""
@@ -164,7 +186,8 @@ class Coordinator:
     def _plan(self, before: st.State, after: st.State, dry_run: bool):
         """The plan of ``after`` (``before`` plus one event), from warm contingency when it applies."""
         index = fingerprint = None
-        if not before.pending and after.failed and not after.exits and not after.arrivals:
+        if not before.pending and after.failed and not after.exits and not after.arrivals \
+                and _index_key(after) is not None:
             with self._cv:
                 if self._index is not None and self._index[0] == after.base_version:
                     index = self._index[1]
@@ -300,6 +323,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------ warm contingency
     def _contingency_loop(self) -> None:
+        _start_process_server()  # once, before any cluster: the first build does not pay for it
         while True:
             with self._cv:
                 while not self._closed and (self.state.base is None or (
@@ -332,6 +356,10 @@ class Coordinator:
             return
         sender.close()
         self.warm_pids.append(proc.pid)
+        with self._pause_lock:
+            self._warm_pid = proc.pid
+            if self._solving:
+                _signal(proc.pid, "SIGSTOP")
         try:
             while not self._moved_on(snapshot):
                 if not receiver.poll(0.05):
@@ -346,9 +374,12 @@ class Coordinator:
                     return
                 self._publish(snapshot, message, start)
         finally:
+            with self._pause_lock:
+                self._warm_pid = None
             receiver.close()
             if proc.is_alive():
                 proc.terminate()
+                _signal(proc.pid, "SIGCONT")  # a stopped process acts on SIGTERM only once continued
             proc.join(5)
 
     def _moved_on(self, snapshot: st.State) -> bool:
@@ -397,6 +428,42 @@ def _process_context():
                                     "unicron_plan.plan.contingency"])
         return ctx
     return multiprocessing.get_context("spawn")
+
+
+def _index_key(after: st.State) -> str | None:
+    """The contingency key of ``after``'s failure when it is the failure of whole nodes that is one
+    (a node or a rack), else None: any other event is solved without reading the index."""
+    from unicron_plan.plan.contingency import failure_key
+
+    if set(after.failed) != set(after.whole):
+        return None
+    return failure_key(sorted(after.whole), after.base)
+
+
+def _signal(pid: int, name: str) -> None:
+    """Send signal ``name`` to the warm worker ``pid`` (nothing where the signal does not exist or the
+    worker has ended)."""
+    import os
+    import signal
+
+    sig = getattr(signal, name, None)
+    if sig is None:
+        return
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _start_process_server() -> None:
+    """Start the fork server of :func:`_process_context` now (where there is one)."""
+    try:
+        if _process_context().get_start_method() == "forkserver":
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+    except (OSError, ValueError, RuntimeError):
+        pass  # workers are then started (or the stages run in-thread) when a cluster comes
 
 
 def _warm_process(sender, snapshot: st.State, solver: str | None, max_nodes: int) -> None:

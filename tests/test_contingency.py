@@ -281,3 +281,29 @@ def test_2048_nodes_with_racks_within_10_s_on_every_kind(kind, queued):
     index = build_contingency(inst, racks=True)
     assert time.perf_counter() - start <= 10.0
     assert len(index["failures"]) + len(index["infeasible"]) == 2048 + 64
+
+
+def test_an_index_changed_after_its_check_is_not_trusted():
+    from unicron_plan.errors import InvalidInstanceError
+
+    doc = generate_instance(4, gpus=256, jobs=6, failed_nodes=0)
+    failed = api.load_instance(_with_failure(doc, ["n00005"]))
+    built = build_contingency(api.load_instance(doc))
+    job = doc["jobs"][0]["id"]
+
+    def unknown_plan(d):
+        d["failures"]["node:n00005"]["plan"] = "nope"
+
+    def float_count(d):
+        d["plans"][d["failures"]["node:n00005"]["plan"]]["counts"][job] = 1.5
+
+    for change in (unknown_plan, float_count):
+        index = copy.deepcopy(built)
+        assert api.solve(failed, contingency=index).solver.name == "contingency"  # checked once, remembered
+        change(index)  # in place, below the top level
+        assert api.solve(failed, contingency=index).solver.name == "dp"  # never a crash, never the changed plan
+    index = copy.deepcopy(built)
+    api.solve(failed, contingency=index)
+    index["failures"] = {**index["failures"], "node:n00005": {**index["failures"]["node:n00005"], "plan": 7}}
+    with pytest.raises(InvalidInstanceError):  # a new top-level value is checked again
+        api.solve(failed, contingency=index)

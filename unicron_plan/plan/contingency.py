@@ -521,12 +521,27 @@ def read_contingency(source: str | Path) -> dict:
     return check_index(data, str(p))
 
 
+_CHECKED: list = []  # [the last index dict that passed, its shape]: kept alive, so its id stays its own
+
+
+def _shape(data: dict) -> tuple:
+    return tuple((k, id(v), len(v) if isinstance(v, dict) else None) for k, v in data.items())
+
+
 def check_index(data, source: str = "contingency") -> dict:
-    """``data`` checked against the index schema (schema.contingency); bad input names the field."""
+    """``data`` checked against the index schema (schema.contingency); bad input names the field.
+
+    The dict checked last is not checked again while its top level is unchanged (a caller that plans
+    many events with one index, as the service does); what a stored plan must satisfy is checked
+    on every use anyway (``api.solve``)."""
     from unicron_plan.io import parse_model
     from unicron_plan.schema.contingency import ContingencyIndex
 
+    if isinstance(data, dict) and _CHECKED and _CHECKED[0] is data and _CHECKED[1] == _shape(data):
+        return data
     parse_model(ContingencyIndex, data, prefix=source)
+    if isinstance(data, dict):
+        _CHECKED[:] = [data, _shape(data)]
     return data
 
 
@@ -552,7 +567,12 @@ def lookup(instance: Instance, index: dict,
         return None
     if entry is None:
         return key, None, None
-    return key, dict(index["plans"][entry["plan"]]["counts"]), float(entry["objective"])
+    plan = index.get("plans", {}).get(entry.get("plan"))  # (re-checked: the dict may have changed since)
+    counts = plan.get("counts") if isinstance(plan, dict) else None
+    if not isinstance(counts, dict) or not all(type(c) is int and c >= 0 for c in counts.values()) \
+            or type(entry.get("objective")) not in (int, float):
+        return None
+    return key, dict(counts), float(entry["objective"])
 
 
 def proven_optimal(problem, counts: dict[str, int]) -> bool:

@@ -353,6 +353,7 @@ def _with_failure(base: Instance, failed: list[str]) -> Instance:
 def _solve_each(base: Instance, prepared, candidates: list, results: dict, bar) -> None:
     """Constraints the DP cannot express (node-level tp, max_nodes, same_rack, max_changed_jobs):
     each failure is solved on its own by the exact solver ``auto`` picks for it."""
+    from unicron_plan.plan.assemble import to_plan
     from unicron_plan.solvers import SolverOptions, get_solver
 
     for key, failed in candidates:
@@ -362,8 +363,9 @@ def _solve_each(base: Instance, prepared, candidates: list, results: dict, bar) 
         except InfeasibleError as exc:
             results[key] = (failed, None, str(exc))
         else:
-            if raw.solution == "optimal":
-                results[key] = (failed, float(p.objective(raw.counts)), dict(raw.counts))
+            if raw.solution == "optimal":  # the objective of the placed plan (a move pays its transition)
+                value = to_plan(p, raw, "contingency", 0.0).objective
+                results[key] = (failed, float(value), {k: int(c) for k, c in raw.counts.items()})
         bar.advance()
 
 

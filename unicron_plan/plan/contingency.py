@@ -388,7 +388,13 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
     for j in problem.jobs:
         by_type[j.gpu_type].append(j)
     pos = {j.id: (j.gpu_type, k) for t, js in by_type.items() for k, j in enumerate(js)}
-    pinned = {j.id for j in problem.jobs if j.pinned and j.x > 0}
+    # a pinned job keeps its previous split: a failure of a node of that split admits no plan (precheck)
+    pinned_on: dict[str, list[str]] = defaultdict(list)
+    for j in problem.jobs:
+        if j.pinned and j.x > 0:
+            for nid, g in state.previous[j.id].items():
+                if g > 0:
+                    pinned_on[nid].append(j.id)
 
     groups: dict[tuple, list[tuple[str, list[str]]]] = defaultdict(list)
     for key, failed in candidates:
@@ -402,14 +408,14 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
         d_run = cost.d_run_seconds(base, in_service - out_of_service)
         hit = frozenset(jid for n in failed for jid in jobs_on.get(n, ()))
         caps = tuple(sorted((t, problem.capacity[t] - lost.get(t, 0)) for t in problem.capacity))
-        groups[(d_run, hit, caps)].append((key, failed))
+        held = tuple(sorted({jid for n in failed for jid in pinned_on.get(n, ())}))
+        groups[(d_run, hit, caps, held)].append((key, failed))
 
     answers: dict[tuple, tuple] = {}  # group -> (value, counts) or (None, reason)
     by_d_run: dict[float, list] = defaultdict(list)
-    for key in sorted(groups, key=lambda g: (g[0], sorted(g[1]), g[2])):
-        held = sorted(pinned & key[1])
-        if held:  # a pinned job on a failed node: precheck's rule
-            answers[key] = (None, f"job {held[0]!r} is pinned but its node failed")
+    for key in sorted(groups, key=lambda g: (g[0], sorted(g[1]), g[2], g[3])):
+        if key[3]:
+            answers[key] = (None, f"job {key[3][0]!r} is pinned but a node of its allocation failed")
         else:
             by_d_run[key[0]].append(key)
             answers[key] = (0.0, {})

@@ -45,6 +45,9 @@ class JobRun:
     last_restart: float = -1.0  # start of its latest restart or reconfiguration
     pending_lost: float = 0.0
     output: float = 0.0
+    # Degraded run (bamboo's absorbed failure): F at ``nominal`` GPUs x ``slow`` on the GPUs held.
+    nominal: Optional[int] = None
+    slow: float = 1.0
     _f: Optional[dict] = field(default=None, repr=False)
     _counted: tuple = field(default=(None, 0), repr=False)  # (the alloc dict counted, its sum)
 
@@ -57,7 +60,9 @@ class JobRun:
         return self._counted[1]
 
     def f(self, count: Optional[int] = None) -> float:
-        """F at ``count`` (default: the current count)."""
+        """F at ``count`` (default: the current rate: at the current count, or degraded)."""
+        if count is None and self.nominal is not None:
+            return self.f(self.nominal) * self.slow
         c = self.count if count is None else count
         if c == 0:
             return 0.0

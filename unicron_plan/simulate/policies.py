@@ -19,8 +19,9 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
   another job's GPUs; restarts and reconfigurations cost D_trans, with no work
   lost (it recovers from pipeline replicas).
 - ``varuna``: as oobleck, but each shrink or grow is a restart from the last
-  checkpoint; ``bamboo``: as oobleck, but a job's first node failure is
-  absorbed without a restart (redundant computation).
+  checkpoint; ``bamboo``: a node failure is absorbed by redundant computation
+  (same count, degraded speed, no restart) once per pipeline; a second one in
+  a pipeline restarts it from the checkpoint on its surviving GPUs.
 
 Each policy runs at its own failure-free speed and recovery constants
 (``models/policies.json``, overridable per scenario); Megatron may be
@@ -585,39 +586,111 @@ class VarunaPolicy(OobleckPolicy):
 
 
 class BambooPolicy(OobleckPolicy):
-    """Redundant computation: a job's first node failure is absorbed without a restart (a neighbour
-    already computes the lost stage; the job goes on on its surviving GPUs), a second one before the
-    repair needs a restart from the checkpoint; software errors (SEV2/SEV3) restart from the checkpoint.
-    Timeout detection; growing back on repair is a reconfiguration (D_trans)."""
+    """Redundant computation (Bamboo, NSDI'23): every pipeline stage is also computed by its neighbour,
+    so a pipeline survives the loss of one stage without a restart.
+
+    A job's pipelines are consecutive groups of its smallest allowed count of GPUs over its own GPUs in
+    cluster order (in the scenario library every allowed count is that size times a data-parallel
+    degree). A SEV1 node failure is absorbed when every pipeline on the node also has GPUs on another
+    node and none of them has absorbed a failure already: the job keeps its count and runs on the
+    surviving GPUs at ``degraded_throughput_factor`` of its speed, with no restart and no work lost.
+    Otherwise (a second failure in a pipeline, or a pipeline wholly on the node) it restarts from the
+    checkpoint on its best allowed count of its surviving GPUs. A failed node that rejoins is a
+    reconfiguration (D_trans). Software errors (SEV2/SEV3) restart from the checkpoint at the same
+    layout. Timeout detection.
+    """
 
     name = "bamboo"
 
     def setup(self, eng: Engine) -> None:
         super().setup(eng)
-        self.absorbed = {j.id: 0 for j in eng.jobs}  # node failures absorbed since the job was whole
+        self.absorbed: dict[str, dict[str, set[int]]] = {j.id: {} for j in eng.jobs}  # job -> node -> pipelines
+
+    @staticmethod
+    def pipelines(job: JobRun, own: dict[str, int]) -> dict[str, set[int]]:
+        """The pipelines (indices) with GPUs on each node of ``own``."""
+        size = min((c for c in job.table if c > 0), default=0)
+        out: dict[str, set[int]] = {}
+        at = 0
+        for n, g in own.items():
+            out[n] = set(range(at // size, (at + g - 1) // size + 1)) if size and g else set()
+            at += g
+        return out
+
+    def absorbable(self, job: JobRun, node: str) -> set[int] | None:
+        """The pipelines of ``job`` on ``node`` when the job can absorb its failure, else None."""
+        if job.count == 0:
+            return None
+        pipes = self.pipelines(job, self.own[job.id])
+        mine = pipes.get(node, set())
+        taken = set().union(*self.absorbed[job.id].values()) if self.absorbed[job.id] else set()
+        elsewhere = set().union(*(p for n, p in pipes.items() if n != node and n in job.alloc))
+        if not mine or mine & taken or not mine <= elsewhere:
+            return None
+        return mine
+
+    def degrade(self, job: JobRun, on: bool) -> None:
+        """Run ``job`` degraded at its nominal count (``on``), or at its own rate again."""
+        if on:
+            if job.nominal is None:
+                job.nominal = job.count
+            job.slow = self.model.degraded_throughput_factor or 1.0
+        else:
+            job.nominal, job.slow = None, 1.0
+            self.absorbed[job.id] = {}
 
     def reconfigure(self, eng: Engine, job: JobRun, ev: SimEvent | None) -> None:
-        if ev is None:  # growing back on repair
+        if ev is None:  # growing back or rejoining on a repair
             eng.transition(job, eng.t, job.d_trans)
-            return
-        if ev.severity == "sev1" and self.absorbed[job.id] == 0:
-            self.absorbed[job.id] += 1
-            eng.stop_blocks(job, eng.t)  # the detection hang ends; no restart
             return
         lost = 0.0 if restarted_since(job, ev) else lost_since_checkpoint(self.model, job, ev.time)
         checkpoint_restart(self.model, eng, job, lost)
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
-        super().on_failure(eng, ev, hit)
+        self.take_spare(eng, ev, [j for j in eng.jobs if ev.node in self.own[j.id]])
         for j in hit:
-            if ev.node not in self.own[j.id]:  # a spare took the node's place: the job is whole again
-                self.absorbed[j.id] = 0
+            if ev.severity != "sev1":
+                if not restarted_since(j, ev):
+                    self.reconfigure(eng, j, ev)  # same layout; an absorbed failure stays absorbed
+                continue
+            if ev.node in self.own[j.id]:
+                pipes = self.absorbable(j, ev.node)
+                if pipes is not None:  # the neighbours take over the node's stages: no restart
+                    self.absorbed[j.id][ev.node] = pipes
+                    self.degrade(j, True)
+                    j.alloc = {n: g for n, g in j.alloc.items() if n != ev.node}
+                    continue
+            # A spare took the node's place, or the failure cannot be absorbed: a restart on the job's
+            # best allowed count of its own GPUs in service, its pipelines whole again.
+            self.degrade(j, False)
+            j.alloc = self.best_alloc(eng, j)
+            if j.count == 0:
+                eng.stop_blocks(j, eng.t)
+                eng.reconfigurations += 1
+            else:
+                self.reconfigure(eng, j, ev)
 
     def on_repair(self, eng: Engine, node: str) -> None:
-        super().on_repair(eng, node)
+        if self.returns_as_spare(node):
+            return
         for j in eng.jobs:
-            if node in self.own[j.id] and not (set(self.own[j.id]) & (eng.down | set(eng.pending))):
-                self.absorbed[j.id] = 0
+            if node not in self.own[j.id]:
+                continue
+            if node in self.absorbed[j.id]:  # the node rejoins its pipelines
+                del self.absorbed[j.id][node]
+                if not self.absorbed[j.id]:
+                    self.degrade(j, False)
+                    j.alloc = self.best_alloc(eng, j)
+                else:
+                    alloc = dict(j.alloc)
+                    alloc[node] = self.own[j.id][node]
+                    j.alloc = dict(sorted(alloc.items(), key=lambda kv: eng.node_rank[kv[0]]))
+                self.reconfigure(eng, j, None)
+            elif j.nominal is None:
+                new = self.best_alloc(eng, j)
+                if new != j.alloc:
+                    j.alloc = new
+                    self.reconfigure(eng, j, None)
 
 
 POLICIES: dict[str, type[Policy]] = {

@@ -15,6 +15,11 @@ the package's performance model):
   strong scaling at a fixed global batch (smaller per-replica batches, more
   all-reduce), so small models spread thin lose efficiency.
 
+D_trans: each job's ``transition_seconds`` is derived by the package's transition model
+(``unicron_plan.perf.transition``, docs/perf.md) for its model at its time-0 count (61-65 s
+here); the instance that seeds the time-0 plan keeps a 600 s default, which does not matter
+there (every job starts from 0 GPUs, so no transition is charged).
+
 The ``-perf`` scenarios take their tables from the package's performance model instead
 (``unicron_plan.perf``, docs/perf.md): A800 GPUs, GPT-3's batch sizes (Brown et al.
 2020, Table 2.1) in sequences of 2,048 tokens; the allowed counts are those up to the
@@ -87,6 +92,19 @@ def perf_table(model: str, max_gpus: int, whole_nodes: bool = False) -> dict[str
     return {str(n): round(t, 3) for n, t in sorted(curve.tflops_table().items()) if not (whole_nodes and n % 8)}
 
 
+def derived_d_trans(model: str, gpus: int) -> float:
+    """D_trans of a job of ``model`` holding ``gpus`` GPUs from the package's transition model
+    (``unicron_plan.perf.transition``, docs/perf.md): a restart at its layout with each GPU's state
+    loaded from the nearest copy, plus set-up; at the largest count up to ``gpus`` where the
+    performance model finds a Megatron-LM layout (the library's tables are not the model's)."""
+    from unicron_plan.core.cost import derived_transition_seconds
+    from unicron_plan.perf import derive_table
+
+    curve = derive_table(model, "a800", GLOBAL_BATCH[model], SEQ_LEN, max_gpus=max(gpus, 1))
+    n = max(c for c in curve.tflops_table() if c <= max(gpus, 1))
+    return round(derived_transition_seconds(model, "a800", GLOBAL_BATCH[model], SEQ_LEN, "full", n), 1)
+
+
 def scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str, float, int]],
              whole_nodes: bool = False, perf: bool = False) -> dict:
     """A scenario with ``nodes`` x 8 A800 in racks of 16 nodes; jobs (id, model, weight, max GPUs)."""
@@ -100,12 +118,14 @@ def scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str,
             "cost": {"node_mtbf_hours": round(faultdata.LLAMA3_NODE_MTBF_HOURS, 1),
                      "default_transition_seconds": 600.0}}
     plan = api.solve(inst)
-    for job, pj in zip(job_list, plan.jobs):
+    for job, pj, (_, model, _, _) in zip(job_list, plan.jobs, jobs):
         job["current"] = {"gpus": pj.gpus, "nodes": pj.nodes}
+        smallest = min(int(c) for c in job["throughput"]["tflops"])
+        job["transition_seconds"] = derived_d_trans(model, pj.gpus or smallest)
     mix = {k: round(v, 4) for k, v in figure1_severity_mix().items()}
     mix["sev3"] = round(1.0 - mix["sev1"] - mix["sev2"], 4)
     return {"schema_version": "1", "name": name, "description": description, "cluster": cluster,
-            "jobs": job_list, "cost": {"default_transition_seconds": 600.0}, "duration_hours": 720.0,
+            "jobs": job_list, "cost": {}, "duration_hours": 720.0,
             "failures": {"node_mtbf_hours": round(faultdata.LLAMA3_NODE_MTBF_HOURS, 1),
                          "repair_hours": {"median": faultdata.REPAIR_MEDIAN_HOURS,
                                           "sigma": faultdata.REPAIR_SIGMA},

@@ -7,7 +7,9 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
 - ``unicron``: in-band detection; SEV1 -> the planner's optimal re-plan
   (v1 Instance -> problem -> exact DP -> placement), SEV2 -> restart the
   process (D_trans), SEV3 -> reattempt in place; re-plans on every capacity
-  change, with D_run = node MTBF x 3600 / H (``cost.node_mtbf_hours``).
+  change, valuing each job's choice over its own horizon (node MTBF / nodes
+  held, ``cost.horizon: "job"``) or the paper's D_run = node MTBF x 3600 / H
+  (``"cluster"``).
 - ``greedy`` and ``equal-share``: the same detection and severity handling,
   but their own allocation rule (ignoring transition cost), so that the gap to
   ``unicron`` isolates the planner.
@@ -39,6 +41,11 @@ from unicron_plan.schema.policies import PolicyModel, PolicyModels
 from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.engine import Engine, JobRun
 from unicron_plan.simulate.trace import SimEvent
+
+
+#: The planner policies' horizon when the scenario gives none (docs/model.md, "Planning horizon";
+#: chosen by the horizon sweep, docs/simulation.md).
+DEFAULT_HORIZON = "job"
 
 
 @functools.lru_cache(maxsize=1)
@@ -181,7 +188,7 @@ class PlannerPolicy(Policy):
         if self._base_instance is None:
             from unicron_plan.schema import Instance
 
-            cost = {"node_mtbf_hours": eng.mtbf_hours}
+            cost = {"node_mtbf_hours": eng.mtbf_hours, "horizon": eng.scenario.cost.horizon or DEFAULT_HORIZON}
             if eng.scenario.cost.default_transition_seconds is not None:
                 cost["default_transition_seconds"] = eng.scenario.cost.default_transition_seconds
             self._base_instance = Instance.model_validate({

@@ -146,6 +146,11 @@ def library() -> dict[str, dict]:
            + [(f"gpt3-6.7b-{i}", "gpt3-6.7b", W["gpt3-6.7b"], 128) for i in range(8)]
            + [(f"gpt3-2.7b-{i}", "gpt3-2.7b", W["gpt3-2.7b"], 64) for i in range(4)]
            + [(f"gpt3-1.3b-{i}", "gpt3-1.3b", W["gpt3-1.3b"], 64) for i in range(4)])
+    huge = ([(f"gpt3-175b-{i:03d}", "gpt3-175b", W["gpt3-175b"], 1024) for i in range(128)]
+            + [(f"gpt3-13b-{i:02d}", "gpt3-13b", W["gpt3-13b"], 256) for i in range(64)]
+            + [(f"gpt3-6.7b-{i:02d}", "gpt3-6.7b", W["gpt3-6.7b"], 128) for i in range(64)]
+            + [(f"gpt3-2.7b-{i:02d}", "gpt3-2.7b", W["gpt3-2.7b"], 64) for i in range(32)]
+            + [(f"gpt3-1.3b-{i:02d}", "gpt3-1.3b", W["gpt3-1.3b"], 64) for i in range(32)])
     dense = scenario("gpt3-mix-128-a800-dense", "As gpt3-mix-128-a800, with the dense failure injection of "
                      "fault-tolerance papers: one failure every 3 h on the cluster, 30 days.", 16, small)
     del dense["failures"]["node_mtbf_hours"]
@@ -170,6 +175,9 @@ def library() -> dict[str, dict]:
         "gpt3-mix-16384-a800": scenario(
             "gpt3-mix-16384-a800", "16,384 A800 (2,048 x 8, Llama 3 scale), 40 GPT-3 jobs on whole nodes, Llama 3 failure rate, "
             "30 days.", 2048, big, whole_nodes=True),
+        "gpt3-mix-131072-a800": scenario(
+            "gpt3-mix-131072-a800", "131,072 A800 (16,384 x 8), the 16,384-GPU mix eight times (320 GPT-3 jobs on "
+            "whole nodes), Llama 3 failure rate, 30 days.", 16384, huge, whole_nodes=True),
     }
 
 

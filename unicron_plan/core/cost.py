@@ -47,7 +47,7 @@ def horizon_scale(instance: Instance, nodes_held: int, nodes_in_service: int) ->
 def job_transition_seconds(instance: Instance, job: Job, split: dict[str, int], nodes_in_service: int) -> float:
     """The D_trans the objective charges ``job`` (previous per-node split ``split``): its D_trans
     (:func:`d_trans_seconds`) x :func:`horizon_scale` of the nodes it holds."""
-    held = sum(1 for g in split.values() if g > 0)
+    held = len(split) - list(split.values()).count(0)
     return d_trans_seconds(instance, job) * horizon_scale(instance, held, nodes_in_service)
 
 

@@ -179,22 +179,25 @@ class Engine:
         if t1 <= t0:
             return
         span = t1 - t0
+        loss = self.loss
         for j in self.jobs:
-            blocked = 0.0
-            keep = []
-            for b in j.blocks:
-                ov = min(b[1], t1) - max(b[0], t0)
-                if ov > 0:
-                    blocked += ov
-                    self.loss[b[2]] += j.base * ov
-                if b[1] > t1:
-                    keep.append(b)
-            j.blocks = keep
-            run = span - blocked
+            run = span
+            if j.blocks:
+                blocked = 0.0
+                keep = []
+                for b in j.blocks:
+                    ov = min(b[1], t1) - max(b[0], t0)
+                    if ov > 0:
+                        blocked += ov
+                        loss[b[2]] += j.base * ov
+                    if b[1] > t1:
+                        keep.append(b)
+                j.blocks = keep
+                run = span - blocked
             rate = 0.0 if j.waiting else j.f()
             j.output += rate * run
             self.output += rate * run
-            self.loss["sub_healthy"] += (j.base - rate) * run
+            loss["sub_healthy"] += (j.base - rate) * run
         self.t = t1
 
     # --- the run ---

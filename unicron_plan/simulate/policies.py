@@ -161,6 +161,7 @@ class PlannerPolicy(Policy):
         self._healthy = None  # cluster.healthy_nodes of the scenario
         self._flat = None  # problem.flat_tables of the jobs
         self._failed_at_start: set[str] = set()  # nodes the scenario lists with failed GPUs
+        self._job_copies: dict[int, tuple] = {}  # see instance
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -225,9 +226,14 @@ class PlannerPolicy(Policy):
             nodes = list(nodes)
             for nid in listed_down:
                 nodes[eng.node_rank[nid]] = down[nid]
-        jobs = [bj.model_copy(update={"current": CurrentAllocation.model_construct(
-                    gpus=j.count, nodes=list(j.alloc))})
-                for bj, j in zip(base.jobs, eng.jobs)]
+        copies = self._job_copies  # per job: (the alloc dict it was made from, the Job copy)
+        jobs = []
+        for k, (bj, j) in enumerate(zip(base.jobs, eng.jobs)):
+            made = copies.get(k)
+            if made is None or made[0] is not j.alloc:  # an alloc is replaced, never changed in place
+                made = copies[k] = (j.alloc, bj.model_copy(update={"current": CurrentAllocation.model_construct(
+                    gpus=j.count, nodes=list(j.alloc))}))
+            jobs.append(made[1])
         event = None
         if failed is not None:
             event = Event.model_construct(kind="failure", failed_nodes=[failed], failed_gpus=[])
@@ -275,7 +281,11 @@ class PlannerPolicy(Policy):
         placement, hit = self.plan(eng, failed, repaired)
         eng.plans += 1
         for j in eng.jobs:
-            new = {n: g for n, g in placement[j.id].items() if g > 0}
+            new = placement[j.id]
+            if not hit[j.id] and new == j.alloc:  # kept in place: the same dict stays (its copies are reused)
+                continue
+            if 0 in new.values():
+                new = {n: g for n, g in new.items() if g > 0}
             changed = sum(new.values()) != j.count or hit[j.id] or set(new) != set(j.alloc)
             if not changed:
                 # Same count on the same nodes: the planner's per-node split (derived from the

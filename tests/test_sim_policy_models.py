@@ -20,10 +20,20 @@ SEV1_N1 = [{"time_hours": 1.25, "kind": "failure", "node": "n1", "severity": "se
 
 
 def _run(events, policies, duration=30.0, overrides=None):
-    sc = one_job_trace(events, duration=duration)
-    if overrides:
-        sc["policy_models"] = overrides
+    sc = one_job_trace(events, duration=duration, figure2=True)
+    for name, over in (overrides or {}).items():
+        sc["policy_models"][name] = {**sc["policy_models"].get(name, {}), **over}
     return simulate(load_scenario(sc), policies, seed=0)["policies"]
+
+
+def test_the_packaged_timeout_baselines_use_the_published_detection_and_save_times():
+    m = make_policy("megatron")
+    assert m.detection_seconds("ecc_error") == 60.0  # an explicit failure (ByteRobust: about 60 s)
+    assert m.detection_seconds("task_hang") == faultdata.NCCL_TIMEOUT_SECONDS  # a hang waits for the timeout
+    assert m.healthy_factor() == pytest.approx(1800.0 / (1800.0 + 6.8))  # ByteRobust Table 8 blocking save
+    for name in ("oobleck", "varuna", "bamboo"):
+        assert make_policy(name).detection_seconds("ecc_error") == 60.0
+    assert make_policy("unicron").detection_seconds("ecc_error") == faultdata.EXCEPTION_PROPAGATION_SECONDS
 
 
 def test_every_policy_has_a_model_and_every_value_a_source():
@@ -190,8 +200,8 @@ def test_unknown_error_kinds_are_named():
 
 
 def _with_spare_node(events, duration=30.0):
-    """one_job_trace plus an idle third node n2."""
-    sc = one_job_trace(events, duration=duration)
+    """one_job_trace (Figure 2's baseline constants) plus an idle third node n2."""
+    sc = one_job_trace(events, duration=duration, figure2=True)
     sc["cluster"]["nodes"].append({"id": "n2", "gpu_type": "a800", "gpus": 8})
     return sc
 
@@ -199,7 +209,7 @@ def _with_spare_node(events, duration=30.0):
 def test_megatron_with_a_hot_spare_restarts_at_once_instead_of_waiting():
     sc = _with_spare_node(SEV1_N1)
     waits = simulate(load_scenario(sc), ["megatron"], seed=0)["policies"]["megatron"]
-    sc["policy_models"] = {"megatron": {"spare_nodes": 1}}
+    sc["policy_models"]["megatron"]["spare_nodes"] = 1
     spare = simulate(load_scenario(sc), ["megatron"], seed=0)["policies"]["megatron"]
     detect, lost = faultdata.NCCL_TIMEOUT_SECONDS, 1.25 * H % 1800.0
     # on n0 + n2 right after the detection, restart and recomputation; nothing happens at the repair
@@ -213,7 +223,8 @@ def test_the_repaired_node_is_the_next_spare():
     events = SEV1_N1 + [{"time_hours": 25.0, "kind": "failure", "node": "n0", "severity": "sev1",
                          "error": "ecc_error"}]
     sc = _with_spare_node(events, duration=30.0)
-    sc["policy_models"] = {"megatron": {"spare_nodes": 1}, "oobleck": {"spare_nodes": 1}}
+    sc["policy_models"]["megatron"]["spare_nodes"] = 1
+    sc["policy_models"]["oobleck"]["spare_nodes"] = 1
     out = simulate(load_scenario(sc), ["megatron", "oobleck"], seed=0)["policies"]
     # n1 is back at 20 h as a spare, so the failure of n0 at 25 h is answered at once too: never below 16 GPUs
     assert out["megatron"]["reconfigurations"] == 2

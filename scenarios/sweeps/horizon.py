@@ -1,6 +1,6 @@
 """Run chosen points of ``horizon.yaml`` with the sweep's own seeds, then its table and plot.
 
-    python scenarios/sweeps/horizon.py run OUT.jsonl [--gpus 128,1024] [--rate 6332.5] [--seeds 20] [--workers 1]
+    python scenarios/sweeps/horizon.py run OUT.jsonl [--gpus 128,1024] [--rate 6332.5] [--seeds 20] [--workers 1] [--start R]
     python scenarios/sweeps/horizon.py report OUT.jsonl [--plot docs/simulation-horizon.png]
 
 ``run`` appends one JSON line per finished run (point index, seed, weighted TFLOP per policy), so
@@ -46,7 +46,7 @@ def run(args) -> None:
             continue
         data = sw.patched(sw.base_of(point, base, HERE), {k: v for k, v in point.items() if k != "scenario"})
         for r, seed in enumerate(sw.seeds_of(spec.seed, p, min(args.seeds, spec.replications.max))):
-            if (p, seed) not in done:
+            if (p, seed) not in done and r >= args.start:
                 tasks.append((r, p, data, seed))
     tasks.sort(key=lambda t: (t[0], t[1]))  # every point gets its first seeds before any gets its last
     from concurrent.futures import ProcessPoolExecutor
@@ -126,6 +126,7 @@ def main() -> None:
     r.add_argument("--rate", default=None)
     r.add_argument("--seeds", type=int, default=20)
     r.add_argument("--workers", type=int, default=1)
+    r.add_argument("--start", type=int, default=0, help="first replication to run (a second process can take later ones)")
     p = sub.add_parser("report")
     p.add_argument("out")
     p.add_argument("--plot", default=None)

@@ -19,7 +19,7 @@ from unicron_plan.errors import PlanValidationError
 from unicron_plan.io import parse_json, parse_model, read_json
 from unicron_plan.schema import Instance, Plan
 from unicron_plan.core.checks import check_instance
-from unicron_plan.solvers import SolverOptions, get_solver
+from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS, SolverOptions, get_solver
 from unicron_plan.plan.validate import ValidationReport
 from unicron_plan.plan.validate import validate_plan as _validate
 
@@ -48,7 +48,7 @@ def load_plan(source: str | os.PathLike | dict | Plan) -> Plan:
 
 
 def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = None,
-          time_limit_seconds: float | None = None, threads: int | None = None,
+          time_limit_seconds: float | None = DEFAULT_TIME_LIMIT_SECONDS, threads: int | None = None,
           contingency: str | os.PathLike | dict | None = None,
           instance_fingerprint: str | None = None, prepared=None) -> Plan:
     """The optimal (or, under a time limit, best found) plan, checked by the independent validator.
@@ -60,7 +60,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     ``time_limit_seconds`` is wall time from this call, for every solver (``dp``
     included): a solver stopped by it returns the best plan it holds as
     ``feasible`` (termination ``time_limit``) with a valid upper bound and the
-    ``gap``; None means no limit. ``threads`` reaches the IP backends.
+    ``gap``; the default is the CLI's 60 s, None means no limit. ``threads`` reaches the IP backends.
     ``contingency``: a directory written by ``unicron-plan contingency`` (or its
     index); when the instance's event is one of its failures, the precomputed
     plan is placed, validated and returned (solver name ``contingency``); when

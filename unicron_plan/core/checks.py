@@ -3,10 +3,14 @@ current allocations that fit. Each failure names the exact field path."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.faults.severity import classify
 from unicron_plan.schema.instance import Cost, Instance
-from unicron_plan.schema.scenario import Scenario
+
+if TYPE_CHECKING:  # the scenario model is imported by the simulator, not by every solve
+    from unicron_plan.schema.scenario import Scenario
 
 
 def _unique(items, what: str) -> None:

@@ -12,7 +12,7 @@ import_app = typer.Typer(no_args_is_help=True, help="Build a v1 instance from a 
 export_app = typer.Typer(no_args_is_help=True, help="Turn a v1 plan into a scheduler's own changes.")
 
 _RUN = typer.Option(None, "--expected-run-seconds", help="D_run of the instance (or give --node-mtbf-hours).")
-_MTBF = typer.Option(None, "--node-mtbf-hours", help="D_run from node MTBF (FORMAT.md cost.node_mtbf_hours).")
+_MTBF = typer.Option(None, "--node-mtbf-hours", help="D_run from node MTBF (docs/format.md, cost.node_mtbf_hours).")
 _TRANS = typer.Option(600.0, "--default-transition-seconds", help="D_trans of jobs that give none.")
 _GPU_TYPE = typer.Option(None, "--gpu-type", help="PRODUCT=TYPE: map a GPU product (label or gres type) to a "
                                                   "GPU type of the library (repeatable; wins over the built-in table).")
@@ -32,8 +32,9 @@ def _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, g
 @import_app.command("k8s")
 def import_k8s(nodes: Path = typer.Option(..., "--nodes", help="kubectl get nodes -o json"),
                pods: Path = typer.Option(..., "--pods", help="kubectl get pods -A -o json"),
-               jobs: Path = typer.Option(..., "--jobs", help="kubectl get pytorchjobs -A -o json (or a List mixing "
-                                                             "PyTorchJob, Volcano Job and DLRover ElasticJob)"),
+               jobs: list[Path] = typer.Option(..., "--jobs", help="kubectl get pytorchjobs -A -o json (or a List "
+                                                                   "mixing PyTorchJob, Volcano Job and DLRover "
+                                                                   "ElasticJob); repeatable, one file per kind"),
                out: Optional[Path] = _OUT,
                expected_run_seconds: Optional[float] = _RUN, node_mtbf_hours: Optional[float] = _MTBF,
                default_transition_seconds: float = _TRANS,
@@ -49,13 +50,13 @@ def import_k8s(nodes: Path = typer.Option(..., "--nodes", help="kubectl get node
     from unicron_plan.io import dumps, emit, read_json
 
     cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
-    doc = run(read_json(nodes), read_json(pods), read_json(jobs), cost=cost, gpu_map=gmap,
+    doc = run(read_json(nodes), read_json(pods), [(read_json(j), str(j)) for j in jobs], cost=cost, gpu_map=gmap,
               rack_label=rack_label, cordon_reasons=cordon_reason or [], name=name)
     emit(dumps(doc), out)
 
 
 @import_app.command("slurm")
-def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show nodes --json"),
+def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show nodes --json (Slurm 23.02+) or sinfo --json (22.05)"),
                  jobs: Path = typer.Option(..., "--jobs", help="squeue --json"),
                  out: Optional[Path] = _OUT,
                  expected_run_seconds: Optional[float] = _RUN, node_mtbf_hours: Optional[float] = _MTBF,
@@ -65,6 +66,9 @@ def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show 
                      None, "--rack-feature", help="Prefix of the node feature that names the rack (e.g. rack)."),
                  name: str = typer.Option("slurm", "--name", help="Instance name.")):
     """Build a v1 instance from Slurm nodes and jobs."""
+    from unicron_plan.extras import require
+
+    require("hostlist", "import slurm")
     from unicron_plan.integrations.slurm import import_slurm as run
     from unicron_plan.io import dumps, emit, read_json
 
@@ -81,7 +85,7 @@ class K8sFormat(str, Enum):
 
 @export_app.command("k8s")
 def export_k8s(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan solve)."),
-               jobs: Path = typer.Option(..., "--jobs", help="The jobs file given to import."),
+               jobs: list[Path] = typer.Option(..., "--jobs", help="The jobs file(s) given to import (repeatable)."),
                pods: Optional[Path] = typer.Option(None, "--pods", help="The pods file given to import: pods "
                                                                         "where the plan does not keep them are "
                                                                         "deleted (recommended)."),
@@ -93,33 +97,41 @@ def export_k8s(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan so
     from unicron_plan.integrations.k8s import export_k8s as run, render_kubectl
     from unicron_plan.io import dumps, emit, read_json
 
-    changes = run(load_plan(plan), read_json(jobs), read_json(pods) if pods else None)
+    notes: list[str] = []
+    changes = run(load_plan(plan), [(read_json(j), str(j)) for j in jobs], read_json(pods) if pods else None,
+                  notes=notes)
     if fmt is K8sFormat.yaml:
         import yaml
 
         text = yaml.safe_dump(changes, sort_keys=False)
     elif fmt is K8sFormat.kubectl:
-        text = render_kubectl(changes)
+        text = render_kubectl(changes, notes)
     else:
         text = dumps(changes)
+    for note in notes:
+        typer.echo("note: " + " ".join(note.split()), err=True)
     emit(text, out)
 
 
 @export_app.command("slurm")
 def export_slurm(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan solve)."),
                  jobs: Path = typer.Option(..., "--jobs", help="The squeue --json file given to import."),
-                 nodes: Optional[Path] = typer.Option(None, "--nodes", help="The nodes file given to import: "
-                                                                            "nodes already drained are left alone."),
+                 nodes: Optional[Path] = typer.Option(None, "--nodes", help="The nodes file given to import "
+                                                                            "(needed when the plan drains nodes: their "
+                                                                            "reasons are kept, drained ones left alone)."),
                  reason: str = typer.Option("unicron-plan: failed", "--reason", help="Reason of the drains."),
                  out: Optional[Path] = _OUT):
-    """The scontrol commands that carry out PLAN on Slurm, as a shell script."""
+    """The scontrol commands that carry out PLAN on Slurm, as a shell script (each step guarded
+    by the cluster's state, so that running it again is harmless)."""
     from unicron_plan.api import load_plan
-    from unicron_plan.integrations.slurm import export_slurm as run
+    from unicron_plan.extras import require
+
+    require("hostlist", "export slurm")
+    from unicron_plan.integrations.slurm import export_slurm as run, render_script
     from unicron_plan.io import emit, read_json
 
-    lines = run(load_plan(plan), read_json(jobs), read_json(nodes) if nodes else None, reason=reason)
-    emit("#!/bin/sh\n# Generated by unicron-plan export slurm: apply in this order.\nset -e\n"
-         + "".join(line + "\n" for line in lines), out)
+    steps = run(load_plan(plan), read_json(jobs), read_json(nodes) if nodes else None, reason=reason)
+    emit(render_script(steps), out)
 
 
 def register(app: typer.Typer, wrap: Callable) -> None:

@@ -242,7 +242,7 @@ class JobState:
 
 @dataclass
 class Cost:
-    """The instance's cost constants (FORMAT.md ``cost``)."""
+    """The instance's cost constants (docs/format.md, ``cost``)."""
 
     expected_run_seconds: Optional[float] = None
     node_mtbf_hours: Optional[float] = None
@@ -284,7 +284,10 @@ def build_instance(name: str, nodes: list[NodeState], jobs: list[JobState], cost
     all_types = set(node_types.values())
     inst_nodes, failed_nodes, failed_gpus = [], [], []
     for n in nodes:
-        reserved = list(range(min(n.reserved_gpus, n.gpus)))
+        # Withheld GPUs (lowest indices) and GPUs lost in the event (highest) never overlap: a failed
+        # node loses every GPU in the event, so withholding any of them would not be new; on a node
+        # that lost some, work the planner does not manage keeps only GPUs that are still there.
+        reserved = [] if n.failed else list(range(min(n.reserved_gpus, n.gpus - n.lost_gpus)))
         inst_nodes.append({"id": n.id, "gpu_type": n.gpu_type, "gpus": n.gpus, "failed_gpus": reserved,
                            **({"rack": n.rack} if n.rack is not None else {})})
         if n.failed:
@@ -321,7 +324,7 @@ def build_instance(name: str, nodes: list[NodeState], jobs: list[JobState], cost
     return doc
 
 
-_PATH = re.compile(r"^(jobs|cluster\.nodes)\[(\d+)\](.*)$")
+_PATH = re.compile(r"^(jobs|cluster\.nodes|event\.failed_nodes|event\.failed_gpus)\[(\d+)\](.*)$")
 
 
 def check_built(doc: dict, nodes: list[NodeState], jobs: list[JobState]) -> None:
@@ -333,7 +336,14 @@ def check_built(doc: dict, nodes: list[NodeState], jobs: list[JobState]) -> None
     except InvalidInstanceError as exc:
         m = _PATH.match(exc.field or "")
         if m:
-            k = int(m.group(2))
-            obj = jobs[k].obj if m.group(1) == "jobs" else f"Node {nodes[k].id}"
+            k, where = int(m.group(2)), m.group(1)
+            if where == "jobs":
+                obj = jobs[k].obj
+            elif where == "cluster.nodes":
+                obj = f"Node {nodes[k].id}"
+            elif where == "event.failed_nodes":
+                obj = f"Node {doc['event']['failed_nodes'][k]}"
+            else:
+                obj = f"Node {doc['event']['failed_gpus'][k]['node']}"
             raise object_error(obj, f"(instance {exc.field})", exc.message) from None
         raise

@@ -16,13 +16,14 @@ from typing import Any, Optional
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError, SolverUnavailableError
 from unicron_plan.io import field_path, parse_json
 from unicron_plan.schema import Instance, Job, Plan
+from unicron_plan.schema.service import (HealthReply, HistoryEntry, HistoryReply, PlanReply, RevisionReply,  # noqa: F401
+                                         StateReply)
 from unicron_plan.service.coordinator import Conflict, Coordinator
 from unicron_plan.service.state import NotFound
 
@@ -31,41 +32,6 @@ DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
 class BodyTooLarge(Exception):
     pass
-
-
-# --------------------------------------------------------------------------- response models (documentation)
-class RevisionReply(BaseModel):
-    revision: int = Field(description="Log position of the change.")
-
-
-class PlanReply(Plan):
-    plan_id: Optional[str] = Field(description="Id for GET/apply; null for a dry run (nothing recorded).")
-    revision: int = Field(description="State revision the plan was made for (apply answers 409 if it moved on).")
-
-
-class StateReply(BaseModel):
-    revision: int
-    instance: Optional[Instance] = Field(description="The applied cluster with the combined pending event.")
-
-
-class HistoryEntry(BaseModel):
-    revision: int
-    type: str = Field(description="cluster, event, plan, apply or job.")
-    at: str = Field(description="UTC time of the commit (ISO 8601).")
-    body: dict[str, Any]
-
-
-class HistoryReply(BaseModel):
-    entries: list[HistoryEntry]
-
-
-class HealthReply(BaseModel):
-    status: str
-    contingency: str = Field(description="ready, building or off.")
-    revision: int = Field(description="Revision of the state (cheap to poll).")
-    precomputed: dict = Field(default_factory=dict,
-                              description="Whole answers to single-node failures stored for the state: "
-                                          "done and total.")
 
 
 # Request bodies are parsed by hand (strict JSON); these give /openapi.json their schemas.

@@ -18,6 +18,10 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
                                               help="Do not keep warm contingency plans."),
           max_body_mib: float = typer.Option(64.0, "--max-body-mib", help="Largest request body, MiB.")):
     """Serve the planning coordinator over HTTP (docs/service.md)."""
+    from unicron_plan.extras import require
+
+    for module in ("uvicorn", "fastapi", "prometheus_client"):
+        require(module, "serve")
     import uvicorn
 
     from unicron_plan.errors import InvalidInstanceError

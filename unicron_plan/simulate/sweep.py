@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.io import parse_model, read_json
+from unicron_plan.io import parse_model, read_document
 from unicron_plan.schema.sweep import Sweep
 
 BACKENDS = ("process", "ray")
@@ -31,19 +31,7 @@ BACKENDS = ("process", "ray")
 def load_sweep(path: str | os.PathLike) -> tuple[Sweep, Path]:
     """(the checked sweep, the scenario path it names); YAML or JSON; bad input names the field."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInstanceError(str(path), f"cannot read: {exc}") from None
-    if p.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InvalidInstanceError(str(path), f"not YAML: {str(exc).splitlines()[0]}") from None
-    else:
-        data = read_json(p)
+    data = read_document(p)
     sweep = parse_model(Sweep, data)
     scenario = Path(sweep.scenario)
     if not scenario.is_absolute():
@@ -219,6 +207,9 @@ def run_sweep(sweep: Sweep, base: dict, backend: str = "process", address: Optio
 
 def plot_sweep(result: dict[str, Any], out_dir: Path) -> list[Path]:
     """One PNG per swept field: each baseline's ratio (mean, 95% interval) against the field's values."""
+    from unicron_plan.extras import require
+
+    require("matplotlib", "sweep plots (--out)")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -12,12 +12,16 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from unicron_plan.errors import SolverUnavailableError
+from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 
 
-#: The least time a backend is handed once its deadline has passed: enough to return
-#: what it holds (an incumbent or the fallback plan), never a reason to run on.
-MIN_SECONDS = 0.01
+#: Default time limit of `unicron-plan solve` and :func:`unicron_plan.api.solve`, seconds of wall
+#: time: no input makes a solve run longer unless the caller asks for it.
+DEFAULT_TIME_LIMIT_SECONDS = 60.0
+
+
+class DeadlineReached(Exception):
+    """The deadline passed while a backend was building or copying a model (nothing was solved)."""
 
 
 @dataclass(frozen=True)
@@ -26,8 +30,9 @@ class SolverOptions:
 
     ``deadline`` is a :func:`time.perf_counter` instant; when only
     ``time_limit_seconds`` is given, the deadline is that many seconds from the
-    options' creation. A backend asks :meth:`remaining` just before each call of
-    its engine, so time spent building models counts against the same limit.
+    options' creation. Every phase of a backend counts against it: model building
+    checks :meth:`check` as it goes, a solver is never started once :meth:`expired`,
+    and a running solver is handed :meth:`remaining` and stopped at the deadline.
     """
 
     time_limit_seconds: Optional[float] = None
@@ -39,14 +44,24 @@ class SolverOptions:
             object.__setattr__(self, "deadline", time.perf_counter() + float(self.time_limit_seconds))
 
     def remaining(self) -> Optional[float]:
-        """Seconds left before the deadline (at least MIN_SECONDS), or None without a limit."""
+        """Seconds left before the deadline (0 once it has passed), or None without a limit."""
         if self.deadline is None:
             return None
-        return max(self.deadline - time.perf_counter(), MIN_SECONDS)
+        return max(self.deadline - time.perf_counter(), 0.0)
 
     def expired(self) -> bool:
         """Whether the deadline has passed."""
         return self.deadline is not None and time.perf_counter() >= self.deadline
+
+    def check(self) -> None:
+        """Raise :class:`DeadlineReached` when the deadline has passed."""
+        check_deadline(self.deadline)
+
+
+def check_deadline(deadline: Optional[float]) -> None:
+    """Raise :class:`DeadlineReached` when ``deadline`` (a perf_counter instant, or None) has passed."""
+    if deadline is not None and time.perf_counter() >= deadline:
+        raise DeadlineReached
 
 
 @dataclass(frozen=True)
@@ -82,7 +97,7 @@ def get_solver(name: str) -> Callable:
         raise SolverUnavailableError(f"unknown solver {name!r}; valid solvers: {', '.join(solver_names())}")
     module = importlib.import_module(spec.module)
     if hasattr(module, "available") and not module.available():
-        raise SolverUnavailableError(
-            f"solver {name!r} is not available on this machine (its backend is not installed); "
-            f"valid solvers: {', '.join(solver_names())}")
+        raise MissingExtraError(
+            f"solver {name!r} is not available here (its backend is not installed): "
+            f"pip install 'unicron-plan[ip]'")
     return module.solve

@@ -14,37 +14,78 @@
 #include <string.h>
 #include <time.h>
 
+#define FOLD_BLOCK 1024 /* capacities per block: the block's values and choices stay in L1 */
+#define FOLD_GROUP 4     /* options folded together: each cell is read and written once per group */
+
+/* The fold, blocked over capacities and over groups of options, without branches in the inner loops
+ * (the compiler vectorises them). Within a block, the options are applied in their order k to every
+ * cell, so every cell sees the same additions and comparisons in the same order as the plain loop
+ * (ties keep the smaller k): the values and choices are identical. Choices are carried as doubles
+ * inside a block so that values and choices share one comparison mask. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* One copy per vector width, picked at load time by the CPU (same arithmetic in each: IEEE
+ * additions and comparisons, no fused or reordered operations). */
+#define FOLD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FOLD_CLONES
+#endif
+
+FOLD_CLONES
 void maxplus_fold(const double *Vx, int64_t L, const int64_t *y, const double *g, int64_t K,
                   int64_t L2, int64_t W, double *out, uint32_t *choice)
 {
-    for (int64_t c = 0; c < W; c++) {
-        out[c] = -INFINITY;
-        if (choice) choice[c] = 0;
-    }
-    for (int64_t k = 0; k < K; k++) {
-        int64_t yk = y[k];
-        int64_t lo = L2 > L + yk ? L2 : L + yk;
-        int64_t hi = L2 + W - 1;
-        if (lo > hi) continue;
-        const double *src = Vx + (lo - yk - L);
-        double *dst = out + (lo - L2);
-        double gk = g[k];
-        int64_t n = hi - lo + 1;
-        if (choice) {
-            uint32_t *ch = choice + (lo - L2);
-            uint32_t kk = (uint32_t)k;
-            for (int64_t i = 0; i < n; i++) {
-                double cand = src[i] + gk;
-                int better = cand > dst[i];
-                dst[i] = better ? cand : dst[i];
-                ch[i] = better ? kk : ch[i];
+    double cd[FOLD_BLOCK];
+    for (int64_t b0 = 0; b0 < W; b0 += FOLD_BLOCK) {
+        int64_t b1 = b0 + FOLD_BLOCK < W ? b0 + FOLD_BLOCK : W;
+        double *restrict dst = out + b0;
+        int64_t n = b1 - b0;
+        for (int64_t i = 0; i < n; i++) { dst[i] = -INFINITY; cd[i] = 0.0; }
+        int64_t k = 0;
+        for (; k < K; k += FOLD_GROUP) {
+            int64_t q_n = K - k < FOLD_GROUP ? K - k : FOLD_GROUP;
+            const double *src[FOLD_GROUP];
+            double gq[FOLD_GROUP], kq[FOLD_GROUP];
+            int64_t first[FOLD_GROUP], common = 0;
+            for (int64_t q = 0; q < q_n; q++) {
+                int64_t yk = y[k + q];
+                /* cell i of the block is capacity L2 + b0 + i; option valid when that - yk >= L */
+                int64_t f = L + yk - L2 - b0;
+                first[q] = f < 0 ? 0 : (f > n ? n : f);
+                if (first[q] > common) common = first[q];
+                src[q] = Vx + (L2 + b0 - yk - L);
+                gq[q] = g[k + q];
+                kq[q] = (double)(k + q);
             }
-        } else {
-            for (int64_t i = 0; i < n; i++) {
-                double cand = src[i] + gk;
-                dst[i] = cand > dst[i] ? cand : dst[i];
+            if (q_n < FOLD_GROUP || common > 0) {
+                /* edges: each option over its own cells, in order (the per-cell order is kept) */
+                int64_t top = q_n < FOLD_GROUP ? n : common;
+                for (int64_t q = 0; q < q_n; q++) {
+                    const double *sq = src[q];
+                    double gk = gq[q], kk = kq[q];
+                    for (int64_t i = first[q]; i < top; i++) {
+                        double cand = sq[i] + gk;
+                        int better = cand > dst[i];
+                        dst[i] = better ? cand : dst[i];
+                        cd[i] = better ? kk : cd[i];
+                    }
+                }
+                if (q_n < FOLD_GROUP) break;
+            }
+            const double *restrict s0 = src[0], *restrict s1 = src[1], *restrict s2 = src[2], *restrict s3 = src[3];
+            double g0 = gq[0], g1 = gq[1], g2 = gq[2], g3 = gq[3];
+            double k0 = kq[0], k1 = kq[1], k2 = kq[2], k3 = kq[3];
+            for (int64_t i = common; i < n; i++) {
+                double d = dst[i], c = cd[i], v;
+                v = s0[i] + g0; c = v > d ? k0 : c; d = v > d ? v : d;
+                v = s1[i] + g1; c = v > d ? k1 : c; d = v > d ? v : d;
+                v = s2[i] + g2; c = v > d ? k2 : c; d = v > d ? v : d;
+                v = s3[i] + g3; c = v > d ? k3 : c; d = v > d ? v : d;
+                dst[i] = d;
+                cd[i] = c;
             }
         }
+        if (choice)
+            for (int64_t i = 0; i < n; i++) choice[b0 + i] = (uint32_t)cd[i];
     }
 }
 

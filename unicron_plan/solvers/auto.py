@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from unicron_plan.core import cost
 from unicron_plan.core.constraints import dp_limitations
-from unicron_plan.errors import SolverUnavailableError
+from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 
@@ -40,15 +40,18 @@ def choose(problem: Problem) -> str:
         return "milp"
     if cpsat.available():
         return "cpsat"
-    raise SolverUnavailableError("the instance needs an IP backend (milp or cpsat) and neither is installed")
+    raise MissingExtraError("the instance has constraints the DP cannot express: an IP backend (milp or cpsat) "
+                            "is needed: pip install 'unicron-plan[ip]'")
 
 
 def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution | None:
     """Step 2: the DP relaxation's counts, if they can be placed under every constraint."""
     from unicron_plan.solvers import cpsat
-    from unicron_plan.solvers.dp import relaxation
+    from unicron_plan.solvers.dp import relaxation_bound
 
-    counts, value = relaxation(problem)
+    counts, value, _, exact = relaxation_bound(problem, options.deadline)
+    if not exact or options.expired():  # stopped by the deadline: the backend's fallback answers
+        return None
     if problem.max_changed_jobs is not None:
         changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit, j.exiting)) for j in problem.jobs)
         if changed > problem.max_changed_jobs:
@@ -66,7 +69,7 @@ def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution 
                 return None
             left = options.remaining()
             limit = PLACE_SECONDS if left is None else min(PLACE_SECONDS, left / 2)
-            placement = cpsat.place_constrained(problem, counts, limit, options.threads)
+            placement = cpsat.place_constrained(problem, counts, limit, options.threads, options.deadline)
         if placement is None:
             return None
     return RawSolution(counts=counts, objective=problem.objective(counts), bound=value,

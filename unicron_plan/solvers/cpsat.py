@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import math
 
+import threading
+
 from unicron_plan.core.problem import Problem, RawSolution
-from unicron_plan.solvers import SolverOptions
+from unicron_plan.solvers import DeadlineReached, SolverOptions, check_deadline
 from unicron_plan.solvers import ipmodel
 
 SCALE_BUDGET = 2.0 ** 48
@@ -54,13 +56,16 @@ def scale_of(model: ipmodel.Formulation) -> tuple[float, float]:
     return s, err
 
 
-def build_cp(model: ipmodel.Formulation, scale: float):
-    """Phase 1: the neutral model as a CpModel with the scaled objective; returns (model, variables)."""
+def build_cp(model: ipmodel.Formulation, scale: float, deadline: float | None = None):
+    """Phase 1: the neutral model as a CpModel with the scaled objective; returns (model, variables).
+    Raises DeadlineReached when ``deadline`` passes on the way."""
     from ortools.sat.python import cp_model
 
     cp = cp_model.CpModel()
     xs = [cp.new_int_var(lo, hi, name) for name, lo, hi in zip(model.names, model.lb, model.ub)]
-    for r in model.rows:
+    for k, r in enumerate(model.rows):
+        if k % 512 == 0:
+            check_deadline(deadline)
         expr = cp_model.LinearExpr.weighted_sum([xs[v] for v in r.coefs], list(r.coefs.values()))
         if r.lo is not None and r.lo == r.hi:
             cp.add(expr == r.lo)
@@ -82,11 +87,16 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
 
     import time
 
+    from unicron_plan.solvers.milp import fallback
+
     started = time.perf_counter()
     options = options or SolverOptions()
-    model = ipmodel.build(problem)
+    try:
+        model = ipmodel.build(problem, deadline=options.deadline)
+    except DeadlineReached:
+        return fallback(problem, options, {})
     result, values, info = run(model, options)
-    raw = extract(problem, model, result, values, info)
+    raw = extract(problem, model, result, values, info, options.deadline)
     if raw.solution == "optimal" and result["termination"] == "optimal" and not _close(raw.bound, raw.objective):
         # Optimal for the scaled objective, but the rounding error leaves a visible gap.
         raw.solution = "feasible"
@@ -98,14 +108,29 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
     from ortools.sat.python import cp_model
 
     scale, err = scale_of(model)
-    cp, xs = build_cp(model, scale)
+    info = {"scale": scale, "max_rounding_error": err, **model.stats()}
+    try:
+        cp, xs = build_cp(model, scale, options.deadline)
+    except DeadlineReached:
+        cp = None
+    if cp is None or options.expired():  # never started after the deadline
+        return ({"termination": "time_limit", "has_solution": False, "bound": math.inf}, None,
+                {**info, "cpsat_status": "not started: the deadline had passed"})
     solver = cp_model.CpSolver()
     left = options.remaining()  # after building: model building counts against the limit
+    timer = None
     if left is not None:
-        solver.parameters.max_time_in_seconds = float(left)
+        solver.parameters.max_time_in_seconds = max(float(left), 1e-3)
+        timer = threading.Timer(left, solver.stop_search)  # holds the deadline if CP-SAT overruns
+        timer.daemon = True
+        timer.start()
     if options.threads is not None:
         solver.parameters.num_workers = int(options.threads)
-    status = solver.solve(cp)
+    try:
+        status = solver.solve(cp)
+    finally:
+        if timer is not None:
+            timer.cancel()
     has_solution = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     if status == cp_model.OPTIMAL:
         termination = "optimal"
@@ -120,8 +145,7 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
     if not math.isfinite(bound):
         bound = math.inf
     values = [solver.value(x) for x in xs] if has_solution else None
-    info = {"scale": scale, "max_rounding_error": err, "cpsat_status": solver.status_name(status),
-            **model.stats()}
+    info = {**info, "cpsat_status": solver.status_name(status)}
     return {"termination": termination, "has_solution": has_solution, "bound": bound}, values, info
 
 
@@ -130,7 +154,7 @@ def _close(a: float, b: float) -> bool:
 
 
 def place_constrained(problem: Problem, counts: dict[str, int], time_limit_seconds: float | None = None,
-                      threads: int | None = None) -> dict[str, dict[str, int]] | None:
+                      threads: int | None = None, deadline: float | None = None) -> dict[str, dict[str, int]] | None:
     """Place ``counts`` under the node-level constraints (tp groups inside nodes, max_nodes,
     same_rack, pinned and unhit-unchanged jobs on their previous split), moving as few GPUs as
     possible and preferring the jobs' racks; None when no placement was found in the time limit.
@@ -141,8 +165,14 @@ def place_constrained(problem: Problem, counts: dict[str, int], time_limit_secon
     for j in problem.jobs:
         if counts[j.id] not in j.counts:
             return None
-    model = ipmodel.build_placement(problem, counts)
-    values = run(model, SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads))[1]
+    options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads)
+    if deadline is not None and (options.deadline is None or deadline < options.deadline):
+        options = SolverOptions(threads=threads, deadline=deadline)
+    try:
+        model = ipmodel.build_placement(problem, counts, deadline=options.deadline)
+    except DeadlineReached:
+        return None
+    values = run(model, options)[1]
     if values is None or not model.feasible(values):
         return None
     return model.placement(values)

@@ -43,6 +43,7 @@ from unicron_plan.solvers import SolverOptions
 MEMORY_BUDGET_BYTES = 512 * 2**20
 REL_TOL = 1e-9
 CORE_DIVISORS = (2**20, 2**14, 2**8, 2**4)  # core widths tried, as fractions 1/div of the bound's gap
+ROUNDING_ULPS = 8  # float error allowed per added gain when a plan is compared with the bound
 
 
 def _load_native():
@@ -223,6 +224,14 @@ def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, 
     return np.concatenate(ys), np.concatenate(gs), np.concatenate(segs)
 
 
+def reachable_capacity(counts: np.ndarray, capacity: int) -> int:
+    """The largest number of GPUs <= ``capacity`` that the allowed counts can add up to, bounded
+    by their gcd: every plan uses a multiple of the gcd of all counts (exact when the counts
+    are the multiples of one step and the jobs can fill the capacity)."""
+    g = int(np.gcd.reduce(counts)) if len(counts) else 0
+    return capacity if g <= 1 else capacity // g * g
+
+
 def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
                   joined: _Joined | None = None) -> float:
     """lam minimising lam C + sum_i max_y (G_i(y) - lam y): the slope where the LP fills C."""
@@ -346,15 +355,22 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
         stats.update(early_exit=True, kept=m)
         return top_y, float(sum(float(g[-1]) for _, g in options))
     joined = joined if joined is not None else _join(options)
+    reach = reachable_capacity(joined.y, capacity)
+    if reach < capacity:  # no plan uses more than ``reach`` GPUs: solving for it is the same problem
+        stats["reachable"] = reach
+        capacity = reach
     lam = lp_multiplier(options, capacity, joined)
     flat, red_max = _flatten(options, lam, joined=joined)
     ub = lam * capacity + math.fsum(red_max)
     lb_pick, lb = _greedy(flat, capacity, lam)
     scale = lam * capacity + sum(np.maximum.reduceat(np.abs(flat.g), flat.off[:-1]).tolist()) + 1.0
     tol = REL_TOL * scale
+    rounding = ROUNDING_ULPS * (m + 1) * np.finfo(float).eps * scale  # float error of sums of m gains
     stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)))
     best = ([int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb)
-    if lb >= ub:  # the greedy plan meets the upper bound: it is optimal (to float rounding)
+    if lb >= ub - rounding:
+        # The greedy plan meets the upper bound up to float rounding: optimal. With equal values per
+        # GPU (linear stretches along the envelope), any plan filling the reachable capacity does.
         stats["bound_met"] = "greedy"
         return best
     try:
@@ -378,10 +394,18 @@ def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline
     # otherwise their best plan (or greedy's) is the lower bound of the full run.
     gap = max(ub - lb, 0.0)
     core = None
+    if flat is None:
+        flat, _ = _flatten(options, lam, red_max)
+    base = math.fsum(red_max) + lam * capacity
     for div in CORE_DIVISORS:
         delta = gap / div
         if delta <= 2 * tol:
             continue
+        if bool(np.all(flat.deficit <= base - (ub - delta))):
+            # This core keeps every option (so would every wider one): it is the full DP with a
+            # higher threshold, so run the full pass once instead.
+            stats["cores_skipped"] = True
+            break
         found = _attempt(options, red_max, lam, capacity, ub - delta, stats, deadline=deadline, flat=flat)
         if found is None:
             continue
@@ -583,6 +607,13 @@ def relaxation(problem: Problem, deadline: float | None = None) -> tuple[dict[st
     """The DP optimum with the constraints it cannot express dropped: an upper bound for the IP backends."""
     counts, total, _, _ = _solve_types(problem, deadline)
     return counts, total
+
+
+def relaxation_bound(problem: Problem, deadline: float | None = None) -> tuple[dict[str, int], float, float, bool]:
+    """(counts, their value, an upper bound, exact) of the relaxation of :func:`relaxation`; when
+    ``deadline`` passes first, the best counts held and the Lagrangian bound (exact False)."""
+    counts, total, bound, timed_out = _solve_types(problem, deadline)
+    return counts, total, bound, not timed_out
 
 
 def _solve_types(problem: Problem, deadline: float | None) -> tuple[dict[str, int], float, float, bool]:

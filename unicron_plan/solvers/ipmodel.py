@@ -24,9 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from unicron_plan.core.cluster import rack_key
 from unicron_plan.core.constraints import dp_limitations, eligible_nodes, hysteresis_threshold, stays
 from unicron_plan.core.problem import Problem
+from unicron_plan.solvers import check_deadline
 
 
 @dataclass
@@ -53,6 +56,7 @@ class Formulation:
     b: dict[tuple[int, str], int] = field(default_factory=dict)  # (job index, node id) -> var
     w: dict[int, int] = field(default_factory=dict)  # job index -> var: moved at its own count
     hint: dict[int, int] = field(default_factory=dict)  # a feasible solution (keep or suspend)
+    _csr: tuple | None = field(default=None, repr=False)
 
     def var(self, name: str, lb: int, ub: int) -> int:
         """Add an integer variable lb..ub and return its index."""
@@ -64,6 +68,7 @@ class Formulation:
     def row(self, coefs: dict[int, int], lo: int | None = None, hi: int | None = None) -> None:
         """Add the row lo <= sum coefs <= hi."""
         self.rows.append(Row({v: int(c) for v, c in coefs.items() if c}, lo, hi))
+        self._csr = None
 
     def counts(self, values) -> dict[str, int]:
         """The count of every job from variable values (the z with the largest value wins)."""
@@ -85,18 +90,37 @@ class Formulation:
             if groups > 0:
                 j = self.problem.jobs[i]
                 out[j.id][nid] = groups * j.tp
-        return {jid: dict(sorted(s.items(), key=lambda kv: order.index(kv[0]))) for jid, s in out.items()}
+        rank = {nid: k for k, nid in enumerate(order)}
+        return {jid: dict(sorted(s.items(), key=lambda kv: rank[kv[0]])) for jid, s in out.items()}
+
+    def matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The rows as arrays, built once: (row starts, column indices, coefficients, row lower
+        bounds, row upper bounds), rowwise (CSR); a missing side is -inf / +inf."""
+        if self._csr is None:
+            sizes = np.fromiter((len(r.coefs) for r in self.rows), dtype=np.int64, count=len(self.rows))
+            start = np.zeros(len(self.rows) + 1, dtype=np.int64)
+            np.cumsum(sizes, out=start[1:])
+            index = np.fromiter((v for r in self.rows for v in r.coefs), dtype=np.int64, count=int(start[-1]))
+            value = np.fromiter((c for r in self.rows for c in r.coefs.values()), dtype=np.float64,
+                                count=int(start[-1]))
+            lo = np.array([-np.inf if r.lo is None else r.lo for r in self.rows], dtype=np.float64)
+            hi = np.array([np.inf if r.hi is None else r.hi for r in self.rows], dtype=np.float64)
+            self._csr = (start, index, value, lo, hi)
+        return self._csr
 
     def feasible(self, values) -> bool:
         """Whether integer ``values`` satisfy every bound and row (used to vet a fallback)."""
-        vals = [int(round(v)) for v in values]
-        if any(not lo <= v <= hi for v, lo, hi in zip(vals, self.lb, self.ub)):
+        vals = np.rint(np.asarray(values, dtype=np.float64))
+        if len(vals) != len(self.names) or np.any(vals < np.asarray(self.lb)) or np.any(vals > np.asarray(self.ub)):
             return False
-        for r in self.rows:
-            s = sum(c * vals[v] for v, c in r.coefs.items())
-            if (r.lo is not None and s < r.lo) or (r.hi is not None and s > r.hi):
-                return False
-        return True
+        start, index, value, lo, hi = self.matrix()
+        if not len(self.rows):
+            return True
+        sums = np.zeros(len(self.rows))
+        nonempty = start[:-1] < start[1:]
+        if len(index):
+            sums[nonempty] = np.add.reduceat(value * vals[index], start[:-1][nonempty])
+        return bool(np.all(sums >= lo) and np.all(sums <= hi))
 
     def hint_values(self) -> list[int]:
         """The hint as a full value vector."""
@@ -112,13 +136,42 @@ def needs_node_level(problem: Problem) -> bool:
     return any(not s.startswith("max_changed_jobs") for s in dp_limitations(problem))
 
 
-def build(problem: Problem, node_level: bool | None = None) -> Formulation:
-    """Build the integer program of ``problem`` (node level when a node-level constraint binds)."""
+def keep_or_suspend(problem: Problem) -> tuple[dict[str, int], dict[str, dict[str, int]] | None] | None:
+    """The plan every backend falls back to, without building a model: unhit and pinned jobs keep
+    their count (and, at node level, their split), hit jobs suspend; the same plan as
+    :meth:`Formulation.hint_values`. None when some job can do neither."""
+    counts: dict[str, int] = {}
+    for j in problem.jobs:
+        keep = (not j.hit or j.pinned) and bool(np.any(j.counts == j.x))
+        if keep:
+            counts[j.id] = int(j.x)
+        elif int(j.counts[0]) == 0:
+            counts[j.id] = 0
+        else:
+            return None
+    if not needs_node_level(problem):
+        return counts, None
+    previous = problem.state.previous
+    placement: dict[str, dict[str, int]] = {}
+    for j in problem.jobs:
+        split = {nid: g // j.tp * j.tp for nid, g in previous.get(j.id, {}).items() if g >= j.tp} \
+            if counts[j.id] else {}
+        if sum(split.values()) != counts[j.id]:
+            return None
+        placement[j.id] = split
+    return counts, placement
+
+
+def build(problem: Problem, node_level: bool | None = None, deadline: float | None = None) -> Formulation:
+    """Build the integer program of ``problem`` (node level when a node-level constraint binds).
+
+    Raises :class:`unicron_plan.solvers.DeadlineReached` when ``deadline`` passes on the way."""
     if node_level is None:
         node_level = needs_node_level(problem)
     m = Formulation(problem, node_level)
     x_index: dict[int, int | None] = {}
     for j in problem.jobs:
+        check_deadline(deadline)
         pick = {}
         for k, (c, g) in enumerate(zip(j.counts.tolist(), j.gains.tolist())):
             v = m.var(f"z_{j.index}_{k}", 0, 1)
@@ -140,7 +193,7 @@ def build(problem: Problem, node_level: bool | None = None) -> Formulation:
             if coefs:
                 m.row(coefs, None, cap)
     else:
-        _node_rows(m, problem, x_index)
+        _node_rows(m, problem, x_index, deadline)
     if problem.max_changed_jobs is not None:
         # changed_i = 1 - z[i, k_x] for unhit jobs (1 for hit ones, and when x is not allowed).
         # Exiting jobs are never changed (cost.is_changed).
@@ -160,10 +213,11 @@ def moves_allowed(j) -> bool:
     return j.gain_of(j.x, moved=True) >= hysteresis_threshold(j.f_x, j.d_run, j.min_gain_fraction)
 
 
-def _node_rows(m: Formulation, problem: Problem, x_index: dict[int, int | None]) -> None:
+def _node_rows(m: Formulation, problem: Problem, x_index: dict[int, int | None], deadline: float | None) -> None:
     state = problem.state
     per_node: dict[str, dict[int, int]] = {}
     for j in problem.jobs:
+        check_deadline(deadline)
         nodes = eligible_nodes(problem, j)
         previous = state.previous.get(j.id, {})
         keeps_hint = m.hint.get(m.z[(j.index, x_index[j.index])], 0) if x_index[j.index] is not None else 0
@@ -217,7 +271,8 @@ def _node_rows(m: Formulation, problem: Problem, x_index: dict[int, int | None])
         m.row(coefs, None, state.nodes[nid].healthy_after)
 
 
-def build_placement(problem: Problem, counts: dict[str, int], moved: set[str] | frozenset = frozenset()) -> Formulation:
+def build_placement(problem: Problem, counts: dict[str, int], moved: set[str] | frozenset = frozenset(),
+                    deadline: float | None = None) -> Formulation:
     """Phase 2 of the node-level backends: counts fixed, place them moving as few GPUs as possible.
 
     Only the jobs in ``moved`` (which already pay for a move) may leave their previous split.
@@ -239,7 +294,7 @@ def build_placement(problem: Problem, counts: dict[str, int], moved: set[str] | 
         k = int(np.flatnonzero(j.counts == counts[j.id])[0])
         jobs.append(dataclasses.replace(j, counts=j.counts[k:k + 1], f=j.f[k:k + 1], gains=j.gains[k:k + 1]))
     fixed = dataclasses.replace(problem, jobs=jobs)
-    m = build(fixed, node_level=True)
+    m = build(fixed, node_level=True, deadline=deadline)
     m.problem = problem
     m.objective = {}
     state = problem.state
@@ -298,8 +353,14 @@ def replace_migration_aware(problem: Problem, raw, run, options, started: float)
     phase2 = time.perf_counter()
     raw.options = {**raw.options, "phase1_seconds": round(phase2 - started, 3)}
     if remaining is None or remaining > 0.05:
-        model = build_placement(problem, raw.counts, problem.moved(raw.counts, raw.placement))
-        values = run(model, options)
+        from unicron_plan.solvers import DeadlineReached
+
+        try:
+            model = build_placement(problem, raw.counts, problem.moved(raw.counts, raw.placement),
+                                    deadline=options.deadline)
+            values = run(model, options)
+        except DeadlineReached:
+            model = values = None
         if values is not None and model.feasible(values):
             new = model.placement(values)
             old_key = (retained_gpus(problem, raw.placement), _rack_score(problem, raw.placement))

@@ -1,68 +1,94 @@
-"""MILP backend: the integer program of :mod:`unicron_plan.solvers.ipmodel` through PuLP.
+"""MILP backend: the integer program of :mod:`unicron_plan.solvers.ipmodel` with HiGHS or CBC.
 
-Three phases, as in PuLP itself: build (translate the neutral model to an
-``LpProblem``), call (HiGHS through ``pulp.HiGHS`` by default, CBC through
-``pulp.PULP_CBC_CMD`` with ``backend="cbc"``), extract (counts, node split and
-an honest status). PuLP maps HiGHS's time-limit stop to "Optimal"; we read
-the HiGHS model status and its dual bound ourselves, and for CBC use the
-solution status (integer-feasible vs optimal). The bound is always capped by
-the DP relaxation, a valid upper bound that needs no solver.
+Three phases: build (the neutral model's rows as arrays, :meth:`ipmodel.Formulation.matrix`),
+call (HiGHS in process through ``highspy``; CBC, the binary shipped with PuLP, as a child
+process on an MPS file written by HiGHS, with ``backend="cbc"``) and extract (counts, node
+split and an honest status). We read the HiGHS model status and its dual bound ourselves,
+and for CBC its solution file's status line (integer-feasible vs optimal). The bound is
+always capped by the DP relaxation, a valid upper bound that needs no solver.
+
+The deadline of :class:`unicron_plan.solvers.SolverOptions` binds every phase: building
+stops at it (the keep-or-suspend plan comes back), a solver is never started after it,
+HiGHS gets the time left and an interrupt callback that stops it at the deadline, and
+CBC gets ``-sec`` and a watchdog that kills the process at the deadline.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import subprocess
 import sys
+import tempfile
+import time
 import warnings
+
+import numpy as np
 
 from unicron_plan.errors import InfeasibleError, SolverUnavailableError, UnicronError
 from unicron_plan.core.problem import Problem, RawSolution
-from unicron_plan.solvers import SolverOptions
+from unicron_plan.solvers import DeadlineReached, SolverOptions
 from unicron_plan.solvers import ipmodel
 
 BACKENDS = ("highs", "cbc")
+CBC_MARGIN_SECONDS = 0.1  # CBC's own -sec stops this much before the watchdog's kill
 
 
 def available(backend: str = "highs") -> bool:
-    """PuLP importable and the chosen backend usable."""
+    """The chosen backend usable: highspy importable (HiGHS); PuLP's CBC binary present (CBC)."""
+    try:
+        import highspy  # noqa: F401  (CBC reads the MPS file HiGHS writes)
+    except ImportError:
+        return False
+    return backend == "highs" or _cbc_path() is not None
+
+
+def _cbc_path() -> str | None:
+    """The CBC binary shipped with PuLP, or None."""
     try:
         import pulp
     except ImportError:
-        return False
+        return None
     with warnings.catch_warnings():
+        # PuLP 3.3 deprecates its bundled CBC in favour of a separately installed one; the
+        # bundled binary is what ships here, so keep it without the warning.
         warnings.simplefilter("ignore", DeprecationWarning)
-        solver = pulp.HiGHS(msg=False) if backend == "highs" else pulp.PULP_CBC_CMD(msg=False)
-        return bool(solver.available())
+        solver = pulp.PULP_CBC_CMD(msg=False)
+        return solver.path if solver.available() else None
 
 
-def build_lp(model: ipmodel.Formulation):
-    """Phase 1: the neutral model as a PuLP problem (returns the problem and its variables)."""
-    import pulp
+def highs_lp(model: ipmodel.Formulation):
+    """Phase 1: the neutral model as a ``highspy.HighsLp`` (maximise; integer columns, rowwise matrix).
 
-    lp = pulp.LpProblem("unicron_plan", pulp.LpMaximize)
-    if hasattr(lp, "add_variable"):  # PuLP >= 3.3 (LpVariable(...) is deprecated there)
-        xs = [lp.add_variable(name, lowBound=lo, upBound=hi, cat=pulp.LpInteger)
-              for name, lo, hi in zip(model.names, model.lb, model.ub)]
-    else:  # pragma: no cover - older PuLP
-        xs = [pulp.LpVariable(name, lowBound=lo, upBound=hi, cat=pulp.LpInteger)
-              for name, lo, hi in zip(model.names, model.lb, model.ub)]
-    # Scaled by a power of two so the largest coefficient is about 1 (exact in floating point):
-    # HiGHS gives up ("Unknown") on objectives near 1e22; the plan's objective is recomputed anyway.
-    top = max((abs(c) for c in model.objective.values()), default=0.0)
+    The objective is scaled by a power of two so the largest coefficient is about 1 (exact in
+    floating point): HiGHS gives up ("Unknown") on objectives near 1e22; the plan's objective is
+    recomputed anyway. The scale is returned to unscale the dual bound."""
+    import highspy
+
+    n = len(model.names)
+    cost = np.zeros(n)
+    if model.objective:
+        cost[np.fromiter(model.objective.keys(), dtype=np.int64)] = np.fromiter(model.objective.values(), dtype=np.float64)
+    top = float(np.max(np.abs(cost))) if n else 0.0
     scale = 2.0 ** -math.frexp(top)[1] if top > 0 else 1.0
-    lp += pulp.lpSum(c * scale * xs[v] for v, c in model.objective.items())
-    lp.objective_scale = scale  # read back by _call to unscale the dual bound
-    for k, r in enumerate(model.rows):
-        expr = pulp.lpSum(c * xs[v] for v, c in r.coefs.items())
-        if r.lo is not None and r.lo == r.hi:
-            lp += (expr == r.lo), f"r{k}"
-            continue
-        if r.lo is not None:
-            lp += (expr >= r.lo), f"r{k}lo"
-        if r.hi is not None:
-            lp += (expr <= r.hi), f"r{k}hi"
-    return lp, xs
+    start, index, value, lo, hi = model.matrix()
+    lp = highspy.HighsLp()
+    lp.num_col_ = n
+    lp.num_row_ = len(lo)
+    lp.sense_ = highspy.ObjSense.kMaximize
+    lp.col_cost_ = cost * scale
+    lp.col_lower_ = np.asarray(model.lb, dtype=np.float64)
+    lp.col_upper_ = np.asarray(model.ub, dtype=np.float64)
+    lp.row_lower_ = np.where(np.isinf(lo), -highspy.kHighsInf, lo)
+    lp.row_upper_ = np.where(np.isinf(hi), highspy.kHighsInf, hi)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_ = n
+    lp.a_matrix_.num_row_ = len(lo)
+    lp.a_matrix_.start_ = start.astype(np.int32)
+    lp.a_matrix_.index_ = index.astype(np.int32)
+    lp.a_matrix_.value_ = value
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    return lp, scale
 
 
 _BANNER_SILENCED = False
@@ -90,88 +116,162 @@ def _silence_highs_banner() -> None:
     _BANNER_SILENCED = True
 
 
-def _call(lp, backend: str, options: SolverOptions, preprocess: bool = True) -> dict:
-    """Phase 2: run the solver; returns termination, whether a solution exists and the dual bound."""
-    import pulp
+def _highs(threads: int | None):
+    """A silent Highs object (the process-wide scheduler set up for ``threads``)."""
+    import highspy
 
-    limit = options.remaining()
-    if backend == "highs":
-        import highspy
+    _silence_highs_banner()
+    global _HIGHS_THREADS
+    if threads != _HIGHS_THREADS:
+        # HiGHS keeps one global thread scheduler per process; a run asking for another
+        # thread count than the scheduler's fails (kSolveError) unless it is reset first.
+        highspy.Highs.resetGlobalScheduler(True)
+        _HIGHS_THREADS = threads
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    if threads is not None:
+        h.setOptionValue("threads", int(threads))
+    return h
 
-        _silence_highs_banner()
-        global _HIGHS_THREADS
-        if options.threads != _HIGHS_THREADS:
-            # HiGHS keeps one global thread scheduler per process; a run asking for another
-            # thread count than the scheduler's fails (kSolveError) unless it is reset first.
-            highspy.Highs.resetGlobalScheduler(True)
-            _HIGHS_THREADS = options.threads
 
-        # No MIP start for HiGHS either: through pulp.HiGHS, after setSolution() the variables
-        # read back held the start, not HiGHS's (better) incumbent (seed 401 of
-        # tests/randgen_ip.py). A run stopped before any solution falls back to the
-        # keep-or-suspend plan instead (see extract).
-        solver = pulp.HiGHS(msg=False, timeLimit=limit, threads=options.threads, gapRel=0.0, gapAbs=0.0)
-        lp.solve(solver)
+NOT_STARTED = {"termination": "time_limit", "has_solution": False, "bound": math.inf}
 
-        h = lp.solverModel
-        status = h.getModelStatus()
-        info = h.getInfo()
-        has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
-        st = highspy.HighsModelStatus
-        if status == st.kOptimal:
-            termination = "optimal"
-        elif status in (st.kTimeLimit, st.kInterrupt, st.kIterationLimit):
-            termination = "time_limit"
-        elif status in (st.kInfeasible, st.kUnboundedOrInfeasible):
-            termination = "infeasible"
-        else:
-            termination = "error"
-        bound = info.mip_dual_bound
-        # PuLP hands HiGHS the negated objective of a maximisation; turn the bound back.
-        _, sense = h.getObjectiveSense()
-        if sense == highspy.ObjSense.kMinimize:
-            bound = -bound
-        bound /= getattr(lp, "objective_scale", 1.0)
-        return {"termination": termination, "has_solution": has_solution,
-                "bound": bound if math.isfinite(bound) else math.inf,
-                "highs_status": h.modelStatusToString(status)}
-    # No warmStart for CBC: with a MIP start, PuLP's CBC run returned the start itself as
-    # "Optimal" on a maximisation in our tests (seed 80 of tests/randgen_ip.py).
-    with warnings.catch_warnings():
-        # PuLP 3.3 deprecates its bundled CBC in favour of a separately installed one; the
-        # bundled binary is what ships here, so keep it without the warning.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=limit, threads=options.threads, gapRel=0.0,
-                                   gapAbs=0.0, options=[] if preprocess else ["preprocess off"])
-    lp.solve(solver)
-    if lp.sol_status == pulp.LpSolutionOptimal:
+
+def _call_highs(model: ipmodel.Formulation, options: SolverOptions) -> tuple[dict, list | None]:
+    """Phase 2 with HiGHS: (termination, whether a solution exists, the dual bound; values or None)."""
+    import highspy
+
+    lp, scale = highs_lp(model)
+    if options.expired():
+        return {**NOT_STARTED, "highs_status": "not started: the deadline had passed"}, None
+    h = _highs(options.threads)
+    h.passModel(lp)
+    h.setOptionValue("mip_rel_gap", 0.0)
+    h.setOptionValue("mip_abs_gap", 0.0)
+    left = options.remaining()
+    if left is not None:
+        h.setOptionValue("time_limit", max(float(left), 1e-3))
+        deadline = options.deadline
+
+        def stop_at_deadline(event):  # HiGHS's own clock may start late: the callback holds the deadline
+            if time.perf_counter() >= deadline:
+                event.interrupt()
+
+        h.cbMipInterrupt += stop_at_deadline
+        h.cbSimplexInterrupt += stop_at_deadline
+        h.cbIpmInterrupt += stop_at_deadline
+    # No MIP start: a run stopped before any solution falls back to the keep-or-suspend plan
+    # instead (see extract).
+    h.run()
+    status = h.getModelStatus()
+    info = h.getInfo()
+    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    st = highspy.HighsModelStatus
+    if status == st.kOptimal:
         termination = "optimal"
-    elif lp.sol_status == pulp.LpSolutionIntegerFeasible:
+    elif status in (st.kTimeLimit, st.kInterrupt, st.kIterationLimit):
         termination = "time_limit"
-    elif lp.status == pulp.LpStatusInfeasible:
-        # Under a time limit CBC reports "Integer infeasible" when it merely found nothing in
-        # time: that is no proof (extract falls back to the keep-or-suspend plan).
-        termination = "time_limit" if limit is not None else "infeasible"
-    elif limit is not None and lp.status == pulp.LpStatusNotSolved:
-        termination = "time_limit"
+    elif status in (st.kInfeasible, st.kUnboundedOrInfeasible):
+        termination = "infeasible"
     else:
         termination = "error"
-    has_solution = lp.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
+    bound = info.mip_dual_bound / scale
+    values = list(h.getSolution().col_value) if has_solution else None
+    return {"termination": termination, "has_solution": has_solution,
+            "bound": bound if math.isfinite(bound) else math.inf,
+            "highs_status": h.modelStatusToString(status)}, values
+
+
+def _call_cbc(model: ipmodel.Formulation, options: SolverOptions, preprocess: bool) -> tuple[dict, list | None]:
+    """Phase 2 with CBC: the model written as MPS by HiGHS, CBC run as a child process under a
+    watchdog (killed at the deadline), its solution file read back."""
+    path = _cbc_path()
+    if path is None:
+        raise SolverUnavailableError("PuLP's CBC binary is not available")
+    import highspy
+
+    lp, _ = highs_lp(model)
+    # Minimise the negated objective (MPS has no portable sense); names make the solution readable.
+    lp.sense_ = highspy.ObjSense.kMinimize
+    lp.col_cost_ = -np.asarray(lp.col_cost_)
+    lp.col_names_ = [f"c{k}" for k in range(lp.num_col_)]
+    lp.row_names_ = [f"r{k}" for k in range(lp.num_row_)]
+    if options.expired():
+        return {**NOT_STARTED, "cbc_status": "not started: the deadline had passed"}, None
+    with tempfile.TemporaryDirectory(prefix="unicron-cbc-") as tmp:
+        mps, sol = os.path.join(tmp, "model.mps"), os.path.join(tmp, "model.sol")
+        h = _highs(options.threads)
+        h.passModel(lp)
+        h.writeModel(mps)
+        args = [path, mps, "-ratio", "0", "-allow", "0"]
+        if options.threads is not None:
+            args += ["-threads", str(int(options.threads))]
+        if not preprocess:
+            args += ["-preprocess", "off"]
+        left = options.remaining()
+        if left is not None:
+            if left <= 0:
+                return {**NOT_STARTED, "cbc_status": "not started: the deadline had passed"}, None
+            args += ["-sec", f"{max(left - CBC_MARGIN_SECONDS, 0.01):.3f}"]
+        args += ["-solve", "-solution", sol]
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=options.remaining())
+        except subprocess.TimeoutExpired:  # the watchdog: CBC ignores -sec in its initial LP
+            proc.kill()
+            proc.wait()
+            return {**NOT_STARTED, "cbc_status": "killed at the deadline"}, None
+        return _read_cbc(sol, len(model.names), left is not None)
+
+
+def _read_cbc(sol: str, n: int, limited: bool) -> tuple[dict, list | None]:
+    """CBC's solution file: its status line and the nonzero columns."""
+    try:
+        with open(sol) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {"termination": "error", "has_solution": False, "bound": math.inf,
+                "cbc_status": "no solution file"}, None
+    words = lines[0].split() if lines else []
+    first = words[0] if words else ""
+    # "Stopped on time - objective value X" holds an integer solution; "Stopped ... no ..." none.
+    has_solution = first == "Optimal" or (first == "Stopped" and "objective" in words[:6])
+    if first == "Optimal":
+        termination = "optimal"
+    elif first == "Stopped" or (first in ("Infeasible", "Integer") and limited):
+        # Under a time limit CBC reports "Integer infeasible" when it merely found nothing in
+        # time: that is no proof (extract falls back to the keep-or-suspend plan).
+        termination = "time_limit"
+    elif first in ("Infeasible", "Integer"):
+        termination = "infeasible"
+    else:
+        termination = "error"
+    values = None
+    if has_solution:
+        values = [0.0] * n
+        for line in lines[1:]:
+            parts = line.split()
+            if parts and parts[0] == "**":
+                parts = parts[1:]
+            if len(parts) >= 3 and parts[1].startswith("c") and parts[1][1:].isdigit():
+                values[int(parts[1][1:])] = float(parts[2])
     return {"termination": termination, "has_solution": has_solution, "bound": math.inf,
-            "cbc_status": pulp.LpStatus[lp.status]}
+            "cbc_status": " ".join(words[:4])}, values
 
 
 def solve(problem: Problem, options: SolverOptions | None = None, backend: str = "highs") -> RawSolution:
-    """Solve exactly (or up to the time limit) with PuLP and HiGHS (``backend="cbc"``: CBC)."""
+    """Solve exactly (or up to the time limit) with HiGHS (``backend="cbc"``: CBC)."""
     if backend not in BACKENDS:
         raise SolverUnavailableError(f"unknown MILP backend {backend!r}; valid: {', '.join(BACKENDS)}")
-    import time
-
     started = time.perf_counter()
     options = options or SolverOptions()
-    model = ipmodel.build(problem)
+    try:
+        model = ipmodel.build(problem, deadline=options.deadline)
+    except DeadlineReached:
+        return fallback(problem, options, {"backend": backend})
     result, values = run(model, options, backend)
-    raw = extract(problem, model, result, values, {"backend": backend, **model.stats()})
+    raw = extract(problem, model, result, values, {"backend": backend, **model.stats()}, options.deadline)
     if backend == "cbc":
         raw = _confirm_cbc(problem, model, raw, options, started)
     return ipmodel.replace_migration_aware(problem, raw, lambda m, o: run(m, o, backend)[1], options, started)
@@ -179,9 +279,26 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str =
 
 def run(model: ipmodel.Formulation, options: SolverOptions, backend: str = "highs", preprocess: bool = True):
     """Phases 1 and 2 for one Formulation: (status dict, variable values or None)."""
-    lp, xs = build_lp(model)
-    result = _call(lp, backend, options, preprocess)
-    return result, ([v.varValue for v in xs] if result["has_solution"] else None)
+    if backend == "highs":
+        return _call_highs(model, options)
+    return _call_cbc(model, options, preprocess)
+
+
+def fallback(problem: Problem, options: SolverOptions, info: dict) -> RawSolution:
+    """The deadline passed before a model was built: the keep-or-suspend plan
+    (:func:`ipmodel.keep_or_suspend`) with the DP relaxation's bound."""
+    from unicron_plan.solvers.dp import relaxation_bound
+
+    kept = ipmodel.keep_or_suspend(problem)
+    if kept is None:
+        raise InfeasibleError("no plan found before the deadline (time_limit); raise the time limit")
+    counts, placement = kept
+    objective = problem.objective(counts, placement)
+    _, _, relaxed, _ = relaxation_bound(problem, options.deadline)
+    bound = max(relaxed + 1e-9 * max(1.0, abs(relaxed)), objective)
+    return RawSolution(counts=counts, objective=objective, bound=bound, termination="time_limit",
+                       solution="feasible", placement=placement,
+                       options={**info, "fallback": "keep-or-suspend", "stopped": "time limit while building"})
 
 
 def _confirm_cbc(problem: Problem, model: ipmodel.Formulation, raw: RawSolution, options: SolverOptions,
@@ -212,11 +329,14 @@ def _confirm_cbc(problem: Problem, model: ipmodel.Formulation, raw: RawSolution,
     return best
 
 
-def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, info: dict) -> RawSolution:
-    """Phase 3 (shared with cpsat): counts, split, status and a bound that is never below the objective."""
-    from unicron_plan.solvers.dp import relaxation
+def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, info: dict,
+            deadline: float | None = None) -> RawSolution:
+    """Phase 3 (shared with cpsat): counts, split, status and a bound that is never below the objective.
+    The DP relaxation that caps the bound stops at ``deadline`` (its Lagrangian bound then)."""
+    from unicron_plan.solvers.dp import relaxation_bound
 
     termination = result["termination"]
+    info = {**info, **{k: v for k, v in result.items() if k.endswith("_status")}}
     if termination == "infeasible" and model.feasible(model.hint_values()):
         # A claim of infeasibility refuted by a plan in hand: the solver is wrong, not the instance.
         info = {**info, "infeasible_claim_refuted": True}
@@ -258,7 +378,7 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         # A time-limited incumbent can be worse than simply keeping everyone who can stay.
         values, info = hint, {**info, "fallback": "keep-or-suspend"}
         counts, objective = model.counts(values), hint_value
-    _, relaxed = relaxation(problem)
+    _, _, relaxed, _ = relaxation_bound(problem, deadline)  # a bound, exact or not
     solver_bound = result["bound"]
     if solver_bound < objective - 1e-9 * max(1.0, abs(objective)):
         # A solver bound below a feasible objective is not a bound: never paper over it.

@@ -15,13 +15,19 @@ whole instances of each kind; the regression baseline and the tests run them.
 * ``equal-per-gpu``: every job is worth the same per GPU (linear, one slope),
   on multiples of the job's tensor-parallel degree.
 * ``four-types``: the synthetic jagged tables over a cluster split into 4 GPU types.
+* ``queued-linear-step``, ``queued-equal-per-gpu``, ``queued-near-linear``: the tables of
+  ``linear-step``, ``equal-per-gpu`` on multiples of 3 tp and ``near-linear``, with every job
+  queued (at 0 GPUs), so no transition term breaks the ties; at the default 16,384 GPUs with
+  one failed node the capacity left, 16,376, is not a multiple of the step 3.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-KINDS = ("identical", "linear-step", "near-linear", "dense", "equal-per-gpu", "four-types")
+KINDS = ("identical", "linear-step", "near-linear", "dense", "equal-per-gpu", "four-types",
+         "queued-linear-step", "queued-equal-per-gpu", "queued-near-linear")
+QUEUED = tuple(k for k in KINDS if k.startswith("queued-"))
 PER_GPU_TFLOPS = 150.0
 
 
@@ -32,6 +38,11 @@ def _table(y: np.ndarray, tflops: np.ndarray) -> dict[str, float]:
 def adversarial_curve(kind: str, rng: np.random.Generator, tp: int, nominal: int, total_gpus: int,
                       max_counts: int, synthetic) -> dict[str, float]:
     """The table of one job for ``kind`` (``synthetic(max_gpus, max_counts, grain1)`` draws a jagged one)."""
+    if kind == "queued-equal-per-gpu":
+        y = np.arange(3 * tp, min(total_gpus, 6 * nominal) + 1, 3 * tp, dtype=np.int64)
+        return _table(y, PER_GPU_TFLOPS * y)
+    if kind in QUEUED:
+        return adversarial_curve(kind[len("queued-"):], rng, tp, nominal, total_gpus, max_counts, synthetic)
     if kind == "identical":
         y = np.arange(1, min(total_gpus, 4 * max(nominal, 1)) + 1, dtype=np.int64)
         return _table(y, PER_GPU_TFLOPS * y / (1.0 + 0.02 * np.log2(y)))

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from unicron_plan.tools.adversarial import KINDS as ADVERSARIAL
+from unicron_plan.tools.adversarial import KINDS as ADVERSARIAL, QUEUED
 from unicron_plan.tools.adversarial import adversarial_curve, gpu_type_names
 from unicron_plan.errors import InvalidInstanceError
 
@@ -120,7 +120,7 @@ def _jobs(rng: np.random.Generator, n_jobs: int, total_gpus: int, demand: float,
     nominal = [max(1, int(round(r / (8 * k.pp)))) * 8 * k.pp for r, k in zip(raw, kinds)]
     weights = rng.choice([0.5, 1.0, 1.0, 1.0, 2.0], size=n_jobs)
     trans = np.round([k.transition_seconds for k in kinds] * rng.lognormal(0.0, 0.25, size=n_jobs), 1)
-    if curves in ("identical", "linear-step", "near-linear", "equal-per-gpu"):
+    if curves in ("identical", "linear-step", "near-linear", "equal-per-gpu") + QUEUED:
         weights[:] = 1.0  # one value per GPU across jobs: the shape that defeats the bound
     if curves == "identical":
         trans[:] = kinds[0].transition_seconds
@@ -179,7 +179,7 @@ def generate_instance(seed: int, *, gpus: int = 16384, jobs: int = 128, gpus_per
     nodes = [{"id": nid, "gpu_type": types[k // per_type], "gpus": gpus_per_node, "failed_gpus": [],
               "rack": f"r{k // nodes_per_rack:04d}"} for k, nid in enumerate(node_ids)]
     job_list, nominal, _ = _jobs(rng, jobs, gpus, demand, max_counts, curves)
-    for t, gtype in enumerate(types):
+    for t, gtype in enumerate(types if curves not in QUEUED else ()):  # queued kinds: every job at 0
         mine = [i for i, j in enumerate(job_list) if j["throughput"]["gpu_type"] == gtype]
         _place_current([job_list[i] for i in mine], [nominal[i] for i in mine],
                        node_ids[t * per_type:(t + 1) * per_type], gpus_per_node)

@@ -1,4 +1,5 @@
-"""Independent plan checker: every constraint of docs/format.md, and the objective recomputed.
+"""Independent plan checker: every constraint of docs/format.md; the objective, each job's `gain` and
+`hit` and the plan's `gap` recomputed.
 
 It shares only the cluster state and the cost terms (:mod:`unicron_plan.core.cost`)
 with the solvers, never their arithmetic, so a solver bug cannot hide here.
@@ -147,7 +148,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
             bad(f"{where}: action {pj.action!r}, expected {expected_action!r}")
         f_x = 0.0 if x == 0 else cost.waf(job.weight, table[x])
         f_y = 0.0 if y == 0 else cost.waf(job.weight, table_y[y])
-        d_trans = cost.d_trans_seconds(instance, job)
+        d_trans = cost.job_transition_seconds(instance, job, state.previous.get(job.id, {}),
+                                              state.nodes_in_service())
         changed = cost.is_changed(y, x, hit, exiting, moved)
         penalty = cost.transition_penalty(f_x, d_trans, changed)
         g = cost.gain(f_y, y, x, f_x, hit, d_run, d_trans, exiting, moved)
@@ -155,6 +157,10 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
             bad(f"{where}: waf_tflops {pj.waf_tflops} != {f_y}")
         if not _close(pj.transition_penalty, penalty):
             bad(f"{where}: transition_penalty {pj.transition_penalty} != {penalty}")
+        if pj.hit is not None and pj.hit != hit:
+            bad(f"{where}: hit {pj.hit}, but the event {'touched' if hit else 'did not touch'} its nodes")
+        if pj.gain is not None and not _close(pj.gain, g):
+            bad(f"{where}: gain {pj.gain} != recomputed {g}")
         total += g
         total_waf += f_y
         changed_jobs += bool(changed)
@@ -173,6 +179,10 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         bad(f"waf_tflops: {plan.waf_tflops} != recomputed {total_waf}")
     if plan.bound < plan.objective and not _close(plan.bound, plan.objective):
         bad(f"bound: {plan.bound} is below the objective {plan.objective}")
+    if plan.gap is not None:
+        gap = (plan.bound - plan.objective) / max(abs(plan.bound), 1.0)
+        if not math.isclose(plan.gap, gap, rel_tol=REL_TOL, abs_tol=1e-9):
+            bad(f"gap: {plan.gap} != (bound - objective) / max(|bound|, 1) = {gap}")
     if plan.status.solution == "optimal" and not _close(plan.bound, plan.objective):
         bad(f"status: solution 'optimal' but bound {plan.bound} != objective {plan.objective}")
     if plan.status.solution == "optimal" and plan.status.termination != "optimal":

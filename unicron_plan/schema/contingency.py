@@ -27,6 +27,13 @@ class FailureEntry(_Open):
     plan: str
 
 
+class InfeasibleEntry(_Open):
+    """A failure under which the instance's rules admit no plan, and why."""
+
+    failed_nodes: list[str] = Field(min_length=1)
+    reason: str
+
+
 class StoredPlan(_Open):
     """Optimal GPU counts per job id."""
 
@@ -52,6 +59,8 @@ class ContingencyIndex(_Open):
     fingerprint: str
     failures: dict[str, FailureEntry]
     plans: dict[str, StoredPlan]
+    infeasible: dict[str, InfeasibleEntry] = Field(
+        default_factory=dict, description="Failures under which no plan satisfies the instance's rules.")
     stats: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

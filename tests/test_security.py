@@ -112,7 +112,7 @@ def test_export_runs_no_command(tmp_path):
         assert r.exit_code == 0, r.output
         assert runner.invoke(app, ["solve", str(inst), "-o", str(plan)]).exit_code == 0
         jobs = s / "jobs.json" if kind == "slurm" else k / "jobs.json"
-        extra = [] if kind == "slurm" else ["--format", "kubectl"]
+        extra = ["--nodes", str(s / "nodes.json")] if kind == "slurm" else ["--format", "kubectl"]
         r = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "export", kind, str(plan), "--jobs", str(jobs),
                             *extra, "-o", str(tmp_path / f"{kind}.out")], env=env, capture_output=True, text=True,
                            timeout=120)

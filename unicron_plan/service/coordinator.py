@@ -4,8 +4,8 @@ Every plan comes from :meth:`Coordinator.solve`, the one call of
 :func:`unicron_plan.api.solve`. Changes are serialised by one lock, committed
 to the log, and only then made visible and answered.
 
-Warm contingency has two stages, both in a worker process at lower priority
-(watched by a background thread that stops it and starts over whenever the
+Warm contingency has two stages, both in a worker process, stopped while a
+request solves (watched by a background thread that stops it and starts over whenever the
 applied state changes): the contingency index of the state (new counts for
 every single-node and rack failure, each equivalence class of nodes solved
 once), then, node by node, the whole answer to "node X fails" (placed and
@@ -338,8 +338,8 @@ class Coordinator:
                     self._index = (snapshot.base_version, None)  # the worker died first: events are solved
 
     def _warm(self, snapshot: st.State) -> None:
-        """Both stages for ``snapshot`` in a worker process (at lower priority, so that requests in this
-        process neither wait for the interpreter lock nor lose the CPU to it); its messages are
+        """Both stages for ``snapshot`` in a worker process (so that requests in this process do not wait
+        for the interpreter lock, and it is stopped while they solve); its messages are
         published here as they come, and the worker is stopped as soon as the state moves on. Where
         no process can be started, the same stages run in this thread."""
         start = time.perf_counter()
@@ -467,13 +467,9 @@ def _start_process_server() -> None:
 
 
 def _warm_process(sender, snapshot: st.State, solver: str | None, max_nodes: int) -> None:
-    """A warm worker: lower its priority, send every message of :func:`_warm_messages`, then "done"."""
-    import os
-
-    try:
-        os.nice(10)
-    except (AttributeError, OSError):
-        pass
+    """A warm worker: send every message of :func:`_warm_messages`, then "done". It runs at the
+    service's own priority (a lower one starved it on a busy machine); requests are protected by
+    stopping it while they solve (:meth:`Coordinator._worker_paused`)."""
     try:
         for message in _warm_messages(snapshot, solver, max_nodes, lambda: False):
             sender.send(message)

@@ -130,9 +130,9 @@ class Coordinator:
 
     @contextlib.contextmanager
     def _worker_paused(self):
-        """While any request is solving, the warm worker process is stopped (SIGSTOP), so that it takes
-        no CPU from the request (on two hyper-threads even a lower priority would); it continues when
-        the last request is done."""
+        """While any request is solving (and encoding its plan), the warm worker process is stopped
+        (SIGSTOP), so that it takes no CPU from the request (on two hyper-threads even a lower priority
+        would); it continues when the last request is done. Nested uses count once."""
         with self._pause_lock:
             self._solving += 1
             if self._solving == 1 and self._warm_pid is not None:
@@ -178,8 +178,9 @@ class Coordinator:
         elif not solve:
             return None
         else:
-            after, _ = st.record_event(state, data, self._nodes(state))
-            text = self._plan(state, after, dry_run=True).model_dump_json(exclude_none=True).encode()
+            with self._worker_paused():  # solving and encoding: the warm worker waits
+                after, _ = st.record_event(state, data, self._nodes(state))
+                text = self._plan(state, after, dry_run=True).model_dump_json(exclude_none=True).encode()
         self.metrics.plan_latency.observe(time.perf_counter() - start)
         return text[:-1] + b',"plan_id":null,"revision":%d}' % state.revision
 
@@ -252,7 +253,8 @@ class Coordinator:
             if plan is not None:
                 self._count_stored(dry_run=False)
             else:
-                plan = self._plan(before, after, dry_run=False).model_dump(mode="json", exclude_none=True)
+                with self._worker_paused():
+                    plan = self._plan(before, after, dry_run=False).model_dump(mode="json", exclude_none=True)
             ev_rev = self.last + 1
             reply = {**plan, "plan_id": f"p{ev_rev + 1}", "revision": ev_rev}
             self._commit([("event", ev.model_dump(mode="json", exclude_none=True)), ("plan", reply)],
@@ -346,7 +348,11 @@ class Coordinator:
         try:
             ctx = _process_context()
             receiver, sender = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_warm_process, args=(sender, snapshot, self.solver, MAX_PRECOMPUTED_NODES),
+            # the applied cluster goes as its JSON text (encoded in compiled code, far faster than
+            # pickling the models while request threads wait for the interpreter lock)
+            text = snapshot.base.model_dump_json(exclude_none=True)
+            proc = ctx.Process(target=_warm_process, args=(sender, text, snapshot.revision, snapshot.base_version,
+                                                           self.solver, MAX_PRECOMPUTED_NODES),
                                name="unicron-warm", daemon=True)
             proc.start()
         except (OSError, ValueError, RuntimeError):
@@ -466,11 +472,16 @@ def _start_process_server() -> None:
         pass  # workers are then started (or the stages run in-thread) when a cluster comes
 
 
-def _warm_process(sender, snapshot: st.State, solver: str | None, max_nodes: int) -> None:
+def _warm_process(sender, base_json: str, revision: int, base_version: int, solver: str | None,
+                  max_nodes: int) -> None:
     """A warm worker: send every message of :func:`_warm_messages`, then "done". It runs at the
     service's own priority (a lower one starved it on a busy machine); requests are protected by
     stopping it while they solve (:meth:`Coordinator._worker_paused`)."""
     try:
+        from unicron_plan.schema import Instance
+
+        snapshot = st.State(base=Instance.model_validate_json(base_json), revision=revision,
+                            base_version=base_version)
         for message in _warm_messages(snapshot, solver, max_nodes, lambda: False):
             sender.send(message)
         sender.send(("done",))

@@ -224,7 +224,8 @@ def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (i
     index = build_contingency(api.load_instance(instance), racks=racks, progress=not quiet)
     path = write_contingency(index, out)
     st = index["stats"]
-    typer.echo(f"{st['failures']} failures in {st['groups']} groups, {st['plans']} distinct plans, "
+    infeasible = f" ({st['infeasible']} more infeasible)" if st.get("infeasible") else ""
+    typer.echo(f"{st['failures']} failures{infeasible} in {st['groups']} groups, {st['plans']} distinct plans, "
                f"{st['wall_seconds']:.2f} s -> {path}", err=True)
 
 
@@ -468,7 +469,8 @@ def sweep(sweep_file: Path = typer.Argument(..., metavar="SWEEP", help="Sweep fi
         out.mkdir(parents=True, exist_ok=True)
     show = not quiet and sys.stderr.isatty()
     with _sweep_progress(show, len(sw.grid_points(spec)) * spec.replications.max) as tick:
-        result = sw.run_sweep(spec, base, backend=backend, address=address, workers=workers, progress=tick)
+        result = sw.run_sweep(spec, base, backend=backend, address=address, workers=workers, progress=tick,
+                              root=Path(sweep_file).parent)
     text = dumps(result)
     if out is not None:
         emit(text, out / "sweep.json")

@@ -8,6 +8,7 @@ the input, with a message that names the file and the place.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -110,6 +111,7 @@ def parse_json(text: "str | bytes", source: str = "<input>") -> Any:
         raise InvalidInstanceError(source, f"invalid JSON: {exc}") from None
 
 
+@functools.lru_cache(maxsize=1)
 def _yaml_loader():
     """A safe YAML loader (libyaml's when present) that refuses duplicate keys, infinities and
     NaN, and over-long numbers; the event pass in :func:`parse_yaml` bounds depth and aliases."""

@@ -29,6 +29,8 @@ HELD_REASONS = frozenset({"JOBHELDUSER", "JOBHELDADMIN"})
 COMMENT_PREFIX = "unicron-plan:"
 MAX_HOSTS = 100_000
 MAX_HOSTLIST_CHARS = 1_000_000
+#: Seconds between the last release and the StartTime=now of the placed jobs (see Step).
+START_PAUSE = 2
 #: A node name Slurm accepts in a hostlist and that no shell reads as anything but a word:
 #: letters, digits, ``.``, ``_`` and ``-``, not starting with ``-`` or ``.``.
 NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}$")
@@ -397,8 +399,12 @@ class Step:
     - ``shrink``: ``scontrol update JobId NodeList`` of a running job onto a subset of its nodes;
     - ``suspend``: requeue held a running ``job`` (hold it if pending);
     - ``requeue``: requeue held a running ``job`` that moves or grows to ``nodes``;
-    - ``place``: once the job is no longer completing, ``NumNodes=N-N ReqNodeList=nodes``,
-      release, ``StartTime=now`` (a requeued job is not eligible for two minutes otherwise).
+    - ``place``: once the job is no longer completing, ``NumNodes=N-N ReqNodeList=nodes`` and
+      release;
+    - ``start``: after a pause of START_PAUSE seconds, ``StartTime=now`` of a placed job that is
+      still pending (a requeued job is not eligible for two minutes otherwise; started within
+      the second its previous run's credential was revoked, slurmd refuses it and Slurm ends
+      the job, hence the pause).
     """
 
     kind: str
@@ -422,7 +428,9 @@ class Step:
         if self.kind == "place":
             n = len(self.nodes)
             return [["scontrol", "update", f"JobId={j}", f"NumNodes={n}-{n}", f"ReqNodeList={hl}"],
-                    ["scontrol", "release", j], ["scontrol", "update", f"JobId={j}", "StartTime=now"]]
+                    ["scontrol", "release", j]]
+        if self.kind == "start":
+            return [["scontrol", "update", f"JobId={j}", "StartTime=now"]]
         raise ValueError(self.kind)
 
 
@@ -482,7 +490,8 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
         if current:
             frees.append(Step("requeue", job=job.job_id, nodes=planned))
         takes.append(Step("place", job=job.job_id, nodes=planned))
-    return drains + holds + frees + takes
+    starts = [Step("start", job=st.job, nodes=st.nodes) for st in takes]
+    return drains + holds + frees + takes + starts
 
 
 _SCRIPT_HEAD = """\
@@ -500,6 +509,7 @@ fail() {
 }
 job_state() { squeue -h -j "$1" -o '%T %N' 2>/dev/null || true; }
 node_state() { sinfo -h -N -n "$1" -o '%T' 2>/dev/null || true; }
+held() { case "$(squeue -h -j "$1" -o '%r' 2>/dev/null)" in JobHeld*|*'held state'*) return 0 ;; esac; return 1; }
 settled() {  # wait until a requeued job is no longer completing (at most 120 s)
   i=0
   while [ "$i" -lt 240 ]; do
@@ -519,6 +529,7 @@ def render_script(steps: list[Step]) -> str:
     """The steps as a POSIX shell script: every name and hostlist quoted, every command's
     result checked, every step guarded by the cluster's present state."""
     out = [_SCRIPT_HEAD]
+    paused = False
     for st in steps:
         q = shlex.quote
         if st.kind == "drain":
@@ -528,18 +539,25 @@ def render_script(steps: list[Step]) -> str:
         j = str(st.job)
         target = q(f"RUNNING {compress(st.nodes)}") if st.nodes else "''"
         if st.kind == "hold":
-            out.append(f"case \"$(job_state {j})\" in PENDING*)\n" + _run(st.commands()[0], "  ") + "  ;;\nesac\n")
+            out.append(f"case \"$(job_state {j})\" in PENDING*)\n  held {j} || "
+                       + _run(st.commands()[0]) + "  ;;\nesac\n")
         elif st.kind == "shrink":
             out.append(f"if [ \"$(job_state {j})\" != {target} ]; then\n" + _run(st.commands()[0], "  ") + "fi\n")
         elif st.kind == "suspend":
             out.append(f"case \"$(job_state {j})\" in\n  RUNNING*|SUSPENDED*) "
                        + _run(st.commands()[0]).rstrip("\n") + " ;;\n"
-                       + f"  PENDING*) {shlex.join(['scontrol', 'hold', j])} || fail 'scontrol hold {j}' ;;\nesac\n")
+                       + f"  PENDING*) held {j} || {shlex.join(['scontrol', 'hold', j])} || fail 'scontrol hold {j}' ;;\n"
+                       + "esac\n")
         elif st.kind == "requeue":
             out.append(f"s=\"$(job_state {j})\"\nif [ \"$s\" != {target} ]; then\n  case \"$s\" in RUNNING*|SUSPENDED*)\n"
                        + _run(st.commands()[0], "    ") + f"    moved=\"$moved {j}\" ;;\n  esac\nfi\n")
         elif st.kind == "place":
-            update, release, start = st.commands()
+            update, release = st.commands()
             out.append(f"if [ \"$(job_state {j})\" != {target} ]; then\n  settled {j}\n" + _run(update, "  ")
-                       + _run(release, "  ") + _run(start, "  ") + "fi\n")
+                       + _run(release, "  ") + "fi\n")
+        elif st.kind == "start":
+            if not paused:
+                out.append(f"sleep {START_PAUSE}\n")
+                paused = True
+            out.append(f"case \"$(job_state {j})\" in PENDING*)\n" + _run(st.commands()[0], "  ") + "  ;;\nesac\n")
     return "".join(out)

@@ -365,7 +365,12 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     hit = np.asarray([state.hit[job.id] for job in instance.jobs], dtype=bool).reshape(m)
     exiting = np.asarray([job.id in state.exiting for job in instance.jobs], dtype=bool).reshape(m)
     f_x = [0.0 if x == 0 else float(cost.waf(job.weight, tables[job.id][x])) for job, x in zip(instance.jobs, x_list)]
-    d_trans = [cost.d_trans_seconds(instance, job) for job in instance.jobs]
+    if instance.cost.horizon == "job":  # each job's D_trans scaled by its horizon (docs/model.md)
+        h = state.nodes_in_service()
+        d_trans = [cost.job_transition_seconds(instance, job, state.previous.get(job.id, {}), h)
+                   for job in instance.jobs]
+    else:
+        d_trans = [cost.d_trans_seconds(instance, job) for job in instance.jobs]
     pen = [a * b for a, b in zip(f_x, d_trans)]
     # G(y) = F(y) D_run - [changed] F(x) D_trans with changed = (y != x or hit), never for a leaving job
     changed = ((flat.counts != np.repeat(xs, sizes)) | np.repeat(hit, sizes)) & ~np.repeat(exiting, sizes)

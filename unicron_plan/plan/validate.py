@@ -148,7 +148,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
             bad(f"{where}: action {pj.action!r}, expected {expected_action!r}")
         f_x = 0.0 if x == 0 else cost.waf(job.weight, table[x])
         f_y = 0.0 if y == 0 else cost.waf(job.weight, table_y[y])
-        d_trans = cost.d_trans_seconds(instance, job)
+        d_trans = cost.job_transition_seconds(instance, job, state.previous.get(job.id, {}),
+                                              state.nodes_in_service())
         changed = cost.is_changed(y, x, hit, exiting, moved)
         penalty = cost.transition_penalty(f_x, d_trans, changed)
         g = cost.gain(f_y, y, x, f_x, hit, d_run, d_trans, exiting, moved)

@@ -323,6 +323,13 @@ class Cost(StrictModel):
     expected_run_seconds: Optional[float] = Field(default=None, gt=0)
     node_mtbf_hours: Optional[float] = Field(default=None, gt=0)
     default_transition_seconds: Optional[float] = Field(default=None, ge=0)
+    horizon: Optional[Literal["cluster", "job"]] = Field(
+        default=None,
+        description="How long a plan's choice for a job is valued against its transition (docs/model.md, "
+                    "'Planning horizon'): 'cluster' (the default here, Unicron's objective) the expected time "
+                    "to the next failure anywhere in the cluster, D_run, for every job; 'job' the expected "
+                    "time to the next failure of the job's own nodes, node MTBF / nodes held, which scales "
+                    "the job's transition penalty by nodes held / H. 'job' needs node_mtbf_hours.")
     derive_transition_seconds: bool = Field(
         default=False,
         description="When true, jobs that name a model and give no transition_seconds get D_trans from "
@@ -333,6 +340,9 @@ class Cost(StrictModel):
     def _exactly_one_horizon(self) -> "Cost":
         if (self.expected_run_seconds is None) == (self.node_mtbf_hours is None):
             raise ValueError("give exactly one of 'expected_run_seconds' or 'node_mtbf_hours'")
+        if self.horizon == "job" and self.node_mtbf_hours is None:
+            raise ValueError("horizon 'job' needs node_mtbf_hours (expected_run_seconds is one horizon "
+                             "for every job)")
         return self
 
 

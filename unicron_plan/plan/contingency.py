@@ -520,7 +520,8 @@ def _mixed_contingency(base: Instance, racks: bool, start: float) -> dict:
         "schema_version": "1", "kind": "contingency", "instance": base.name,
         "fingerprint": fingerprint(base), "racks": racks, "failures": failures, "infeasible": infeasible,
         "plans": plans,
-        "stats": {"failures": len(failures), "infeasible": len(infeasible), "plans": len(plans), "mixed_types": True,
+        "stats": {"failures": len(failures), "infeasible": len(infeasible), "plans": len(plans),
+                  "groups": len(failures) + len(infeasible), "method": "full solve per failure", "mixed_types": True,
                   "wall_seconds": time.perf_counter() - start},
     }
 

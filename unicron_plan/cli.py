@@ -469,7 +469,8 @@ def sweep(sweep_file: Path = typer.Argument(..., metavar="SWEEP", help="Sweep fi
         out.mkdir(parents=True, exist_ok=True)
     show = not quiet and sys.stderr.isatty()
     with _sweep_progress(show, len(sw.grid_points(spec)) * spec.replications.max) as tick:
-        result = sw.run_sweep(spec, base, backend=backend, address=address, workers=workers, progress=tick)
+        result = sw.run_sweep(spec, base, backend=backend, address=address, workers=workers, progress=tick,
+                              root=Path(sweep_file).parent)
     text = dumps(result)
     if out is not None:
         emit(text, out / "sweep.json")

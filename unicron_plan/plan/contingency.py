@@ -315,6 +315,8 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
     base = instance.model_copy(update={"event": None})
     prepared = prepare(base)
     problem = build_problem(base, prepared)
+    if problem.alternatives:  # mixed fleets: solved over types and counts
+        return _mixed_contingency(base, racks, start)
     candidates = candidate_failures(base, racks)
     bar = _progress(progress, len(candidates))
     results: dict[str, tuple] = {}  # failure key -> (failed nodes, value, counts) or (failed, None, reason)
@@ -495,6 +497,42 @@ def _add(acc: tuple, part: tuple) -> tuple:
 def _no_fit(js: list, gpu_type: str, cap: int) -> str:
     return (f"the {gpu_type} jobs that may not suspend (pinned, hysteresis) do not fit in the "
             f"{cap} GPUs left")
+
+
+def _mixed_contingency(base: Instance, racks: bool, start: float) -> dict:
+    """Mixed fleets: every failure solved exactly over GPU types and counts
+    (:func:`unicron_plan.solvers.mixed.solve_types`); a stored plan also lists the jobs that
+    change type (``types``). A failure that leaves no feasible plan is listed in ``infeasible``."""
+    from unicron_plan.core.problem import build_problem, prepare
+    from unicron_plan.errors import InfeasibleError
+    from unicron_plan.schema.instance import Event
+    from unicron_plan.solvers.mixed import solve_types
+
+    prepared = prepare(base)
+    failures, infeasible, plans, plan_ids = {}, {}, {}, {}
+    for key, failed in candidate_failures(base, racks):
+        problem = build_problem(base.model_copy(update={"event": Event(kind="failure", failed_nodes=list(failed))}),
+                                prepared)
+        try:
+            counts, types, value, _, _, _ = solve_types(problem)
+        except InfeasibleError as exc:
+            infeasible[key] = {"failed_nodes": sorted(failed), "reason": str(exc)}
+            continue
+        moved = {j.id: types[j.id] for j in problem.jobs if types[j.id] != j.gpu_type}
+        vector = (tuple(counts[j.id] for j in problem.jobs), tuple(sorted(moved.items())))
+        if vector not in plan_ids:
+            plan_ids[vector] = f"p{len(plan_ids):05d}"
+            plans[plan_ids[vector]] = {"counts": {j.id: counts[j.id] for j in problem.jobs},
+                                       **({"types": moved} if moved else {})}
+        failures[key] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
+    return {
+        "schema_version": "1", "kind": "contingency", "instance": base.name,
+        "fingerprint": fingerprint(base), "racks": racks, "failures": failures, "infeasible": infeasible,
+        "plans": plans,
+        "stats": {"failures": len(failures), "infeasible": len(infeasible), "plans": len(plans),
+                  "groups": len(failures) + len(infeasible), "method": "full solve per failure", "mixed_types": True,
+                  "wall_seconds": time.perf_counter() - start},
+    }
 
 
 class _progress:

@@ -8,7 +8,7 @@ does not check out is not used (api.solve solves afresh and says so).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -38,6 +38,9 @@ class StoredPlan(_Open):
     """Optimal GPU counts per job id."""
 
     counts: dict[str, int]
+    types: Optional[dict[str, str]] = Field(
+        default=None, description="Mixed fleets: the GPU type of each job that runs on another type than its "
+                                  "current one under this plan.")
 
     @model_validator(mode="after")
     def _non_negative(self) -> "StoredPlan":

@@ -206,13 +206,14 @@ class Coordinator:
         self.metrics.plans.labels(source="contingency", dry_run=str(dry_run).lower()).inc()
 
     # ------------------------------------------------------------------ changes
-    def _commit(self, rows: list[tuple[str, dict]], new_state: st.State, idempotency=None, make_response=None):
+    def _commit(self, rows: list[tuple[str, dict]], new_state: st.State, idempotency=None, make_response=None,
+                digest: str | None = None):
         """Give rows their revisions, commit them, then publish ``new_state`` (caller holds the lock)."""
         revs = list(range(self.last + 1, self.last + 1 + len(rows)))
         bodies = [body for _, body in rows]
         response = make_response(revs, bodies) if make_response else None
         self.store.append([(rev, kind, body) for rev, (kind, _), body in zip(revs, rows, bodies)],
-                          None if idempotency is None else (idempotency, response))
+                          None if idempotency is None else (idempotency, response, digest))
         self.last = revs[-1]
         changed_base = new_state.base_version != self.state.base_version
         self.state = new_state
@@ -222,9 +223,27 @@ class Coordinator:
                 self._cv.notify_all()
         return revs, response
 
+    def _vet(self, state: st.State, field: str | None = None) -> None:
+        """Check the applied cluster of ``state`` as every plan of it will use it (cross-field checks,
+        tables, each job's terms: an overflowing term is bad input) before it is committed; keep its
+        prepared form. ``field``: the name a new last job is reported under (``job``)."""
+        from unicron_plan.core.problem import build_problem, prepare
+
+        try:
+            prepared = prepare(state.base)
+            build_problem(state.base, prepared)
+        except InvalidInstanceError as exc:
+            last = f"jobs[{len(state.base.jobs) - 1}]"
+            if field is not None and exc.field.startswith(last):
+                raise InvalidInstanceError(field + exc.field[len(last):], exc.message) from None
+            raise
+        with self._cv:
+            self._prepared_base = (state.base_version, prepared)
+
     def put_cluster(self, data: Any) -> dict:
         with self.lock:
             new = st.set_cluster(self.state, data)
+            self._vet(new)
             rev = self.last + 1
             body = new.base.model_dump(mode="json", exclude_none=True)
             self._commit([("cluster", body)], replace(new, revision=rev))
@@ -236,15 +255,17 @@ class Coordinator:
         if dry_run:
             return json.loads(self.dry_run_reply(data))
         start = time.perf_counter()
+        digest = None
         if idempotency_key is not None:
             if len(idempotency_key) > 200:
                 raise InvalidInstanceError("Idempotency-Key", "longer than 200 characters")
-            found = self.store.idempotent(idempotency_key)
+            digest = _digest(data)
+            found = self._idempotent(idempotency_key, digest)
             if found is not None:
                 return found
         with self.lock:
             if idempotency_key is not None:
-                found = self.store.idempotent(idempotency_key)
+                found = self._idempotent(idempotency_key, digest)
                 if found is not None:
                     return found
             before = self.state
@@ -258,14 +279,26 @@ class Coordinator:
             ev_rev = self.last + 1
             reply = {**plan, "plan_id": f"p{ev_rev + 1}", "revision": ev_rev}
             self._commit([("event", ev.model_dump(mode="json", exclude_none=True)), ("plan", reply)],
-                         replace(after, revision=ev_rev), idempotency_key, lambda revs, bodies: reply)
+                         replace(after, revision=ev_rev), idempotency_key, lambda revs, bodies: reply, digest)
             self.metrics.events.labels(kind=ev.kind).inc()
         self.metrics.plan_latency.observe(time.perf_counter() - start)
         return reply
 
+    def _idempotent(self, key: str, digest: str) -> dict | None:
+        """The first answer given under ``key``; 422 when it was given for another body."""
+        found = self.store.idempotent(key)
+        if found is None:
+            return None
+        answer, first = found
+        if first is not None and first != digest:
+            raise InvalidInstanceError("Idempotency-Key", f"{key!r} was used with another body; "
+                                                          "a retry must send the same body")
+        return answer
+
     def add_job(self, data: Any) -> dict:
         with self.lock:
             new, job = st.add_job(self.state, data)
+            self._vet(new, "job")
             rev = self.last + 1
             self._commit([("job", {"op": "add", "job": job.model_dump(mode="json", exclude_none=True)})],
                          replace(new, revision=rev))
@@ -534,6 +567,14 @@ def _settle_heap() -> None:
     16,384 GPUs otherwise stalls about one request in ten for 30-40 ms."""
     gc.collect()
     gc.freeze()
+
+
+def _digest(data: Any) -> str:
+    """SHA-256 of a request body's JSON in canonical form (sorted keys, no spaces)."""
+    import hashlib
+
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _single_node_failure(data: Any) -> str | None:

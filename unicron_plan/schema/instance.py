@@ -35,12 +35,12 @@ class GpuType(StrictModel):
 class Node(StrictModel):
     """A server with `gpus` GPUs of one type."""
 
-    id: str = Field(min_length=1)
-    gpu_type: str = Field(min_length=1)
+    id: str = Field(min_length=1, description="Unique node name.")
+    gpu_type: str = Field(min_length=1, description="A key of cluster.gpu_types.")
     gpus: int = Field(ge=1, le=1024, description="GPUs in the node (at most 1024).")
     failed_gpus: list[int] = Field(default_factory=list,
                                    description="GPU indices already failed before the event.")
-    rack: Optional[str] = None
+    rack: Optional[str] = Field(default=None, description="Rack name; a node without one is a rack of its own.")
 
     @model_validator(mode="after")
     def _failed_indices_in_range(self) -> "Node":
@@ -57,8 +57,8 @@ class Node(StrictModel):
 class Cluster(StrictModel):
     """GPU types and the nodes that carry them."""
 
-    gpu_types: dict[str, GpuType] = Field(min_length=1)
-    nodes: list[Node] = Field(min_length=1)
+    gpu_types: dict[str, GpuType] = Field(min_length=1, description="GPU types by name (at least one).")
+    nodes: list[Node] = Field(min_length=1, description="Every node of the cluster, ids unique.")
 
 
 def _check_count_table(table: dict[str, float]) -> None:
@@ -80,8 +80,10 @@ class Throughput(StrictModel):
     type it runs on now, and `tflops` is that type's table.
     """
 
-    gpu_type: str = Field(min_length=1)
-    tflops: Optional[dict[str, float]] = None
+    gpu_type: str = Field(min_length=1, description="GPU type the job runs on (a key of cluster.gpu_types).")
+    tflops: Optional[dict[str, float]] = Field(default=None,
+        description="Aggregate achieved TFLOP/s of the whole job per allowed GPU count (keys: decimal "
+                    "integers >= 1; values >= 0); give this or model.")
     by_type: Optional[dict[str, dict[str, float]]] = Field(
         default=None, min_length=1, max_length=64,
         description="Mixed fleets: {GPU type: table of the same form as 'tflops'} for every type the job may "
@@ -93,9 +95,13 @@ class Throughput(StrictModel):
                     "one table per type is derived from the performance model.")
     _table: Optional[dict[int, float]] = PrivateAttr(default=None)  # table(), converted once
     _arrays: Optional[tuple] = PrivateAttr(default=None)  # table_arrays(), made once
-    model: Optional[str] = Field(default=None, min_length=1)
-    global_batch: Optional[int] = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH)
-    seq_len: Optional[int] = Field(default=None, ge=1, le=MAX_SEQ_LEN)
+    model: Optional[str] = Field(default=None, min_length=1,
+        description="A model of the package's library (`unicron-plan models`); the table is derived "
+                    "from the performance model. Give this or tflops.")
+    global_batch: Optional[int] = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH,
+        description="Sequences per iteration of a model-named job (1 to 2^24).")
+    seq_len: Optional[int] = Field(default=None, ge=1, le=MAX_SEQ_LEN,
+        description="Tokens per sequence of a model-named job (1 to 2^22).")
     recompute: Optional[Literal["auto", "full", "selective", "none"]] = Field(
         default=None, description="Activation recomputation for model-derived tables: a fixed mode, or "
                                   "'auto' (the default): per GPU count the fastest mode whose layout fits.")
@@ -228,18 +234,22 @@ class Throughput(StrictModel):
 class CurrentAllocation(StrictModel):
     """Where a job runs before the event."""
 
-    gpus: int = Field(ge=0)
-    nodes: list[str] = Field(default_factory=list)
+    gpus: int = Field(ge=0, description="GPUs the job held before the event (0 or a key of its table).")
+    nodes: list[str] = Field(default_factory=list,
+        description="Nodes the job ran on before the event, each once (none when gpus is 0).")
 
 
 class Job(StrictModel):
     """A training job with its weight, throughput curve and current allocation."""
 
-    id: str = Field(min_length=1)
-    weight: float = Field(ge=0)
-    throughput: Throughput
-    current: CurrentAllocation
-    transition_seconds: Optional[float] = Field(default=None, ge=0)
+    id: str = Field(min_length=1, description="Unique job name.")
+    weight: float = Field(ge=0, description="Priority weight of the job's throughput in the objective (>= 0).")
+    throughput: Throughput = Field(
+        description="The job's throughput per GPU count: a table or a model of the library.")
+    current: CurrentAllocation = Field(description="The allocation before the event.")
+    transition_seconds: Optional[float] = Field(default=None, ge=0,
+        description="D_trans: seconds of work lost when the job is changed (>= 0; default "
+                    "cost.default_transition_seconds).")
     # --- node-level and churn constraints (docs/solvers.md) ---
     tp: Optional[int] = Field(
         default=None, ge=1, le=1024,
@@ -271,16 +281,16 @@ class Job(StrictModel):
 class FailedGpu(StrictModel):
     """One GPU that failed in the event."""
 
-    node: str = Field(min_length=1)
-    gpu: int = Field(ge=0)
+    node: str = Field(min_length=1, description="Node id of the GPU.")
+    gpu: int = Field(ge=0, description="GPU index within the node (0..gpus-1).")
 
 
 class Event(StrictModel):
     """What changed just before planning."""
 
-    kind: Literal["failure"]
-    failed_nodes: list[str] = Field(default_factory=list)
-    failed_gpus: list[FailedGpu] = Field(default_factory=list)
+    kind: Literal["failure"] = Field(description="The event's kind: failure.")
+    failed_nodes: list[str] = Field(default_factory=list, description="Nodes that lose every GPU, each once.")
+    failed_gpus: list[FailedGpu] = Field(default_factory=list, description="Single GPUs that fail, each once.")
 
 
 # --- Event kinds beyond "failure". The discriminator is `kind`. ---
@@ -291,7 +301,7 @@ class RepairEvent(StrictModel):
     `repaired_nodes` repairs every failed GPU of the node. No job is hit by a repair; jobs may grow.
     """
 
-    kind: Literal["repair"]
+    kind: Literal["repair"] = Field(description="The event's kind: repair.")
     repaired_nodes: list[str] = Field(default_factory=list,
                                       description="Nodes whose failed GPUs all return to service.")
     repaired_gpus: list[FailedGpu] = Field(default_factory=list,
@@ -301,14 +311,14 @@ class RepairEvent(StrictModel):
 class JobArrivalEvent(StrictModel):
     """Jobs join: each listed job is a job of the instance with current.gpus 0. Nothing is hit."""
 
-    kind: Literal["job_arrival"]
+    kind: Literal["job_arrival"] = Field(description="The event's kind: job_arrival.")
     jobs: list[str] = Field(min_length=1, description="Ids of the arriving jobs (current.gpus must be 0).")
 
 
 class JobExitEvent(StrictModel):
     """Jobs leave: each listed job must be planned 0 GPUs, and its term G_i is 0 (no transition charge)."""
 
-    kind: Literal["job_exit"]
+    kind: Literal["job_exit"] = Field(description="The event's kind: job_exit.")
     jobs: list[str] = Field(min_length=1, description="Ids of the leaving jobs; their GPUs are freed.")
 
 
@@ -320,9 +330,13 @@ AnyEvent = Annotated[Union[Event, RepairEvent, JobArrivalEvent, JobExitEvent], F
 class Cost(StrictModel):
     """Time constants of the objective: D_run (directly or from node MTBF) and D_trans."""
 
-    expected_run_seconds: Optional[float] = Field(default=None, gt=0)
-    node_mtbf_hours: Optional[float] = Field(default=None, gt=0)
-    default_transition_seconds: Optional[float] = Field(default=None, ge=0)
+    expected_run_seconds: Optional[float] = Field(default=None, gt=0,
+        description="D_run: seconds the plan is expected to run (> 0); give this or node_mtbf_hours.")
+    node_mtbf_hours: Optional[float] = Field(default=None, gt=0,
+        description="Node MTBF, hours (> 0): D_run = node_mtbf_hours x 3600 / nodes in service; give this "
+                    "or expected_run_seconds.")
+    default_transition_seconds: Optional[float] = Field(default=None, ge=0,
+        description="D_trans of jobs without transition_seconds (>= 0).")
     horizon: Optional[Literal["cluster", "job"]] = Field(
         default=None,
         description="How long a plan's choice for a job is valued against its transition (docs/model.md, "
@@ -349,24 +363,25 @@ class Cost(StrictModel):
 class Reference(StrictModel):
     """A recorded optimum of a library instance; solvers ignore it."""
 
-    objective: float
-    method: str
+    objective: float = Field(description="A known optimal objective, TFLOP (library instances; solvers ignore it).")
+    method: str = Field(description="How the reference objective was found.")
 
 
 class Instance(StrictModel):
     """A planning problem: the cluster, the jobs, the event and the cost constants."""
 
-    schema_version: Literal["1"]
-    name: str = Field(min_length=1)
-    cluster: Cluster
-    jobs: list[Job]
-    event: Optional[AnyEvent] = None
-    cost: Cost
+    schema_version: Literal["1"] = Field(description="Version of the format: 1.")
+    name: str = Field(min_length=1, description="Name of the instance (echoed in the plan).")
+    cluster: Cluster = Field(description="GPU types and nodes.")
+    jobs: list[Job] = Field(description="Every job, running, queued (current.gpus 0) or leaving.")
+    event: Optional[AnyEvent] = Field(default=None,
+        description="What changed (failure, repair, job_arrival, job_exit); absent: nothing changed.")
+    cost: Cost = Field(description="D_run and the default D_trans.")
     isolation: Literal["node", "gpu"] = Field(
         default="node",
         description="'node': a node that lost a GPU in the event is drained whole (Unicron); "
                     "'gpu': only the failed GPUs are removed.")
-    reference: Optional[Reference] = None
+    reference: Optional[Reference] = Field(default=None, description="A known optimum, for library instances.")
     efficiency: Optional[dict[str, EfficiencyConstants]] = Field(
         default=None, max_length=64,
         description="Calibrated efficiency constants per GPU type (the 'constants' of one GPU type and stack "

@@ -62,7 +62,11 @@ def build_cp(model: ipmodel.Formulation, scale: float, deadline: float | None = 
     from ortools.sat.python import cp_model
 
     cp = cp_model.CpModel()
-    xs = [cp.new_int_var(lo, hi, name) for name, lo, hi in zip(model.names, model.lb, model.ub)]
+    xs = []
+    for k, (name, lo, hi) in enumerate(zip(model.names, model.lb, model.ub)):
+        if k % 4096 == 0:
+            check_deadline(deadline)
+        xs.append(cp.new_int_var(lo, hi, name))
     for k, r in enumerate(model.rows):
         if k % 512 == 0:
             check_deadline(deadline)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
@@ -146,7 +145,7 @@ class Throughput(StrictModel):
     gpu_type: str = Field(min_length=1)
     tflops: Optional[dict[str, float]] = None
     compact: Optional[CompactTable] = None
-    _table: Optional[dict[int, float]] = PrivateAttr(default=None)  # table(), converted once
+    _table: Optional[ArrayTable] = PrivateAttr(default=None)  # table_view(), made once
     _arrays: Optional[tuple] = PrivateAttr(default=None)  # table_arrays(), made once
     model: Optional[str] = Field(default=None, min_length=1)
     global_batch: Optional[int] = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH)

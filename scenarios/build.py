@@ -15,6 +15,11 @@ the package's performance model):
   strong scaling at a fixed global batch (smaller per-replica batches, more
   all-reduce), so small models spread thin lose efficiency.
 
+D_trans: each job's ``transition_seconds`` is derived by the package's transition model
+(``unicron_plan.perf.transition``, docs/perf.md) for its model at its time-0 count (61-65 s
+here); the instance that seeds the time-0 plan keeps a 600 s default, which does not matter
+there (every job starts from 0 GPUs, so no transition is charged).
+
 The ``-perf`` scenarios take their tables from the package's performance model instead
 (``unicron_plan.perf``, docs/perf.md): A800 GPUs, GPT-3's batch sizes (Brown et al.
 2020, Table 2.1) in sequences of 2,048 tokens; the allowed counts are those up to the
@@ -87,6 +92,19 @@ def perf_table(model: str, max_gpus: int, whole_nodes: bool = False) -> dict[str
     return {str(n): round(t, 3) for n, t in sorted(curve.tflops_table().items()) if not (whole_nodes and n % 8)}
 
 
+def derived_d_trans(model: str, gpus: int) -> float:
+    """D_trans of a job of ``model`` holding ``gpus`` GPUs from the package's transition model
+    (``unicron_plan.perf.transition``, docs/perf.md): a restart at its layout with each GPU's state
+    loaded from the nearest copy, plus set-up; at the largest count up to ``gpus`` where the
+    performance model finds a Megatron-LM layout (the library's tables are not the model's)."""
+    from unicron_plan.core.cost import derived_transition_seconds
+    from unicron_plan.perf import derive_table
+
+    curve = derive_table(model, "a800", GLOBAL_BATCH[model], SEQ_LEN, max_gpus=max(gpus, 1))
+    n = max(c for c in curve.tflops_table() if c <= max(gpus, 1))
+    return round(derived_transition_seconds(model, "a800", GLOBAL_BATCH[model], SEQ_LEN, "full", n), 1)
+
+
 def scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str, float, int]],
              whole_nodes: bool = False, perf: bool = False) -> dict:
     """A scenario with ``nodes`` x 8 A800 in racks of 16 nodes; jobs (id, model, weight, max GPUs)."""
@@ -100,12 +118,14 @@ def scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str,
             "cost": {"node_mtbf_hours": round(faultdata.LLAMA3_NODE_MTBF_HOURS, 1),
                      "default_transition_seconds": 600.0}}
     plan = api.solve(inst)
-    for job, pj in zip(job_list, plan.jobs):
+    for job, pj, (_, model, _, _) in zip(job_list, plan.jobs, jobs):
         job["current"] = {"gpus": pj.gpus, "nodes": pj.nodes}
+        smallest = min(int(c) for c in job["throughput"]["tflops"])
+        job["transition_seconds"] = derived_d_trans(model, pj.gpus or smallest)
     mix = {k: round(v, 4) for k, v in figure1_severity_mix().items()}
     mix["sev3"] = round(1.0 - mix["sev1"] - mix["sev2"], 4)
     return {"schema_version": "1", "name": name, "description": description, "cluster": cluster,
-            "jobs": job_list, "cost": {"default_transition_seconds": 600.0}, "duration_hours": 720.0,
+            "jobs": job_list, "cost": {}, "duration_hours": 720.0,
             "failures": {"node_mtbf_hours": round(faultdata.LLAMA3_NODE_MTBF_HOURS, 1),
                          "repair_hours": {"median": faultdata.REPAIR_MEDIAN_HOURS,
                                           "sigma": faultdata.REPAIR_SIGMA},
@@ -126,6 +146,11 @@ def library() -> dict[str, dict]:
            + [(f"gpt3-6.7b-{i}", "gpt3-6.7b", W["gpt3-6.7b"], 128) for i in range(8)]
            + [(f"gpt3-2.7b-{i}", "gpt3-2.7b", W["gpt3-2.7b"], 64) for i in range(4)]
            + [(f"gpt3-1.3b-{i}", "gpt3-1.3b", W["gpt3-1.3b"], 64) for i in range(4)])
+    huge = ([(f"gpt3-175b-{i:03d}", "gpt3-175b", W["gpt3-175b"], 1024) for i in range(128)]
+            + [(f"gpt3-13b-{i:02d}", "gpt3-13b", W["gpt3-13b"], 256) for i in range(64)]
+            + [(f"gpt3-6.7b-{i:02d}", "gpt3-6.7b", W["gpt3-6.7b"], 128) for i in range(64)]
+            + [(f"gpt3-2.7b-{i:02d}", "gpt3-2.7b", W["gpt3-2.7b"], 64) for i in range(32)]
+            + [(f"gpt3-1.3b-{i:02d}", "gpt3-1.3b", W["gpt3-1.3b"], 64) for i in range(32)])
     dense = scenario("gpt3-mix-128-a800-dense", "As gpt3-mix-128-a800, with the dense failure injection of "
                      "fault-tolerance papers: one failure every 3 h on the cluster, 30 days.", 16, small)
     del dense["failures"]["node_mtbf_hours"]
@@ -150,6 +175,9 @@ def library() -> dict[str, dict]:
         "gpt3-mix-16384-a800": scenario(
             "gpt3-mix-16384-a800", "16,384 A800 (2,048 x 8, Llama 3 scale), 40 GPT-3 jobs on whole nodes, Llama 3 failure rate, "
             "30 days.", 2048, big, whole_nodes=True),
+        "gpt3-mix-131072-a800": scenario(
+            "gpt3-mix-131072-a800", "131,072 A800 (16,384 x 8), the 16,384-GPU mix eight times (320 GPT-3 jobs on "
+            "whole nodes), Llama 3 failure rate, 30 days.", 16384, huge, whole_nodes=True),
     }
 
 

@@ -154,6 +154,8 @@ def pytorchjob(name: str, ns: str, workers: int, gpus: int, plan: dict, master_g
 
 
 def volcanojob(name: str, ns: str, workers: int, gpus: int, plan: dict, gtype: str = "h100") -> dict:
+    worker = _template(gpus, gtype)
+    worker["spec"]["nodeSelector"][f"unicron-plan/{name}"] = "true"  # the node label that places its GPU pods
     return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
             "metadata": {"name": name, "namespace": ns, "uid": f"uid-vcjob-{name}", "generation": 1,
                          "resourceVersion": "777", "creationTimestamp": STAMP, "annotations": _annotations(plan)},
@@ -162,7 +164,8 @@ def volcanojob(name: str, ns: str, workers: int, gpus: int, plan: dict, gtype: s
                                                 "svc": []},
                      "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
                      "tasks": [{"name": "master", "replicas": 1, "template": _template(0)},
-                               {"name": "worker", "replicas": workers, "template": _template(gpus, gtype)}]},
+                               {"name": "worker", "replicas": workers, "minAvailable": workers,
+                                "template": worker}]},
             "status": {"state": {"phase": "Running", "lastTransitionTime": STAMP}, "minAvailable": workers + 1,
                        "running": workers + 1, "version": 1}}
 

@@ -1,9 +1,10 @@
 """Apply exported changes back onto fixture objects, as the schedulers would.
 
-Kubernetes: merge patches (RFC 7386) and created objects change the job
-objects; then each job's controller deletes pods beyond its replicas and
+Kubernetes: merge patches (RFC 7386), JSON patches (RFC 6902) and created
+objects change the job objects, node label patches the nodes' labels; then
+each job's controller deletes pods beyond its replicas (by replica index) and
 creates the missing ones, which a scheduler binds to the nodes its
-hostname affinity allows, most free GPUs first (kube-scheduler's default
+hostname affinity and node selector allow, most free GPUs first (kube-scheduler's default
 LeastAllocated scoring), never to a failed, cordoned or full node.
 
 Slurm: ``scontrol`` drains nodes, shrinks a running job to a node list,
@@ -36,6 +37,32 @@ def merge_patch(target, patch):
     return out
 
 
+def json_patch(target, ops):
+    """RFC 6902 JSON patch (the ops the export writes: test, replace, add, remove); a failed test raises."""
+    doc = copy.deepcopy(target)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        node = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        key = int(last) if isinstance(node, list) else last
+        if op["op"] == "test":
+            assert node[key] == op["value"], f"test {op['path']} failed"
+        elif op["op"] == "replace":
+            assert (0 <= key < len(node)) if isinstance(node, list) else key in node, f"replace {op['path']}: absent"
+            node[key] = copy.deepcopy(op["value"])
+        elif op["op"] == "add":
+            if isinstance(node, list):
+                node.insert(key, copy.deepcopy(op["value"]))
+            else:
+                node[key] = copy.deepcopy(op["value"])
+        elif op["op"] == "remove":
+            del node[key]
+        else:
+            raise AssertionError(f"unexpected op {op['op']}")
+    return doc
+
+
 def _pod_gpus(pod_or_template_spec) -> int:
     return sum(int(c.get("resources", {}).get("limits", {}).get(GPU, 0)) for c in pod_or_template_spec["containers"])
 
@@ -54,6 +81,8 @@ def _replica_sets(job) -> list[tuple[str, int, dict, dict]]:
         return [(t["name"], 0 if off else t["replicas"], t["template"],
                  {"volcano.sh/job-name": name, "volcano.sh/job-namespace": ns, "volcano.sh/task-spec": t["name"]})
                 for t in spec["tasks"]]
+    if spec.get("suspend"):
+        return []  # a suspended ElasticJob's master neither creates nor removes workers
     return [(t, r["replicas"], r["template"],
              {"elasticjob.dlrover/name": name, "elasticjob.dlrover/replica-type": t})
             for t, r in spec["replicaSpecs"].items()]
@@ -78,10 +107,17 @@ def apply_k8s(changes: list[dict], nodes_doc: dict, pods_doc: dict, jobs_doc: di
     jobs = copy.deepcopy(jobs_doc)
     pods = [copy.deepcopy(p) for p in pods_doc["items"]]
     by_id = {(j["kind"], j["metadata"].get("namespace", "default"), j["metadata"]["name"]): j for j in jobs["items"]}
+    node_labels = {n["metadata"]["name"]: dict(n["metadata"].get("labels", {})) for n in nodes_doc["items"]}
     for c in changes:
-        if c["patchType"] == "merge":
+        if c["kind"] == "Node":
+            assert c["patchType"] == "merge" and set(c["patch"]) == {"metadata"}, c
+            node_labels[c["name"]] = merge_patch(node_labels[c["name"]], c["patch"]["metadata"]["labels"])
+        elif c["patchType"] == "merge":
             j = by_id[(c["kind"], c["namespace"], c["name"])]
             j.update(merge_patch(j, c["patch"]))
+        elif c["patchType"] == "json":
+            j = by_id[(c["kind"], c["namespace"], c["name"])]
+            j.update(json_patch(j, c["patch"]))
         elif c["patchType"] == "delete":
             assert c["kind"] == "Pod"
             pods = [p for p in pods if not (p["metadata"]["name"] == c["name"]
@@ -132,7 +168,9 @@ def apply_k8s(changes: list[dict], nodes_doc: dict, pods_doc: dict, jobs_doc: di
             "requiredDuringSchedulingIgnoredDuringExecution")
         if aff:
             allowed = set(aff["nodeSelectorTerms"][0]["matchExpressions"][0]["values"])
-        choices = [n for n in free if (allowed is None or n in allowed) and _node_ok(nodes[n]) and free[n] >= g]
+        selector = template["spec"].get("nodeSelector", {})
+        choices = [n for n in free if (allowed is None or n in allowed) and _node_ok(nodes[n]) and free[n] >= g
+                   and all(node_labels[n].get(k) == v for k, v in selector.items())]
         node = max(choices, key=lambda n: (free[n], [-ord(ch) for ch in n])) if choices else None
         if g == 0:
             node = None  # pods without GPUs do not matter to the planner
@@ -151,8 +189,9 @@ def apply_k8s(changes: list[dict], nodes_doc: dict, pods_doc: dict, jobs_doc: di
 _SET = re.compile(r"^(\w+)=(.*)$")
 
 
-def apply_slurm(lines: list[str], nodes_doc: dict, jobs_doc: dict) -> tuple[dict, dict]:
-    """The (nodes, jobs) documents after the scontrol commands and the scheduler's reaction."""
+def apply_slurm(steps, nodes_doc: dict, jobs_doc: dict) -> tuple[dict, dict]:
+    """The (nodes, jobs) documents after the export's steps (their scontrol commands, parsed
+    back from the argument vectors) and the scheduler's reaction."""
     nodes = copy.deepcopy(nodes_doc)
     jobs = copy.deepcopy(jobs_doc)
     node_by = {n["name"]: n for n in nodes["nodes"]}
@@ -170,11 +209,8 @@ def apply_slurm(lines: list[str], nodes_doc: dict, jobs_doc: dict) -> tuple[dict
         job["tres_alloc_str"] = f"cpu={192 * n},node={n},gres/gpu={8 * n},gres/gpu:{gtype}={8 * n}" if n else ""
         job["gres_detail"] = [f"gpu:{gtype}:8(IDX:0-7)"] * n
 
-    for line in lines:
-        if not line or line.startswith("#") or line == "set -e":
-            continue
-        words = shlex.split(line)
-        assert words[0] == "scontrol", line
+    for words in (argv for st in steps for argv in st.commands()):
+        assert words[0] == "scontrol", words
         if words[1] == "update":
             kv = dict(_SET.match(w).groups() for w in words[2:])
             if "NodeName" in kv:
@@ -182,27 +218,33 @@ def apply_slurm(lines: list[str], nodes_doc: dict, jobs_doc: dict) -> tuple[dict
                     if kv.get("State") == "DRAIN" and "DRAIN" not in node_by[n]["state"]:
                         node_by[n]["state"].append("DRAIN")
                         node_by[n]["reason"] = kv.get("Reason", "")
-            else:
+            elif "NodeList" in kv:
                 job = job_by[int(kv["JobId"])]
-                if "NodeList" in kv:
-                    assert job["job_state"] == ["RUNNING"], line
-                    names = hostlist.expand_hostlist(kv["NodeList"])
-                    assert set(names) <= set(hostlist.expand_hostlist(job["nodes"])), "NodeList may only shrink"
-                    run_on(job, names, gres_type(job))
-                else:
-                    assert job["job_state"] == ["PENDING"], line
-                    names = hostlist.expand_hostlist(kv["ReqNodeList"])
-                    assert int(kv["NumNodes"]) == len(names)
-                    required[job["job_id"]] = names
+                assert job["job_state"] == ["RUNNING"], words
+                names = hostlist.expand_hostlist(kv["NodeList"])
+                assert set(names) <= set(hostlist.expand_hostlist(job["nodes"])), "NodeList may only shrink"
+                run_on(job, names, gres_type(job))
+            elif "ReqNodeList" in kv:
+                job = job_by[int(kv["JobId"])]
+                assert job["job_state"] == ["PENDING"], words
+                names = hostlist.expand_hostlist(kv["ReqNodeList"])
+                lo, _, hi = kv["NumNodes"].partition("-")
+                assert int(lo) == int(hi) == len(names), "NumNodes=N-N: a fixed count (sbatch -N fixed the maximum)"
+                required[job["job_id"]] = names
+            else:
+                assert set(kv) == {"JobId", "StartTime"}, words
         elif words[1] == "requeuehold":
             job = job_by[int(words[2])]
             job["_gtype"] = gres_type(job) if job["nodes"] else None
             run_on(job, [], "")
             job["hold"] = True
+        elif words[1] == "hold":
+            assert job_by[int(words[2])]["job_state"] == ["PENDING"], words
+            job_by[int(words[2])]["hold"] = True
         elif words[1] == "release":
             job_by[int(words[2])]["hold"] = False
         else:
-            raise AssertionError(line)
+            raise AssertionError(words)
     busy = {n for j in jobs["jobs"] if j["job_state"] == ["RUNNING"] for n in hostlist.expand_hostlist(j["nodes"])}
     bad = {n["name"] for n in nodes["nodes"] if {"DOWN", "DRAIN", "FAIL"} & set(n["state"])}
     for jid, names in required.items():

@@ -11,9 +11,23 @@ GPU = {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 1600.0, "int
 F8, F16 = 1000.0, 1900.0
 
 
-def one_job_trace(events: list[dict], duration: float = 10.0, mtbf: float = 1000.0) -> dict:
-    """Two 8-GPU nodes, one job on both (8 -> 1000, 16 -> 1900 TFLOP/s), the given trace."""
-    return {
+def _figure2() -> dict:
+    """Overrides that give the timeout baselines Unicron Figure 2's constants (every error detected at the
+    30-minute NCCL timeout, no blocking checkpoint save) in place of the packaged published ones, for
+    the runs computed by hand from those constants."""
+    from unicron_plan.faults import faultdata, severity
+
+    timeout = {e: faultdata.NCCL_TIMEOUT_SECONDS for e in severity.error_kinds()}
+    out = {name: {"detection_seconds": dict(timeout)} for name in ("megatron", "oobleck", "varuna", "bamboo")}
+    out["megatron"]["checkpoint_save_seconds"] = 0.0
+    return out
+
+
+def one_job_trace(events: list[dict], duration: float = 10.0, mtbf: float = 1000.0, figure2: bool = False) -> dict:
+    """Two 8-GPU nodes, one job on both (8 -> 1000, 16 -> 1900 TFLOP/s), the given trace (``figure2``:
+    the baselines with Unicron Figure 2's constants, see :func:`_figure2`)."""
+    extra = {"policy_models": _figure2()} if figure2 else {}
+    return {**extra, 
         "schema_version": "1", "name": "one-job-trace",
         "cluster": {"gpu_types": {"a800": dict(GPU)}, "nodes": [
             {"id": "n0", "gpu_type": "a800", "gpus": 8}, {"id": "n1", "gpu_type": "a800", "gpus": 8}]},

@@ -64,7 +64,7 @@ def test_check_catches_an_injected_optimality_loss(monkeypatch):
 def test_cli_bench_json_and_check_exit_codes(tmp_path):
     runner = CliRunner()
     out = tmp_path / "res.json"
-    res = runner.invoke(app, ["bench", *TINY, "-s", "dp", "-s", "milp", "--runs", "1", "--json", str(out), "-q"])
+    res = runner.invoke(app, ["bench", *TINY, "-s", "dp", "-s", "milp", "--runs", "1", "--out", str(out), "-q"])
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
     assert set(data["instances"]) == set(TINY)
@@ -103,3 +103,43 @@ def test_solve_path_keeps_heavy_imports_lazy(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert (tmp_path / "p.json").exists()
+
+
+def test_check_fails_on_an_unmatched_instance_and_matches_absolute_paths(tmp_path, monkeypatch):
+    """Keys of the baseline are relative to the repository; a run given absolute paths matches
+    them, and a run whose instance (or solver) the baseline lacks fails instead of passing."""
+    runner = CliRunner()
+    monkeypatch.chdir(ROOT)
+    rel = "instances/jagged-128-4jobs.json"
+    out = tmp_path / "res.json"
+    assert runner.invoke(app, ["bench", rel, "--runs", "1", "-q", "--out", str(out)]).exit_code == 0
+    bench_dir = tmp_path / "benchmarks"
+    bench_dir.mkdir()
+    base = bench_dir / "baseline.json"
+    data = json.loads(out.read_text())
+    assert set(data["instances"]) == {rel}
+    base.write_text(json.dumps(data))
+    monkeypatch.chdir(tmp_path)  # the relative key no longer resolves from here...
+    res = runner.invoke(app, ["bench", str(ROOT / rel), "--runs", "1", "-q", "--check", str(base)])
+    assert res.exit_code == 1 and "no baseline entry" in res.output, res.output
+    monkeypatch.chdir(ROOT)  # ...but it does from the repository
+    res = runner.invoke(app, ["bench", str(ROOT / rel), "--runs", "1", "-q", "--check", str(base)])
+    assert res.exit_code == 0, res.output
+    slow = copy.deepcopy(data)
+    for e in slow["instances"].values():
+        e["solvers"]["dp"]["median_solve_seconds"] = 1e-9
+    base.write_text(json.dumps(slow))
+    res = runner.invoke(app, ["bench", str(ROOT / rel), "--runs", "1", "-q", "--check", str(base),
+                              "--floor", "1e-9", "--tolerance", "0.5"])
+    assert res.exit_code == 1 and "median_solve_seconds" in res.output, res.output
+    other = str(ROOT / "instances" / "tiny-one-job-two-nodes.json")
+    res = runner.invoke(app, ["bench", other, "--runs", "1", "-q", "--check", str(base)])
+    assert res.exit_code == 1 and "no baseline entry" in res.output, res.output
+    res = runner.invoke(app, ["bench", rel, "-s", "dp", "-s", "brute", "--runs", "1", "-q", "--check", str(base)])
+    assert res.exit_code == 1 and "no baseline entry for this solver" in res.output, res.output
+
+
+def test_bench_json_is_a_flag_printing_the_results():
+    res = CliRunner().invoke(app, ["bench", TINY[0], "--runs", "1", "-q", "--json"])
+    assert res.exit_code == 0, res.output
+    assert set(json.loads(res.stdout)["instances"]) == {TINY[0]}

@@ -187,3 +187,76 @@ def test_fuzz_points_files_text(tmp_path):
         path.write_bytes(data)
         code, detail = run(("calibrate", path, "--out", out))
         assert code == 2 and "Traceback" not in detail, f"case {k}: {data[:300]!r}\n{detail[:2000]}"
+
+
+def test_fuzz_efficiency_files(tmp_path):
+    """`curve --efficiency`: a mutated efficiency file is a valid curve or a named field (exit 2)."""
+    corpus = [json.loads((ROOT / "models" / "efficiency.json").read_text())]
+    fuzz(tmp_path, corpus, lambda p: ("curve", "gpt3-1.3b", "--gpu-type", "a100", "--global-batch", "256",
+                                      "--seq-len", "2048", "--gpus", "16,32", "--efficiency", p), None, seed=7)
+
+
+def test_fuzz_sweep_yaml(tmp_path):
+    """The sweep reader on YAML: every mutation of a sweep file is read or refused by name."""
+    import yaml
+
+    from unicron_plan.simulate.sweep import load_sweep
+
+    sweep = {"scenario": str(ROOT / "scenarios" / "trace-128-a800.json"), "policies": ["unicron", "megatron"],
+             "grid": {"horizon_hours": [24, 48]}, "seed": 1}
+    rng = np.random.default_rng(8 + SEED)
+    start, cases = __import__("time").perf_counter(), 0
+    path = tmp_path / "s.yaml"
+    while __import__("time").perf_counter() - start < BUDGET or cases < 10:
+        if rng.random() < 0.3:
+            text = mutate_text(rng, sweep).decode("utf-8", "replace")
+        else:
+            text = yaml.safe_dump(json.loads(mutate_structure(rng, sweep)))
+        path.write_text(text)
+        try:
+            with deadline(CASE_SECONDS):
+                load_sweep(path)
+        except InvalidInstanceError:
+            pass
+        cases += 1
+
+
+def test_fuzz_bench_baseline(tmp_path):
+    """`bench --check`: a mutated baseline is compared or refused by field name, never a crash."""
+    inst = str(ROOT / "instances" / "tiny-one-job-two-nodes.json")
+    from unicron_plan.tools import bench
+
+    baseline = bench.run_bench([inst], ["dp"], runs=1)
+    fuzz(tmp_path, [json.loads(json.dumps(baseline))],
+         lambda p: ("bench", inst, "--runs", "1", "-q", "--check", p), None, seed=9)
+
+
+def test_fuzz_gpu_maps(tmp_path):
+    """`import --gpu-map`: a mutated map is used or refused by field name, never a crash."""
+    d = ROOT / "tests" / "fixtures" / "k8s-small"
+    fuzz(tmp_path, [{"NVIDIA-A100-SXM4-80GB": "a100", "NVIDIA-H100-80GB-HBM3": "h100"}],
+         lambda p: ("import", "k8s", "--nodes", d / "nodes.json", "--pods", d / "pods.json", "--jobs",
+                    d / "jobs.json", "--expected-run-seconds", "3600", "--gpu-map", p), None, seed=10)
+
+
+_IMPORTS = ROOT / "tests" / "fixtures"
+_S, _K = _IMPORTS / "slurm-small", _IMPORTS / "k8s-small"
+IMPORT_READERS = {
+    "slurm-nodes": (_S / "nodes.json", lambda p: ("import", "slurm", "--nodes", p, "--jobs", _S / "jobs.json")),
+    "slurm-jobs": (_S / "jobs.json", lambda p: ("import", "slurm", "--nodes", _S / "nodes.json", "--jobs", p)),
+    "k8s-nodes": (_K / "nodes.json", lambda p: ("import", "k8s", "--nodes", p, "--pods", _K / "pods.json",
+                                                "--jobs", _K / "jobs.json")),
+    "k8s-pods": (_K / "pods.json", lambda p: ("import", "k8s", "--nodes", _K / "nodes.json", "--pods", p,
+                                              "--jobs", _K / "jobs.json")),
+    "k8s-jobs": (_K / "jobs.json", lambda p: ("import", "k8s", "--nodes", _K / "nodes.json", "--pods",
+                                              _K / "pods.json", "--jobs", p)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMPORT_READERS))
+def test_fuzz_scheduler_imports(tmp_path, name):
+    """`import slurm|k8s`: every mutation of a scheduler's JSON is imported or refused by name."""
+    source, command = IMPORT_READERS[name]
+    fuzz(tmp_path, [json.loads(source.read_text())],
+         lambda p: (*command(p), "--expected-run-seconds", "3600"), None,
+         seed=11 + sorted(IMPORT_READERS).index(name))

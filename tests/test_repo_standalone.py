@@ -32,8 +32,10 @@ def test_readme_set_up_is_two_commands_and_ci_runs_them():
 
 
 def test_pytest_comes_with_the_test_extra():
-    text = (ROOT / "pyproject.toml").read_text()
-    assert re.search(r'test = \[[^\]]*"pytest', text)
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("pytest") for r in extras["test"]) and "unicron-plan[all]" in extras["test"]
 
 
 def test_no_pointer_outside_the_repository_and_no_issue_numbers():
@@ -141,3 +143,11 @@ def test_scripts_only_print_help_on_help(script, tmp_path):
                        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0 and "usage" in r.stdout.lower(), (script, r.stdout[-500:], r.stderr[-500:])
     assert {p: p.stat().st_mtime_ns for p in watched} == before
+
+
+def test_license_file_matches_the_declared_license():
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
+    text = (ROOT / "LICENSE").read_text()
+    assert declared == "MIT" and text.startswith("MIT License") and "WITHOUT WARRANTY OF ANY KIND" in text

@@ -24,7 +24,7 @@ SEV1_AT_1_25H = [{"time_hours": 1.25, "kind": "failure", "node": "n1", "severity
 
 
 def run(events, policies, **kw):
-    return simulate(load_scenario(one_job_trace(events, **kw)), policies, seed=0)["policies"]
+    return simulate(load_scenario(one_job_trace(events, figure2=True, **kw)), policies, seed=0)["policies"]
 
 
 def test_unicron_by_hand():

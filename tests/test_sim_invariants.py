@@ -1,10 +1,12 @@
 """Invariants after every event of the simulator, on at dense failure rates: no node holds more
 GPUs than it has, and no job computes on a node that is down or failed-but-undetected."""
 
+import copy
+
 import numpy as np
 import pytest
 
-from simfixtures import one_job_trace, stressed_128
+from simfixtures import ROOT, library, one_job_trace, stressed_128
 from unicron_plan.io import parse_model
 from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.engine import Engine
@@ -50,3 +52,56 @@ def test_the_checks_can_fail():
     eng.down.add("n0")
     with pytest.raises(AssertionError, match="computes on failed node"):
         eng.check_invariants()
+
+
+SHIPPED = sorted(p.stem for p in (ROOT / "scenarios").glob("*.json"))
+
+
+def _dense(stem: str, hours: float, max_nodes: int) -> dict:
+    """A shipped scenario at a dense failure rate (one failure every 0.5 h on the cluster), cut to its first
+    ``max_nodes`` nodes (jobs on the rest start queued) and ``hours`` long."""
+    sc = copy.deepcopy(library(stem))
+    keep = {n["id"] for n in sc["cluster"]["nodes"][:max_nodes]}
+    sc["cluster"]["nodes"] = [n for n in sc["cluster"]["nodes"] if n["id"] in keep]
+    for j in sc["jobs"]:
+        if not set(j["current"]["nodes"]) <= keep:
+            j["current"] = {"gpus": 0, "nodes": []}
+    sc["duration_hours"] = hours
+    failures = sc.pop("failures", None) or {"repair_hours": {"median": 12.0, "sigma": 1.0},
+                                             "severity_mix": {"sev1": 0.4, "sev2": 0.3, "sev3": 0.3}}
+    sc.pop("trace", None)  # a trace scenario gets the same drawn failures
+    failures.pop("node_mtbf_hours", None)
+    failures["failure_every_hours"] = 0.5
+    sc["failures"] = failures
+    return sc
+
+
+def _every_seed(stem: str, name: str, seeds: int, hours: float, max_nodes: int) -> None:
+    sc = parse_model(Scenario, _dense(stem, hours, max_nodes))
+    mtbf = planning_mtbf_hours(sc)
+    for seed in range(seeds):
+        events = draw_events(sc, np.random.default_rng(seed))
+        Engine(sc, events, make_policy(name, sc), mtbf, checks=True).run()
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("stem", SHIPPED)
+def test_invariants_every_shipped_scenario_dense_20_seeds(stem, name):
+    # Short and small enough for the default suite: 48 h, at most 16 nodes, 20 seeds.
+    _every_seed(stem, name, seeds=20, hours=48.0, max_nodes=16)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("stem", SHIPPED)
+def test_invariants_every_shipped_scenario_dense_full(stem, name):
+    _every_seed(stem, name, seeds=20, hours=720.0, max_nodes=128)
+
+
+def test_a_later_reaction_never_cuts_an_earlier_detection():
+    # A SEV1 on n0 (detected after the policy's timeout) and, while it hangs, a SEV2 on n1 whose
+    # reaction (a restart) ends before n0's failure is detected: the job must stay blocked.
+    trace = [{"time_hours": 1.0, "kind": "failure", "node": "n0", "severity": "sev1"},
+             {"time_hours": 1.001, "kind": "failure", "node": "n1", "severity": "sev3"}]
+    for name in sorted(POLICIES):
+        _run(one_job_trace(trace, duration=4.0), name)

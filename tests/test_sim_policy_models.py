@@ -20,10 +20,20 @@ SEV1_N1 = [{"time_hours": 1.25, "kind": "failure", "node": "n1", "severity": "se
 
 
 def _run(events, policies, duration=30.0, overrides=None):
-    sc = one_job_trace(events, duration=duration)
-    if overrides:
-        sc["policy_models"] = overrides
+    sc = one_job_trace(events, duration=duration, figure2=True)
+    for name, over in (overrides or {}).items():
+        sc["policy_models"][name] = {**sc["policy_models"].get(name, {}), **over}
     return simulate(load_scenario(sc), policies, seed=0)["policies"]
+
+
+def test_the_packaged_timeout_baselines_use_the_published_detection_and_save_times():
+    m = make_policy("megatron")
+    assert m.detection_seconds("ecc_error") == 60.0  # an explicit failure (ByteRobust: about 60 s)
+    assert m.detection_seconds("task_hang") == faultdata.NCCL_TIMEOUT_SECONDS  # a hang waits for the timeout
+    assert m.healthy_factor() == pytest.approx(1800.0 / (1800.0 + 6.8))  # ByteRobust Table 8 blocking save
+    for name in ("oobleck", "varuna", "bamboo"):
+        assert make_policy(name).detection_seconds("ecc_error") == 60.0
+    assert make_policy("unicron").detection_seconds("ecc_error") == faultdata.EXCEPTION_PROPAGATION_SECONDS
 
 
 def test_every_policy_has_a_model_and_every_value_a_source():
@@ -70,27 +80,64 @@ def test_varuna_restarts_from_its_checkpoint_and_loses_the_work_since():
     assert r["reconfigurations"] == 2  # shrink onto n0, grow back on the repair
 
 
-def test_bamboo_absorbs_a_first_node_failure_without_a_restart():
-    r = _run(SEV1_N1, ["bamboo", "oobleck"])
-    b = r["bamboo"]
+def _one_pipeline(events, duration=30.0):
+    """The one-job scenario with 16 GPUs as the only allowed count: one pipeline over n0 and n1."""
+    sc = one_job_trace(events, duration=duration)
+    sc["jobs"][0]["throughput"]["tflops"] = {"16": F16}
+    return load_scenario(sc)
+
+
+def _waf_at(series, hours):
+    """WAF of a recorded series at ``hours`` (the last sample at or before it)."""
+    return [w for h, _, w in series if h <= hours][-1]
+
+
+def test_bamboo_absorbs_a_first_node_failure_at_the_same_count_and_a_degraded_speed():
+    sc = _one_pipeline(SEV1_N1)
+    run = simulate(sc, ["bamboo", "oobleck"], seed=0, record=True)
+    b, o = run["policies"]["bamboo"], run["policies"]["oobleck"]
+    model = policy_model("bamboo")
+    healthy = F16 * model.healthy_throughput_factor
+    # between detection and the repair it runs on n0 at its 16-GPU rate x the degraded factor
+    assert _waf_at(run["series"]["bamboo"], 10.0) == pytest.approx(healthy * model.degraded_throughput_factor)
+    # oobleck, allowed only 16 GPUs, has nothing to run on until the repair
+    assert _waf_at(run["series"]["oobleck"], 10.0) == 0.0
     assert b["recompute_hours"] == 0.0
     assert b["downtime_hours"]["detection"] > 0
-    # no restart after the failure; only the grow-back on the repair costs D_trans (600 s)
+    # no restart after the failure; only the rejoin on the repair costs D_trans (600 s)
+    assert b["reconfigurations"] == 1
     assert b["downtime_hours"]["transition"] == pytest.approx(600.0 / H, rel=1e-9)
-    assert r["oobleck"]["downtime_hours"]["transition"] == pytest.approx(2 * 600.0 / H, rel=1e-9)
 
 
-def test_bamboo_restarts_on_a_second_failure_before_the_repair():
-    sc = one_job_trace([{"time_hours": 1.25, "kind": "failure", "node": "n2", "severity": "sev1", "error": "ecc_error"},
+def test_bamboo_restarts_on_a_second_failure_in_the_same_pipeline():
+    events = [{"time_hours": 1.25, "kind": "failure", "node": "n1", "severity": "sev1", "error": "ecc_error"},
+              {"time_hours": 3.1, "kind": "failure", "node": "n0", "severity": "sev1", "error": "ecc_error"},
+              {"time_hours": 20.0, "kind": "repair", "node": "n1"}]
+    run = simulate(_one_pipeline(events), ["bamboo"], seed=0, record=True)
+    b = run["policies"]["bamboo"]
+    # the second failure hits the absorbing pipeline: it stops (no GPUs left for its only count)
+    assert b["reconfigurations"] == 1
+    assert _waf_at(run["series"]["bamboo"], 10.0) == 0.0
+
+
+def test_bamboo_absorbs_one_failure_per_pipeline():
+    # 24 GPUs in three pipelines of 8 (n0, n1, n2): each pipeline wholly on a node cannot absorb;
+    # 48 GPUs as three pipelines of 16 on six nodes absorb one failure each.
+    sc = one_job_trace([{"time_hours": 1.0, "kind": "failure", "node": "n0", "severity": "sev1", "error": "ecc_error"},
+                        {"time_hours": 2.0, "kind": "failure", "node": "n2", "severity": "sev1", "error": "ecc_error"},
                         {"time_hours": 3.1, "kind": "failure", "node": "n1", "severity": "sev1", "error": "ecc_error"}],
                        duration=6.0)
-    sc["cluster"]["nodes"].append({"id": "n2", "gpu_type": "a800", "gpus": 8})
-    sc["jobs"][0]["throughput"]["tflops"]["24"] = 2700.0
-    sc["jobs"][0]["current"] = {"gpus": 24, "nodes": ["n0", "n1", "n2"]}
-    r = simulate(load_scenario(sc), ["bamboo"], seed=0)["policies"]["bamboo"]
-    # the first failure is absorbed (no restart), the second restarts from the checkpoint at 3.0 h
-    assert r["recompute_hours"] == pytest.approx(0.1, rel=1e-9)
-    assert r["downtime_hours"]["transition"] > r["recompute_hours"]
+    sc["cluster"]["nodes"] = [{"id": f"n{k}", "gpu_type": "a800", "gpus": 8} for k in range(6)]
+    sc["jobs"][0]["throughput"]["tflops"] = {"16": F16, "32": 2 * F16, "48": 3 * F16}
+    sc["jobs"][0]["current"] = {"gpus": 48, "nodes": [f"n{k}" for k in range(6)]}
+    run = simulate(load_scenario(sc), ["bamboo"], seed=0, record=True)
+    model = policy_model("bamboo")
+    slow = 3 * F16 * model.healthy_throughput_factor * model.degraded_throughput_factor
+    # n0 (pipeline 0) and n2 (pipeline 1) are absorbed: 48 GPUs' rate, degraded, no restart
+    assert _waf_at(run["series"]["bamboo"], 2.9) == pytest.approx(slow)
+    # n1 is pipeline 0's second failure: a restart from the checkpoint on the 24 surviving GPUs (16)
+    assert run["policies"]["bamboo"]["reconfigurations"] == 1
+    assert run["policies"]["bamboo"]["recompute_hours"] == pytest.approx(0.1, rel=1e-9)
 
 
 def test_megatron_manual_downscaling_restarts_on_the_surviving_gpus():
@@ -153,8 +200,8 @@ def test_unknown_error_kinds_are_named():
 
 
 def _with_spare_node(events, duration=30.0):
-    """one_job_trace plus an idle third node n2."""
-    sc = one_job_trace(events, duration=duration)
+    """one_job_trace (Figure 2's baseline constants) plus an idle third node n2."""
+    sc = one_job_trace(events, duration=duration, figure2=True)
     sc["cluster"]["nodes"].append({"id": "n2", "gpu_type": "a800", "gpus": 8})
     return sc
 
@@ -162,7 +209,7 @@ def _with_spare_node(events, duration=30.0):
 def test_megatron_with_a_hot_spare_restarts_at_once_instead_of_waiting():
     sc = _with_spare_node(SEV1_N1)
     waits = simulate(load_scenario(sc), ["megatron"], seed=0)["policies"]["megatron"]
-    sc["policy_models"] = {"megatron": {"spare_nodes": 1}}
+    sc["policy_models"]["megatron"]["spare_nodes"] = 1
     spare = simulate(load_scenario(sc), ["megatron"], seed=0)["policies"]["megatron"]
     detect, lost = faultdata.NCCL_TIMEOUT_SECONDS, 1.25 * H % 1800.0
     # on n0 + n2 right after the detection, restart and recomputation; nothing happens at the repair
@@ -176,7 +223,8 @@ def test_the_repaired_node_is_the_next_spare():
     events = SEV1_N1 + [{"time_hours": 25.0, "kind": "failure", "node": "n0", "severity": "sev1",
                          "error": "ecc_error"}]
     sc = _with_spare_node(events, duration=30.0)
-    sc["policy_models"] = {"megatron": {"spare_nodes": 1}, "oobleck": {"spare_nodes": 1}}
+    sc["policy_models"]["megatron"]["spare_nodes"] = 1
+    sc["policy_models"]["oobleck"]["spare_nodes"] = 1
     out = simulate(load_scenario(sc), ["megatron", "oobleck"], seed=0)["policies"]
     # n1 is back at 20 h as a spare, so the failure of n0 at 25 h is answered at once too: never below 16 GPUs
     assert out["megatron"]["reconfigurations"] == 2

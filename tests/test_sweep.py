@@ -137,3 +137,26 @@ def test_ray_backend_gives_the_process_backend_numbers():
     local = sw.run_sweep(spec, base, backend="process", workers=2)
     remote = sw.run_sweep(spec, base, backend="ray", workers=2)
     assert remote["backend"] == "ray" and remote["points"] == local["points"]
+
+
+def test_a_scenario_grid_key_sweeps_base_scenarios_and_counts_wins(tmp_path):
+    (tmp_path / "sub").mkdir()
+    small = read_json(SCENARIO)
+    small["duration_hours"] = 48.0
+    small["failures"]["node_mtbf_hours"] = 200.0
+    (tmp_path / "sub" / "a.json").write_text(json.dumps(small))
+    other = dict(small, duration_hours=24.0)
+    (tmp_path / "sub" / "b.json").write_text(json.dumps(other))
+    spec = _sweep(grid={"scenario": ["sub/a.json", "sub/b.json"], "cost.horizon": ["cluster", "job"]},
+                  replications={"min": 2, "max": 2, "batch": 1, "target_half_width": 10})
+    res = sw.run_sweep(spec, read_json(SCENARIO), workers=1, root=tmp_path)
+    assert [r["point"] for r in res["points"]] == [
+        {"scenario": s, "cost.horizon": h} for s in ("sub/a.json", "sub/b.json") for h in ("cluster", "job")]
+    one = sw.run_task(sw.patched(small, {"cost.horizon": "job"}), spec.policies, res["points"][1]["seed_values"][0])
+    assert res["points"][1]["weighted_tflop_mean"]["unicron"] == pytest.approx(
+        np.mean([sw.run_task(sw.patched(small, {"cost.horizon": "job"}), spec.policies, s)["unicron"]
+                 for s in res["points"][1]["seed_values"]]))
+    assert one["unicron"] > 0
+    for r in res["points"]:
+        for name, stats in r["ratios"].items():
+            assert 0 <= stats["wins"] <= stats["n"] == 2

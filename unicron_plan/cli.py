@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Cost-minimising reconfiguration plans for multi-job LLM training clusters.")
 
 
@@ -39,12 +39,12 @@ def _root(show_version: bool = typer.Option(False, "--version", callback=_versio
 def _fail(code: int, message: str) -> None:
     from unicron_plan.text import one_line
 
-    typer.echo(f"error: {one_line(message, 600)}", err=True)
+    typer.echo(f"error: {one_line(message, 2400)}", err=True)  # each part is bounded where it is made
     raise typer.Exit(code)
 
 
-#: Default of ``solve --time-limit``: no input makes the command run longer than this.
-DEFAULT_TIME_LIMIT_SECONDS = 60.0
+from unicron_plan.progress import working  # noqa: E402,F401 (light: imports only on use)
+from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS  # noqa: E402 (light: no solver is imported)
 
 
 def handle_errors(fn):
@@ -65,6 +65,11 @@ def handle_errors(fn):
             _fail(3, str(exc))
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
+        except BrokenPipeError:  # the reader of stdout went away (`| head`): stop quietly, as the
+            import os            # Python documentation recommends (Python's own flush would fail again)
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(1) from None
         except Exception as exc:  # a bug: say so in one line; UNICRON_DEBUG=1 shows the traceback
             import os
 
@@ -91,21 +96,34 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
                                           "plan when the event matches one (validated first; otherwise "
                                           "solve afresh and say why on stderr)."),
           summary: bool = typer.Option(False, "--summary", help="Also print a table of the plan "
-                                                                "(job, action, GPUs, nodes, WAF, penalty) on stderr.")):
+                                                                "(job, action, GPUs, nodes, WAF, penalty) on stderr."),
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress spinner on stderr.")):
     """Compute the optimal reconfiguration plan of INSTANCE and print it as JSON."""
     from unicron_plan import api
     from unicron_plan.io import dumps, emit
 
-    plan = api.solve(instance, solver=solver, time_limit_seconds=time_limit, threads=threads,
-                     contingency=contingency)  # api.solve parses and checks the file once
+    with working(f"solving {instance.name}", quiet):
+        plan = api.solve(instance, solver=solver, time_limit_seconds=time_limit, threads=threads,
+                         contingency=contingency)  # api.solve parses and checks the file once
     reason = (plan.solver.options or {}).get("contingency_fallback")
     if reason:
         typer.echo(f"note: contingency not used: {reason}; solved from scratch", err=True)
+    if not quiet and plan.solver.name in ("dp", "auto") and _source_tree_without_native():
+        typer.echo("note: the DP ran its slower numpy loop: this source tree has no compiled "
+                   "_maxplus; `pip install -e .` builds it (or run from outside the tree)", err=True)
     emit(dumps(plan), out)
     if summary:
         from unicron_plan.plan.report import print_summary
 
         print_summary(plan)
+
+
+def _source_tree_without_native() -> bool:
+    """Whether the package runs from a source checkout whose DP extension is not built (Python
+    run from the repository root imports the tree, not the installed copy)."""
+    from unicron_plan.solvers import dp
+
+    return dp.NATIVE is None and (Path(dp.__file__).resolve().parents[2] / "pyproject.toml").is_file()
 
 
 @app.command()
@@ -121,7 +139,7 @@ def validate(instance: Path = typer.Argument(..., help="Instance JSON file."),
         typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     if report.valid:
         if not as_json:
-            typer.echo(f"valid: objective {report.objective:.6g}")
+            typer.echo(f"valid: objective {report.objective:.6g} TFLOP (weighted useful work)")
         return
     from unicron_plan.text import one_line
 
@@ -138,19 +156,20 @@ class SchemaKind(str, Enum):
     scenario = "scenario"
     points = "points"
     sweep = "sweep"
+    efficiency = "efficiency"
 
 
 @app.command()
-def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan, scenario, points or "
-                                                       "sweep.")):
-    """Print the JSON Schema of the instance, plan, scenario, calibration points or sweep format."""
+def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan, scenario, points, "
+                                                       "sweep or efficiency.")):
+    """Print the JSON Schema of the instance, plan, scenario, calibration points, sweep or efficiency format."""
     from unicron_plan.schema import Instance, Plan
-    from unicron_plan.schema.efficiency import MeasuredPoints
+    from unicron_plan.schema.efficiency import EfficiencyFile, MeasuredPoints
     from unicron_plan.schema.scenario import Scenario
     from unicron_plan.schema.sweep import Sweep
 
     model = {"instance": Instance, "plan": Plan, "scenario": Scenario, "points": MeasuredPoints,
-             "sweep": Sweep}[kind.value]
+             "sweep": Sweep, "efficiency": EfficiencyFile}[kind.value]
     typer.echo(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
 
 
@@ -169,6 +188,31 @@ def solvers():
 
 @app.command()
 @handle_errors
+def models(as_json: bool = typer.Option(False, "--json", help="Print the lists as JSON.")):
+    """List the library's models and GPU types (the names `curve` and a job's `throughput.model` take)."""
+    from unicron_plan.perf.library import get_gpu, get_model, gpu_names, model_names
+
+    ms = [get_model(n) for n in model_names()]
+    gs = [get_gpu(n) for n in gpu_names()]
+    if as_json:
+        typer.echo(json.dumps({
+            "models": [{"name": m.name, "params": m.params(), "active_params": m.active_params(), "layers": m.layers,
+                        "moe": m.moe} for m in ms],
+            "gpu_types": [{"name": g.name, "peak_tflops": g.peak_tflops, "memory_gib": g.memory_gib,
+                           "gpus_per_node": g.gpus_per_node} for g in gs]}, indent=2, sort_keys=True))
+        return
+    typer.echo("models (parameters in billions; active per token for MoE):")
+    for m in ms:
+        active = f", {m.active_params() / 1e9:.1f} B active" if m.moe else ""
+        typer.echo(f"  {m.name:24s} {m.params() / 1e9:8.1f} B params{active}, {m.layers} layers")
+    typer.echo("GPU types:")
+    for g in gs:
+        typer.echo(f"  {g.name:8s} {g.peak_tflops:7.0f} TFLOP/s dense BF16, {g.memory_gib:5.0f} GiB, "
+                   f"{g.gpus_per_node} GPUs per node")
+
+
+@app.command()
+@handle_errors
 def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (its event, if any, is ignored)."),
                 out: Path = typer.Option(Path("contingency"), "--out", "-o", help="Output directory."),
                 racks: bool = typer.Option(False, "--racks", help="Also plan for the failure of each rack."),
@@ -180,7 +224,8 @@ def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (i
     index = build_contingency(api.load_instance(instance), racks=racks, progress=not quiet)
     path = write_contingency(index, out)
     st = index["stats"]
-    typer.echo(f"{st['failures']} failures in {st['groups']} groups, {st['plans']} distinct plans, "
+    infeasible = f" ({st['infeasible']} more infeasible)" if st.get("infeasible") else ""
+    typer.echo(f"{st['failures']} failures{infeasible} in {st['groups']} groups, {st['plans']} distinct plans, "
                f"{st['wall_seconds']:.2f} s -> {path}", err=True)
 
 
@@ -214,15 +259,17 @@ def generate(out: Path = typer.Argument(..., help="File to write."),
                                                    "adversarial kind (unicron_plan.tools.adversarial)."),
              scenario: bool = typer.Option(False, "--scenario", help="Write a scenario instead of an instance."),
              duration_hours: float = typer.Option(720.0, "--duration-hours", help="Scenario length."),
-             name: Optional[str] = typer.Option(None, "--name")):
+             name: Optional[str] = typer.Option(None, "--name"),
+             quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress spinner on stderr.")):
     """Write a seeded instance (or scenario) drawn from the documented distributions (unicron_plan.tools.generate)."""
     from unicron_plan.tools.generate import generate_instance, generate_scenario
     from unicron_plan.io import dumps, write_atomic
 
     kwargs = dict(gpus=gpus, jobs=jobs, gpus_per_node=gpus_per_node, nodes_per_rack=nodes_per_rack,
                   demand=demand, max_counts=max_counts, curves=curves.value, name=name)
-    doc = (generate_scenario(seed, duration_hours=duration_hours, **kwargs) if scenario
-           else generate_instance(seed, failed_nodes=failed_nodes, **kwargs))
+    with working(f"generating {out.name}", quiet):
+        doc = (generate_scenario(seed, duration_hours=duration_hours, **kwargs) if scenario
+               else generate_instance(seed, failed_nodes=failed_nodes, **kwargs))
     write_atomic(out, dumps(doc))
 
 
@@ -233,27 +280,36 @@ def bench(instances: list[str] = typer.Argument(..., help="Instance files, or ge
           runs: int = typer.Option(3, "--runs", help="Timed runs per solver and instance."),
           process: bool = typer.Option(False, "--process", help="Also time the whole `solve` CLI process."),
           time_limit: Optional[float] = typer.Option(None, "--time-limit", help="Seconds, for the IP backends."),
-          json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON here."),
-          check: Optional[Path] = typer.Option(None, "--check", help="Baseline JSON to compare against."),
+          as_json: bool = typer.Option(False, "--json", help="Print the results as JSON instead of the table."),
+          out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the results as JSON here too."),
+          check: Optional[Path] = typer.Option(None, "--check", help="Baseline JSON to compare against: every "
+                                                                     "instance and solver run must be in it."),
           tolerance: float = typer.Option(0.5, "--tolerance", help="Allowed relative slowdown."),
           floor: float = typer.Option(0.01, "--floor", help="Times below this many seconds count as this."),
           quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar.")):
     """Run solvers side by side and print median times, objectives and gaps; --check exits 1 on a regression."""
     from unicron_plan.tools import bench as b
-    from unicron_plan.io import dumps, read_json, write_atomic
+    from unicron_plan.io import dumps, parse_model, read_json, write_atomic
 
+    if check is not None:  # read before the (long) run, so a bad baseline fails at once
+        from unicron_plan.schema.bench import BenchResults
+
+        baseline = parse_model(BenchResults, read_json(check)).model_dump(mode="json")
     results = b.run_bench(instances, solver, runs=runs, process=process, time_limit=time_limit,
                           progress=not quiet)
-    from rich.console import Console
+    if as_json:
+        sys.stdout.write(dumps(results))
+    else:
+        from rich.console import Console
 
-    console = Console(width=200)
-    console.print(b.table(results))
+        Console(width=200).print(b.table(results))
     for line in b.notes(results):
         typer.echo(line, err=True)
-    if json_out is not None:
-        write_atomic(json_out, dumps(results))
+    if out is not None:
+        write_atomic(out, dumps(results))
     if check is not None:
-        problems = b.check(results, read_json(check), tolerance=tolerance, floor_seconds=floor)
+        roots = [Path.cwd(), check.resolve().parent.parent]  # benchmarks/baseline.json keys are repo-relative
+        problems = b.check(results, baseline, tolerance=tolerance, floor_seconds=floor, roots=roots)
         for p in problems:
             typer.echo(f"regression: {p}", err=True)
         if problems:
@@ -301,14 +357,15 @@ def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs
              as_json: bool = typer.Option(False, "--json", help="Print the result JSON (docs/format.md)."),
              plot: Optional[Path] = typer.Option(None, "--plot", help="PNG: cumulative weighted TFLOP and WAF "
                                                                        "over time (first seed)."),
-             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the JSON here too.")):
+             out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the JSON here too."),
+             quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr.")):
     """Simulate SCENARIO's failures and repairs over time under each policy."""
     from unicron_plan.io import dumps, emit
     from unicron_plan.simulate import DEFAULT_POLICIES, run as simrun
 
     sc = simrun.load_scenario(scenario)
     names = simrun.check_policies(list(policy) if policy else list(DEFAULT_POLICIES))
-    show = not as_json and sys.stderr.isatty()
+    show = not quiet and sys.stderr.isatty()
     with _progress(show, seeds, sc.name) as tick:
         if seeds == 1:
             runs = [simrun.simulate(sc, names, seed, record=plot is not None, progress=tick)]
@@ -361,20 +418,28 @@ def _print_summary(result: dict, names: list[str]) -> None:
 
     table = Table(title=f"{result['scenario']} (seed {result['seed']}"
                         + (f", {result['seeds']} seeds" if "seeds" in result else "") + ")")
-    for col in ("policy", "weighted TFLOP", "unicron / policy", "reconfigs", "detection h", "transition h",
-                "sub-healthy h"):
+    several = "seeds" in result
+    for col in ("policy", "weighted TFLOP" + (" (mean [95% CI])" if several else ""),
+                "unicron / policy" + (" (mean [95% CI])" if several else ""), "reconfigs", "detection h",
+                "transition h", "sub-healthy h"):
         table.add_column(col, justify="right" if col != "policy" else "left")
     ref = result["policies"].get("unicron", {}).get("weighted_tflop")
     for name in names:
         r = result["policies"][name]
         dh = r["downtime_hours"]
-        table.add_row(name, f"{r['weighted_tflop']:.4e}",
-                      f"{ref / r['weighted_tflop']:.4f}" if ref and r["weighted_tflop"] else "-",
+        work, ratio = f"{r['weighted_tflop']:.4e}", f"{ref / r['weighted_tflop']:.4f}" if ref and r["weighted_tflop"] else "-"
+        if several:
+            lo, hi = r["ci95"]["weighted_tflop"]
+            work += f" [{lo:.4e}, {hi:.4e}]"
+            ur = r.get("unicron_ratio") or {}
+            if ur.get("mean") is not None:
+                ratio = f"{ur['mean']:.4f} [{ur['ci95'][0]:.4f}, {ur['ci95'][1]:.4f}]"
+        table.add_row(name, work, ratio,
                       f"{r['reconfigurations']:g}",
                       f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}")
     console = Console()
     if not console.is_terminal:
-        console = Console(width=120)
+        console = Console(width=160)
     console.print(table)
 
 
@@ -387,7 +452,8 @@ def sweep(sweep_file: Path = typer.Argument(..., metavar="SWEEP", help="Sweep fi
                                                                           "Ray instance)."),
           workers: int = typer.Option(2, "--workers", min=1, max=256, help="Local processes or Ray CPUs."),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for sweep.json and the plots."),
-          as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table.")):
+          as_json: bool = typer.Option(False, "--json", help="Print the result JSON instead of the table."),
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr.")):
     """Simulate a grid of scenario variants x policies x seeds; unicron's ratio to each policy with 95% CIs."""
     from unicron_plan.errors import InvalidInstanceError
     from unicron_plan.io import dumps, emit, read_json
@@ -401,9 +467,10 @@ def sweep(sweep_file: Path = typer.Argument(..., metavar="SWEEP", help="Sweep fi
         if out.exists() and not out.is_dir():
             raise InvalidInstanceError("--out", f"{out} is not a directory")
         out.mkdir(parents=True, exist_ok=True)
-    show = not as_json and sys.stderr.isatty()
+    show = not quiet and sys.stderr.isatty()
     with _sweep_progress(show, len(sw.grid_points(spec)) * spec.replications.max) as tick:
-        result = sw.run_sweep(spec, base, backend=backend, address=address, workers=workers, progress=tick)
+        result = sw.run_sweep(spec, base, backend=backend, address=address, workers=workers, progress=tick,
+                              root=Path(sweep_file).parent)
     text = dumps(result)
     if out is not None:
         emit(text, out / "sweep.json")
@@ -467,11 +534,38 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Console-script entry point."""
     args = sys.argv[1:] if argv is None else argv
     first = next((a for a in args if not a.startswith("-")), None)
-    register_extra_commands(None if first is None or first not in _CORE_COMMANDS else [])
-    app(args=args)
+    if first is None:  # help lists every command; --version needs none
+        names = [] if "--version" in args else None
+    else:
+        names = [] if first in _CORE_COMMANDS else [first] if first in EXTRA_COMMANDS else None
+    register_extra_commands(names)
+    command(app)(args=args, prog_name="unicron-plan")
 
 
-_CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "contingency", "generate", "bench", "simulate",
+def command(typer_app: typer.Typer):
+    """The click command of ``typer_app``, its flags (``--json``, ``--summary``, ``--help``...) shown
+    in help without a value placeholder, as they take none."""
+    def bare(cmd) -> None:
+        for p in cmd.params:
+            if getattr(p, "is_flag", False):
+                p.metavar = ""
+        make_help = cmd.get_help_option
+
+        def help_option(ctx, _make=make_help):
+            opt = _make(ctx)
+            if opt is not None:
+                opt.metavar = ""
+            return opt
+        cmd.get_help_option = help_option
+        for sub in getattr(cmd, "commands", {}).values():
+            bare(sub)
+
+    cmd = typer.main.get_command(typer_app)
+    bare(cmd)
+    return cmd
+
+
+_CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "models", "contingency", "generate", "bench", "simulate",
                   "sweep", "import", "export"}
 
 

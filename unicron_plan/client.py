@@ -6,9 +6,10 @@ Example::
     with PlannerClient("http://127.0.0.1:8470") as c:
         c.put_cluster(instance_without_event)
         plan = c.post_event({"kind": "failure", "failed_nodes": ["n7"]})
-        c.apply(plan["plan_id"])
+        c.apply(plan.plan_id)
 
-Errors come back as :class:`PlannerError` with the HTTP status and the
+Replies are pydantic models (unicron_plan.schema.service: RevisionReply, PlanReply, StateReply,
+HistoryEntry, HealthReply), so a type checker and an editor know their fields. Errors come back as :class:`PlannerError` with the HTTP status and the
 service's one-line message (``"<field>: <reason>"``).
 """
 
@@ -17,7 +18,18 @@ from __future__ import annotations
 from typing import Any, Optional
 from urllib.parse import quote
 
-import httpx
+from pydantic import BaseModel
+
+from unicron_plan.extras import require
+from unicron_plan.schema import Instance, Job
+from unicron_plan.schema.service import (HealthReply, HistoryEntry, HistoryReply, PlanReply, RevisionReply,
+                                         StateReply)
+
+httpx = require("httpx", "unicron_plan.client")
+
+
+def _body(value: "dict | BaseModel") -> Any:
+    return value.model_dump(mode="json", exclude_none=True) if isinstance(value, BaseModel) else value
 
 
 class PlannerError(Exception):
@@ -47,42 +59,47 @@ class PlannerClient:
             raise PlannerError(r.status_code, message)
         return r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
 
-    def put_cluster(self, instance: dict) -> dict:
-        """Upload the cluster (a v1 instance without event); ``{"revision": N}``."""
-        return self._call("PUT", "/v1/cluster", json=instance)
+    def put_cluster(self, instance: dict | Instance) -> RevisionReply:
+        """Upload the cluster (a v1 instance without event)."""
+        return RevisionReply.model_validate(self._call("PUT", "/v1/cluster", json=_body(instance)))
 
-    def post_event(self, event: dict, dry_run: bool = False, idempotency_key: Optional[str] = None) -> dict:
+    def post_event(self, event: dict, dry_run: bool = False, idempotency_key: Optional[str] = None) -> PlanReply:
         """Record ``event`` (unless ``dry_run``) and return the plan with ``plan_id`` and ``revision``."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._call("POST", "/v1/events", json=event, params={"dry_run": str(dry_run).lower()},
-                          headers=headers)
+        return PlanReply.model_validate(self._call("POST", "/v1/events", json=_body(event),
+                                                   params={"dry_run": str(dry_run).lower()}, headers=headers))
 
-    def add_job(self, job: dict) -> dict:
+    def add_job(self, job: dict | Job) -> RevisionReply:
         """Add a queued job (``current.gpus`` 0)."""
-        return self._call("POST", "/v1/jobs", json=job)
+        return RevisionReply.model_validate(self._call("POST", "/v1/jobs", json=_body(job)))
 
-    def remove_job(self, job_id: str) -> dict:
-        return self._call("DELETE", f"/v1/jobs/{quote(job_id, safe='')}")
+    def remove_job(self, job_id: str) -> RevisionReply:
+        """Remove a job (its GPUs are freed)."""
+        return RevisionReply.model_validate(self._call("DELETE", f"/v1/jobs/{quote(job_id, safe='')}"))
 
-    def apply(self, plan_id: str) -> dict:
+    def apply(self, plan_id: str) -> RevisionReply:
         """Confirm the plan was carried out; PlannerError 409 when the state moved on."""
-        return self._call("POST", f"/v1/plans/{plan_id}/apply")
+        return RevisionReply.model_validate(self._call("POST", f"/v1/plans/{quote(plan_id, safe='')}/apply"))
 
-    def get_plan(self, plan_id: str) -> dict:
-        return self._call("GET", f"/v1/plans/{plan_id}")
+    def get_plan(self, plan_id: str) -> PlanReply:
+        """A recorded plan by id."""
+        return PlanReply.model_validate(self._call("GET", f"/v1/plans/{quote(plan_id, safe='')}"))
 
-    def state(self) -> dict:
-        """``{"revision": N, "instance": ...}``."""
-        return self._call("GET", "/v1/state")
+    def state(self) -> StateReply:
+        """The revision and the applied cluster with the pending event."""
+        return StateReply.model_validate(self._call("GET", "/v1/state"))
 
-    def history(self, since: int = 0, limit: Optional[int] = None) -> list[dict]:
+    def history(self, since: int = 0, limit: Optional[int] = None) -> list[HistoryEntry]:
+        """Log entries after revision ``since``, oldest first."""
         params = {"since": since, **({"limit": limit} if limit else {})}
-        return self._call("GET", "/v1/history", params=params)["entries"]
+        return HistoryReply.model_validate(self._call("GET", "/v1/history", params=params)).entries
 
-    def health(self) -> dict:
-        return self._call("GET", "/healthz")
+    def health(self) -> HealthReply:
+        """Status, revision and the warm-contingency progress."""
+        return HealthReply.model_validate(self._call("GET", "/healthz"))
 
     def metrics(self) -> str:
+        """The Prometheus text exposition."""
         return self._call("GET", "/metrics")
 
     def close(self) -> None:

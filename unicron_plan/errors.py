@@ -15,12 +15,13 @@ class InvalidInstanceError(UnicronError, ValueError):
     ``field`` is the dotted path of the offending field, e.g. ``jobs[3].weight``.
     """
 
-    def __init__(self, field: str, message: str):
-        from unicron_plan.text import one_line
+    def __init__(self, field: str, message: str, limit: int | None = None):
+        from unicron_plan.text import MAX_ECHO, one_line
 
-        # Both may echo input (ids, keys, values): escaped to one line and cut.
+        # Both may echo input (ids, keys, values): escaped to one line and cut. A message whose
+        # echoed parts are already cut may allow a longer ``limit`` (e.g. to list valid names).
         self.field = one_line(str(field), 160)
-        self.message = one_line(str(message))
+        self.message = one_line(str(message), limit or MAX_ECHO)
         super().__init__(f"{self.field}: {self.message}" if self.field else self.message)
 
 
@@ -42,3 +43,7 @@ class PlanValidationError(UnicronError):
     def __init__(self, problems: list[str]):
         self.problems = problems
         super().__init__("internal error, plan failed validation: " + "; ".join(problems))
+
+
+class MissingExtraError(SolverUnavailableError):
+    """A command needs an optional part of the package that is not installed (exit 2)."""

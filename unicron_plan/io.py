@@ -1,16 +1,17 @@
-"""Strict JSON in, canonical JSON out, atomic writes.
+"""Strict JSON and YAML in, canonical JSON out, atomic writes.
 
-Python's json module accepts NaN, Infinity and duplicate keys; a planner fed a
-typo must not, so :func:`read_json` refuses all three with a message that
-names the file and the place.
+Python's json module accepts NaN, Infinity, duplicate keys and numbers of any
+length, and YAML adds aliases and unbounded nesting; a planner fed a typo or a
+hostile file must not, so every reader here refuses them all, in time linear in
+the input, with a message that names the file and the place.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
-import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,43 +21,87 @@ from pydantic import BaseModel, ValidationError
 from unicron_plan.errors import InvalidInstanceError
 
 
+MAX_DEPTH = 64  # nesting of arrays and objects; every document of the format needs fewer than 10
+MAX_BYTES = 512 * 1024 * 1024  # a larger input file is refused before it is read
+MAX_NUMBER_CHARS = 100  # a longer number literal is refused (no field needs more than 25 characters)
+
+
 def _reject_constant(token: str) -> Any:
     raise ValueError(f"{token} is not a finite number")
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):  # rare: find the first repeated key to name it
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
     return out
 
 
-MAX_DEPTH = 64  # nesting of arrays and objects; every document of the format needs fewer than 10
-MAX_BYTES = 512 * 1024 * 1024  # a larger input file is refused before it is read
+def _int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})")
+    return int(text)
 
 
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string (unrolled: linear, no backtracking)
-_NOT_BRACKETS = bytes(c for c in range(256) if chr(c) not in "[]{}")
+def _float(text: str) -> float:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})")
+    return float(text)  # 1e999 overflows to infinity: every schema refuses it by field name
 
 
-def _too_deep(text: str) -> bool:
-    """Whether ``text`` nests arrays and objects deeper than MAX_DEPTH (brackets inside strings
-    ignored); linear time in C loops, so no parser ever recurses deeply."""
+def _nesting(data: bytes) -> int:
+    """The deepest nesting of arrays and objects in JSON ``data`` (brackets inside strings
+    ignored). Linear time in numpy's C loops, no regex and no recursion: the unescaped quotes
+    (a quote after an even run of backslashes) split the text into strings and the rest, and a
+    running sum over the brackets outside strings gives the depth. On text that is not JSON the
+    figure is meaningless but bounded; the parser then names the error."""
     import numpy as np
 
-    brackets = _STRING.sub("", text).encode("utf-8", "replace").translate(None, _NOT_BRACKETS)
-    codes = np.frombuffer(brackets, dtype=np.uint8)
-    return bool(len(codes)) and int(np.cumsum(np.where((codes == 91) | (codes == 123), 1, -1)).max()) > MAX_DEPTH
+    b = np.frombuffer(data, dtype=np.uint8)
+    quotes = np.flatnonzero(b == 34)
+    if len(quotes) and data.find(b"\\") >= 0:
+        slashes = np.flatnonzero(b == 92)
+        # the start of the run of backslashes each backslash belongs to
+        new_run = np.ones(len(slashes), dtype=bool)
+        new_run[1:] = slashes[1:] != slashes[:-1] + 1
+        run_start = slashes[np.maximum.accumulate(np.where(new_run, np.arange(len(slashes)), 0))]
+        before = quotes[quotes > 0] - 1
+        k = np.searchsorted(slashes, before)
+        k_ok = np.minimum(k, len(slashes) - 1)
+        after_slash = (k < len(slashes)) & (slashes[k_ok] == before)
+        run_len = np.where(after_slash, before - run_start[k_ok] + 1, 0)
+        escaped = np.zeros(len(quotes), dtype=bool)
+        escaped[quotes > 0] = (run_len % 2) == 1
+        quotes = quotes[~escaped]
+    opens = (b == 91) | (b == 123)
+    brackets = np.flatnonzero(opens | (b == 93) | (b == 125))
+    if len(quotes):
+        brackets = brackets[np.searchsorted(quotes, brackets) % 2 == 0]  # outside every string
+    if not len(brackets):
+        return 0
+    steps = np.where(opens[brackets], 1, -1).astype(np.int32)
+    return int(np.cumsum(steps).max())
 
 
-def parse_json(text: str, source: str = "<input>") -> Any:
-    """Parse JSON text, refusing NaN, infinities, duplicate keys and nesting deeper than MAX_DEPTH."""
-    if text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(text):  # cheap count first
+def parse_json(text: "str | bytes", source: str = "<input>") -> Any:
+    """Parse JSON text in time linear in its length, refusing NaN, Infinity, duplicate keys,
+    number literals longer than MAX_NUMBER_CHARS and nesting deeper than MAX_DEPTH (a literal
+    that overflows, 1e999, reads as infinity, which every schema refuses naming the field). Pure
+    and thread-safe; bad input raises InvalidInstanceError naming ``source``."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and _nesting(data) > MAX_DEPTH:  # cheap count first
         raise InvalidInstanceError(source, f"JSON nested more than {MAX_DEPTH} levels deep")
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInstanceError(source, f"not UTF-8 text (byte {exc.start})") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant,
+        return json.loads(text, parse_constant=_reject_constant, parse_int=_int, parse_float=_float,
                           object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise InvalidInstanceError(source, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
@@ -66,20 +111,134 @@ def parse_json(text: str, source: str = "<input>") -> Any:
         raise InvalidInstanceError(source, f"invalid JSON: {exc}") from None
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """Read and strictly parse a JSON file; a missing or unreadable file is bad input."""
+@functools.lru_cache(maxsize=1)
+def _yaml_loader():
+    """A safe YAML loader (libyaml's when present) that refuses duplicate keys, infinities and
+    NaN, and over-long numbers; the event pass in :func:`parse_yaml` bounds depth and aliases."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class StrictLoader(base):  # type: ignore[misc, valid-type]
+        pass
+
+    def mapping(loader, node, deep=False):
+        loader.flatten_mapping(node)
+        out = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            try:
+                if key in out:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                            key_node.start_mark)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(None, None, "a key that is a list or a mapping",
+                                                        key_node.start_mark) from None
+            out[key] = loader.construct_object(value_node, deep=deep)
+        return out
+
+    def number(kind):
+        plain = getattr(yaml.constructor.SafeConstructor, f"construct_yaml_{kind}")
+
+        def construct(loader, node):
+            if len(node.value) > MAX_NUMBER_CHARS:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a number of {len(node.value)} characters (at most {MAX_NUMBER_CHARS})",
+                    node.start_mark)
+            value = plain(loader, node)
+            if isinstance(value, float) and value - value != 0.0:
+                raise yaml.constructor.ConstructorError(None, None, f"{node.value} is not a finite number",
+                                                        node.start_mark)
+            return value
+        return construct
+
+    StrictLoader.add_constructor("tag:yaml.org,2002:map", mapping)
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", number("int"))
+    StrictLoader.add_constructor("tag:yaml.org,2002:float", number("float"))
+    return StrictLoader
+
+
+def parse_yaml(text: "str | bytes", source: str = "<input>") -> Any:
+    """Parse one YAML document with the same rules as :func:`parse_json` (depth, duplicate keys,
+    number size, no NaN or infinity) and no aliases (``*name``, whose expansion is unbounded).
+    Two linear passes: libyaml's event stream bounds depth and refuses aliases, then the strict
+    loader builds the value."""
+    import yaml
+
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInstanceError(source, f"not UTF-8 text (byte {exc.start})") from None
+    loader = _yaml_loader()
+    try:
+        depth = 0
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise InvalidInstanceError(source, f"YAML nested more than {MAX_DEPTH} levels deep")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+            elif isinstance(event, yaml.AliasEvent):
+                raise InvalidInstanceError(source, f"YAML alias *{event.anchor} (aliases are not accepted; "
+                                                   "write the value out)")
+        return yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        raise InvalidInstanceError(source, f"not valid YAML{where}: {problem}") from None
+    except RecursionError:  # pragma: no cover - the event pass bounds the depth first
+        raise InvalidInstanceError(source, "YAML nested too deeply") from None
+
+
+def parse_document(text: "str | bytes", source: str = "<input>", fmt: str = "json") -> Any:
+    """Parse ``text`` as ``fmt`` ("json" or "yaml") under the reading rules; pure, thread-safe."""
+    if fmt == "yaml":
+        return parse_yaml(text, source)
+    return parse_json(text, source)
+
+
+async def parse_document_async(text: "str | bytes", source: str = "<input>", fmt: str = "json",
+                               timeout: float = 10.0) -> Any:
+    """:func:`parse_document` in a worker thread, so an event loop keeps answering while a large
+    body is read; a body not read within ``timeout`` seconds is refused (the thread finishes on its
+    own: reading is linear, so it is bounded by the body size)."""
+    import asyncio
+
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(parse_document, text, source, fmt), timeout)
+    except asyncio.TimeoutError:
+        raise InvalidInstanceError(source, f"not read within {timeout:g} s; send a smaller document") from None
+
+
+def read_text(path: "str | os.PathLike", kind: str = "JSON") -> str:
+    """The UTF-8 text of a file of at most MAX_BYTES; a missing or unreadable file is bad input."""
     p = Path(path)
     try:
         if p.is_dir():
-            raise InvalidInstanceError(str(p), "is a directory, not a JSON file")
+            raise InvalidInstanceError(str(p), f"is a directory, not a {kind} file")
         if p.is_file() and p.stat().st_size > MAX_BYTES:
             raise InvalidInstanceError(str(p), f"larger than {MAX_BYTES} bytes")
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InvalidInstanceError(str(p), "no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInstanceError(str(p), f"cannot read: {exc}") from None
-    return parse_json(text, str(p))
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read and strictly parse a JSON file (see :func:`parse_json`)."""
+    return parse_json(read_text(path), str(path))
+
+
+def read_document(path: str | os.PathLike) -> Any:
+    """Read a JSON file, or a YAML one when its name ends in .yaml or .yml, under the reading rules."""
+    p = Path(path)
+    if p.suffix.lower() in (".yaml", ".yml"):
+        return parse_yaml(read_text(p, "YAML"), str(p))
+    return read_json(p)
 
 
 def field_path(loc: tuple) -> str:

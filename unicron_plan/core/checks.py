@@ -3,10 +3,14 @@ current allocations that fit. Each failure names the exact field path."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.faults.severity import classify
 from unicron_plan.schema.instance import Cost, Instance
-from unicron_plan.schema.scenario import Scenario
+
+if TYPE_CHECKING:  # the scenario model is imported by the simulator, not by every solve
+    from unicron_plan.schema.scenario import Scenario
 
 
 def _unique(items, what: str) -> None:
@@ -57,6 +61,8 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
         if gtype not in cluster.gpu_types:
             raise InvalidInstanceError(f"{where}.throughput.gpu_type",
                                        f"{gtype!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
+        if job.throughput.by_type is not None or job.throughput.gpu_types is not None:
+            _check_other_types(job, f"{where}.throughput", cluster.gpu_types)
         table = (tables or {}).get(job.id)
         cur = job.current
         # Literal tables are checked on their keys, canonical decimal strings (no int() pass).
@@ -98,6 +104,15 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             f"its nodes, do not fit in the healthy GPUs of those nodes together")
     check_event(instance, nodes)
     return split
+
+
+def _check_other_types(job, where: str, declared) -> None:
+    """Every GPU type a mixed-fleet job may run on is declared in cluster.gpu_types."""
+    field = "by_type" if job.throughput.by_type is not None else "gpu_types"
+    for t in job.throughput.allowed_types()[1:]:
+        if t not in declared:
+            raise InvalidInstanceError(f"{where}.{field}.{t}" if field == "by_type" else f"{where}.{field}",
+                                       f"{t!r} is not in cluster.gpu_types ({', '.join(sorted(declared))})")
 
 
 def check_event(instance: Instance, nodes: dict | None = None) -> None:

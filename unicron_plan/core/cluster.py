@@ -358,8 +358,9 @@ TP_SPLIT_SECONDS = 10.0  # bound on the exact tp split of jobs sharing nodes
 def _tp_split(jobs, healthy_before: dict[str, int]) -> dict[str, dict[str, int]]:
     """Per-node split of jobs sharing nodes, each in whole tp groups: a feasibility model
     (OR-Tools CP-SAT, one worker, so the answer is deterministic). {} entries when none exists."""
-    from ortools.sat.python import cp_model
+    from unicron_plan.extras import require
 
+    cp_model = require("ortools.sat.python.cp_model", "splitting jobs with tp > 1 that share nodes")
     cp = cp_model.CpModel()
     groups: dict[tuple[str, str], object] = {}
     per_node: dict[str, list] = defaultdict(list)

@@ -7,6 +7,11 @@ a job's term G_i through these functions; nothing re-derives them.
     changed  = (y != x_i) or hit_i or moved_i
     G_i(y)   = F_i(y) * D_run - [changed] * F_i(x_i) * D_trans_i
 
+With ``cost.horizon: "job"`` D_trans_i is the job's own times its horizon scale
+nodes_i / H (:func:`horizon_scale`, docs/model.md "Planning horizon"): the
+term is G_i with job i's own horizon T_i = node MTBF / nodes_i in place of
+D_run, scaled by D_run / T_i so that every job's term is in the same units.
+
 moved_i: the job keeps its count but not its previous per-node split
 (:func:`is_moved`); a move restarts the job, so it pays its transition.
 A job that leaves in a ``job_exit`` event is planned y = 0 and is never
@@ -28,6 +33,22 @@ def d_run_seconds(instance: Instance, nodes_in_service: int) -> float:
     if cost.expected_run_seconds is not None:
         return float(cost.expected_run_seconds)
     return float(cost.node_mtbf_hours) * 3600.0 / max(nodes_in_service, 1)
+
+
+def horizon_scale(instance: Instance, nodes_held: int, nodes_in_service: int) -> float:
+    """D_run / T_i for a job on ``nodes_held`` nodes: 1 for the cluster horizon (the default, and always
+    with ``expected_run_seconds``); nodes_held / H for ``cost.horizon: "job"`` (T_i = node MTBF / nodes_held,
+    at least one node; H at least 1)."""
+    if instance.cost.horizon != "job":
+        return 1.0
+    return max(nodes_held, 1) / max(nodes_in_service, 1)
+
+
+def job_transition_seconds(instance: Instance, job: Job, split: dict[str, int], nodes_in_service: int) -> float:
+    """The D_trans the objective charges ``job`` (previous per-node split ``split``): its D_trans
+    (:func:`d_trans_seconds`) x :func:`horizon_scale` of the nodes it holds."""
+    held = len(split) - list(split.values()).count(0)
+    return d_trans_seconds(instance, job) * horizon_scale(instance, held, nodes_in_service)
 
 
 def d_trans_seconds(instance: Instance, job: Job) -> float:

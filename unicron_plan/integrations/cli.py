@@ -12,7 +12,7 @@ import_app = typer.Typer(no_args_is_help=True, help="Build a v1 instance from a 
 export_app = typer.Typer(no_args_is_help=True, help="Turn a v1 plan into a scheduler's own changes.")
 
 _RUN = typer.Option(None, "--expected-run-seconds", help="D_run of the instance (or give --node-mtbf-hours).")
-_MTBF = typer.Option(None, "--node-mtbf-hours", help="D_run from node MTBF (FORMAT.md cost.node_mtbf_hours).")
+_MTBF = typer.Option(None, "--node-mtbf-hours", help="D_run from node MTBF (docs/format.md, cost.node_mtbf_hours).")
 _TRANS = typer.Option(600.0, "--default-transition-seconds", help="D_trans of jobs that give none.")
 _GPU_TYPE = typer.Option(None, "--gpu-type", help="PRODUCT=TYPE: map a GPU product (label or gres type) to a "
                                                   "GPU type of the library (repeatable; wins over the built-in table).")
@@ -32,8 +32,9 @@ def _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, g
 @import_app.command("k8s")
 def import_k8s(nodes: Path = typer.Option(..., "--nodes", help="kubectl get nodes -o json"),
                pods: Path = typer.Option(..., "--pods", help="kubectl get pods -A -o json"),
-               jobs: Path = typer.Option(..., "--jobs", help="kubectl get pytorchjobs -A -o json (or a List mixing "
-                                                             "PyTorchJob, Volcano Job and DLRover ElasticJob)"),
+               jobs: list[Path] = typer.Option(..., "--jobs", help="kubectl get pytorchjobs -A -o json (or a List "
+                                                                   "mixing PyTorchJob, Volcano Job and DLRover "
+                                                                   "ElasticJob); repeatable, one file per kind"),
                out: Optional[Path] = _OUT,
                expected_run_seconds: Optional[float] = _RUN, node_mtbf_hours: Optional[float] = _MTBF,
                default_transition_seconds: float = _TRANS,
@@ -49,13 +50,13 @@ def import_k8s(nodes: Path = typer.Option(..., "--nodes", help="kubectl get node
     from unicron_plan.io import dumps, emit, read_json
 
     cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
-    doc = run(read_json(nodes), read_json(pods), read_json(jobs), cost=cost, gpu_map=gmap,
+    doc = run(read_json(nodes), read_json(pods), [(read_json(j), str(j)) for j in jobs], cost=cost, gpu_map=gmap,
               rack_label=rack_label, cordon_reasons=cordon_reason or [], name=name)
     emit(dumps(doc), out)
 
 
 @import_app.command("slurm")
-def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show nodes --json"),
+def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show nodes --json (Slurm 23.02+) or sinfo --json (22.05)"),
                  jobs: Path = typer.Option(..., "--jobs", help="squeue --json"),
                  out: Optional[Path] = _OUT,
                  expected_run_seconds: Optional[float] = _RUN, node_mtbf_hours: Optional[float] = _MTBF,
@@ -65,6 +66,9 @@ def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show 
                      None, "--rack-feature", help="Prefix of the node feature that names the rack (e.g. rack)."),
                  name: str = typer.Option("slurm", "--name", help="Instance name.")):
     """Build a v1 instance from Slurm nodes and jobs."""
+    from unicron_plan.extras import require
+
+    require("hostlist", "import slurm")
     from unicron_plan.integrations.slurm import import_slurm as run
     from unicron_plan.io import dumps, emit, read_json
 
@@ -81,7 +85,7 @@ class K8sFormat(str, Enum):
 
 @export_app.command("k8s")
 def export_k8s(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan solve)."),
-               jobs: Path = typer.Option(..., "--jobs", help="The jobs file given to import."),
+               jobs: list[Path] = typer.Option(..., "--jobs", help="The jobs file(s) given to import (repeatable)."),
                pods: Optional[Path] = typer.Option(None, "--pods", help="The pods file given to import: pods "
                                                                         "where the plan does not keep them are "
                                                                         "deleted (recommended)."),
@@ -93,39 +97,94 @@ def export_k8s(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan so
     from unicron_plan.integrations.k8s import export_k8s as run, render_kubectl
     from unicron_plan.io import dumps, emit, read_json
 
-    changes = run(load_plan(plan), read_json(jobs), read_json(pods) if pods else None)
+    notes: list[str] = []
+    changes = run(load_plan(plan), [(read_json(j), str(j)) for j in jobs], read_json(pods) if pods else None,
+                  notes=notes)
     if fmt is K8sFormat.yaml:
         import yaml
 
         text = yaml.safe_dump(changes, sort_keys=False)
     elif fmt is K8sFormat.kubectl:
-        text = render_kubectl(changes)
+        text = render_kubectl(changes, notes)
     else:
         text = dumps(changes)
+    for note in notes:
+        typer.echo("note: " + " ".join(note.split()), err=True)
     emit(text, out)
 
 
 @export_app.command("slurm")
 def export_slurm(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan solve)."),
                  jobs: Path = typer.Option(..., "--jobs", help="The squeue --json file given to import."),
-                 nodes: Optional[Path] = typer.Option(None, "--nodes", help="The nodes file given to import: "
-                                                                            "nodes already drained are left alone."),
+                 nodes: Optional[Path] = typer.Option(None, "--nodes", help="The nodes file given to import "
+                                                                            "(needed when the plan drains nodes: their "
+                                                                            "reasons are kept, drained ones left alone)."),
                  reason: str = typer.Option("unicron-plan: failed", "--reason", help="Reason of the drains."),
                  out: Optional[Path] = _OUT):
-    """The scontrol commands that carry out PLAN on Slurm, as a shell script."""
+    """The scontrol commands that carry out PLAN on Slurm, as a shell script (each step guarded
+    by the cluster's state, so that running it again is harmless)."""
     from unicron_plan.api import load_plan
-    from unicron_plan.integrations.slurm import export_slurm as run
+    from unicron_plan.extras import require
+
+    require("hostlist", "export slurm")
+    from unicron_plan.integrations.slurm import export_slurm as run, render_script
     from unicron_plan.io import emit, read_json
 
-    lines = run(load_plan(plan), read_json(jobs), read_json(nodes) if nodes else None, reason=reason)
-    emit("#!/bin/sh\n# Generated by unicron-plan export slurm: apply in this order.\nset -e\n"
-         + "".join(line + "\n" for line in lines), out)
+    steps = run(load_plan(plan), read_json(jobs), read_json(nodes) if nodes else None, reason=reason)
+    emit(render_script(steps), out)
+
+
+agent_app = typer.Typer(no_args_is_help=True, help="Close the loop: keep a scheduler at the coordinator's plans.")
+
+
+class AgentMode(str, Enum):
+    apply = "apply"
+    propose = "propose"
+
+
+@agent_app.command("slurm")
+def agent_slurm(coordinator: str = typer.Option(..., "--coordinator", help="URL of unicron-plan serve."),
+                token_file: Optional[Path] = typer.Option(None, "--token-file", help="File holding the bearer token."),
+                interval: float = typer.Option(30.0, "--interval", min=0.5, max=86400.0,
+                                               help="Seconds between passes."),
+                mode: AgentMode = typer.Option(AgentMode.apply, "--mode", help="apply: carry plans out; propose: "
+                                               "write the plan and its script under --state-dir, change nothing."),
+                once: bool = typer.Option(False, "--once", help="One pass, its result as JSON on stdout, then exit."),
+                state_dir: Path = typer.Option(Path("unicron-agent"), "--state-dir",
+                                               help="Journal and proposals (created 0700)."),
+                expected_run_seconds: Optional[float] = _RUN, node_mtbf_hours: Optional[float] = _MTBF,
+                default_transition_seconds: float = _TRANS,
+                gpu_type: Optional[list[str]] = _GPU_TYPE, gpu_map: Optional[Path] = _GPU_MAP,
+                rack_feature: Optional[str] = typer.Option("rack", "--rack-feature",
+                                                           help="Prefix of the node feature that names the rack."),
+                reason: str = typer.Option("unicron-plan: failed", "--reason",
+                                           help="Added to the reason of the nodes the plan drains."),
+                verify_seconds: float = typer.Option(60.0, "--verify-seconds", min=1.0, max=3600.0,
+                                                     help="How long to wait for Slurm to reach the plan.")):
+    """Keep Slurm at the coordinator's plans: events in, scontrol out, apply confirmed."""
+    from unicron_plan.client import PlannerClient
+    from unicron_plan.integrations.agent import AgentConfig, SlurmAgent
+    from unicron_plan.io import dumps
+
+    if expected_run_seconds is None and node_mtbf_hours is None:
+        expected_run_seconds = 36000.0
+    cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
+    token = token_file.read_text().strip() if token_file else None
+    cfg = AgentConfig(mode=mode.value, state_dir=state_dir, cost=cost, gpu_map=gmap, rack_feature=rack_feature,
+                      reason=reason, verify_seconds=verify_seconds)
+    with PlannerClient(coordinator, token=token) as client:
+        agent = SlurmAgent(client, cfg)
+        if once:
+            typer.echo(dumps(agent.run_once()))
+        else:
+            agent.run_forever(interval)
 
 
 def register(app: typer.Typer, wrap: Callable) -> None:
-    """Add ``import`` and ``export`` to ``app``, each command wrapped by ``wrap`` (exit codes)."""
-    for sub in (import_app, export_app):
+    """Add ``import``, ``export`` and ``agent`` to ``app``, each command wrapped by ``wrap`` (exit codes)."""
+    for sub in (import_app, export_app, agent_app):
         for cmd in sub.registered_commands:
             cmd.callback = wrap(cmd.callback)
     app.add_typer(import_app, name="import")
     app.add_typer(export_app, name="export")
+    app.add_typer(agent_app, name="agent")

@@ -242,7 +242,7 @@ class JobState:
 
 @dataclass
 class Cost:
-    """The instance's cost constants (FORMAT.md ``cost``)."""
+    """The instance's cost constants (docs/format.md, ``cost``)."""
 
     expected_run_seconds: Optional[float] = None
     node_mtbf_hours: Optional[float] = None
@@ -284,11 +284,15 @@ def build_instance(name: str, nodes: list[NodeState], jobs: list[JobState], cost
     all_types = set(node_types.values())
     inst_nodes, failed_nodes, failed_gpus = [], [], []
     for n in nodes:
-        reserved = list(range(min(n.reserved_gpus, n.gpus)))
+        # Withheld GPUs (lowest indices) and GPUs lost in the event (highest) never overlap: work the
+        # planner does not manage keeps only GPUs that are still there. A failed node whose GPUs are
+        # all withheld has nothing new to lose, so it is not part of the event.
+        reserved = list(range(min(n.reserved_gpus, n.gpus - n.lost_gpus)))
         inst_nodes.append({"id": n.id, "gpu_type": n.gpu_type, "gpus": n.gpus, "failed_gpus": reserved,
                            **({"rack": n.rack} if n.rack is not None else {})})
         if n.failed:
-            failed_nodes.append(n.id)
+            if len(reserved) < n.gpus:
+                failed_nodes.append(n.id)
         elif n.lost_gpus:
             failed_gpus += [{"node": n.id, "gpu": g} for g in range(n.gpus - n.lost_gpus, n.gpus)]
     inst_jobs = []
@@ -321,7 +325,7 @@ def build_instance(name: str, nodes: list[NodeState], jobs: list[JobState], cost
     return doc
 
 
-_PATH = re.compile(r"^(jobs|cluster\.nodes)\[(\d+)\](.*)$")
+_PATH = re.compile(r"^(jobs|cluster\.nodes|event\.failed_nodes|event\.failed_gpus)\[(\d+)\](.*)$")
 
 
 def check_built(doc: dict, nodes: list[NodeState], jobs: list[JobState]) -> None:
@@ -333,7 +337,14 @@ def check_built(doc: dict, nodes: list[NodeState], jobs: list[JobState]) -> None
     except InvalidInstanceError as exc:
         m = _PATH.match(exc.field or "")
         if m:
-            k = int(m.group(2))
-            obj = jobs[k].obj if m.group(1) == "jobs" else f"Node {nodes[k].id}"
+            k, where = int(m.group(2)), m.group(1)
+            if where == "jobs":
+                obj = jobs[k].obj
+            elif where == "cluster.nodes":
+                obj = f"Node {nodes[k].id}"
+            elif where == "event.failed_nodes":
+                obj = f"Node {doc['event']['failed_nodes'][k]}"
+            else:
+                obj = f"Node {doc['event']['failed_gpus'][k]['node']}"
             raise object_error(obj, f"(instance {exc.field})", exc.message) from None
         raise

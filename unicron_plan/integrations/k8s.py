@@ -1,25 +1,30 @@
-"""Kubernetes: ``kubectl get nodes/pods/<jobs> -o json`` in, merge patches out.
+"""Kubernetes: ``kubectl get nodes/pods/<jobs> -o json`` in; out, the changes each job's controller
+accepts (merge or JSON patches, node labels, new objects, pod deletions).
 
 Job kinds: Kubeflow ``PyTorchJob`` (kubeflow.org/v1), Volcano ``Job``
 (batch.volcano.sh/v1alpha1) and DLRover ``ElasticJob`` (elastic.iml.github.io/v1alpha1).
 A job's GPUs move in pods: every pod of its scaled replica type asks for the
 same GPUs, so the instance gives the job ``tp`` = a multiple of that count and
-the plan splits it into whole pods. docs/integrations.md lists every field.
+the plan splits it into whole pods, and its table keeps only the counts its controller
+can run. Names are checked against Kubernetes' own rules, since they reach kubectl command
+lines. docs/integrations.md lists every field.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.integrations.common import (Cost, GpuMap, JobState, Lenient, NodeState, build_instance,
-                                              items_of, object_error, parse_object, parse_plan_fields)
+from unicron_plan.integrations.common import (MAX_OBJECTS, Cost, GpuMap, JobState, Lenient, NodeState,
+                                              build_instance, items_of, object_error, parse_object,
+                                              parse_plan_fields)
 
 GPU = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -34,17 +39,79 @@ JOB_LABELS = {PYTORCH: "training.kubeflow.org/job-name", VOLCANO: "volcano.sh/jo
               DLROVER: "elasticjob.dlrover/name"}
 RESOURCE = {PYTORCH: "pytorchjobs.kubeflow.org", VOLCANO: "jobs.batch.volcano.sh",
             DLROVER: "elasticjobs.elastic.iml.github.io"}
+#: A job with this label is admitted (unsuspended) and suspended by Kueue, not by its own controller.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: Pod labels naming the replica index (the controllers' own; the pod name ends with it too).
+INDEX_LABELS = {PYTORCH: "training.kubeflow.org/replica-index", VOLCANO: "volcano.sh/task-index",
+                DLROVER: "elasticjob.dlrover/replica-index"}
+#: Prefix of the node label a Volcano GPU task's template selects: its pods are placed through it.
+PLACEMENT_PREFIX = "unicron-plan/"
+
+
+# --- Kubernetes' own name rules (k8s.io/apimachinery/pkg/util/validation) ------------------------
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_LABEL = re.compile(rf"^{_LABEL}$")
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+def dns1123_subdomain(value: str) -> str:
+    """An object name (Node, Pod, job): lowercase letters, digits, '-' and '.', at most 253."""
+    if len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+        raise ValueError("must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and "
+                         "ending with a letter or digit, at most 253 characters)")
+    return value
+
+
+def dns1123_label(value: str) -> str:
+    """A namespace or a Volcano task name: lowercase letters, digits and '-', at most 63."""
+    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+        raise ValueError("must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending "
+                         "with a letter or digit, at most 63 characters)")
+    return value
+
+
+def label_value(value: str) -> str:
+    """A label value: at most 63 of letters, digits, '-', '_' and '.', alphanumeric at both ends (or empty)."""
+    if len(value) > 63 or not _LABEL_VALUE.match(value):
+        raise ValueError("must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and "
+                         "ending with a letter or digit)")
+    return value
+
+
+def label_key(value: str) -> str:
+    """A label key: an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters."""
+    prefix, _, name = value.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix))) or \
+            len(name) > 63 or not _QUALIFIED_NAME.match(name):
+        raise ValueError("must be a label key ([DNS-1123 subdomain/]name, the name at most 63 letters, digits, "
+                         "'-', '_' or '.', alphanumeric at both ends)")
+    return value
 
 
 # --- the objects, as far as the adapter reads them ---------------------------------------------
 
 class Meta(Lenient):
+    """Object metadata; names reach kubectl command lines, so they must follow Kubernetes' own rules."""
+
     name: str = Field(min_length=1)
     namespace: Optional[str] = None
     uid: Optional[str] = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     deletionTimestamp: Optional[str] = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return dns1123_subdomain(value)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: Optional[str]) -> Optional[str]:
+        return value if value is None else dns1123_label(value)
 
 
 class Taint(Lenient):
@@ -116,8 +183,13 @@ class ElasticPolicy(Lenient):
     maxReplicas: Optional[int] = Field(default=None, ge=0)
 
 
+class SchedulingPolicy(Lenient):
+    minAvailable: Optional[int] = Field(default=None, ge=0)
+
+
 class RunPolicy(Lenient):
     suspend: bool = False
+    schedulingPolicy: Optional[SchedulingPolicy] = None
 
 
 class PyTorchJobSpec(Lenient):
@@ -133,10 +205,21 @@ class PyTorchJob(Lenient):
     spec: PyTorchJobSpec
 
 
+class PartitionPolicy(Lenient):
+    totalPartitions: Optional[int] = None
+
+
 class VolcanoTask(Lenient):
     name: str = Field(min_length=1)
     replicas: int = Field(ge=0)
+    minAvailable: Optional[int] = Field(default=None, ge=0)
+    partitionPolicy: Optional[PartitionPolicy] = None
     template: PodTemplate
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return dns1123_label(value)
 
 
 class VolcanoState(Lenient):
@@ -162,6 +245,7 @@ class VolcanoJob(Lenient):
 
 class ElasticJobSpec(Lenient):
     replicaSpecs: dict[str, ReplicaSpec] = Field(min_length=1)
+    suspend: bool = False
 
 
 class ElasticJob(Lenient):
@@ -217,12 +301,39 @@ class K8sJob:
     scaled: str                   # the replica type / task that scales
     gpus_per_pod: int
     fixed_gpus: int               # GPUs of the replica types that do not scale
+    replicas: int = 0             # the scaled type's replicas in the spec
+    gpu_types: tuple[str, ...] = ()  # replica types / tasks whose pods hold GPUs (the scaled one included)
+    min_replicas: int = 1         # fewest replicas of the scaled type a plan may give (PyTorchJob's webhook
+    #                               wants Worker >= 1; a Volcano or DLRover job needs its workers too)
+    fixed_replicas: bool = False  # the controller cannot change the scaled type's replicas at all
+    placement_label: Optional[tuple[str, str]] = None  # Volcano: the node label (key, value) its GPU tasks select
     product: Optional[tuple[str, str]] = None  # the scaled template's nodeSelector GPU product, and its path
     pods: list[Pod] = field(default_factory=list)
 
     @property
     def id(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def kueue(self) -> bool:
+        """Kueue admits and suspends this job: a PyTorchJob (a kind Kueue integrates; Volcano and
+        DLRover jobs it does not) carrying Kueue's queue-name label."""
+        return self.key == PYTORCH and KUEUE_QUEUE_LABEL in self.obj.metadata.labels
+
+    def counts_rule(self) -> str:
+        """The counts :meth:`allowed_gpus` accepts, in words."""
+        pods = str(self.replicas) if self.fixed_replicas else f"at least {self.min_replicas}"
+        return (f"{self.fixed_gpus} GPUs of fixed replicas and {pods} {self.scaled!r} pod(s) of "
+                f"{self.gpus_per_pod} GPUs, or 0 (suspended)")
+
+    def allowed_gpus(self, count: int) -> bool:
+        """Whether the job's controller can run it on ``count`` GPUs (0, suspended, is always possible)."""
+        extra = count - self.fixed_gpus
+        if count == 0:
+            return True
+        if extra % self.gpus_per_pod or extra // self.gpus_per_pod < self.min_replicas:
+            return False
+        return not self.fixed_replicas or extra // self.gpus_per_pod == self.replicas
 
 
 def _replica_sets(job) -> list[tuple[str, int, PodSpec, str]]:
@@ -237,6 +348,34 @@ def _replica_sets(job) -> list[tuple[str, int, PodSpec, str]]:
             for k, r in job.spec.replicaSpecs.items()]
 
 
+def _placement_label(label: str, sets, gpu_types: list[str]) -> tuple[str, str]:
+    """The ``unicron-plan/...`` node label every GPU task of a Volcano job selects."""
+    found = None
+    for name, _, spec, path in sets:
+        if name not in gpu_types:
+            continue
+        keys = sorted(k for k in spec.nodeSelector if k.startswith(PLACEMENT_PREFIX))
+        if len(keys) != 1:
+            raise object_error(label, f"{path}.nodeSelector", (
+                f"{'several' if keys else 'no'} '{PLACEMENT_PREFIX}' node label(s): Volcano does not let a job "
+                f"update change its pod templates, so its GPU pods are placed through a node label their template "
+                f"selects; give each GPU task one, e.g. nodeSelector {{\"{PLACEMENT_PREFIX}JOB\": \"true\"}} "
+                f"with a key of its own per job"))
+        pair = (keys[0], spec.nodeSelector[keys[0]])
+        for what, value, check in (("key", pair[0], label_key), ("value", pair[1], label_value)):
+            try:
+                check(value)
+            except ValueError as exc:
+                raise object_error(label, f'{path}.nodeSelector["{pair[0]}"]', f"{value!r}: label {what} {exc}") \
+                    from None
+        if found is not None and found != pair:
+            raise object_error(label, f'{path}.nodeSelector["{pair[0]}"]',
+                               f"every GPU task must select the same placement label {found[0]}={found[1]}")
+        found = pair
+    assert found is not None
+    return found
+
+
 def parse_job(raw: Any, index: int, source: str) -> K8sJob:
     """Parse one job object of a supported kind; the scaled replica type is PyTorchJob's
     ``Worker``, DLRover's ``worker`` and Volcano's GPU task with the most replicas."""
@@ -244,8 +383,13 @@ def parse_job(raw: Any, index: int, source: str) -> K8sJob:
         raise InvalidInstanceError(f"{source} items[{index}]", "must be a JSON object")
     kind, api = raw.get("kind"), raw.get("apiVersion")
     meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
-    label = f"{kind} {meta.get('namespace', 'default')}/{meta.get('name', '?')}"
-    key = (_group(api) if isinstance(api, str) else "", kind)
+    name = meta.get("name") if isinstance(meta.get("name"), str) else f"items[{index}]"
+    ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else "default"
+    label = f"{kind if isinstance(kind, str) else 'object'} {ns}/{name}"
+    if not isinstance(kind, str) or not isinstance(api, str):
+        what = "kind" if not isinstance(kind, str) else "apiVersion"
+        raise object_error(label, what, f"must be a string, not {type(raw.get(what)).__name__}")
+    key = (_group(api), kind)
     if key not in MODELS:
         raise object_error(label, "kind", f"{api}/{kind} is not a supported job kind (kubeflow.org/v1 PyTorchJob, "
                                           "batch.volcano.sh/v1alpha1 Job, elastic.iml.github.io/v1alpha1 ElasticJob)")
@@ -263,32 +407,53 @@ def parse_job(raw: Any, index: int, source: str) -> K8sJob:
         where = "spec.pytorchReplicaSpecs" if key == PYTORCH else "spec.replicaSpecs"
         raise object_error(label, f"{where}.{scaled}", "missing: the replica type that scales")
     g = per_pod[scaled]
-    path, template = next((p, spec) for n, _, spec, p in sets if n == scaled)
+    path, template, replicas = next((p, spec, r) for n, r, spec, p in sets if n == scaled)
     product = template.nodeSelector.get(PRODUCT_LABEL)
     if g == 0:
         raise object_error(label, f'{path}.containers[*].resources.limits["{GPU}"]',
                            "the scaled replica type asks for no GPU")
     fixed = 0
-    for name, replicas, _, p in sets:
+    for name, n_replicas, _, p in sets:
         if name != scaled and per_pod[name]:
             if per_pod[name] != g:
                 raise object_error(label, f'{p}.containers[*].resources.limits["{GPU}"]',
                                    f"{per_pod[name]} GPUs per pod; the plan moves whole pods, so every GPU "
                                    f"replica type needs the same count as {scaled!r} ({g})")
-            fixed += replicas * g
-    return K8sJob(key=key, raw=raw, obj=job, name=job.metadata.name,
-                  namespace=job.metadata.namespace or "default", label=label, scaled=scaled,
-                  gpus_per_pod=g, fixed_gpus=fixed,
-                  product=(product, f'{path}.nodeSelector["{PRODUCT_LABEL}"]') if product else None)
+            fixed += n_replicas * g
+    gpu_types = tuple(n for n, _, _, _ in sets if per_pod[n])
+    k8s_job = K8sJob(key=key, raw=raw, obj=job, name=job.metadata.name,
+                     namespace=job.metadata.namespace or "default", label=label, scaled=scaled,
+                     gpus_per_pod=g, fixed_gpus=fixed, replicas=replicas, gpu_types=gpu_types,
+                     product=(product, f'{path}.nodeSelector["{PRODUCT_LABEL}"]') if product else None)
+    if key == VOLCANO:
+        k8s_job.placement_label = _placement_label(label, sets, list(gpu_types))
+        task = next(t for t in job.spec.tasks if t.name == scaled)
+        # A partitioned task's replicas must equal totalPartitions x partitionSize, which an update cannot change.
+        k8s_job.fixed_replicas = task.partitionPolicy is not None
+    return k8s_job
 
 
-def parse_jobs(doc: Any, source: str) -> list[K8sJob]:
-    jobs = [parse_job(raw, i, source) for i, raw in enumerate(items_of(doc, source))]
+def parse_jobs(docs: Any, source: str = "jobs") -> list[K8sJob]:
+    """The jobs of one ``kubectl get -o json`` document, or of several given as ``[(doc, source), ...]``."""
+    pairs = docs if isinstance(docs, list) and docs and all(
+        isinstance(d, tuple) and len(d) == 2 for d in docs) else [(docs, source)]
+    jobs: list[K8sJob] = []
+    for doc, src in pairs:
+        jobs += [parse_job(raw, i, src) for i, raw in enumerate(items_of(doc, src))]
+        if len(jobs) > MAX_OBJECTS:
+            raise InvalidInstanceError(src, f"{len(jobs)} jobs in all; at most {MAX_OBJECTS} are accepted")
     seen: dict[str, str] = {}
+    keys: dict[str, str] = {}
     for j in jobs:
         if j.id in seen:
             raise object_error(j.label, "metadata.name", f"{j.id!r} is also {seen[j.id]}; job ids are namespace/name")
         seen[j.id] = j.label
+        if j.placement_label is not None:
+            key = j.placement_label[0]
+            if key in keys:
+                raise object_error(j.label, "spec.tasks[*].template.spec.nodeSelector",
+                                   f"the placement label {key} is also {keys[key]}'s: each job needs a key of its own")
+            keys[key] = j.label
     return jobs
 
 
@@ -320,7 +485,9 @@ def _live_pods(pods_doc: Any):
     """(label, pod) of every live pod of ``kubectl get pods -o json`` (parsed, errors naming the pod)."""
     for i, raw in enumerate(items_of(pods_doc, "pods")):
         meta = raw.get("metadata") if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict) else {}
-        label = f"Pod {meta.get('namespace', 'default')}/{meta.get('name', f'items[{i}]')}"
+        name = meta.get("name") if isinstance(meta.get("name"), str) else f"items[{i}]"
+        ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else "default"
+        label = f"Pod {ns}/{name}"
         pod = parse_object(Pod, raw, label)
         if _live(pod):
             yield label, pod
@@ -337,7 +504,7 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
     cordoned: set[str] = set()
     for i, raw in enumerate(items_of(nodes_doc, "nodes")):
         meta = raw.get("metadata") if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict) else {}
-        label = f"Node {meta.get('name', f'items[{i}]')}"
+        label = f"Node {meta['name'] if isinstance(meta.get('name'), str) else f'items[{i}]'}"
         node = parse_object(Node, raw, label)
         cap, alloc = node.status.capacity, node.status.allocatable
         if GPU not in cap and GPU not in alloc:
@@ -399,10 +566,42 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
         if used[n] > st.gpus:
             raise object_error(f"Node {n}", f'status.capacity["{GPU}"]',
                                f"its live pods hold {used[n]} GPUs, more than its {st.gpus}")
+    for j in jobs:
+        _limit_counts(j, job_state[j.id])
     return build_instance(name, list(states.values()), [job_state[j.id] for j in jobs], cost, gpu_map)
 
 
+def _limit_counts(job: K8sJob, state: JobState) -> None:
+    """Tell the planner what the job's controller can run: its throughput table keeps only the
+    counts made of its fixed replicas and at least ``min_replicas`` pods of the scaled type (all
+    of them when the controller cannot change that count), and the count it runs now."""
+    table = state.fields.throughput
+    if table is None:
+        return  # a model-named job: its counts come from the model (docs/integrations.md)
+    kept = {k: v for k, v in table.items() if int(k) == state.gpus or job.allowed_gpus(int(k))}
+    if not kept:
+        raise object_error(job.label, state.where("throughput"),
+                           f"no GPU count of the table can run on this job's controller ({job.counts_rule()})")
+    state.fields.throughput = kept
+
+
 # --- export -----------------------------------------------------------------------------------
+#
+# What each controller accepts, from its own sources (docs/integrations.md cites them):
+# - Volcano (volcano-sh/volcano, pkg/webhooks/admission/jobs/validate/admit_job.go, validateJobUpdate):
+#   an update may change only spec.minAvailable, spec.priorityClassName, tasks[*].replicas and
+#   tasks[*].minAvailable, never add or remove a task; every task's minAvailable <= its replicas and
+#   the job's minAvailable <= the sum of replicas. Pods are named JOB-TASK-INDEX and the controller
+#   deletes those with INDEX >= replicas (pkg/controllers/job/job_controller_actions.go, syncJob).
+# - Kubeflow training-operator v1 (kubeflow/training-operator, pkg/webhooks/pytorch/pytorchjob_webhook.go):
+#   Master replicas must be 1, Worker replicas at least 1; the pods of a replica type whose
+#   replica-index >= replicas are deleted (pkg/controller.v1/common/pod.go, ReconcilePods); the gang's
+#   PodGroup takes runPolicy.schedulingPolicy.minAvailable (pkg/controller.v1/common/job.go).
+# - DLRover (intelligent-machine-learning/dlrover, go/elasticjob/api/v1alpha1/elasticjob_types.go):
+#   spec.suspend (since v0.5.0) stops the master creating workers; a ScalePlan with scale-type
+#   manual sets the replicas and names the pods to remove (dlrover/python/master/watcher/k8s_watcher.py).
+# - Kueue (kubernetes-sigs/kueue, pkg/controller/jobframework): a job labelled
+#   kueue.x-k8s.io/queue-name is suspended and admitted by Kueue alone.
 
 def _affinity(nodes: list[str]) -> dict:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -414,24 +613,90 @@ def _entry(api: str, kind: str, namespace: str, name: str, patch_type: str, patc
             "patchType": patch_type, "patch": patch}
 
 
-def _pods_to_remove(job: K8sJob, placement: dict[str, int]) -> list[Pod]:
-    """Pods of the scaled replica type standing where the plan does not keep them: on a
-    node the job leaves, or beyond the planned GPUs of a node it keeps."""
-    keep = dict(placement)
+def _delete(job: K8sJob, pod: Pod) -> dict:
+    return _entry("v1", "Pod", job.namespace, pod.metadata.name, "delete", None)
+
+
+def _pod_type(job: K8sJob, pod: Pod) -> Optional[str]:
+    """The replica type / task of one of the job's pods (as the job spells it), or None."""
+    labels = pod.metadata.labels
+    value = (labels.get("training.kubeflow.org/replica-type") if job.key == PYTORCH else
+             labels.get("volcano.sh/task-spec") if job.key == VOLCANO else
+             labels.get("elasticjob.dlrover/replica-type"))
+    found = next((t for t in job.gpu_types if value is not None and t.lower() == value.lower()), None)
+    if found is None and value is None:  # no type label: the name the controller gives (JOB-TYPE-INDEX)
+        found = next((t for t in job.gpu_types if _pod_index(job, pod, t, by_name_only=True) is not None), None)
+    return found
+
+
+def _pod_index(job: K8sJob, pod: Pod, rtype: str, by_name_only: bool = False) -> Optional[int]:
+    """The replica index of a pod: the name the controller gives it (JOB-TYPE-INDEX), else its index label."""
+    prefix = f"{job.name}-{rtype.lower() if job.key == PYTORCH else rtype}-"
+    name = pod.metadata.name
+    if name.startswith(prefix) and name[len(prefix):].isdigit():
+        return int(name[len(prefix):])
+    if by_name_only:
+        return None
+    value = pod.metadata.labels.get(INDEX_LABELS[job.key], "")
+    return int(value) if value.isdigit() else None
+
+
+def _pods_to_delete(job: K8sJob, placement: dict[str, int], replicas: dict[str, int]) -> list[Pod]:
+    """The pods to delete so that the job ends on the plan's nodes, given that the controller keeps
+    exactly the pods of index < replicas of each type: every pod at or beyond its type's new
+    replicas (the controller deletes those; deleting them here says so), and every kept index
+    standing where the plan has no room for it (the controller recreates it under the new placement)."""
+    room = dict(placement)
     out = []
-    # Pods of the fixed replica types first (they stay where they can), then the scaled ones.
-    for pod in sorted(job.pods, key=lambda p: (_pod_type(job, p) == job.scaled.lower(), p.metadata.name)):
-        node = pod.spec.nodeName
-        if keep.get(node, 0) >= job.gpus_per_pod:
-            keep[node] -= job.gpus_per_pod
+    indexed = [(_pod_type(job, p), p) for p in job.pods]
+    for rtype, pod in sorted(indexed, key=lambda tp: (tp[0] == job.scaled, tp[0] or "",
+                                                      _pod_index(job, tp[1], tp[0] or "") or 0, tp[1].metadata.name)):
+        index = _pod_index(job, pod, rtype) if rtype is not None else None
+        if rtype is None or index is None or index >= replicas.get(rtype, 0):
+            out.append(pod)
+        elif room.get(pod.spec.nodeName, 0) >= job.gpus_per_pod:
+            room[pod.spec.nodeName] -= job.gpus_per_pod
         else:
             out.append(pod)
     return out
 
 
-def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None) -> list[dict]:
+def _pods_to_remove_dlrover(job: K8sJob, placement: dict[str, int]) -> list[Pod]:
+    """DLRover's ScalePlan names the pods it removes: those standing where the plan has no room."""
+    room = dict(placement)
+    out = []
+    for pod in sorted(job.pods, key=lambda p: p.metadata.name):
+        if room.get(pod.spec.nodeName, 0) >= job.gpus_per_pod:
+            room[pod.spec.nodeName] -= job.gpus_per_pod
+        else:
+            out.append(pod)
+    return out
+
+
+def _follow(old_min: Optional[int], old_total: int, new_total: int) -> Optional[int]:
+    """A gang minimum after a resize: all of the gang when it was all of it, else never above the new size."""
+    if old_min is None:
+        return None
+    return new_total if old_min >= old_total else min(old_min, new_total)
+
+
+def _object_name(base: str, suffix: str) -> str:
+    """``BASE-SUFFIX`` cut to a valid object name (at most 253 characters)."""
+    return f"{base[: 253 - len(suffix) - 1].rstrip('-.')}-{suffix}"
+
+
+def _node_name(name: str, where: str) -> str:
+    try:
+        return dns1123_subdomain(name)
+    except ValueError as exc:
+        raise InvalidInstanceError(where, f"{name!r}: a node name {exc}") from None
+
+
+def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[str]] = None) -> list[dict]:
     """The changes of every job whose allocation the plan changes, in the order to apply them:
-    patches and new objects first, then pod deletions (so replacements see the new affinity)."""
+    node labels, patches and new objects first, then pod deletions (so replacements see the new
+    placement). What the export leaves to another controller (Kueue) is appended to ``notes``."""
+    notes = notes if notes is not None else []
     jobs = {j.id: j for j in parse_jobs(jobs_doc, "jobs")}
     if pods_doc is not None:
         by_label = {(JOB_LABELS[j.key], j.namespace, j.name): j for j in jobs.values()}
@@ -442,92 +707,167 @@ def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None) -> list[dict]:
                 if owner is not None and pod_gpus(pod.spec, label, "spec"):
                     owner.pods.append(pod)
                     break
-    changes, deletions = [], []
+    labels, changes, deletions = [], [], []
     for k, pj in enumerate(plan.jobs):
         job = jobs.get(pj.id)
         if job is None:
             raise InvalidInstanceError(f"plan jobs[{k}].id", f"{pj.id!r} is not a job of the jobs file")
         if pj.action in ("keep", "idle"):
             continue
-        placement = {p.node: p.gpus for p in pj.placement}
-        api = job.raw["apiVersion"]
+        placement = {_node_name(p.node, f"plan jobs[{k}].placement[{i}].node"): p.gpus
+                     for i, p in enumerate(pj.placement)}
         if pj.gpus == 0:
+            if job.kueue:
+                notes.append(f"{job.label}: the plan suspends it, and Kueue suspends it (label "
+                             f"{KUEUE_QUEUE_LABEL}={job.obj.metadata.labels[KUEUE_QUEUE_LABEL]}): deactivate "
+                             f"its Workload (spec.active: false) or let Kueue preempt it; nothing is changed here")
+                continue
             changes += _suspend(job)
+            if job.key == DLROVER:
+                deletions += [_delete(job, p) for p in job.pods]
+                if pods_doc is None:
+                    notes.append(f"{job.label}: suspended by spec.suspend, which stops new workers only; its "
+                                 f"running workers are deleted when the export is given --pods")
             continue
-        extra = pj.gpus - job.fixed_gpus
-        if extra <= 0 or extra % job.gpus_per_pod:
-            raise object_error(job.label, "plan", f"{pj.gpus} GPUs cannot be made of its fixed replicas "
-                                                  f"({job.fixed_gpus} GPUs) and pods of {job.gpus_per_pod} GPUs")
-        replicas = extra // job.gpus_per_pod
+        if not job.allowed_gpus(pj.gpus):
+            raise object_error(job.label, f"plan jobs[{k}].gpus", f"{pj.gpus} GPUs: its controller runs "
+                                                                  f"{job.counts_rule()} (import k8s allows only those)")
+        replicas = (pj.gpus - job.fixed_gpus) // job.gpus_per_pod
         for node, g in placement.items():
             if g % job.gpus_per_pod:
-                raise object_error(job.label, "plan", f"{g} GPUs on node {node} are not whole pods of "
-                                                      f"{job.gpus_per_pod} GPUs")
-        aff = _affinity(list(placement))
-        remove = _pods_to_remove(job, placement)
-        if job.key == PYTORCH:
-            specs = {}
-            for rtype, rs in job.obj.spec.pytorchReplicaSpecs.items():
-                entry: dict[str, Any] = {"template": {"spec": {"affinity": aff}}}
-                if rtype == job.scaled:
-                    entry["replicas"] = replicas
-                specs[rtype] = entry
-            spec: dict[str, Any] = {"pytorchReplicaSpecs": specs}
-            ep = job.obj.spec.elasticPolicy
-            if ep is not None and (ep.minReplicas is not None or ep.maxReplicas is not None):
-                spec["elasticPolicy"] = {}
-                if ep.minReplicas is not None:
-                    spec["elasticPolicy"]["minReplicas"] = min(ep.minReplicas, replicas)
-                if ep.maxReplicas is not None:
-                    spec["elasticPolicy"]["maxReplicas"] = max(ep.maxReplicas, replicas)
-            if job.obj.spec.runPolicy.suspend:
-                spec["runPolicy"] = {"suspend": False}
-            changes.append(_entry(api, job.key[1], job.namespace, job.name, "merge", {"spec": spec}))
-            deletions += [_entry("v1", "Pod", job.namespace, p.metadata.name, "delete", None) for p in remove]
-        elif job.key == VOLCANO:
-            tasks = json.loads(json.dumps(job.raw["spec"]["tasks"]))  # a merge patch replaces lists whole
-            total = 0
-            for t in tasks:
-                if t["name"] == job.scaled:
-                    t["replicas"] = replicas
-                t.setdefault("template", {}).setdefault("spec", {})["affinity"] = aff
-                total += t["replicas"]
-            if job.obj.status.state.phase in ("Aborted", "Aborting"):
-                changes.append(_command(job, "ResumeJob"))
-            changes.append(_entry(api, "Job", job.namespace, job.name, "merge",
-                                  {"spec": {"minAvailable": total, "tasks": tasks}}))
-            deletions += [_entry("v1", "Pod", job.namespace, p.metadata.name, "delete", None) for p in remove]
+                raise object_error(job.label, f"plan jobs[{k}].placement", f"{g} GPUs on node {node} are not "
+                                                                           f"whole pods of {job.gpus_per_pod} GPUs")
+        resumed = False
+        if job.kueue and _suspended(job):
+            notes.append(f"{job.label}: the plan resumes it, and Kueue admits it (label {KUEUE_QUEUE_LABEL}="
+                         f"{job.obj.metadata.labels[KUEUE_QUEUE_LABEL]}): its suspend flag is left to Kueue")
         else:
-            rtype = job.scaled
-            changes.append(_entry(api, "ElasticJob", job.namespace, job.name, "merge",
-                                  {"spec": {"replicaSpecs": {rtype: {"template": {"spec": {"affinity": aff}}}}}}))
-            sp_spec = {"ownerJob": job.name,
-                       "replicaResourceSpecs": {rtype: {"replicas": replicas,
-                                                        "resource": {GPU: str(job.gpus_per_pod)}}}}
-            if remove:
-                sp_spec["removePods"] = [{"name": p.metadata.name, "type": _pod_type(job, p) or rtype}
-                                         for p in remove]
-            digest = hashlib.sha1(json.dumps(sp_spec, sort_keys=True).encode()).hexdigest()[:8]
-            sp_name = f"{job.name}-unicron-plan-{digest}"
-            changes.append(_entry(api, "ScalePlan", job.namespace, sp_name, "create", {
-                "apiVersion": api, "kind": "ScalePlan",
-                "metadata": {"name": sp_name, "namespace": job.namespace,
-                             "labels": {"elasticjob.dlrover/name": job.name, "scale-type": "manual"}},
-                "spec": sp_spec}))
-    return changes + deletions
+            resumed = _suspended(job)
+        if job.kueue and replicas != job.replicas:
+            notes.append(f"{job.label}: Kueue re-admits it with {replicas} {job.scaled} replicas "
+                         f"(it suspends the job until the new size is admitted)")
+        if job.key == PYTORCH:
+            changes.append(_pytorch_patch(job, placement, replicas, resumed))
+            deletions += [_delete(job, p) for p in _pods_to_delete(job, placement, _replicas_of(job, replicas))]
+        elif job.key == VOLCANO:
+            labels += _placement_labels(job, placement)
+            if resumed:
+                changes.append(_command(job, "ResumeJob"))
+            patch = _volcano_patch(job, replicas)
+            if patch["patch"]:  # a move keeps the counts: the labels and deletions carry it
+                changes.append(patch)
+            deletions += [_delete(job, p) for p in _pods_to_delete(job, placement, _replicas_of(job, replicas))]
+        else:
+            changes += _dlrover_changes(job, placement, replicas, resumed)
+    return labels + changes + deletions
 
 
-def _pod_type(job: K8sJob, pod: Pod) -> str:
-    labels = pod.metadata.labels
-    value = (labels.get("training.kubeflow.org/replica-type") if job.key == PYTORCH else
-             labels.get("volcano.sh/task-spec") if job.key == VOLCANO else
-             labels.get("elasticjob.dlrover/replica-type"))
-    return (value or "").lower()
+def _suspended(job: K8sJob) -> bool:
+    if job.key == PYTORCH:
+        return job.obj.spec.runPolicy.suspend
+    if job.key == VOLCANO:
+        return job.obj.status.state.phase in ("Aborted", "Aborting")
+    return job.obj.spec.suspend
+
+
+def _replicas_of(job: K8sJob, replicas: int) -> dict[str, int]:
+    """The replicas of every GPU replica type after the change (only the scaled one changes)."""
+    return {name: replicas if name == job.scaled else n for name, n, _, _ in _replica_sets(job.obj)}
+
+
+def _pytorch_patch(job: K8sJob, placement: dict[str, int], replicas: int, resumed: bool) -> dict:
+    """Worker replicas, the GPU replica types' node affinity (CPU-only types untouched), the
+    elastic range widened to the new count, the gang minimum following it, and the resumption."""
+    aff = _affinity(list(placement))
+    specs: dict[str, Any] = {}
+    old_total = new_total = 0
+    for rtype, rs in job.obj.spec.pytorchReplicaSpecs.items():
+        new = replicas if rtype == job.scaled else rs.replicas
+        old_total, new_total = old_total + rs.replicas, new_total + new
+        if rtype in job.gpu_types:
+            specs[rtype] = {"template": {"spec": {"affinity": aff}}}
+            if rtype == job.scaled:
+                specs[rtype]["replicas"] = replicas
+    spec: dict[str, Any] = {"pytorchReplicaSpecs": specs}
+    ep = job.obj.spec.elasticPolicy
+    if ep is not None and (ep.minReplicas is not None or ep.maxReplicas is not None):
+        spec["elasticPolicy"] = {}
+        if ep.minReplicas is not None:
+            spec["elasticPolicy"]["minReplicas"] = min(ep.minReplicas, replicas)
+        if ep.maxReplicas is not None:
+            spec["elasticPolicy"]["maxReplicas"] = max(ep.maxReplicas, replicas)
+    run: dict[str, Any] = {}
+    sp = job.obj.spec.runPolicy.schedulingPolicy
+    if sp is not None and sp.minAvailable is not None:
+        run["schedulingPolicy"] = {"minAvailable": _follow(sp.minAvailable, old_total, new_total)}
+    if resumed:
+        run["suspend"] = False
+    if run:
+        spec["runPolicy"] = run
+    return _entry(job.raw["apiVersion"], job.key[1], job.namespace, job.name, "merge", {"spec": spec})
+
+
+def _volcano_patch(job: K8sJob, replicas: int) -> dict:
+    """A JSON patch of only what Volcano's job update allows: the scaled task's replicas and
+    minAvailable, and the job's minAvailable (each gang minimum follows the new count). Each
+    task is addressed by index after a test of its name, so a reordered job fails the patch."""
+    ops: list[dict] = []
+    old_total = new_total = 0
+    for i, task in enumerate(job.obj.spec.tasks):
+        new = replicas if task.name == job.scaled else task.replicas
+        old_total, new_total = old_total + task.replicas, new_total + new
+        if task.name != job.scaled or new == task.replicas:
+            continue
+        ops.append({"op": "test", "path": f"/spec/tasks/{i}/name", "value": task.name})
+        ops.append({"op": "replace", "path": f"/spec/tasks/{i}/replicas", "value": new})
+        if task.minAvailable is not None:
+            ops.append({"op": "replace", "path": f"/spec/tasks/{i}/minAvailable",
+                        "value": _follow(task.minAvailable, task.replicas, new)})
+    job_min = job.obj.spec.minAvailable
+    if job_min is not None and new_total != old_total:
+        ops.append({"op": "replace", "path": "/spec/minAvailable", "value": _follow(job_min, old_total, new_total)})
+    return _entry(job.raw["apiVersion"], "Job", job.namespace, job.name, "json", ops)
+
+
+def _placement_labels(job: K8sJob, placement: dict[str, int]) -> list[dict]:
+    """Node label patches that place a Volcano job's GPU pods: its placement label on the plan's
+    nodes, and off the nodes its pods leave (Volcano does not let an update change the templates)."""
+    assert job.placement_label is not None
+    key, value = job.placement_label
+    out = [_entry("v1", "Node", "", node, "merge", {"metadata": {"labels": {key: value}}})
+           for node in sorted(placement)]
+    left = sorted({p.spec.nodeName for p in job.pods if p.spec.nodeName} - set(placement))
+    out += [_entry("v1", "Node", "", node, "merge", {"metadata": {"labels": {key: None}}}) for node in left]
+    return out
+
+
+def _dlrover_changes(job: K8sJob, placement: dict[str, int], replicas: int, resumed: bool) -> list[dict]:
+    """The worker template's affinity (and the resumption), then a manual ScalePlan."""
+    api = job.raw["apiVersion"]
+    rtype = job.scaled
+    spec: dict[str, Any] = {"replicaSpecs": {rtype: {"template": {"spec": {"affinity": _affinity(list(placement))}}}}}
+    if resumed:
+        spec["suspend"] = False
+    out = [_entry(api, "ElasticJob", job.namespace, job.name, "merge", {"spec": spec})]
+    sp_spec: dict[str, Any] = {"ownerJob": job.name, "replicaResourceSpecs": {
+        rtype: {"replicas": replicas, "resource": {GPU: str(job.gpus_per_pod)}}}}
+    remove = _pods_to_remove_dlrover(job, placement)
+    if remove:
+        sp_spec["removePods"] = [{"name": p.metadata.name, "type": (_pod_type(job, p) or rtype).lower()}
+                                 for p in remove]
+    digest = hashlib.sha1(json.dumps(sp_spec, sort_keys=True).encode()).hexdigest()[:8]
+    sp_name = _object_name(job.name, f"unicron-plan-{digest}")
+    out.append(_entry(api, "ScalePlan", job.namespace, sp_name, "create", {
+        "apiVersion": api, "kind": "ScalePlan",
+        "metadata": {"name": sp_name, "namespace": job.namespace,
+                     "labels": {"elasticjob.dlrover/name": job.name[:63].rstrip("-."), "scale-type": "manual"}},
+        "spec": sp_spec}))
+    return out
 
 
 def _command(job: K8sJob, action: str) -> dict:
     """A Volcano bus Command, as ``vcctl job suspend/resume`` creates it."""
-    name = f"{job.name}-{action.lower()}-unicron-plan"
+    name = _object_name(job.name, f"{action.lower()}-unicron-plan")
     target = {"apiVersion": job.raw["apiVersion"], "kind": "Job", "name": job.name}
     if job.obj.metadata.uid:
         target["uid"] = job.obj.metadata.uid
@@ -539,30 +879,41 @@ def _command(job: K8sJob, action: str) -> dict:
 
 
 def _suspend(job: K8sJob) -> list[dict]:
+    """PyTorchJob runPolicy.suspend; Volcano an AbortJob Command (``vcctl job suspend``); DLRover
+    spec.suspend (its master then creates no worker; the export deletes the running ones)."""
     if job.key == PYTORCH:
         return [_entry(job.raw["apiVersion"], "PyTorchJob", job.namespace, job.name, "merge",
                        {"spec": {"runPolicy": {"suspend": True}}})]
     if job.key == VOLCANO:
         return [_command(job, "AbortJob")]
-    raise object_error(job.label, "plan", "the plan suspends the job, and a DLRover ElasticJob cannot be "
-                                          "suspended (a ScalePlan cannot ask for 0 replicas); mark it "
-                                          "unicron-plan/pinned or raise its weight, or delete it by hand")
+    return [_entry(job.raw["apiVersion"], "ElasticJob", job.namespace, job.name, "merge",
+                   {"spec": {"suspend": True}})]
 
 
-def render_kubectl(changes: list[dict]) -> str:
-    """The changes as a POSIX shell script of kubectl commands, in order."""
+def _resource(change: dict) -> str:
+    group = change["apiVersion"].split("/", 1)[0] if "/" in change["apiVersion"] else ""
+    return change["kind"].lower() + "s" + (f".{group}" if group else "")
+
+
+def render_kubectl(changes: list[dict], notes: Optional[list[str]] = None) -> str:
+    """The changes as a POSIX shell script of kubectl commands, in order. Every argument is
+    quoted and object names come after ``--``, so no name can become an option."""
     lines = ["#!/bin/sh", "# Generated by unicron-plan export k8s: apply in this order.", "set -e"]
+    for note in notes or []:
+        lines.append("# note: " + " ".join(note.split()))  # one comment line, whatever the text holds
     for c in changes:
-        ns, name = shlex.quote(c["namespace"]), shlex.quote(c["name"])
-        group = c["apiVersion"].split("/", 1)[0] if "/" in c["apiVersion"] else ""
-        resource = (c["kind"].lower() + "s") + (f".{group}" if group else "")
-        if c["patchType"] == "merge":
-            lines.append(f"kubectl patch {resource} {name} -n {ns} --type merge "
-                         f"-p {shlex.quote(json.dumps(c['patch'], sort_keys=True, separators=(',', ':')))}")
+        ns = ["-n", c["namespace"]] if c["namespace"] else []
+        target = ["--", _resource(c), c["name"]]
+        if c["patchType"] in ("merge", "json"):
+            body = json.dumps(c["patch"], sort_keys=True, separators=(",", ":"))
+            argv = ["kubectl", "patch", *ns, "--type", c["patchType"], "-p", body, *target]
         elif c["patchType"] == "create":
-            lines.append("kubectl create -f - <<'EOF'")
-            lines.append(json.dumps(c["patch"], sort_keys=True))
-            lines.append("EOF")
+            argv = ["kubectl", "create", "-f", "-"]
         else:
-            lines.append(f"kubectl delete {resource} {name} -n {ns} --wait=false")
+            argv = ["kubectl", "delete", *ns, "--wait=false", *target]
+        line = " ".join(shlex.quote(a) for a in argv)
+        if c["patchType"] == "create":
+            lines += [line + " <<'EOF'", json.dumps(c["patch"], sort_keys=True), "EOF"]
+        else:
+            lines.append(line)
     return "\n".join(lines) + "\n"

@@ -1,5 +1,7 @@
-"""Slurm: ``scontrol show nodes --json`` and ``squeue --json`` (data_parser
-v0.0.40 and later) in, ``scontrol`` commands out.
+"""Slurm: nodes and jobs in (``sinfo --json``/``squeue --json`` of Slurm 22.05, openapi
+v0.0.37-v0.0.38, or ``scontrol show nodes --json``/``squeue --json`` of 23.02 and later,
+data_parser v0.0.39-v0.0.42; the version is read from the document), ``scontrol``
+commands out.
 
 Slurm gives a job the same GPUs on every node it runs on, and training jobs
 take whole nodes, so each planned job gets ``tp`` = the GPUs of its nodes and
@@ -11,62 +13,138 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import hostlist
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.integrations.common import (Cost, GpuMap, JobState, Lenient, NodeState, build_instance,
                                               items_of, object_error, parse_object, parse_plan_fields)
 
-FAILED_FLAGS = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"})
+FAILED_FLAGS = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING"})
 HOLDING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "RESIZING"})
 PLANNED = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "PENDING"})
+HELD_REASONS = frozenset({"JOBHELDUSER", "JOBHELDADMIN"})
 COMMENT_PREFIX = "unicron-plan:"
 MAX_HOSTS = 100_000
+MAX_HOSTLIST_CHARS = 1_000_000
+#: Seconds between the last release and the StartTime=now of the placed jobs (see Step).
+START_PAUSE = 2
+#: A node name Slurm accepts in a hostlist and that no shell reads as anything but a word:
+#: letters, digits, ``.``, ``_`` and ``-``, not starting with ``-`` or ``.``.
+NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}$")
+#: The data_parser / openapi versions whose documents this reader was checked against.
+KNOWN_VERSIONS = ("v0.0.37", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42")
+
+
+def doc_version(doc: Any) -> Optional[str]:
+    """The document's format version (``v0.0.38``, ``v0.0.40``...) from ``meta.plugin``:
+    ``type: openapi/v0.0.38`` (Slurm 22.05) or ``data_parser: v0.0.40`` (23.02 and later);
+    None when the document does not say."""
+    meta = doc.get("meta") if isinstance(doc, dict) else None
+    plugin = meta.get("plugin") if isinstance(meta, dict) else None
+    if not isinstance(plugin, dict):
+        return None
+    for key in ("data_parser", "type"):
+        m = re.search(r"v\d+\.\d+\.\d+", str(plugin.get(key) or ""))
+        if m:
+            return m.group(0)
+    return None
 
 
 def _as_list(value: Any) -> Any:
-    """Slurm before data_parser v0.0.40 printed some lists as one comma-separated string."""
+    """Slurm 22.05 (openapi v0.0.38) prints some lists as one comma-separated string."""
     if isinstance(value, str):
         return [v for v in value.split(",") if v]
     return value
 
 
+def _number(value: Any) -> Any:
+    """data_parser v0.0.40+ prints numbers as ``{"set": true, "number": N}``."""
+    if isinstance(value, dict) and "number" in value:
+        return value["number"] if value.get("set", True) and not value.get("infinite") else None
+    return value
+
+
+def check_node_name(name: str, obj: str, path: str) -> str:
+    if not NODE_NAME.match(name):
+        raise object_error(obj, path, f"{name[:80]!r} is not a Slurm node name (letters, digits, '.', '_', "
+                                      "'-'; not starting with '-' or '.'; at most 253 characters)")
+    return name
+
+
 class SlurmNode(Lenient):
     name: str = Field(min_length=1)
-    state: list[str]
+    state: list[str]                                        # v0.0.39+: every flag; v0.0.38: the base state
+    state_flags: list[str] = Field(default_factory=list)    # v0.0.38: DRAIN, NOT_RESPONDING...
     gres: str = ""
     features: list[str] = Field(default_factory=list)
     reason: str = ""
 
-    @field_validator("state", "features", mode="before")
+    @field_validator("state", "state_flags", "features", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _as_list(value)
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NODE_NAME.match(value):
+            raise ValueError(f"{value[:80]!r} is not a Slurm node name (letters, digits, '.', '_', '-'; "
+                             "not starting with '-' or '.')")
+        return value
+
+    @property
+    def flags(self) -> set[str]:
+        """Base state and flags, upper case, whichever field the version puts them in."""
+        return {s.upper() for s in (*self.state, *self.state_flags)}
+
 
 class SlurmJob(Lenient):
-    job_id: int = Field(ge=0)
+    job_id: int = Field(ge=0, le=2**32)
     name: str = ""
     job_state: list[str]
+    state_reason: str = ""
     nodes: str = ""
     comment: str = ""
     tres_alloc_str: str = ""
     gres_detail: list[str] = Field(default_factory=list)
     tres_per_node: str = ""
-    hold: bool = False
+    hold: Optional[bool] = None   # data_parser v0.0.40+; older: state_reason JobHeld*
+    priority: Optional[int] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            for key in ("job_id", "priority"):
+                if key in data:
+                    data[key] = _number(data[key])
+        return data
 
     @field_validator("job_state", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _as_list(value)
 
+    @property
+    def flags(self) -> set[str]:
+        return {s.upper() for s in self.job_state}
+
+    @property
+    def held(self) -> bool:
+        """Held on every version: ``hold`` (v0.0.40+) or a JobHeldUser/JobHeldAdmin reason."""
+        if self.hold is not None:
+            return self.hold
+        return "PENDING" in self.flags and self.state_reason.upper() in HELD_REASONS
+
 
 _GRES_ITEM = re.compile(r"([^,(]+)(\([^)]*\))?")
 _GPU = re.compile(r"^gpu(?::([^:]+))?:(\d+)$")
-_TRES_GPU = re.compile(r"^gres[/:]gpu:([^:,]+):\d+$")  # tres_per_node of a typed request
+_TRES_GPU = re.compile(r"^gres[/:]gpu:([^:,]+):(\d+)$")  # tres_per_node of a typed request
+_TRES_GPU_COUNT = re.compile(r"^gres[/:]gpu(?::([^:,]+))?:(\d+)$")
 
 
 def gpu_gres(text: str, obj: str, path: str) -> tuple[Optional[str], int]:
@@ -88,30 +166,95 @@ def gpu_gres(text: str, obj: str, path: str) -> tuple[Optional[str], int]:
     return gtype, count
 
 
+def _split_top(text: str, obj: str, path: str) -> list[str]:
+    """Split a hostlist at the commas outside brackets (one pass)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise object_error(obj, path, f"{text[:80]!r} is not a hostlist: nested brackets")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise object_error(obj, path, f"{text[:80]!r} is not a hostlist: unbalanced brackets")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise object_error(obj, path, f"{text[:80]!r} is not a hostlist: unbalanced brackets")
+    parts.append(text[start:])
+    return [p for p in parts if p]
+
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def _ranges(body: str, text: str, obj: str, path: str) -> list[tuple[int, int, int]]:
+    """``001-004,7`` -> [(1, 4, 3), (7, 7, 1)] (low, high, zero-padded width)."""
+    out = []
+    for item in body.split(","):
+        m = _RANGE.match(item)
+        if not m:
+            raise object_error(obj, path, f"{text[:80]!r} is not a hostlist: bad range {item[:20]!r}")
+        lo_s, hi_s = m.group(1), m.group(2) or m.group(1)
+        if len(lo_s) > 18 or len(hi_s) > 18:
+            raise object_error(obj, path, f"{text[:80]!r} is not a hostlist: number too long")
+        lo, hi = int(lo_s), int(hi_s)
+        if hi < lo:
+            raise object_error(obj, path, f"{text[:80]!r} is not a hostlist: range {item[:20]!r} runs backwards")
+        out.append((lo, hi, len(lo_s) if lo_s.startswith("0") or len(lo_s) == len(hi_s) else 0))
+    return out
+
+
 def expand(text: str, obj: str, path: str) -> list[str]:
-    """A Slurm hostlist (``gpu[001-004,007]``) as names."""
-    try:
-        names = hostlist.expand_hostlist(text) if text else []
-    except hostlist.BadHostlist as exc:
-        raise object_error(obj, path, f"{text!r} is not a hostlist: {exc}") from None
+    """A Slurm hostlist (``gpu[001-004,007]``, ``a[1-2]b[3-4]``) as names, in bounded, linear work:
+    the number of names is computed (and capped at MAX_HOSTS) before any is built."""
+    if not text:
+        return []
+    if len(text) > MAX_HOSTLIST_CHARS:
+        raise object_error(obj, path, f"hostlist of {len(text)} characters; at most {MAX_HOSTLIST_CHARS}")
+    names: list[str] = []
+    for part in _split_top(text, obj, path):
+        pieces = re.split(r"\[([^\]]*)\]", part)   # literal, ranges, literal, ranges, ..., literal
+        groups = [_ranges(body, text, obj, path) for body in pieces[1::2]]
+        size = 1
+        for g in groups:
+            size *= sum(hi - lo + 1 for lo, hi, _ in g)
+            if len(names) + size > MAX_HOSTS:
+                raise object_error(obj, path, f"more than {MAX_HOSTS} hosts")
+        partial = [pieces[0]]
+        for g, literal in zip(groups, pieces[2::2]):
+            values = [str(v).zfill(w) for lo, hi, w in g for v in range(lo, hi + 1)]
+            partial = [p + v + literal for p in partial for v in values]
+        names.extend(partial)
     if len(names) > MAX_HOSTS:
         raise object_error(obj, path, f"{len(names)} hosts; at most {MAX_HOSTS}")
     return names
 
 
 def compress(names: list[str]) -> str:
-    """Names as the compressed hostlist Slurm prints."""
+    """Names as the compressed hostlist Slurm prints (``n[1-3,8]``)."""
+    import hostlist
+
     return hostlist.collect_hostlist(list(names))
 
 
-def job_gpus(job: SlurmJob, obj: str) -> int:
-    """GPUs allocated to the job: ``gres/gpu=N`` of ``tres_alloc_str``."""
+def job_gpus(job: SlurmJob, obj: str, nodes: int) -> int:
+    """GPUs allocated to the job: ``gres/gpu=N`` of ``tres_alloc_str`` (needs
+    AccountingStorageTRES=gres/gpu), else the sum of ``gres_detail`` (one entry per node),
+    else ``tres_per_node`` times the node count (the same on every version)."""
     for part in job.tres_alloc_str.split(","):
         key, _, value = part.partition("=")
         if key.strip() == "gres/gpu":
             if not value.strip().isdigit():
                 raise object_error(obj, "tres_alloc_str", f"gres/gpu={value!r} is not a whole number")
             return int(value)
+    if job.gres_detail:
+        return sum(gpu_gres(d, obj, f"gres_detail[{k}]")[1] for k, d in enumerate(job.gres_detail))
+    per = _TRES_GPU_COUNT.match(job.tres_per_node.strip())
+    if per and nodes:
+        return int(per.group(2)) * nodes
     return 0
 
 
@@ -135,23 +278,37 @@ def plan_comment(comment: str, obj: str) -> Optional[dict[str, str]]:
     return out
 
 
-def _parse_jobs(doc: Any) -> list[tuple[SlurmJob, str]]:
+def parse_nodes(doc: Any) -> list[tuple[SlurmNode, str]]:
+    out = []
+    for i, raw in enumerate(items_of(doc, "nodes", key="nodes")):
+        nm = raw.get("name", f"nodes[{i}]") if isinstance(raw, dict) else f"nodes[{i}]"
+        obj = f"Node {str(nm)[:80]}"
+        out.append((parse_object(SlurmNode, raw, obj), obj))
+    return out
+
+
+def parse_jobs(doc: Any) -> list[tuple[SlurmJob, str]]:
     out = []
     for i, raw in enumerate(items_of(doc, "jobs", key="jobs")):
-        jid = raw.get("job_id", f"jobs[{i}]") if isinstance(raw, dict) else f"jobs[{i}]"
-        obj = f"Job {jid}"
+        jid = _number(raw.get("job_id", f"jobs[{i}]")) if isinstance(raw, dict) else f"jobs[{i}]"
+        obj = f"Job {str(jid)[:80]}"
         out.append((parse_object(SlurmJob, raw, obj), obj))
     return out
 
 
+def job_nodes(job: SlurmJob, obj: str) -> list[str]:
+    """The nodes a job holds now (none unless it runs, is suspended or completing)."""
+    if not job.flags & HOLDING:
+        return []
+    return [check_node_name(n, obj, "nodes") for n in expand(job.nodes, obj, "nodes")]
+
+
 def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
                  rack_feature: Optional[str] = None, name: str = "slurm") -> dict:
-    """Build the v1 instance from ``scontrol show nodes --json`` and ``squeue --json``."""
+    """Build the v1 instance from the nodes (``scontrol show nodes --json`` or, before
+    Slurm 23.02, ``sinfo --json``) and the jobs (``squeue --json``)."""
     states: dict[str, NodeState] = {}
-    for i, raw in enumerate(items_of(nodes_doc, "nodes", key="nodes")):
-        nm = raw.get("name", f"nodes[{i}]") if isinstance(raw, dict) else f"nodes[{i}]"
-        obj = f"Node {nm}"
-        node = parse_object(SlurmNode, raw, obj)
+    for node, obj in parse_nodes(nodes_doc):
         product, gpus = gpu_gres(node.gres, obj, "gres")
         if gpus == 0:
             continue
@@ -161,24 +318,23 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
         if rack_feature:
             rack = next((f for f in node.features if f.startswith(rack_feature)), None)
         states[node.name] = NodeState(id=node.name, gpu_type=gpu_map.resolve(product, obj, "gres"), gpus=gpus,
-                                      rack=rack, failed=bool(FAILED_FLAGS & {s.upper() for s in node.state}))
+                                      rack=rack, failed=bool(FAILED_FLAGS & node.flags))
     node_size: dict[str, set[int]] = {}
     for st in states.values():
         node_size.setdefault(st.gpu_type, set()).add(st.gpus)
 
     jobs: list[JobState] = []
     seen: set[str] = set()
-    for job, obj in _parse_jobs(jobs_doc):
-        flags = {s.upper() for s in job.job_state}
+    for job, obj in parse_jobs(jobs_doc):
+        flags = job.flags
         fields = plan_comment(job.comment, obj)
         holds = bool(flags & HOLDING)
-        names = expand(job.nodes, obj, "nodes") if holds else []
+        names = job_nodes(job, obj)
+        total = job_gpus(job, obj, len(names)) if holds else 0
         for n in names:
-            if n not in states:
-                if job_gpus(job, obj):
-                    raise object_error(obj, "nodes", f"{n!r} is not a GPU node of the nodes file")
+            if n not in states and total:
+                raise object_error(obj, "nodes", f"{n!r} is not a GPU node of the nodes file")
         names = [n for n in names if n in states]
-        total = job_gpus(job, obj) if holds else 0
         if fields is None or not flags & PLANNED:
             if holds and total:  # work the planner does not manage keeps its GPUs
                 per = _per_node(job, names, total, obj)
@@ -199,7 +355,8 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
                     raise object_error(obj, "tres_alloc_str", f"{g} of node {n}'s {states[n].gpus} GPUs: "
                                                               "planned Slurm jobs use whole nodes")
         elif holds:
-            raise object_error(obj, "tres_alloc_str", "no gres/gpu: a planned job holds GPUs")
+            raise object_error(obj, "gres_detail", "no GPU found (tres_alloc_str, gres_detail, tres_per_node): "
+                                                   "a planned job holds GPUs")
         asked = _TRES_GPU.match(job.tres_per_node.strip())
         if asked:
             js.requested_type = (asked.group(1), "tres_per_node")
@@ -229,44 +386,178 @@ def _per_node(job: SlurmJob, names: list[str], total: int, obj: str) -> list[int
     return [total // len(names)] * len(names)
 
 
-def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None,
-                 reason: str = "unicron-plan: failed") -> list[str]:
-    """``scontrol`` commands that carry out the plan, in order: drain the plan's drained
-    nodes, then free GPUs (shrink, requeue, suspend), then take them (grow, resume)."""
-    jobs = {str(j.job_id): (j, obj) for j, obj in _parse_jobs(jobs_doc)}
-    drained_already: set[str] = set()
+# --- export ------------------------------------------------------------------------------------
+
+@dataclass
+class Step:
+    """One change of the export, applied only when the cluster is not there yet (so that
+    applying the export again, or after a failure, is harmless):
+
+    - ``drain``: drain ``node`` with ``reason`` (the node's own reason kept in front);
+    - ``hold``: hold pending ``job`` that the plan keeps idle (so that Slurm does not start it
+      on nodes the plan gives to another job);
+    - ``shrink``: ``scontrol update JobId NodeList`` of a running job onto a subset of its nodes;
+    - ``suspend``: requeue held a running ``job`` (hold it if pending);
+    - ``requeue``: requeue held a running ``job`` that moves or grows to ``nodes``;
+    - ``place``: once the job is no longer completing, ``NumNodes=N-N ReqNodeList=nodes`` and
+      release;
+    - ``start``: after a pause of START_PAUSE seconds, ``StartTime=now`` of a placed job that is
+      still pending (a requeued job is not eligible for two minutes otherwise; started within
+      the second its previous run's credential was revoked, slurmd refuses it and Slurm ends
+      the job, hence the pause).
+    """
+
+    kind: str
+    job: Optional[int] = None
+    nodes: list[str] = field(default_factory=list)
+    node: str = ""
+    reason: str = ""
+
+    def commands(self) -> list[list[str]]:
+        """The ``scontrol`` argument vectors of the step when it applies."""
+        j = str(self.job)
+        hl = compress(self.nodes) if self.nodes else ""
+        if self.kind == "drain":
+            return [["scontrol", "update", f"NodeName={self.node}", "State=DRAIN", f"Reason={self.reason}"]]
+        if self.kind == "hold":
+            return [["scontrol", "hold", j]]
+        if self.kind == "shrink":
+            return [["scontrol", "update", f"JobId={j}", f"NodeList={hl}"]]
+        if self.kind in ("suspend", "requeue"):
+            return [["scontrol", "requeuehold", j]]
+        if self.kind == "place":
+            n = len(self.nodes)
+            return [["scontrol", "update", f"JobId={j}", f"NumNodes={n}-{n}", f"ReqNodeList={hl}"],
+                    ["scontrol", "release", j]]
+        if self.kind == "start":
+            return [["scontrol", "update", f"JobId={j}", "StartTime=now"]]
+        raise ValueError(self.kind)
+
+
+def append_reason(current: str, reason: str) -> str:
+    """The operator's reason kept, ours added (once)."""
+    current = current.strip()
+    if not current or current == reason or current.endswith("; " + reason):
+        return reason if not current else current
+    return f"{current}; {reason}"
+
+
+def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unicron-plan: failed") -> list[Step]:
+    """The steps that carry out the plan, in order: drain the plan's drained nodes (their
+    reasons kept), hold the pending jobs the plan keeps idle, free GPUs (shrink, suspend,
+    requeue the jobs that move or grow), then place the moved, grown and resumed jobs."""
+    jobs = {str(j.job_id): (j, obj) for j, obj in parse_jobs(jobs_doc)}
+    nodes: dict[str, SlurmNode] = {}
     if nodes_doc is not None:
-        for i, raw in enumerate(items_of(nodes_doc, "nodes", key="nodes")):
-            nm = raw.get("name", f"nodes[{i}]") if isinstance(raw, dict) else f"nodes[{i}]"
-            node = parse_object(SlurmNode, raw, f"Node {nm}")
-            if "DRAIN" in {s.upper() for s in node.state}:
-                drained_already.add(node.name)
-    first: list[str] = []
-    then: list[str] = []
-    to_drain = [n for n in (plan.drained_nodes or []) if n not in drained_already]
-    if to_drain:
-        first.append(f"scontrol update NodeName={compress(to_drain)} State=DRAIN Reason={shlex.quote(reason)}")
+        nodes = {n.name: n for n, _ in parse_nodes(nodes_doc)}
+    drains: list[Step] = []
+    for k, name in enumerate(plan.drained_nodes or []):
+        check_node_name(name, "plan", f"drained_nodes[{k}]")
+        node = nodes.get(name)
+        if node is None and nodes_doc is not None:
+            raise InvalidInstanceError(f"plan drained_nodes[{k}]", f"{name!r} is not a node of the nodes file")
+        if node is not None and node.flags & {"DRAIN", "DRAINED", "DRAINING"}:
+            continue
+        if nodes_doc is None:
+            raise InvalidInstanceError("--nodes", "the plan drains nodes: give the nodes file, so that their "
+                                                  "own reasons are kept")
+        drains.append(Step("drain", node=name, reason=append_reason(node.reason, reason)))
+    holds, frees, takes = [], [], []
     for k, pj in enumerate(plan.jobs):
         if pj.id not in jobs:
             raise InvalidInstanceError(f"plan jobs[{k}].id", f"{pj.id!r} is not a job of the jobs file")
-        if pj.action in ("keep", "idle"):
-            continue
         job, obj = jobs[pj.id]
-        current = set(expand(job.nodes, obj, "nodes")) if {s.upper() for s in job.job_state} & HOLDING else set()
-        planned = [p.node for p in pj.placement]
+        flags = job.flags
+        planned = [check_node_name(p.node, "plan", f"jobs[{k}].placement") for p in pj.placement]
+        if pj.action == "keep":
+            continue
+        if pj.gpus == 0:
+            if flags & HOLDING:
+                frees.append(Step("suspend", job=job.job_id))
+            elif "PENDING" in flags and not job.held:
+                holds.append(Step("hold", job=job.job_id))
+            continue
         per = {p.gpus for p in pj.placement}
         if len(per) > 1:
             raise object_error(obj, "plan", f"per-node GPUs {sorted(per)} differ; Slurm gives a job the same "
                                             "GPUs on every node (import gives planned jobs whole nodes)")
-        jid = job.job_id
-        if pj.gpus == 0:
-            first.append(f"scontrol requeuehold {jid}")
-        elif current and set(planned) <= current:
-            first.append(f"scontrol update JobId={jid} NodeList={compress(planned)}")
-        else:
-            if current:
-                first.append(f"scontrol requeuehold {jid}")
-            then.append(f"scontrol update JobId={jid} NumNodes={len(planned)} ReqNodeList={compress(planned)}")
-            if current or job.hold:
-                then.append(f"scontrol release {jid}")
-    return first + then
+        current = set(job_nodes(job, obj))
+        if current and set(planned) == current:
+            continue
+        if current and set(planned) < current:
+            frees.append(Step("shrink", job=job.job_id, nodes=planned))
+            continue
+        if current:
+            frees.append(Step("requeue", job=job.job_id, nodes=planned))
+        takes.append(Step("place", job=job.job_id, nodes=planned))
+    starts = [Step("start", job=st.job, nodes=st.nodes) for st in takes]
+    return drains + holds + frees + takes + starts
+
+
+_SCRIPT_HEAD = """\
+#!/bin/sh
+# Generated by unicron-plan export slurm. Each step runs only when the cluster is not
+# there yet, so running the script again is harmless. A failed command stops the script
+# after releasing the jobs it requeued for a move (they then run where Slurm puts them);
+# the next export finishes the plan.
+set -u
+moved=''
+fail() {
+  echo "unicron-plan export: failed: $*" >&2
+  for j in $moved; do scontrol release "$j" || true; done
+  exit 1
+}
+job_state() { squeue -h -j "$1" -o '%T %N' 2>/dev/null || true; }
+node_state() { sinfo -h -N -n "$1" -o '%T' 2>/dev/null || true; }
+held() { case "$(squeue -h -j "$1" -o '%r' 2>/dev/null)" in JobHeld*|*'held state'*) return 0 ;; esac; return 1; }
+settled() {  # wait until a requeued job is no longer completing (at most 120 s)
+  i=0
+  while [ "$i" -lt 240 ]; do
+    case "$(job_state "$1")" in COMPLETING*|*' COMPLETING'*) sleep 0.5; i=$((i + 1)) ;; *) return 0 ;; esac
+  done
+  fail "job $1 still completing after 120 s"
+}
+"""
+
+
+def _run(argv: list[str], indent: str = "") -> str:
+    cmd = shlex.join(argv)
+    return f"{indent}{cmd} || fail {shlex.quote(cmd)}\n"
+
+
+def render_script(steps: list[Step]) -> str:
+    """The steps as a POSIX shell script: every name and hostlist quoted, every command's
+    result checked, every step guarded by the cluster's present state."""
+    out = [_SCRIPT_HEAD]
+    paused = False
+    for st in steps:
+        q = shlex.quote
+        if st.kind == "drain":
+            out.append(f"case \"$(node_state {q(st.node)})\" in *drain*) ;; *)\n")
+            out.append(_run(st.commands()[0], "  ") + "  ;;\nesac\n")
+            continue
+        j = str(st.job)
+        target = q(f"RUNNING {compress(st.nodes)}") if st.nodes else "''"
+        if st.kind == "hold":
+            out.append(f"case \"$(job_state {j})\" in PENDING*)\n  held {j} || "
+                       + _run(st.commands()[0]) + "  ;;\nesac\n")
+        elif st.kind == "shrink":
+            out.append(f"if [ \"$(job_state {j})\" != {target} ]; then\n" + _run(st.commands()[0], "  ") + "fi\n")
+        elif st.kind == "suspend":
+            out.append(f"case \"$(job_state {j})\" in\n  RUNNING*|SUSPENDED*) "
+                       + _run(st.commands()[0]).rstrip("\n") + " ;;\n"
+                       + f"  PENDING*) held {j} || {shlex.join(['scontrol', 'hold', j])} || fail 'scontrol hold {j}' ;;\n"
+                       + "esac\n")
+        elif st.kind == "requeue":
+            out.append(f"s=\"$(job_state {j})\"\nif [ \"$s\" != {target} ]; then\n  case \"$s\" in RUNNING*|SUSPENDED*)\n"
+                       + _run(st.commands()[0], "    ") + f"    moved=\"$moved {j}\" ;;\n  esac\nfi\n")
+        elif st.kind == "place":
+            update, release = st.commands()
+            out.append(f"if [ \"$(job_state {j})\" != {target} ]; then\n  settled {j}\n" + _run(update, "  ")
+                       + _run(release, "  ") + "fi\n")
+        elif st.kind == "start":
+            if not paused:
+                out.append(f"sleep {START_PAUSE}\n")
+                paused = True
+            out.append(f"case \"$(job_state {j})\" in PENDING*)\n" + _run(st.commands()[0], "  ") + "  ;;\nesac\n")
+    return "".join(out)

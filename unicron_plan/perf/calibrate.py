@@ -98,7 +98,9 @@ def fit_constants(doc: MeasuredPoints, base_file: Optional[str] = None) -> tuple
 
     Raises FitFailedError when the fit does not converge or stays above MAX_RMS_LOG_ERROR.
     """
-    from scipy.optimize import least_squares
+    from unicron_plan.extras import require
+
+    least_squares = require("scipy.optimize", "calibrate").least_squares
 
     base = get_efficiency(doc.gpu_type, doc.stack, base_file)
     _check_points(doc, base)

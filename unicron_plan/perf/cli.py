@@ -36,6 +36,9 @@ def parse_gpus(text: Optional[str]) -> Optional[list[int]]:
 
 def write_plot(curve, path: Path) -> None:
     """Draw hardware and model TFLOP/s per GPU and aggregate PFLOP/s; write the PNG atomically."""
+    from unicron_plan.extras import require
+
+    require("matplotlib", "curve --plot")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -81,6 +84,7 @@ def curve(
     json_out: Annotated[bool, typer.Option("--json", help="Print the curve JSON (docs/format.md).")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the curve as a PNG here.")] = None,
     max_gpus: Annotated[int, typer.Option("--max-gpus", help="Largest GPU count without --gpus.")] = 1024,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress spinner on stderr.")] = False,
 ) -> None:
     """Derive the best layout and throughput per GPU count of a model.
 
@@ -88,11 +92,13 @@ def curve(
     """
     import sys
 
+    from unicron_plan.progress import working
     from unicron_plan.perf import derive_table
 
-    c = derive_table(model, gpu_type, global_batch, seq_len, recompute=recompute,
-                     max_gpus=None if gpus else max_gpus, gpus=parse_gpus(gpus),
-                     efficiency_file=None if efficiency is None else str(efficiency), stack=stack)
+    with working(f"searching layouts of {model}", quiet):
+        c = derive_table(model, gpu_type, global_batch, seq_len, recompute=recompute,
+                         max_gpus=None if gpus else max_gpus, gpus=parse_gpus(gpus),
+                         efficiency_file=None if efficiency is None else str(efficiency), stack=stack)
     if not c.points:
         typer.echo(f"error: {model} has no valid layout that fits on {gpu_type} at the requested GPU counts "
                    f"(global batch {global_batch}, sequence length {seq_len}, recompute {recompute})", err=True)
@@ -121,12 +127,15 @@ def calibrate(
     points: Annotated[Path, typer.Argument(help="JSON file of measured points (`unicron-plan schema points`).")],
     out: Annotated[Path, typer.Option("--out", help="Efficiency JSON file to write.")],
     base: Annotated[Optional[Path], typer.Option("--base", help="Efficiency file to start from.")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress spinner on stderr.")] = False,
 ) -> None:
     """Fit a GPU type's efficiency constants to measured iterations; write a new efficiency file.
 
     Exits 1 with the reason, writing nothing, when no constants explain the points.
     """
+    from unicron_plan.progress import working
     from unicron_plan.perf.calibrate import calibrate as run
 
-    consts = run(str(points), str(out), None if base is None else str(base))
+    with working("fitting the constants", quiet):
+        consts = run(str(points), str(out), None if base is None else str(base))
     typer.echo(json.dumps(consts, indent=1, sort_keys=True))

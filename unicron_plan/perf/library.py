@@ -25,7 +25,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.schema.efficiency import EfficiencyConstants
+from unicron_plan.schema.efficiency import EfficiencyConstants, EfficiencyFile, StackFeatures
 
 DATA_PACKAGE = "unicron_plan.models_data"
 
@@ -193,31 +193,8 @@ class GpuSpec(_Frozen):
     source: str = ""
 
 
-class Stack(_Frozen):
-    """Structural features of a training software stack (not fitted)."""
-
-    name: str = ""
-    flash_attention: bool
-    sequence_parallel: bool
-    distributed_optimizer: bool
-    shard_gradients: bool = Field(description="Gradients sharded over data parallelism too (ZeRO-2 / FSDP).")
-    shard_weights: bool = Field(
-        default=False, description="BF16 weights sharded over data parallelism too (ZeRO-3 / FSDP), gathered per layer.")
-    activation_recompute: bool = Field(
-        description="MLP activation function recomputed in the backward pass (keeps only the first GEMM's output).")
-    grad_bytes: int = Field(ge=2, le=4, description="Bytes per gradient element kept and reduced.")
-    optimizer_grad_copy_bytes: int = Field(
-        ge=0, description="Bytes per parameter of the transient FP32 gradient copy made at the optimizer step.")
-    p2p_scatter_gather: bool
-    tp_overlap: float = Field(ge=0, le=1, description="Fraction of tensor-parallel traffic hidden.")
-    dp_overlap: float = Field(ge=0, le=1, description="Fraction of gradient reduction hidden.")
-    ep_overlap: float = Field(default=0.0, ge=0, le=1,
-                              description="Fraction of MoE all-to-all traffic hidden behind computation.")
-    fp8: bool = Field(default=False, description="Layer GEMMs in FP8 on GPUs that support it (else BF16).")
-    cp_comm: Literal["ring", "all_gather"] = Field(
-        default="ring", description="Context-parallel attention: 'ring' passes K/V chunks behind the "
-                                    "attention core; 'all_gather' gathers K/V before it (exposed).")
-    source: str = ""
+#: Structural features of a software stack (one definition, in the schema).
+Stack = StackFeatures
 
 
 #: The fitted constants of one GPU type under one stack (one definition, in the schema).
@@ -282,9 +259,11 @@ def efficiency_data(path: Optional[str] = None) -> dict:
 def _efficiency_data(path: Optional[str], mtime: Optional[int]) -> dict:
     if path is None:
         return read_data("efficiency.json")
-    from unicron_plan.io import read_json
+    from unicron_plan.io import parse_model, read_json
 
-    return read_json(path)  # strict: missing file, bad JSON, NaN -> InvalidInstanceError
+    # strict: missing file, bad JSON, NaN, a missing or misspelt field -> InvalidInstanceError naming it
+    return parse_model(EfficiencyFile, read_json(path)).model_dump(
+        mode="json", exclude={"stacks": {"__all__": {"name"}}})
 
 
 def clear_caches() -> None:
@@ -310,8 +289,11 @@ def get_model(name: str, field: str = "model") -> ModelSpec:
     try:
         return _models()[name]
     except KeyError:
+        from unicron_plan.text import shown
+
         raise InvalidInstanceError(
-            field, f"unknown model {name!r}; valid models: {', '.join(model_names())}") from None
+            field, f"unknown model '{shown(name, 60)}'; valid models (`unicron-plan models` describes them): "
+                   f"{', '.join(model_names())}", limit=2000) from None
 
 
 def get_gpu(name: str, field: str = "gpu_type") -> GpuSpec:
@@ -319,8 +301,11 @@ def get_gpu(name: str, field: str = "gpu_type") -> GpuSpec:
     try:
         return _gpus()[name]
     except KeyError:
+        from unicron_plan.text import shown
+
         raise InvalidInstanceError(
-            field, f"unknown GPU type {name!r}; valid GPU types: {', '.join(gpu_names())}") from None
+            field, f"unknown GPU type '{shown(name, 60)}'; valid GPU types: {', '.join(gpu_names())}",
+            limit=2000) from None
 
 
 def get_efficiency(gpu_type: str, stack: Optional[str] = None,

@@ -11,8 +11,8 @@ def summary_table(plan: Plan):
     from rich.table import Table
 
     table = Table(title=f"{shown(plan.instance, 60)}: {plan.status.solution} ({plan.solver.name}), "
-                        f"objective {plan.objective:.6g}, bound {plan.bound:.6g}")
-    for col in ("job", "action", "GPUs before", "GPUs after", "nodes", "WAF TFLOP/s", "penalty"):
+                        f"objective {plan.objective:.6g} TFLOP, bound {plan.bound:.6g} TFLOP (weighted useful work)")
+    for col in ("job", "action", "GPUs before", "GPUs after", "nodes", "WAF TFLOP/s", "penalty TFLOP"):
         table.add_column(col, justify="left" if col in ("job", "action", "nodes") else "right")
     for j in plan.jobs:
         nodes = ", ".join(shown(n, 24) for n in j.nodes[:6]) + (f" (+{len(j.nodes) - 6})" if len(j.nodes) > 6 else "")

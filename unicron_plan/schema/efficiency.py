@@ -39,6 +39,72 @@ class EfficiencyConstants(StrictModel):
     source: str = Field(default="", max_length=2000)
 
 
+class StackFeatures(StrictModel):
+    """Structural features of a training software stack (not fitted)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True,
+                              validate_default=True)
+
+    name: str = Field(default="", max_length=100, description="Name of the stack (set by the library).")
+    flash_attention: bool = Field(description="Fused attention kernels that keep no score matrix.")
+    sequence_parallel: bool = Field(description="Activations outside the GEMMs split over tensor parallelism.")
+    distributed_optimizer: bool = Field(description="Optimizer states sharded over data parallelism.")
+    shard_gradients: bool = Field(description="Gradients sharded over data parallelism too (ZeRO-2 / FSDP).")
+    shard_weights: bool = Field(
+        default=False, description="BF16 weights sharded over data parallelism too (ZeRO-3 / FSDP), gathered per layer.")
+    activation_recompute: bool = Field(
+        description="MLP activation function recomputed in the backward pass (keeps only the first GEMM's output).")
+    grad_bytes: int = Field(ge=2, le=4, description="Bytes per gradient element kept and reduced.")
+    optimizer_grad_copy_bytes: int = Field(
+        ge=0, le=16, description="Bytes per parameter of the transient FP32 gradient copy made at the optimizer step.")
+    p2p_scatter_gather: bool = Field(description="Pipeline sends split over tensor-parallel ranks and gathered.")
+    tp_overlap: float = Field(ge=0, le=1, description="Fraction of tensor-parallel traffic hidden.")
+    dp_overlap: float = Field(ge=0, le=1, description="Fraction of gradient reduction hidden.")
+    ep_overlap: float = Field(default=0.0, ge=0, le=1,
+                              description="Fraction of MoE all-to-all traffic hidden behind computation.")
+    fp8: bool = Field(default=False, description="Layer GEMMs in FP8 on GPUs that support it (else BF16).")
+    cp_comm: Literal["ring", "all_gather"] = Field(
+        default="ring", description="Context-parallel attention: 'ring' passes K/V chunks behind the "
+                                    "attention core; 'all_gather' gathers K/V before it (exposed).")
+    source: str = Field(default="", max_length=2000, description="Where the features come from.")
+
+
+class MemoryRules(StrictModel):
+    """Memory every GPU keeps free whatever the layout."""
+
+    reserved_gib: float = Field(ge=0, le=1e4, description="GiB per GPU kept for the CUDA context, NCCL "
+                                                          "buffers and the allocator (unit: GiB).")
+    usable_fraction: float = Field(default=1.0, gt=0, le=1,
+                                   description="Fraction of HBM the allocator can fill (fragmentation).")
+    source: str = Field(default="", max_length=2000, description="Where the figures come from.")
+
+
+class EfficiencyFile(StrictModel):
+    """An efficiency file (``curve --efficiency``, ``calibrate --base`` / ``--out``): software stacks,
+    each GPU type's default stack and the fitted constants per GPU type and stack."""
+
+    schema_version: Literal["1"] = Field(default="1", description="Version of this format.")
+    note: str = Field(default="", max_length=10_000, description="Free text.")
+    stacks: dict[str, StackFeatures] = Field(min_length=1, max_length=1000,
+                                             description="Structural features of each software stack, by name.")
+    default_stack: dict[str, str] = Field(max_length=1000, description="GPU type -> the stack used when none "
+                                                                       "is named.")
+    constants: dict[str, dict[str, EfficiencyConstants]] = Field(
+        max_length=1000, description="GPU type -> stack -> fitted efficiency constants.")
+    memory: MemoryRules = Field(description="Memory every GPU keeps free.")
+
+    @model_validator(mode="after")
+    def _stacks_exist(self) -> "EfficiencyFile":
+        for gpu, stack in self.default_stack.items():
+            if stack not in self.stacks:
+                raise ValueError(f"default_stack.{gpu}: names the stack {stack!r}, which 'stacks' does not hold")
+        for gpu, per in self.constants.items():
+            for stack in per:
+                if stack not in self.stacks:
+                    raise ValueError(f"constants.{gpu}.{stack}: no such stack in 'stacks'")
+        return self
+
+
 class MeasuredPoint(StrictModel):
     """One measured training run: the model, batch shape, layout and what it achieved."""
 

@@ -134,17 +134,41 @@ class CompactTable(StrictModel):
         return self
 
 
+def _check_count_table(table: dict[str, float]) -> None:
+    """Keys are decimal GPU counts, values are not negative (ValueError naming the key). One pass
+    in C over all keys joined: only ASCII digits, none empty, none with a leading zero."""
+    joined = ",".join(table)
+    if not joined.isascii() or joined.translate(_NOT_DIGITS) or joined.count(",") != len(table) - 1 \
+            or ",," in f",{joined}," or ",0" in f",{joined}":
+        bad = next(key for key in table if not _COUNT_KEY.match(key))
+        raise ValueError(f"key {bad!r} is not a decimal GPU count (an integer >= 1)")
+    if table and min(table.values()) < 0:
+        key, value = next((k, v) for k, v in table.items() if v < 0)
+        raise ValueError(f"key {key!r}: {value} is negative")
+
+
 class Throughput(StrictModel):
     """Achieved aggregate TFLOP/s of a job per allowed GPU count.
 
     Either a table (`tflops`, keys are decimal GPU counts, or `compact`, the same as two
-    arrays) or a model of the model library with its batch shape, from which the table
-    is derived.
+    arrays) or a model of the model library with its batch shape, from which the table is derived.
+    A job that may run on several GPU types gives one table per type (`by_type`)
+    or, with a model, the types it may use (`gpu_types`); `gpu_type` is then the
+    type it runs on now, and `tflops` is that type's table.
     """
 
     gpu_type: str = Field(min_length=1)
     tflops: Optional[dict[str, float]] = None
     compact: Optional[CompactTable] = None
+    by_type: Optional[dict[str, dict[str, float]]] = Field(
+        default=None, min_length=1, max_length=64,
+        description="Mixed fleets: {GPU type: table of the same form as 'tflops'} for every type the job may "
+                    "run on, 'gpu_type' among them (the type it runs on now; a queued job may name any). "
+                    "'tflops', when also given, must equal by_type[gpu_type]. The plan chooses one type per job.")
+    gpu_types: Optional[list[str]] = Field(
+        default=None, min_length=1, max_length=64,
+        description="Mixed fleets, with 'model': every GPU type the job may run on ('gpu_type' among them); "
+                    "one table per type is derived from the performance model.")
     _table: Optional[ArrayTable] = PrivateAttr(default=None)  # table_view(), made once
     _arrays: Optional[tuple] = PrivateAttr(default=None)  # table_arrays(), made once
     model: Optional[str] = Field(default=None, min_length=1)
@@ -159,16 +183,83 @@ class Throughput(StrictModel):
     def _keys_are_counts(cls, table: Optional[dict[str, float]]) -> Optional[dict[str, float]]:
         if table is None:
             return table
-        # One pass in C over all keys: only ASCII digits, none empty, none with a leading zero.
-        joined = ",".join(table)
-        if not joined.isascii() or joined.translate(_NOT_DIGITS) or joined.count(",") != len(table) - 1 \
-                or ",," in f",{joined}," or ",0" in f",{joined}":
-            bad = next(key for key in table if not _COUNT_KEY.match(key))
-            raise ValueError(f"key {bad!r} is not a decimal GPU count (an integer >= 1)")
-        if table and min(table.values()) < 0:
-            key, value = next((k, v) for k, v in table.items() if v < 0)
-            raise ValueError(f"key {key!r}: {value} is negative")
+        _check_count_table(table)
         return table
+
+    @field_validator("by_type")
+    @classmethod
+    def _type_tables(cls, by_type: Optional[dict[str, dict[str, float]]]) -> Optional[dict[str, dict[str, float]]]:
+        if by_type is None:
+            return by_type
+        for gpu_type, table in by_type.items():
+            if not gpu_type:
+                raise ValueError("a GPU type name is empty")
+            try:
+                _check_count_table(table)
+            except ValueError as exc:
+                raise ValueError(f"{gpu_type}: {exc}") from None
+        return by_type
+
+    @field_validator("gpu_types")
+    @classmethod
+    def _type_names(cls, names: Optional[list[str]]) -> Optional[list[str]]:
+        if names is None:
+            return names
+        for k, name in enumerate(names):
+            if not name:
+                raise ValueError(f"[{k}]: a GPU type name is empty")
+            if name in names[:k]:
+                raise ValueError(f"[{k}]: {name!r} is listed twice")
+        return names
+
+    @model_validator(mode="after")
+    def _several_types(self) -> "Throughput":
+        """by_type goes with tables, gpu_types with a model; gpu_type is among them; tflops is
+        by_type[gpu_type] (filled in when absent, so single-type readers see the current type's table)."""
+        if self.by_type is not None:
+            if self.model is not None or self.gpu_types is not None:
+                raise ValueError("'by_type' (tables per GPU type) goes without 'model' and 'gpu_types'")
+            if self.gpu_type not in self.by_type:
+                raise ValueError(f"gpu_type {self.gpu_type!r} (the type the job runs on now) is not a key "
+                                 f"of 'by_type' ({', '.join(sorted(self.by_type))})")
+            if self.tflops is None:
+                self.tflops = self.by_type[self.gpu_type]
+            elif self.tflops != self.by_type[self.gpu_type]:
+                raise ValueError("'tflops' differs from by_type[gpu_type]; give one of them")
+        if self.gpu_types is not None:
+            if self.model is None:
+                raise ValueError("'gpu_types' goes with 'model' (tables per type: 'by_type')")
+            if self.gpu_type not in self.gpu_types:
+                raise ValueError(f"gpu_type {self.gpu_type!r} (the type the job runs on now) is not in "
+                                 f"'gpu_types'")
+        return self
+
+    def allowed_types(self) -> list[str]:
+        """The GPU types the job may run on: ``gpu_type`` first, then the others as listed."""
+        listed = self.by_type if self.by_type is not None else (self.gpu_types or ())
+        return [self.gpu_type] + [t for t in listed if t != self.gpu_type]
+
+    def on_type(self, gpu_type: str) -> "Throughput":
+        """This throughput with the job running on ``gpu_type`` now (one of :meth:`allowed_types`): what
+        a job moved to another type by a plan carries from then on."""
+        if gpu_type == self.gpu_type:
+            return self
+        if gpu_type not in self.allowed_types():
+            raise ValueError(f"{gpu_type!r} is not a GPU type the job may run on")
+        data = self.model_dump(exclude_none=True)
+        data["gpu_type"] = gpu_type
+        if self.by_type is not None:
+            data.pop("tflops", None)
+        return Throughput.model_validate(data)
+
+    def type_table(self, gpu_type: str) -> dict[int, float]:
+        """``by_type[gpu_type]`` as {gpu count: TFLOP/s} (counts of more than MAX_COUNT_DIGITS digits left
+        out, as in :meth:`table`); the current type's is :meth:`table`."""
+        if gpu_type == self.gpu_type:
+            return self.table()
+        if self.by_type is None or gpu_type not in self.by_type:
+            raise ValueError(f"no table for GPU type {gpu_type!r}")
+        return {int(k): float(v) for k, v in self.by_type[gpu_type].items() if len(k) <= MAX_COUNT_DIGITS}
 
     @model_validator(mode="after")
     def _table_or_model(self) -> "Throughput":
@@ -324,6 +415,13 @@ class Cost(StrictModel):
     expected_run_seconds: Optional[float] = Field(default=None, gt=0)
     node_mtbf_hours: Optional[float] = Field(default=None, gt=0)
     default_transition_seconds: Optional[float] = Field(default=None, ge=0)
+    horizon: Optional[Literal["cluster", "job"]] = Field(
+        default=None,
+        description="How long a plan's choice for a job is valued against its transition (docs/model.md, "
+                    "'Planning horizon'): 'cluster' (the default here, Unicron's objective) the expected time "
+                    "to the next failure anywhere in the cluster, D_run, for every job; 'job' the expected "
+                    "time to the next failure of the job's own nodes, node MTBF / nodes held, which scales "
+                    "the job's transition penalty by nodes held / H. 'job' needs node_mtbf_hours.")
     derive_transition_seconds: bool = Field(
         default=False,
         description="When true, jobs that name a model and give no transition_seconds get D_trans from "
@@ -334,6 +432,9 @@ class Cost(StrictModel):
     def _exactly_one_horizon(self) -> "Cost":
         if (self.expected_run_seconds is None) == (self.node_mtbf_hours is None):
             raise ValueError("give exactly one of 'expected_run_seconds' or 'node_mtbf_hours'")
+        if self.horizon == "job" and self.node_mtbf_hours is None:
+            raise ValueError("horizon 'job' needs node_mtbf_hours (expected_run_seconds is one horizon "
+                             "for every job)")
         return self
 
 

@@ -40,6 +40,9 @@ class PlanJob(OutputModel):
     transition_penalty: float = Field(
         description="[changed] x F(previous) x D_trans, weighted TFLOP lost while transitioning.")
     hit: Optional[bool] = Field(default=None, description="The event touched one of the job's nodes.")
+    gpu_type: Optional[str] = Field(
+        default=None, description="The GPU type the job runs on under the plan (its nodes are of it); "
+                                  "absent: the instance's throughput.gpu_type.")
     gain: Optional[float] = Field(default=None, description="This job's term G_i of the objective.")
     parallelism: Optional[dict[str, Union[int, str]]] = Field(
         default=None, description="Layout (tp, pp, dp, micro_batch, virtual_stages, recompute) for "

@@ -29,6 +29,10 @@ class PolicyModelOverride(StrictModel):
     checkpoint_save_seconds: Optional[float] = Field(
         default=None, ge=0, le=1e5, description="Training paused per checkpoint save (blocking save): the "
                                                 "healthy speed is scaled by interval / (interval + save).")
+    degraded_throughput_factor: Optional[float] = Field(
+        default=None, gt=0, le=1, description="Bamboo only: a job running with a failure absorbed by redundant "
+                                              "computation trains at this fraction of its speed at the same "
+                                              "count until the failed node rejoins.")
     spare_nodes: Optional[int] = Field(
         default=None, ge=0, le=100_000,
         description="Baselines only (megatron, oobleck, varuna, bamboo): nodes kept idle as hot spares from "

@@ -2,11 +2,11 @@
 
 Each job holds an allocation (GPUs per node) and a list of *blocks*: time
 intervals in which it produces nothing, labelled with a phase (``detection``:
-hung until the error is noticed; ``transition``: restart or reconfiguration;
+hung until the error is noticed, never cut by another error's reaction; ``transition``: restart or reconfiguration;
 ``recompute``: redoing work lost since the last checkpoint). Outside blocks a
 job produces F = weight x TFLOP/s of its count (``cost.waf``), unless it is
 stopped waiting for a repair. A new block cuts any later part of older ones
-(the newer event takes over).
+(the newer event takes over), except a detection block still running.
 
 Accounting is against the policy's healthy rate: the job's F at time 0
 (``base``). Per job and interval, base x blocked time goes to the block's
@@ -45,6 +45,9 @@ class JobRun:
     last_restart: float = -1.0  # start of its latest restart or reconfiguration
     pending_lost: float = 0.0
     output: float = 0.0
+    # Degraded run (bamboo's absorbed failure): F at ``nominal`` GPUs x ``slow`` on the GPUs held.
+    nominal: Optional[int] = None
+    slow: float = 1.0
     _f: Optional[dict] = field(default=None, repr=False)
     _counted: tuple = field(default=(None, 0), repr=False)  # (the alloc dict counted, its sum)
 
@@ -57,7 +60,9 @@ class JobRun:
         return self._counted[1]
 
     def f(self, count: Optional[int] = None) -> float:
-        """F at ``count`` (default: the current count)."""
+        """F at ``count`` (default: the current rate: at the current count, or degraded)."""
+        if count is None and self.nominal is not None:
+            return self.f(self.nominal) * self.slow
         c = self.count if count is None else count
         if c == 0:
             return 0.0
@@ -109,20 +114,31 @@ class Engine:
         heapq.heappush(self._heap, (time, 1, self._seq, kind, payload))
 
     def block(self, job: JobRun, start: float, seconds: float, phase: str) -> float:
-        """Block ``job`` for ``seconds`` from ``start`` (cutting later parts of older blocks); returns the end."""
+        """Block ``job`` for ``seconds`` from ``start`` (cutting later parts of older blocks); returns the end.
+
+        A detection block is never cut: until an error is detected the job hangs on it, whatever
+        another error's reaction starts meanwhile (a restart would hang there too). The new block
+        then covers only what lies after the last such hang, so blocks stay disjoint.
+        """
         kept = []
+        hang = start  # end of the detection blocks still running at ``start``
         for b in job.blocks:
+            if b[2] == "detection" and b[1] > start:
+                kept.append(b)
+                hang = max(hang, b[1])
+                continue
             if b[0] >= start:
                 continue
             if b[1] > start:
                 b[1] = start
             kept.append(b)
         end = start + seconds
-        if seconds > 0:
-            kept.append([start, end, phase])
+        if end > hang:
+            kept.append([hang, end, phase])
             self.push(end, "tick")
+        kept.sort(key=lambda b: b[0])
         job.blocks = kept
-        return end
+        return end if end > hang or seconds <= 0 else hang
 
     def append_block(self, job: JobRun, seconds: float, phase: str) -> float:
         """Block ``job`` for ``seconds`` right after its last block (or now); returns the end."""
@@ -163,22 +179,25 @@ class Engine:
         if t1 <= t0:
             return
         span = t1 - t0
+        loss = self.loss
         for j in self.jobs:
-            blocked = 0.0
-            keep = []
-            for b in j.blocks:
-                ov = min(b[1], t1) - max(b[0], t0)
-                if ov > 0:
-                    blocked += ov
-                    self.loss[b[2]] += j.base * ov
-                if b[1] > t1:
-                    keep.append(b)
-            j.blocks = keep
-            run = span - blocked
+            run = span
+            if j.blocks:
+                blocked = 0.0
+                keep = []
+                for b in j.blocks:
+                    ov = min(b[1], t1) - max(b[0], t0)
+                    if ov > 0:
+                        blocked += ov
+                        loss[b[2]] += j.base * ov
+                    if b[1] > t1:
+                        keep.append(b)
+                j.blocks = keep
+                run = span - blocked
             rate = 0.0 if j.waiting else j.f()
             j.output += rate * run
             self.output += rate * run
-            self.loss["sub_healthy"] += (j.base - rate) * run
+            loss["sub_healthy"] += (j.base - rate) * run
         self.t = t1
 
     # --- the run ---

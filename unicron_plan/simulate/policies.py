@@ -7,7 +7,9 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
 - ``unicron``: in-band detection; SEV1 -> the planner's optimal re-plan
   (v1 Instance -> problem -> exact DP -> placement), SEV2 -> restart the
   process (D_trans), SEV3 -> reattempt in place; re-plans on every capacity
-  change, with D_run = node MTBF x 3600 / H (``cost.node_mtbf_hours``).
+  change, valuing each job's choice over its own horizon (node MTBF / nodes
+  held, ``cost.horizon: "job"``) or the paper's D_run = node MTBF x 3600 / H
+  (``"cluster"``).
 - ``greedy`` and ``equal-share``: the same detection and severity handling,
   but their own allocation rule (ignoring transition cost), so that the gap to
   ``unicron`` isolates the planner.
@@ -19,8 +21,9 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
   another job's GPUs; restarts and reconfigurations cost D_trans, with no work
   lost (it recovers from pipeline replicas).
 - ``varuna``: as oobleck, but each shrink or grow is a restart from the last
-  checkpoint; ``bamboo``: as oobleck, but a job's first node failure is
-  absorbed without a restart (redundant computation).
+  checkpoint; ``bamboo``: a node failure is absorbed by redundant computation
+  (same count, degraded speed, no restart) once per pipeline; a second one in
+  a pipeline restarts it from the checkpoint on its surviving GPUs.
 
 Each policy runs at its own failure-free speed and recovery constants
 (``models/policies.json``, overridable per scenario); Megatron may be
@@ -38,6 +41,11 @@ from unicron_plan.schema.policies import PolicyModel, PolicyModels
 from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.engine import Engine, JobRun
 from unicron_plan.simulate.trace import SimEvent
+
+
+#: The planner policies' horizon when the scenario gives none (docs/model.md, "Planning horizon";
+#: chosen by the horizon sweep, docs/simulation.md).
+DEFAULT_HORIZON = "job"
 
 
 @functools.lru_cache(maxsize=1)
@@ -153,6 +161,7 @@ class PlannerPolicy(Policy):
         self._healthy = None  # cluster.healthy_nodes of the scenario
         self._flat = None  # problem.flat_tables of the jobs
         self._failed_at_start: set[str] = set()  # nodes the scenario lists with failed GPUs
+        self._job_copies: dict[int, tuple] = {}  # see instance
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -180,7 +189,7 @@ class PlannerPolicy(Policy):
         if self._base_instance is None:
             from unicron_plan.schema import Instance
 
-            cost = {"node_mtbf_hours": eng.mtbf_hours}
+            cost = {"node_mtbf_hours": eng.mtbf_hours, "horizon": eng.scenario.cost.horizon or DEFAULT_HORIZON}
             if eng.scenario.cost.default_transition_seconds is not None:
                 cost["default_transition_seconds"] = eng.scenario.cost.default_transition_seconds
             self._base_instance = Instance.model_validate({
@@ -217,9 +226,14 @@ class PlannerPolicy(Policy):
             nodes = list(nodes)
             for nid in listed_down:
                 nodes[eng.node_rank[nid]] = down[nid]
-        jobs = [bj.model_copy(update={"current": CurrentAllocation.model_construct(
-                    gpus=j.count, nodes=list(j.alloc))})
-                for bj, j in zip(base.jobs, eng.jobs)]
+        copies = self._job_copies  # per job: (the alloc dict it was made from, the Job copy)
+        jobs = []
+        for k, (bj, j) in enumerate(zip(base.jobs, eng.jobs)):
+            made = copies.get(k)
+            if made is None or made[0] is not j.alloc:  # an alloc is replaced, never changed in place
+                made = copies[k] = (j.alloc, bj.model_copy(update={"current": CurrentAllocation.model_construct(
+                    gpus=j.count, nodes=list(j.alloc))}))
+            jobs.append(made[1])
         event = None
         if failed is not None:
             event = Event.model_construct(kind="failure", failed_nodes=[failed], failed_gpus=[])
@@ -267,7 +281,11 @@ class PlannerPolicy(Policy):
         placement, hit = self.plan(eng, failed, repaired)
         eng.plans += 1
         for j in eng.jobs:
-            new = {n: g for n, g in placement[j.id].items() if g > 0}
+            new = placement[j.id]
+            if not hit[j.id] and new == j.alloc:  # kept in place: the same dict stays (its copies are reused)
+                continue
+            if 0 in new.values():
+                new = {n: g for n, g in new.items() if g > 0}
             changed = sum(new.values()) != j.count or hit[j.id] or set(new) != set(j.alloc)
             if not changed:
                 # Same count on the same nodes: the planner's per-node split (derived from the
@@ -585,39 +603,111 @@ class VarunaPolicy(OobleckPolicy):
 
 
 class BambooPolicy(OobleckPolicy):
-    """Redundant computation: a job's first node failure is absorbed without a restart (a neighbour
-    already computes the lost stage; the job goes on on its surviving GPUs), a second one before the
-    repair needs a restart from the checkpoint; software errors (SEV2/SEV3) restart from the checkpoint.
-    Timeout detection; growing back on repair is a reconfiguration (D_trans)."""
+    """Redundant computation (Bamboo, NSDI'23): every pipeline stage is also computed by its neighbour,
+    so a pipeline survives the loss of one stage without a restart.
+
+    A job's pipelines are consecutive groups of its smallest allowed count of GPUs over its own GPUs in
+    cluster order (in the scenario library every allowed count is that size times a data-parallel
+    degree). A SEV1 node failure is absorbed when every pipeline on the node also has GPUs on another
+    node and none of them has absorbed a failure already: the job keeps its count and runs on the
+    surviving GPUs at ``degraded_throughput_factor`` of its speed, with no restart and no work lost.
+    Otherwise (a second failure in a pipeline, or a pipeline wholly on the node) it restarts from the
+    checkpoint on its best allowed count of its surviving GPUs. A failed node that rejoins is a
+    reconfiguration (D_trans). Software errors (SEV2/SEV3) restart from the checkpoint at the same
+    layout. Timeout detection.
+    """
 
     name = "bamboo"
 
     def setup(self, eng: Engine) -> None:
         super().setup(eng)
-        self.absorbed = {j.id: 0 for j in eng.jobs}  # node failures absorbed since the job was whole
+        self.absorbed: dict[str, dict[str, set[int]]] = {j.id: {} for j in eng.jobs}  # job -> node -> pipelines
+
+    @staticmethod
+    def pipelines(job: JobRun, own: dict[str, int]) -> dict[str, set[int]]:
+        """The pipelines (indices) with GPUs on each node of ``own``."""
+        size = min((c for c in job.table if c > 0), default=0)
+        out: dict[str, set[int]] = {}
+        at = 0
+        for n, g in own.items():
+            out[n] = set(range(at // size, (at + g - 1) // size + 1)) if size and g else set()
+            at += g
+        return out
+
+    def absorbable(self, job: JobRun, node: str) -> set[int] | None:
+        """The pipelines of ``job`` on ``node`` when the job can absorb its failure, else None."""
+        if job.count == 0:
+            return None
+        pipes = self.pipelines(job, self.own[job.id])
+        mine = pipes.get(node, set())
+        taken = set().union(*self.absorbed[job.id].values()) if self.absorbed[job.id] else set()
+        elsewhere = set().union(*(p for n, p in pipes.items() if n != node and n in job.alloc))
+        if not mine or mine & taken or not mine <= elsewhere:
+            return None
+        return mine
+
+    def degrade(self, job: JobRun, on: bool) -> None:
+        """Run ``job`` degraded at its nominal count (``on``), or at its own rate again."""
+        if on:
+            if job.nominal is None:
+                job.nominal = job.count
+            job.slow = self.model.degraded_throughput_factor or 1.0
+        else:
+            job.nominal, job.slow = None, 1.0
+            self.absorbed[job.id] = {}
 
     def reconfigure(self, eng: Engine, job: JobRun, ev: SimEvent | None) -> None:
-        if ev is None:  # growing back on repair
+        if ev is None:  # growing back or rejoining on a repair
             eng.transition(job, eng.t, job.d_trans)
-            return
-        if ev.severity == "sev1" and self.absorbed[job.id] == 0:
-            self.absorbed[job.id] += 1
-            eng.stop_blocks(job, eng.t)  # the detection hang ends; no restart
             return
         lost = 0.0 if restarted_since(job, ev) else lost_since_checkpoint(self.model, job, ev.time)
         checkpoint_restart(self.model, eng, job, lost)
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
-        super().on_failure(eng, ev, hit)
+        self.take_spare(eng, ev, [j for j in eng.jobs if ev.node in self.own[j.id]])
         for j in hit:
-            if ev.node not in self.own[j.id]:  # a spare took the node's place: the job is whole again
-                self.absorbed[j.id] = 0
+            if ev.severity != "sev1":
+                if not restarted_since(j, ev):
+                    self.reconfigure(eng, j, ev)  # same layout; an absorbed failure stays absorbed
+                continue
+            if ev.node in self.own[j.id]:
+                pipes = self.absorbable(j, ev.node)
+                if pipes is not None:  # the neighbours take over the node's stages: no restart
+                    self.absorbed[j.id][ev.node] = pipes
+                    self.degrade(j, True)
+                    j.alloc = {n: g for n, g in j.alloc.items() if n != ev.node}
+                    continue
+            # A spare took the node's place, or the failure cannot be absorbed: a restart on the job's
+            # best allowed count of its own GPUs in service, its pipelines whole again.
+            self.degrade(j, False)
+            j.alloc = self.best_alloc(eng, j)
+            if j.count == 0:
+                eng.stop_blocks(j, eng.t)
+                eng.reconfigurations += 1
+            else:
+                self.reconfigure(eng, j, ev)
 
     def on_repair(self, eng: Engine, node: str) -> None:
-        super().on_repair(eng, node)
+        if self.returns_as_spare(node):
+            return
         for j in eng.jobs:
-            if node in self.own[j.id] and not (set(self.own[j.id]) & (eng.down | set(eng.pending))):
-                self.absorbed[j.id] = 0
+            if node not in self.own[j.id]:
+                continue
+            if node in self.absorbed[j.id]:  # the node rejoins its pipelines
+                del self.absorbed[j.id][node]
+                if not self.absorbed[j.id]:
+                    self.degrade(j, False)
+                    j.alloc = self.best_alloc(eng, j)
+                else:
+                    alloc = dict(j.alloc)
+                    alloc[node] = self.own[j.id][node]
+                    j.alloc = dict(sorted(alloc.items(), key=lambda kv: eng.node_rank[kv[0]]))
+                self.reconfigure(eng, j, None)
+            elif j.nominal is None:
+                new = self.best_alloc(eng, j)
+                if new != j.alloc:
+                    j.alloc = new
+                    self.reconfigure(eng, j, None)
 
 
 POLICIES: dict[str, type[Policy]] = {

@@ -123,7 +123,9 @@ def _ci95(values: list[float]) -> list[float]:
     mean = float(arr.mean())
     if len(arr) < 2:
         return [mean, mean]
-    from scipy.stats import t
+    from unicron_plan.extras import require
+
+    t = require("scipy.stats", "95% intervals over seeds").t
 
     half = float(t.ppf(0.975, len(arr) - 1) * arr.std(ddof=1) / math.sqrt(len(arr)))
     return [mean - half, mean + half]
@@ -172,7 +174,9 @@ def summarize(runs: list[dict[str, Any]], policies: list[str]) -> dict[str, Any]
 
 def plot(run: dict[str, Any], path: str | os.PathLike) -> None:
     """Cumulative weighted TFLOP and WAF over time per policy (one run with ``record``), PNG via Agg."""
+    from unicron_plan.extras import require
 
+    require("matplotlib", "--plot")
     import matplotlib
 
     matplotlib.use("Agg")

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.io import parse_model, read_json
+from unicron_plan.io import parse_model, read_document
 from unicron_plan.schema.sweep import Sweep
 
 BACKENDS = ("process", "ray")
@@ -31,19 +31,7 @@ BACKENDS = ("process", "ray")
 def load_sweep(path: str | os.PathLike) -> tuple[Sweep, Path]:
     """(the checked sweep, the scenario path it names); YAML or JSON; bad input names the field."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInstanceError(str(path), f"cannot read: {exc}") from None
-    if p.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InvalidInstanceError(str(path), f"not YAML: {str(exc).splitlines()[0]}") from None
-    else:
-        data = read_json(p)
+    data = read_document(p)
     sweep = parse_model(Sweep, data)
     scenario = Path(sweep.scenario)
     if not scenario.is_absolute():
@@ -88,6 +76,21 @@ def seeds_of(root: int, point: int, count: int) -> list[int]:
     return [int(s.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)) for s in child.spawn(count)]
 
 
+#: A grid key that names base scenarios (paths relative to the sweep file) instead of a field.
+SCENARIO_KEY = "scenario"
+
+
+def base_of(point: dict[str, Any], base: dict, root: Optional[Path]) -> dict:
+    """The base scenario of a grid point: the sweep's, or the file its ``scenario`` key names."""
+    name = point.get(SCENARIO_KEY)
+    if name is None:
+        return base
+    path = Path(str(name))
+    if not path.is_absolute():
+        path = (root or Path.cwd()) / path
+    return read_json(path)
+
+
 def run_task(scenario_data: dict, policies: list[str], seed: int) -> dict[str, float]:
     """One run: weighted TFLOP per policy (the pure unit every backend executes)."""
     from unicron_plan.simulate.run import load_scenario, simulate
@@ -102,9 +105,11 @@ def ratio_stats(runs: list[dict[str, float]], policy: str) -> dict[str, Any]:
 
     ratios = [r["unicron"] / r[policy] for r in runs if r[policy] > 0]
     if not ratios:
-        return {"mean": None, "ci95": None, "half_width": math.inf, "n": 0}
+        return {"mean": None, "ci95": None, "half_width": math.inf, "n": 0, "wins": 0}
     lo, hi = _ci95(ratios)
-    return {"mean": float(np.mean(ratios)), "ci95": [lo, hi], "half_width": (hi - lo) / 2, "n": len(ratios)}
+    wins = sum(1 for x in ratios if x >= 1 - 1e-12)  # seeds where unicron earned at least as much
+    return {"mean": float(np.mean(ratios)), "ci95": [lo, hi], "half_width": (hi - lo) / 2, "n": len(ratios),
+            "wins": wins}
 
 
 class _ProcessBackend:
@@ -146,15 +151,18 @@ class _RayBackend:
 
 
 def run_sweep(sweep: Sweep, base: dict, backend: str = "process", address: Optional[str] = None,
-              workers: int = 2, progress: Optional[Callable[[int], None]] = None) -> dict[str, Any]:
-    """Run every grid point until its ratios are tight enough; the JSON-ready result."""
+              workers: int = 2, progress: Optional[Callable[[int], None]] = None,
+              root: Optional[Path] = None) -> dict[str, Any]:
+    """Run every grid point until its ratios are tight enough; the JSON-ready result. A grid key
+    ``scenario`` lists base scenarios (paths relative to ``root``, the sweep file's folder)."""
     from unicron_plan.simulate.run import check_policies, load_scenario
 
     policies = check_policies(sweep.policies)
     points = grid_points(sweep)
     scenarios = []
     for point in points:
-        data = patched(base, point)
+        fields = {k: v for k, v in point.items() if k != SCENARIO_KEY}
+        data = patched(base_of(point, base, root), fields)
         try:
             load_scenario(data)
         except InvalidInstanceError as exc:
@@ -199,6 +207,9 @@ def run_sweep(sweep: Sweep, base: dict, backend: str = "process", address: Optio
 
 def plot_sweep(result: dict[str, Any], out_dir: Path) -> list[Path]:
     """One PNG per swept field: each baseline's ratio (mean, 95% interval) against the field's values."""
+    from unicron_plan.extras import require
+
+    require("matplotlib", "sweep plots (--out)")
     import matplotlib
 
     matplotlib.use("Agg")

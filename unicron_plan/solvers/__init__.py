@@ -12,7 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from unicron_plan.errors import SolverUnavailableError
+from unicron_plan.errors import MissingExtraError, SolverUnavailableError
+
+
+#: Default time limit of `unicron-plan solve` and :func:`unicron_plan.api.solve`, seconds of wall
+#: time: no input makes a solve run longer unless the caller asks for it.
+DEFAULT_TIME_LIMIT_SECONDS = 60.0
 
 
 class DeadlineReached(Exception):
@@ -92,7 +97,7 @@ def get_solver(name: str) -> Callable:
         raise SolverUnavailableError(f"unknown solver {name!r}; valid solvers: {', '.join(solver_names())}")
     module = importlib.import_module(spec.module)
     if hasattr(module, "available") and not module.available():
-        raise SolverUnavailableError(
-            f"solver {name!r} is not available on this machine (its backend is not installed); "
-            f"valid solvers: {', '.join(solver_names())}")
+        raise MissingExtraError(
+            f"solver {name!r} is not available here (its backend is not installed): "
+            f"pip install 'unicron-plan[ip]'")
     return module.solve

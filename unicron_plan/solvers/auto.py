@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from unicron_plan.core import cost
 from unicron_plan.core.constraints import dp_limitations
-from unicron_plan.errors import SolverUnavailableError
+from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 
@@ -40,7 +40,8 @@ def choose(problem: Problem) -> str:
         return "milp"
     if cpsat.available():
         return "cpsat"
-    raise SolverUnavailableError("the instance needs an IP backend (milp or cpsat) and neither is installed")
+    raise MissingExtraError("the instance has constraints the DP cannot express: an IP backend (milp or cpsat) "
+                            "is needed: pip install 'unicron-plan[ip]'")
 
 
 def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution | None:
@@ -80,6 +81,11 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
     import importlib
 
     options = options or SolverOptions()
+    if problem.alternatives:  # mixed fleets: types and counts (solvers/mixed.py)
+        from unicron_plan.solvers import mixed
+        raw = mixed.solve(problem, options)
+        raw.options = {"backend": "mixed", **raw.options}
+        return raw
     name = choose(problem)
     if name != "dp":
         raw = _relaxation_placed(problem, options)

@@ -93,6 +93,9 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
 
     from unicron_plan.solvers.milp import fallback
 
+    if problem.alternatives:  # mixed fleets: the model over types and counts
+        from unicron_plan.solvers import mixed_ip
+        return mixed_ip.solve(problem, options, "cpsat")
     started = time.perf_counter()
     options = options or SolverOptions()
     try:

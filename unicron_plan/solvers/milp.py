@@ -299,6 +299,9 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str =
     """Solve exactly (or up to the time limit) with HiGHS (``backend="cbc"``: CBC)."""
     if backend not in BACKENDS:
         raise SolverUnavailableError(f"unknown MILP backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if problem.alternatives:  # mixed fleets: the model over types and counts
+        from unicron_plan.solvers import mixed_ip
+        return mixed_ip.solve(problem, options, backend)
     started = time.perf_counter()
     options = options or SolverOptions()
     try:

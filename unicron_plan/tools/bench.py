@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 OPT_TOL = 1e-9
 
@@ -146,16 +147,56 @@ def run_bench(specs: list[str], solvers: list[str], runs: int = 3, process: bool
     return results
 
 
+def _same_file_key(name: str, roots: list[Path]) -> Optional[Path]:
+    """The resolved file a path key names (relative keys tried against each root), None for
+    generated instances and paths that name no file."""
+    if name.startswith("generate:"):
+        return None
+    p = Path(name)
+    for cand in ([p] if p.is_absolute() else [r / p for r in roots]):
+        if cand.is_file():
+            return cand.resolve()
+    return None
+
+
+def match_baseline(results: dict, baseline: dict, roots: list[Path]) -> tuple[dict[str, str], list[str]]:
+    """({result key: baseline key}, result keys with no baseline entry). Keys match when equal or
+    when they name the same file (a baseline key relative to any of ``roots``, e.g. the current
+    directory and the repository holding the baseline, an absolute key as it is)."""
+    base_keys = list(baseline.get("instances", {}))
+    by_file: dict[Path, str] = {}
+    for k in base_keys:
+        f = _same_file_key(k, roots)
+        if f is not None:
+            by_file.setdefault(f, k)
+    matched, unmatched = {}, []
+    for k in results.get("instances", {}):
+        if k in baseline.get("instances", {}):
+            matched[k] = k
+            continue
+        f = _same_file_key(k, roots)
+        if f is not None and f in by_file:
+            matched[k] = by_file[f]
+        else:
+            unmatched.append(k)
+    return matched, unmatched
+
+
 def check(results: dict, baseline: dict, tolerance: float = 0.5, floor_seconds: float = 0.01,
-          key: str = "median_solve_seconds") -> list[str]:
+          key: str = "median_solve_seconds", roots: Optional[list[Path]] = None) -> list[str]:
     """Regressions of ``results`` against ``baseline``: a solver slower by more than
     ``tolerance`` (relative, times below ``floor_seconds`` count as the floor) or no longer
-    optimal. Returns one message per regression (empty: no regression)."""
-    problems = []
-    for name, base in baseline.get("instances", {}).items():
-        now = results.get("instances", {}).get(name)
-        if now is None:
-            continue
+    optimal, and every instance or solver of ``results`` the baseline does not hold (so a
+    check never passes by comparing nothing). Returns one message per problem (empty: none)."""
+    matched, unmatched = match_baseline(results, baseline, roots or [Path.cwd()])
+    problems = [f"{name}: no baseline entry for this instance (keys are as given to `bench`, or name "
+                f"the same file)" for name in unmatched]
+    for name, base_name in matched.items():
+        base = baseline["instances"][base_name]
+        now = results["instances"][name]
+        for solver in now["solvers"]:
+            if solver not in base.get("solvers", {}):
+                problems.append(f"{name} / {solver}: no baseline entry for this solver")
         for solver, b in base.get("solvers", {}).items():
             if b.get("status") != "ok" or solver not in now["solvers"]:
                 continue
@@ -168,7 +209,8 @@ def check(results: dict, baseline: dict, tolerance: float = 0.5, floor_seconds: 
             if t_now > t_base * (1.0 + tolerance):
                 problems.append(f"{name} / {solver}: {key} {r[key]:.4f} s > baseline {b[key]:.4f} s "
                                 f"x (1 + {tolerance})")
-            if b.get("gap", 1.0) <= OPT_TOL and r.get("gap", 0.0) > OPT_TOL:
+            base_gap = 1.0 if b.get("gap") is None else b["gap"]
+            if base_gap <= OPT_TOL and r.get("gap", 0.0) > OPT_TOL:
                 problems.append(f"{name} / {solver}: lost optimality, gap {r['gap']:.3g} "
                                 f"(objective {r['objective']!r}, best {now['best']!r})")
             if r["objective"] < b["objective"] - OPT_TOL * max(abs(b["objective"]), 1.0):
@@ -183,7 +225,7 @@ def table(results: dict):
 
     t = Table(title=f"unicron-plan bench ({results['runs']} runs, medians)")
     for col in ("instance", "GPUs", "jobs", "solver", "status", "solve s", "total s", "process s",
-                "objective", "gap"):
+                "objective TFLOP", "gap (fraction)"):
         t.add_column(col, justify="left" if col in ("instance", "solver", "status") else "right",
                      no_wrap=True)
     for name, e in results["instances"].items():

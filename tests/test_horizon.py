@@ -1,0 +1,84 @@
+"""The planning horizon (docs/model.md, "Planning horizon"): 'cluster' is the paper's objective,
+'job' scales each job's transition by the nodes it holds over H; both are exact in the DP."""
+
+import math
+
+import numpy as np
+import pytest
+
+from randgen import random_instance
+from unicron_plan import load_instance, solve, validate_plan
+from unicron_plan.core import cost
+from unicron_plan.core.cluster import build_state
+from unicron_plan.core.problem import build_problem
+from unicron_plan.errors import InvalidInstanceError
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def _with_horizon(seed: int, horizon: str | None) -> dict:
+    inst = random_instance(np.random.default_rng(seed), max_nodes=5, max_jobs=4, gpu_types=1 + seed % 2, mtbf=True)
+    if horizon is not None:
+        inst["cost"]["horizon"] = horizon
+    return inst
+
+
+def test_job_horizon_dp_matches_brute_force_and_validates():
+    differ = 0
+    for seed in range(300):
+        inst = load_instance(_with_horizon(seed, "job"))
+        plan, brute = solve(inst), solve(inst, solver="brute")
+        assert _same(plan.objective, brute.objective), seed
+        assert plan.status.solution == "optimal" and plan.bound == plan.objective
+        report = validate_plan(inst, plan)
+        assert report.valid, (seed, report.problems)
+        differ += not _same(plan.objective, solve(load_instance(_with_horizon(seed, None))).objective)
+    assert differ > 0  # the horizon changes some optima (it is not a no-op)
+
+
+def test_cluster_horizon_is_the_default_and_the_papers_objective():
+    for seed in range(50):
+        a = solve(load_instance(_with_horizon(seed, None)))
+        b = solve(load_instance(_with_horizon(seed, "cluster")))
+        assert a.objective == b.objective and [j.gpus for j in a.jobs] == [j.gpus for j in b.jobs]
+
+
+def test_job_horizon_scales_each_penalty_by_nodes_held_over_h():
+    for seed in range(60):
+        inst = load_instance(_with_horizon(seed, "job"))
+        problem = build_problem(inst)
+        state = build_state(inst)
+        h = state.nodes_in_service()
+        for job, terms in zip(inst.jobs, problem.jobs):
+            held = sum(1 for g in state.previous.get(job.id, {}).values() if g > 0)
+            assert terms.d_trans == pytest.approx(cost.d_trans_seconds(inst, job) * max(held, 1) / max(h, 1))
+
+
+def test_a_repaired_node_is_given_back_under_the_job_horizon():
+    # An 8-node job may grow onto the repaired node (+12.5% throughput) for a 600 s transition.
+    # Cluster horizon: 60 h / 65 nodes = 3,323 s, and 0.125 x 3,323 s = 415 s < 600 s: refused.
+    # Job horizon: 60 h / 8 nodes = 27,000 s, and 0.125 x 27,000 s = 3,375 s > 600 s: accepted.
+    nodes = [{"id": f"n{k}", "gpu_type": "a", "gpus": 8} for k in range(65)]
+    nodes[8]["failed_gpus"] = list(range(8))
+    inst = {
+        "schema_version": "1", "name": "repair",
+        "cluster": {"gpu_types": {"a": {"peak_tflops": 1, "memory_gib": 1, "intra_node_gbps": 1,
+                                        "inter_node_gbps": 1}}, "nodes": nodes},
+        "jobs": [{"id": "j", "weight": 1.0, "throughput": {"gpu_type": "a", "tflops": {"64": 64.0, "72": 72.0}},
+                  "current": {"gpus": 64, "nodes": [f"n{k}" for k in range(8)]}}],
+        "event": {"kind": "repair", "repaired_nodes": ["n8"]},
+        "cost": {"node_mtbf_hours": 60.0, "default_transition_seconds": 600.0}}
+    assert solve(load_instance(inst)).jobs[0].gpus == 64  # the paper's horizon keeps the node idle
+    inst["cost"]["horizon"] = "job"
+    plan = solve(load_instance(inst))
+    assert plan.jobs[0].gpus == 72  # its own horizon (60 h / 8 nodes) pays for the transition
+    assert validate_plan(load_instance(inst), plan).valid
+
+
+def test_job_horizon_needs_node_mtbf():
+    inst = _with_horizon(0, "job")
+    inst["cost"] = {"expected_run_seconds": 3600.0, "horizon": "job"}
+    with pytest.raises(InvalidInstanceError, match="cost"):
+        load_instance(inst)

@@ -120,6 +120,7 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
         cp, xs = build_cp(model, scale, options.deadline)
     except DeadlineReached:
         cp = None
+    options = options.for_engine()
     if cp is None or options.expired():  # never started after the deadline
         return ({"termination": "time_limit", "has_solution": False, "bound": math.inf}, None,
                 {**info, "cpsat_status": "not started: the deadline had passed"})

@@ -158,6 +158,7 @@ def _call_highs(model: ipmodel.Formulation, options: SolverOptions, start: list 
     ``start``: feasible values HiGHS starts from (its incumbent is read back, never the start)."""
     import highspy
 
+    options = options.for_engine()
     lp, scale = highs_lp(model)
     _wait_for_abandoned(options)
     if options.expired():
@@ -219,6 +220,7 @@ def _call_highs(model: ipmodel.Formulation, options: SolverOptions, start: list 
 def _call_cbc(model: ipmodel.Formulation, options: SolverOptions, preprocess: bool) -> tuple[dict, list | None]:
     """Phase 2 with CBC: the model written as MPS by HiGHS, CBC run as a child process under a
     watchdog (killed at the deadline), its solution file read back."""
+    options = options.for_engine()
     path = _cbc_path()
     if path is None:
         raise SolverUnavailableError("PuLP's CBC binary is not available")

@@ -32,8 +32,9 @@ def _linear_on_threes(jobs=12, nodes=10):
 
 
 def test_options_deadline_counts_from_creation():
+    assert 0 < SolverOptions(time_limit_seconds=30).remaining() <= 30
+    assert not SolverOptions(time_limit_seconds=30).expired()
     opt = SolverOptions(time_limit_seconds=0.05)
-    assert 0 < opt.remaining() <= 0.05 and not opt.expired()
     time.sleep(0.06)
     assert opt.expired() and opt.remaining() == 0.0
     assert SolverOptions().remaining() is None and not SolverOptions().expired()

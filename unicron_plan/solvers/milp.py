@@ -353,11 +353,19 @@ def fallback(problem: Problem, options: SolverOptions, info: dict) -> RawSolutio
         raise InfeasibleError("no plan found before the deadline (time_limit); raise the time limit")
     counts, placement = kept
     objective = problem.objective(counts, placement)
-    _, _, relaxed, _ = relaxation_bound(problem, options.deadline)
+    relaxed_counts, relaxed_value, relaxed, exact = relaxation_bound(problem, options.deadline)
+    info = {**info, "fallback": "keep-or-suspend", "stopped": "time limit while building"}
+    if not dp_limitations(problem) and relaxed_value > objective:
+        # Nothing but the capacity binds: the DP's plan (its optimum, or its best when it was
+        # stopped too) is feasible as it is and better.
+        counts, placement, objective = relaxed_counts, None, problem.objective(relaxed_counts)
+        info["fallback"] = "dp"
     bound = max(relaxed + 1e-9 * max(1.0, abs(relaxed)), objective)
-    return RawSolution(counts=counts, objective=objective, bound=bound, termination="time_limit",
-                       solution="feasible", placement=placement,
-                       options={**info, "fallback": "keep-or-suspend", "stopped": "time limit while building"})
+    proven = exact and math.isclose(objective, relaxed, rel_tol=1e-12, abs_tol=1e-9)
+    return RawSolution(counts=counts, objective=objective, bound=objective if proven else bound,
+                       termination="optimal" if proven else "time_limit",
+                       solution="optimal" if proven else "feasible", placement=placement,
+                       options={**info, **({"proof": "relaxation"} if proven else {})})
 
 
 def _confirm_cbc(problem: Problem, model: ipmodel.Formulation, raw: RawSolution, options: SolverOptions,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
@@ -61,20 +60,98 @@ class Cluster(StrictModel):
     nodes: list[Node] = Field(min_length=1, description="Every node of the cluster, ids unique.")
 
 
+MAX_COMPACT_COUNT = 10**MAX_COUNT_DIGITS - 1  # the largest count of the compact table form
+_NOT_DIGITS = {ord(ch): None for ch in "0123456789,"}  # str.translate deletes these
+
+
+class ArrayTable(Mapping):
+    """A read-only {GPU count: TFLOP/s} mapping over two ascending arrays: lookups by binary search,
+    no dict or int object per count (a 131,072-GPU instance holds hundreds of thousands)."""
+
+    __slots__ = ("counts", "tflops")
+
+    def __init__(self, counts: np.ndarray, tflops: np.ndarray):
+        self.counts, self.tflops = counts, tflops
+
+    def _at(self, key) -> int:
+        if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
+            return -1
+        k = int(np.searchsorted(self.counts, key))
+        return k if k < len(self.counts) and int(self.counts[k]) == key else -1
+
+    def __getitem__(self, key) -> float:
+        k = self._at(key)
+        if k < 0:
+            raise KeyError(key)
+        return float(self.tflops[k])
+
+    def __contains__(self, key) -> bool:
+        return self._at(key) >= 0
+
+    def __iter__(self):
+        return iter(self.counts.tolist())
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def keys(self):
+        return self.counts.tolist()
+
+    def values(self):
+        return self.tflops.tolist()
+
+    def items(self):
+        return list(zip(self.counts.tolist(), self.tflops.tolist()))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None
+
+
+class CompactTable(StrictModel):
+    """The table form as two arrays: ``counts`` (strictly ascending integers >= 1) and the
+    ``tflops`` at them (>= 0), parsed without a dict or a string per count."""
+
+    counts: list[int] = Field(min_length=1, description="Allowed GPU counts, strictly ascending, >= 1.")
+    tflops: list[float] = Field(min_length=1, description="Aggregate TFLOP/s of the job at each count (>= 0).")
+
+    @model_validator(mode="after")
+    def _aligned(self) -> "CompactTable":
+        if len(self.counts) != len(self.tflops):
+            raise ValueError(f"'counts' has {len(self.counts)} entries, 'tflops' {len(self.tflops)}")
+        if self.counts[0] < 1 or self.counts[-1] > MAX_COMPACT_COUNT:
+            raise ValueError(f"counts must lie in [1, {MAX_COMPACT_COUNT}]")
+        counts = np.asarray(self.counts, dtype=np.int64)
+        steps = np.diff(counts)
+        if len(steps) and steps.min() <= 0:
+            k = int(np.argmax(steps <= 0)) + 1
+            raise ValueError(f"counts must be strictly ascending (counts[{k}] = {self.counts[k]})")
+        tflops = np.asarray(self.tflops, dtype=float)
+        if tflops.min() < 0:
+            k = int(np.argmax(tflops < 0))
+            raise ValueError(f"tflops[{k}]: {self.tflops[k]} is negative")
+        return self
+
+
 def _check_count_table(table: dict[str, float]) -> None:
-    """Keys are decimal GPU counts, values are not negative (ValueError naming the key)."""
-    for key, value in table.items():
-        if not _COUNT_KEY.match(key):
-            raise ValueError(f"key {key!r} is not a decimal GPU count (an integer >= 1)")
-        if value < 0:
-            raise ValueError(f"key {key!r}: {value} is negative")
+    """Keys are decimal GPU counts, values are not negative (ValueError naming the key). One pass
+    in C over all keys joined: only ASCII digits, none empty, none with a leading zero."""
+    joined = ",".join(table)
+    if not joined.isascii() or joined.translate(_NOT_DIGITS) or joined.count(",") != len(table) - 1 \
+            or ",," in f",{joined}," or ",0" in f",{joined}":
+        bad = next(key for key in table if not _COUNT_KEY.match(key))
+        raise ValueError(f"key {bad!r} is not a decimal GPU count (an integer >= 1)")
+    if table and min(table.values()) < 0:
+        key, value = next((k, v) for k, v in table.items() if v < 0)
+        raise ValueError(f"key {key!r}: {value} is negative")
 
 
 class Throughput(StrictModel):
     """Achieved aggregate TFLOP/s of a job per allowed GPU count.
 
-    Either a table (`tflops`, keys are decimal GPU counts) or a model of the
-    model library with its batch shape, from which the table is derived.
+    Either a table (`tflops`, keys are decimal GPU counts, or `compact`, the same as two
+    arrays) or a model of the model library with its batch shape, from which the table is derived.
     A job that may run on several GPU types gives one table per type (`by_type`)
     or, with a model, the types it may use (`gpu_types`); `gpu_type` is then the
     type it runs on now, and `tflops` is that type's table.
@@ -84,6 +161,9 @@ class Throughput(StrictModel):
     tflops: Optional[dict[str, float]] = Field(default=None,
         description="Aggregate achieved TFLOP/s of the whole job per allowed GPU count (keys: decimal "
                     "integers >= 1; values >= 0); give this or model.")
+    compact: Optional[CompactTable] = Field(default=None,
+        description="The same table as tflops in column form ({counts: [...], tflops: [...]}), read "
+                    "without a dict per count; give at most one of tflops, compact and model.")
     by_type: Optional[dict[str, dict[str, float]]] = Field(
         default=None, min_length=1, max_length=64,
         description="Mixed fleets: {GPU type: table of the same form as 'tflops'} for every type the job may "
@@ -93,7 +173,7 @@ class Throughput(StrictModel):
         default=None, min_length=1, max_length=64,
         description="Mixed fleets, with 'model': every GPU type the job may run on ('gpu_type' among them); "
                     "one table per type is derived from the performance model.")
-    _table: Optional[dict[int, float]] = PrivateAttr(default=None)  # table(), converted once
+    _table: Optional[ArrayTable] = PrivateAttr(default=None)  # table_view(), made once
     _arrays: Optional[tuple] = PrivateAttr(default=None)  # table_arrays(), made once
     model: Optional[str] = Field(default=None, min_length=1,
         description="A model of the package's library (`unicron-plan models`); the table is derived "
@@ -191,13 +271,18 @@ class Throughput(StrictModel):
 
     @model_validator(mode="after")
     def _table_or_model(self) -> "Throughput":
-        if (self.tflops is None) == (self.model is None):
-            raise ValueError("give exactly one of 'tflops' (a table) or 'model'")
+        if (self.tflops is not None) + (self.compact is not None) + (self.model is not None) != 1:
+            raise ValueError("give exactly one of 'tflops' (a table), 'compact' (the same as arrays) or 'model'")
         if self.model is not None and (self.global_batch is None or self.seq_len is None):
             raise ValueError("a model-derived throughput needs 'global_batch' and 'seq_len'")
-        if self.tflops is not None and (self.global_batch or self.seq_len or self.recompute):
-            raise ValueError("'global_batch', 'seq_len' and 'recompute' go with 'model', not 'tflops'")
+        if self.has_table and (self.global_batch or self.seq_len or self.recompute):
+            raise ValueError("'global_batch', 'seq_len' and 'recompute' go with 'model', not a table")
         return self
+
+    @property
+    def has_table(self) -> bool:
+        """Whether the table is given (``tflops`` or ``compact``), not derived from a model."""
+        return self.tflops is not None or self.compact is not None
 
     def table(self) -> dict[int, float]:
         """The table as {gpu count: TFLOP/s} (only for the table form).
@@ -205,24 +290,33 @@ class Throughput(StrictModel):
         Keys have no upper limit; a count of more than MAX_COUNT_DIGITS digits exceeds any
         cluster this package can hold, can never be chosen and is left out here (so nothing
         downstream converts or multiplies it)."""
-        if self.tflops is None:
+        if not self.has_table:
             raise ValueError("throughput names a model; derive its table with unicron_plan.perf")
         return dict(self.table_view())
 
     def table_view(self) -> Mapping[int, float]:
         """:meth:`table` as a read-only view of the copy converted once per object (a service or a
         simulator asks at every event)."""
-        if self.tflops is None:
+        if not self.has_table:
             raise ValueError("throughput names a model; derive its table with unicron_plan.perf")
         if self._table is None:
-            self._table = {int(k): float(v) for k, v in self.tflops.items() if len(k) <= MAX_COUNT_DIGITS}
-        return MappingProxyType(self._table)
+            self._table = ArrayTable(*self.table_arrays())
+        return self._table
 
     def table_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(GPU counts ascending, TFLOP/s at them) of :meth:`table`, read-only arrays made once per object."""
+        if self._arrays is None and self.compact is not None:  # already ascending: no dict, no sort
+            counts = np.asarray(self.compact.counts, dtype=np.int64)
+            tflops = np.asarray(self.compact.tflops, dtype=float)
+            counts.flags.writeable = tflops.flags.writeable = False
+            self._arrays = (counts, tflops)
         if self._arrays is None:
-            table = self.table_view()
-            counts = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+            table = self.tflops
+            if table and max(map(len, table)) > MAX_COUNT_DIGITS:  # never chosen: left out
+                table = {k: v for k, v in table.items() if len(k) <= MAX_COUNT_DIGITS}
+            # The keys are checked decimal strings: one parse of them all in C.
+            counts = np.fromstring(",".join(table), dtype=np.int64, sep=",") if table \
+                else np.zeros(0, dtype=np.int64)
             tflops = np.fromiter(table.values(), dtype=float, count=len(table))
             order = np.argsort(counts, kind="stable")
             counts, tflops = counts[order], tflops[order]

@@ -11,8 +11,10 @@ Sources (repository, file, function):
 - Kubeflow training-operator v1.9: kubeflow/training-operator (tag v1.9.0),
   pkg/webhooks/pytorch/pytorchjob_webhook.go (``validatePyTorchJob``, ``validatePyTorchReplicaSpecs``),
   pkg/common/util/webhooks.go (``ValidateRunPolicy``, ``ValidateRunPolicyUpdate``), the CRD's CEL rule
-  on ``spec.runPolicy.schedulingPolicy.queue`` (pkg/apis/kubeflow.org/v1/common_types.go) and the gang
-  of pkg/controller.v1/common/job.go (the PodGroup's minMember is ``schedulingPolicy.minAvailable``).
+  on ``spec.runPolicy.schedulingPolicy.queue`` (pkg/apis/kubeflow.org/v1/common_types.go), the gang
+  of pkg/controller.v1/common/job.go (the PodGroup's minMember is ``schedulingPolicy.minAvailable``) and
+  the elastic range (pkg/controller.v1/pytorch/elastic.go gives torchrun ``PET_NNODES=min:max``,
+  hpa.go the HPA's range: the Worker replicas must lie in it).
 - DLRover: intelligent-machine-learning/dlrover, go/elasticjob/api/v1alpha1/elasticjob_types.go (the
   fields of ``ElasticJobSpec``; the structural CRD prunes any other) and
   go/elasticjob/config/crd/bases/elastic.iml.github.io_elasticjobs.yaml.
@@ -109,6 +111,12 @@ def pytorchjob_errors(old: dict, new: dict) -> list[str]:
         elif rtype != "Master" and replicas is not None and replicas < 1:
             errs.append(f"{path}.replicas: must be at least 1")
         total += 1 if replicas is None else replicas
+    elastic = spec.get("elasticPolicy") or {}
+    workers = (specs.get("Worker") or {}).get("replicas", 1)
+    if elastic.get("minReplicas") is not None and workers < elastic["minReplicas"]:
+        errs.append(f"Worker replicas {workers} below elasticPolicy.minReplicas {elastic['minReplicas']}")
+    if elastic.get("maxReplicas") is not None and workers > elastic["maxReplicas"]:
+        errs.append(f"Worker replicas {workers} above elasticPolicy.maxReplicas {elastic['maxReplicas']}")
     gang = (run.get("schedulingPolicy") or {}).get("minAvailable")
     if gang is not None and gang > total:
         errs.append(f"spec.runPolicy.schedulingPolicy.minAvailable {gang} > {total} replicas: the gang never starts")

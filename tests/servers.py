@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,13 +39,15 @@ class Server:
             tf = self.state_dir.parent / f"token-{port}"
             tf.write_text(self.token + "\n")
             cmd += ["--token-file", str(tf)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # the log goes to a file: an unread pipe would fill up with access-log lines and stall the server
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()}")
+                    raise RuntimeError(f"server exited: {self.log_text()}")
                 try:
                     if httpx.get(self.url + "/healthz", headers=headers, timeout=1).status_code == 200:
                         return self
@@ -68,8 +71,11 @@ class Server:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
-        if self.proc and self.proc.stderr:
-            self.proc.stderr.close()
+
+    def log_text(self) -> str:
+        """What the server wrote on stderr so far."""
+        self.log.seek(0)
+        return self.log.read().decode("utf-8", "replace")
 
     def __enter__(self) -> "Server":
         return self.start()

@@ -10,12 +10,20 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import library_instances
 from randgen import random_instance
+from randgen_ip import add_constraints
 from unicron_plan import api
 from unicron_plan.cli import app
-from unicron_plan.plan.contingency import build_contingency, read_contingency, write_contingency
+from unicron_plan.plan import contingency
+from unicron_plan.plan.contingency import (build_contingency, candidate_failures, read_contingency,
+                                           write_contingency)
 from unicron_plan.tools.adversarial import KINDS
 from unicron_plan.tools.generate import generate_instance
+from unicron_plan.errors import InfeasibleError
 from unicron_plan.io import dumps, read_json
 from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import brute, dp
@@ -125,3 +133,172 @@ def test_2048_nodes_within_10_s():
     index = build_contingency(inst, racks=True)
     assert time.perf_counter() - start <= 10.0
     assert len(index["failures"]) == 2048 + 64
+
+
+def _fresh(doc: dict, failed: list[str]):
+    """The optimum of the failure solved from scratch (dp, or auto where the DP cannot express a
+    constraint), or None when the failure admits no plan."""
+    try:
+        return api.solve(api.load_instance(_with_failure(doc, failed)))
+    except InfeasibleError:
+        return None
+
+
+def _check_every_entry(doc: dict, index: dict) -> None:
+    """Every failure of the index is its optimum (and its plan is used), or infeasible as a fresh solve says."""
+    keys = set(index["failures"]) | set(index["infeasible"])
+    assert keys == {k for k, _ in candidate_failures(api.load_instance(doc), racks=index["racks"])}
+    assert not set(index["failures"]) & set(index["infeasible"])
+    for key, entry in index["infeasible"].items():
+        assert _fresh(doc, entry["failed_nodes"]) is None, key
+    for key, entry in index["failures"].items():
+        fresh = _fresh(doc, entry["failed_nodes"])
+        assert fresh is not None, key
+        problem = build_problem(api.load_instance(_with_failure(doc, entry["failed_nodes"])))
+        counts = index["plans"][entry["plan"]]["counts"]
+        assert entry["objective"] == pytest.approx(fresh.objective, rel=1e-9, abs=1e-6), key
+        if index["stats"]["method"] == "groups":  # without node-level constraints no optimum moves a job
+            assert problem.objective(counts) == pytest.approx(fresh.objective, rel=1e-9, abs=1e-6), key
+        assert all(counts[j.id] in j.counts.tolist() for j in problem.jobs), key  # the failure's own rules
+        used = api.solve(api.load_instance(_with_failure(doc, entry["failed_nodes"])), contingency=index)
+        assert used.objective == pytest.approx(fresh.objective, rel=1e-9, abs=1e-6), key
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), mtbf=st.booleans(), types=st.integers(1, 2), tables=st.booleans())
+def test_count_rules_every_entry_equals_a_fresh_solve(seed, mtbf, types, tables):
+    # pinned and min_gain_fraction (the DP's own rules): the grouped tables (or the DP per group),
+    # D_run per failure, hit jobs exempt from hysteresis, pinned jobs on a failed node infeasible
+    rng = np.random.default_rng(seed)
+    doc = random_instance(rng, max_nodes=6, max_jobs=4, gpu_types=types, mtbf=mtbf)
+    doc = add_constraints(rng, doc, node_level=False, churn=False, p=0.6)
+    doc.pop("event", None)
+    saved = contingency.DIRECT_GROUPS
+    contingency.DIRECT_GROUPS = 0 if tables else 10**6
+    try:
+        index = build_contingency(api.load_instance(doc), racks=True)
+    finally:
+        contingency.DIRECT_GROUPS = saved
+    assert index["stats"]["method"] == "groups"
+    _check_every_entry(doc, index)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_all_constraint_kinds_every_entry_equals_a_fresh_solve(seed):
+    rng = np.random.default_rng(seed)
+    doc = random_instance(rng, max_nodes=4, max_jobs=3, gpu_types=1, mtbf=bool(rng.integers(0, 2)))
+    doc = add_constraints(rng, doc, node_level=True, churn=True, p=0.6)
+    doc.pop("event", None)
+    index = build_contingency(api.load_instance(doc), racks=True)
+    _check_every_entry(doc, index)
+
+
+def test_hit_job_is_exempt_from_hysteresis():
+    # Two 4-GPU nodes; job a (hysteresis 0.5) on n0 and n1 with 8 GPUs, job b queued. n1 fails:
+    # a is hit, so it may shrink to 2 GPUs although 2 is far below its hysteresis threshold unhit.
+    doc = {
+        "schema_version": "1", "name": "hyst",
+        "cluster": {"gpu_types": {"t": {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 1600.0,
+                                        "inter_node_gbps": 200.0}},
+                    "nodes": [{"id": "n0", "gpu_type": "t", "gpus": 4}, {"id": "n1", "gpu_type": "t", "gpus": 4}]},
+        "jobs": [{"id": "a", "weight": 1.0, "min_gain_fraction": 0.5,
+                  "throughput": {"gpu_type": "t", "tflops": {"2": 100.0, "4": 110.0, "8": 400.0}},
+                  "current": {"gpus": 8, "nodes": ["n0", "n1"]}},
+                 {"id": "b", "weight": 1.0,
+                  "throughput": {"gpu_type": "t", "tflops": {"2": 1000.0}},
+                  "current": {"gpus": 0, "nodes": []}}],
+        "cost": {"expected_run_seconds": 3600.0, "default_transition_seconds": 60.0},
+    }
+    index = build_contingency(api.load_instance(doc))
+    entry = index["failures"]["node:n1"]
+    assert index["plans"][entry["plan"]]["counts"] == {"a": 2, "b": 2}
+    _check_every_entry(doc, build_contingency(api.load_instance(doc), racks=True))
+
+
+def test_pinned_job_on_the_failed_node_is_listed_infeasible(tmp_path):
+    doc = read_json(ROOT / "instances" / "ip-pinned.json")
+    index = build_contingency(api.load_instance(doc), racks=True)
+    assert index["infeasible"], "ip-pinned has a pinned job whose node can fail"
+    for key, entry in index["infeasible"].items():
+        assert "pinned" in entry["reason"]
+        assert _fresh(doc, entry["failed_nodes"]) is None
+    write_contingency(index, tmp_path)
+    assert read_contingency(tmp_path)["infeasible"] == index["infeasible"]  # finite JSON, read back
+
+
+def test_a_stored_plan_that_is_not_optimal_is_not_used():
+    doc = generate_instance(4, gpus=256, jobs=6, failed_nodes=0)
+    index = build_contingency(api.load_instance(doc))
+    failed = _with_failure(doc, ["n00005"])
+    fresh = api.solve(api.load_instance(failed))
+    entry = index["failures"]["node:n00005"]
+    # A worse plan that fits: the stored counts with one running job suspended; its stored objective
+    # made to match, as an edited or stale index would.
+    problem = build_problem(api.load_instance(failed))
+    counts = dict(index["plans"][entry["plan"]]["counts"])
+    victim = next(j for j in problem.jobs if counts[j.id] > 0 and 0 in j.counts.tolist())
+    counts[victim.id] = 0
+    bad = copy.deepcopy(index)
+    bad["plans"]["worse"] = {"counts": counts}
+    bad["failures"]["node:n00005"] = {**entry, "plan": "worse", "objective": problem.objective(counts)}
+    assert problem.objective(counts) < fresh.objective
+    plan = api.solve(api.load_instance(failed), contingency=bad)
+    assert plan.solver.name == "dp"
+    assert "not proven optimal" in plan.solver.options["contingency_fallback"]
+    assert plan.objective == pytest.approx(fresh.objective, rel=1e-12)
+    good = api.solve(api.load_instance(failed), contingency=index)
+    assert good.solver.name == "contingency" and good.objective == pytest.approx(fresh.objective, rel=1e-12)
+
+
+_SMALL = [p for p in library_instances() if p.stat().st_size < 2_000_000]
+
+
+@pytest.mark.parametrize("racks", [False, True])
+@pytest.mark.parametrize("path", _SMALL, ids=[p.stem for p in _SMALL])
+def test_cli_contingency_on_every_repository_instance(path, racks, tmp_path):
+    args = ["contingency", str(path), "--out", str(tmp_path), "-q"] + (["--racks"] if racks else [])
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    index = read_contingency(tmp_path)
+    inst = api.load_instance(path)
+    left_out = set(index["stats"].get("not_stored", {}))  # only where no IP backend is installed
+    assert set(index["failures"]) | set(index["infeasible"]) | left_out == {k for k, _ in candidate_failures(inst, racks)}
+    assert all("installed" in why for why in index["stats"].get("not_stored", {}).values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ("synthetic",) + KINDS)
+def test_2048_nodes_with_racks_within_10_s_on_every_kind(kind):
+    doc = generate_instance(0, gpus=16384, jobs=128, failed_nodes=0, curves=kind)
+    inst = api.load_instance(doc)
+    start = time.perf_counter()
+    index = build_contingency(inst, racks=True)
+    assert time.perf_counter() - start <= 10.0
+    assert len(index["failures"]) + len(index["infeasible"]) == 2048 + 64
+
+
+def test_an_index_changed_after_its_check_is_not_trusted():
+    from unicron_plan.errors import InvalidInstanceError
+
+    doc = generate_instance(4, gpus=256, jobs=6, failed_nodes=0)
+    failed = api.load_instance(_with_failure(doc, ["n00005"]))
+    built = build_contingency(api.load_instance(doc))
+    job = doc["jobs"][0]["id"]
+
+    def unknown_plan(d):
+        d["failures"]["node:n00005"]["plan"] = "nope"
+
+    def float_count(d):
+        d["plans"][d["failures"]["node:n00005"]["plan"]]["counts"][job] = 1.5
+
+    for change in (unknown_plan, float_count):
+        index = copy.deepcopy(built)
+        assert api.solve(failed, contingency=index).solver.name == "contingency"  # checked once, remembered
+        change(index)  # in place, below the top level
+        assert api.solve(failed, contingency=index).solver.name == "dp"  # never a crash, never the changed plan
+    index = copy.deepcopy(built)
+    api.solve(failed, contingency=index)
+    index["failures"] = {**index["failures"], "node:n00005": {**index["failures"]["node:n00005"], "plan": 7}}
+    with pytest.raises(InvalidInstanceError):  # a new top-level value is checked again
+        api.solve(failed, contingency=index)

@@ -237,3 +237,26 @@ def test_fuzz_gpu_maps(tmp_path):
     fuzz(tmp_path, [{"NVIDIA-A100-SXM4-80GB": "a100", "NVIDIA-H100-80GB-HBM3": "h100"}],
          lambda p: ("import", "k8s", "--nodes", d / "nodes.json", "--pods", d / "pods.json", "--jobs",
                     d / "jobs.json", "--expected-run-seconds", "3600", "--gpu-map", p), None, seed=10)
+
+
+_IMPORTS = ROOT / "tests" / "fixtures"
+_S, _K = _IMPORTS / "slurm-small", _IMPORTS / "k8s-small"
+IMPORT_READERS = {
+    "slurm-nodes": (_S / "nodes.json", lambda p: ("import", "slurm", "--nodes", p, "--jobs", _S / "jobs.json")),
+    "slurm-jobs": (_S / "jobs.json", lambda p: ("import", "slurm", "--nodes", _S / "nodes.json", "--jobs", p)),
+    "k8s-nodes": (_K / "nodes.json", lambda p: ("import", "k8s", "--nodes", p, "--pods", _K / "pods.json",
+                                                "--jobs", _K / "jobs.json")),
+    "k8s-pods": (_K / "pods.json", lambda p: ("import", "k8s", "--nodes", _K / "nodes.json", "--pods", p,
+                                              "--jobs", _K / "jobs.json")),
+    "k8s-jobs": (_K / "jobs.json", lambda p: ("import", "k8s", "--nodes", _K / "nodes.json", "--pods",
+                                              _K / "pods.json", "--jobs", p)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(IMPORT_READERS))
+def test_fuzz_scheduler_imports(tmp_path, name):
+    """`import slurm|k8s`: every mutation of a scheduler's JSON is imported or refused by name."""
+    source, command = IMPORT_READERS[name]
+    fuzz(tmp_path, [json.loads(source.read_text())],
+         lambda p: (*command(p), "--expected-run-seconds", "3600"), None,
+         seed=11 + sorted(IMPORT_READERS).index(name))

@@ -133,12 +133,12 @@ def survivors_hold(changes, pods_doc, jobs, plan) -> None:
 def test_examples_import_withheld_and_lost_gpus_never_collide():
     """An unmanaged pod holding every GPU of a failed node, and one holding GPUs that were lost
     (allocatable below capacity), are imported: withheld GPUs are the lowest indices, lost ones the
-    highest, and a failed node withholds nothing (its GPUs all fail in the event)."""
+    highest; a failed node whose GPUs are all withheld has nothing new to fail (not in the event)."""
     nodes, pods, jobs = examples()
     inst = import_k8s(nodes, pods, jobs, cost=COST, gpu_map=GpuMap())
     by = {n["id"]: n for n in inst["cluster"]["nodes"]}
-    assert set(inst["event"]["failed_nodes"]) == {"gpu-01", "gpu-07"}
-    assert by["gpu-07"]["failed_gpus"] == []
+    assert set(inst["event"]["failed_nodes"]) == {"gpu-01"}
+    assert by["gpu-07"]["failed_gpus"] == list(range(8))
     assert by["gpu-08"]["failed_gpus"] == [0, 1, 2, 3, 4, 5]
     assert inst["event"]["failed_gpus"] == [{"node": "gpu-08", "gpu": 6}, {"node": "gpu-08", "gpu": 7}]
     api.load_instance(inst)
@@ -184,6 +184,16 @@ def test_volcano_shrink_changes_only_what_an_update_allows(kubectl, tmp_path):
     survivors_hold(changes, pods, jobs, plan)
 
 
+def test_volcano_move_is_labels_and_deletions_only():
+    """llama keeps 24 GPUs but leaves the failed gpu-01 for gpu-04: no job update at all; the label
+    moves and worker-0 (the pod off the plan's nodes) is deleted, to be recreated on gpu-04."""
+    nodes, pods, jobs = examples()
+    changes = export_k8s(plan_of(("team-a/llama", 24, 24, "restart", {"gpu-02": 8, "gpu-03": 8, "gpu-04": 8})),
+                         jobs, pods)
+    assert [c["kind"] for c in changes] == ["Node"] * 4 + ["Pod"]
+    assert changes[-1]["name"] == "llama-worker-0"
+
+
 def test_volcano_old_merge_patch_is_refused_by_the_rules():
     """The rules can fail: the template affinity and whole-list merge patch the export wrote
     before is refused by Volcano's validateJobUpdate."""
@@ -217,6 +227,13 @@ def test_pytorchjob_shrink_gang_follows_and_cpu_master_untouched(kubectl, tmp_pa
     # Without the gang update, the rules say the gang never starts.
     stale = merge_patch(old, {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}})
     assert any("the gang never starts" in e for e in rule_errors(old, stale))
+    # An elastic range is widened to include the new count (else torchrun's min:max excludes it).
+    elastic = merge_patch(old, {"spec": {"elasticPolicy": {"minReplicas": 2, "maxReplicas": 4}}})
+    patch = export_k8s(plan, [([{**elastic}], "jobs")], pods)[0]
+    assert patch["patch"]["spec"]["elasticPolicy"] == {"minReplicas": 1, "maxReplicas": 4}
+    assert rule_errors(elastic, kubectl_patch(kubectl, elastic, "merge", patch["patch"], tmp_path)) == []
+    assert any("below elasticPolicy.minReplicas" in e for e in rule_errors(elastic, merge_patch(
+        elastic, {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}})))
 
 
 def test_dlrover_suspension_by_spec_suspend(kubectl, tmp_path):
@@ -338,8 +355,9 @@ def test_withheld_and_lost_gpus_never_collide(allocatable, unmanaged, ready, cor
     withheld = set(next(n for n in inst["cluster"]["nodes"] if n["id"] == "gpu-08")["failed_gpus"])
     lost = {g["gpu"] for g in inst["event"]["failed_gpus"] if g["node"] == "gpu-08"}
     assert not withheld & lost
-    if "gpu-08" in inst["event"]["failed_nodes"]:
-        assert not withheld
+    if not ready or allocatable == 0:  # failed: in the event unless every GPU is withheld
+        assert ("gpu-08" in inst["event"]["failed_nodes"]) == (len(withheld) < 8)
+        assert len(withheld) == min(allocatable, unmanaged)  # a failed node is not also "cordoned"
     else:
         # Unmanaged pods keep what is left of their GPUs; a cordoned node withholds all it has left.
         assert len(lost) == 8 - allocatable

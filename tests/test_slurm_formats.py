@@ -44,7 +44,10 @@ def test_real_2205_capture_is_read():
     inst = _import(nodes, jobs)
     assert inst["event"]["failed_nodes"] == ["n7"]
     by_node = {n["id"]: n for n in inst["cluster"]["nodes"]}
-    assert by_node["n7"]["failed_gpus"] == [0, 1, 2, 3] and by_node["n1"]["rack"] == "rack1"
+    assert by_node["n1"]["rack"] == "rack1"
+    n7 = next(n for n in nodes["nodes"] if n["name"] == "n7")
+    n7["state_flags"] = []  # in service: the unplanned job's 4 GPUs are withheld from the plan
+    assert {n["id"]: n["failed_gpus"] for n in _import(nodes, jobs)["cluster"]["nodes"]}["n7"] == [0, 1, 2, 3]
     by_job = {j["id"]: j for j in inst["jobs"]}
     assert by_job["1"]["current"] == {"gpus": 24, "nodes": ["n1", "n2", "n3"]}
     assert by_job["3"]["current"] == {"gpus": 0, "nodes": []}
@@ -56,6 +59,7 @@ def test_2205_without_tres_accounting_counts_gpus_from_gres_detail():
     """Without AccountingStorageTRES=gres/gpu, tres_alloc_str has no gres/gpu: the GPUs come
     from gres_detail (or tres_per_node) and the unplanned job's GPUs stay withheld."""
     nodes, jobs = _real()
+    next(n for n in nodes["nodes"] if n["name"] == "n7")["state_flags"] = []
     for j in jobs["jobs"]:
         j["tres_alloc_str"] = ",".join(p for p in j["tres_alloc_str"].split(",") if not p.startswith("gres/"))
     inst = _import(nodes, jobs)
@@ -196,6 +200,8 @@ with open(os.environ["ARGV_LOG"], "a") as f:
     f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
 if os.path.basename(sys.argv[0]) == "squeue":
     print("PENDING ")  # every job pending, on no node
+if os.path.basename(sys.argv[0]) == "sinfo" and "%E" in sys.argv:
+    print(os.environ.get("FAKE_REASON", "none"))
 """
 
 
@@ -229,11 +235,11 @@ def test_exported_script_passes_every_name_as_one_word(tmp_path):
     steps = [Step("drain", node=name, reason=f"{name}; $(touch PWNED) `touch PWNED` *") for name in HOSTILE]
     steps += [Step("hold", job=5), Step("shrink", job=6, nodes=["n1", "n?", "-rf"]), Step("suspend", job=7),
               Step("requeue", job=8, nodes=["n*", "n$(touch PWNED)"]),
-              Step("place", job=8, nodes=["n*", "n$(touch PWNED)"])]
+              Step("place", job=8, nodes=["n*", "n$(touch PWNED)"]), Step("start", job=8)]
     calls = _run_with_fakes(render_script(steps), tmp_path)
     expected = [argv for s in steps[:len(HOSTILE) + 2] for argv in s.commands()]
     # the fake squeue says every job is pending: the suspension holds job 7, job 8 is not requeued
-    expected += [["scontrol", "hold", "7"]] + steps[-1].commands()
+    expected += [["scontrol", "hold", "7"]] + steps[-2].commands() + steps[-1].commands()
     assert calls == expected
     assert ["scontrol", "update", "JobId=8", "NumNodes=2-2", "ReqNodeList=n$(touch PWNED),n*"] in calls
 
@@ -267,14 +273,19 @@ def test_plan_with_a_hostile_node_name_is_refused():
         export_slurm(bad, jobs, nodes)
 
 
-def test_drain_without_nodes_file_is_refused_rather_than_overwriting_reasons():
+def test_drain_without_nodes_file_reads_the_reason_when_it_runs(tmp_path, monkeypatch):
+    """Without the nodes file the script reads the node's reason (sinfo %E) and adds ours: an
+    operator's reason, whatever it contains, is kept and never read by the shell."""
     from unicron_plan import api
 
     nodes, jobs = _real()
     plan = api.solve(_import(nodes, jobs))
     plan.drained_nodes = ["n8"]
-    with pytest.raises(InvalidInstanceError, match="reasons are kept"):
-        export_slurm(plan, jobs, None)
+    steps = export_slurm(plan, jobs, None)
+    monkeypatch.setenv("FAKE_REASON", "xid 79 $(touch PWNED) `id` n[1-2]")
+    calls = _run_with_fakes(render_script(steps), tmp_path)
+    assert calls[0] == ["scontrol", "update", "NodeName=n8", "State=DRAIN",
+                        "Reason=xid 79 $(touch PWNED) `id` n[1-2]; unicron-plan: failed"]
 
 
 def test_script_quotes_hostlists():

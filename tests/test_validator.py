@@ -3,6 +3,8 @@
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from unicron_plan import load_instance, solve, validate_plan
 from unicron_plan.schema import Placement
@@ -14,6 +16,10 @@ from conftest import ROOT
 def shared():
     inst = load_instance(ROOT / "instances" / "small-shared-node-failure.json")
     return inst, solve(inst)
+
+
+_INST = load_instance(ROOT / "instances" / "small-shared-node-failure.json")
+_SHARED = (_INST, solve(_INST))
 
 
 def _problems(inst, plan):
@@ -162,3 +168,53 @@ def test_rejects_the_same_faults_on_the_state_of_a_prepared_cluster(shared):
     j1.placement, j1.nodes, j1.gpus = [Placement(node="n0", gpus=8)], ["n0"], 8
     msg = " | ".join(check(inst, bad, derived=_derived(problem)).problems)
     assert "node 'n1' is failed or drained" in msg and "node 'n0': 12 GPUs placed on 8" in msg
+
+
+def test_rejects_wrong_gain_hit_and_gap(shared):
+    inst, plan = shared
+    assert any(j.hit for j in plan.jobs) and any(not j.hit for j in plan.jobs)
+    bad = copy.deepcopy(plan)
+    bad.jobs[0].gain = bad.jobs[0].gain + 1000.0
+    assert f"job {bad.jobs[0].id!r}: gain" in _problems(inst, bad)
+    for k in range(len(plan.jobs)):
+        bad = copy.deepcopy(plan)
+        bad.jobs[k].hit = not bad.jobs[k].hit
+        assert f"job {bad.jobs[k].id!r}: hit" in _problems(inst, bad)
+    bad = copy.deepcopy(plan)
+    bad.gap = 0.25
+    assert "gap: 0.25" in _problems(inst, bad)
+    # a time-limited plan: a bound above the objective with its true gap is accepted, a wrong gap is not
+    loose = copy.deepcopy(plan)
+    loose.status.termination, loose.status.solution = "time_limit", "feasible"
+    loose.bound = plan.objective * 1.5
+    loose.gap = (loose.bound - loose.objective) / loose.bound
+    assert validate_plan(inst, loose).valid
+    loose.gap = 0.0
+    assert "gap" in _problems(inst, loose)
+
+
+def test_omitted_gain_hit_and_gap_are_not_required(shared):
+    inst, plan = shared
+    bare = copy.deepcopy(plan)
+    bare.gap = None
+    for j in bare.jobs:
+        j.hit = j.gain = None
+    assert validate_plan(inst, bare).valid
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_any_single_wrong_gain_hit_or_gap_is_rejected(data):
+    inst, plan = _SHARED
+    bad = copy.deepcopy(plan)
+    field = data.draw(st.sampled_from(["gain", "hit", "gap"]))
+    if field == "gap":
+        bad.gap = data.draw(st.floats(min_value=1e-6, max_value=10.0))
+    else:
+        k = data.draw(st.integers(0, len(bad.jobs) - 1))
+        if field == "hit":
+            bad.jobs[k].hit = not bad.jobs[k].hit
+        else:
+            delta = data.draw(st.floats(min_value=1e-4, max_value=1e3)) * max(abs(bad.jobs[k].gain), 1.0)
+            bad.jobs[k].gain += delta if data.draw(st.booleans()) else -delta
+    assert not validate_plan(inst, bad).valid

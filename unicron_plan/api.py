@@ -37,7 +37,7 @@ def _load(model, source: Any):
 def load_instance(source: str | os.PathLike | dict | Instance) -> Instance:
     """An Instance from a path, a JSON string or a dict; raises InvalidInstanceError naming the field."""
     instance = _load(Instance, source)
-    if all(j.throughput.tflops is not None for j in instance.jobs):
+    if all(j.throughput.has_table for j in instance.jobs):
         check_instance(instance)  # derived tables are checked when they are built
     return instance
 
@@ -110,7 +110,11 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
 
 
 def _derived(problem) -> tuple[dict, object]:
-    """The checked tables and cluster state a Problem was built from (for the validator)."""
+    """The checked tables and cluster state a Problem was built from (for the validator); on a mixed
+    fleet also every job's table per GPU type."""
+    if problem.alternatives:
+        return {j.id: j.table for j in problem.jobs}, problem.state, \
+            {jid: {a.gpu_type: a.table for a in alts} for jid, alts in problem.alternatives.items()}
     return {j.id: j.table for j in problem.jobs}, problem.state
 
 
@@ -118,8 +122,7 @@ def _from_contingency(instance: Instance, contingency, instance_fingerprint: str
                       prepared=None) -> tuple[Plan | None, str | None]:
     """(the precomputed plan for the instance's event, placed and validated, None) or
     (None, why none was used): a stored plan that does not check out is never used."""
-    from unicron_plan.core.constraints import dp_limitations
-    from unicron_plan.plan.contingency import check_index, lookup, read_contingency
+    from unicron_plan.plan.contingency import check_index, lookup, proven_optimal, read_contingency
     from unicron_plan.core.problem import RawSolution, build_problem
     from unicron_plan.plan.assemble import to_plan
 
@@ -128,8 +131,16 @@ def _from_contingency(instance: Instance, contingency, instance_fingerprint: str
     found = lookup(instance, index, instance_fingerprint)
     if found is None:
         return None, "no precomputed plan matches this instance and event"
+    if found[1] is None:
+        return None, f"the index lists {found[0]} as infeasible"
     key, counts, stored = found
     problem = build_problem(instance, prepared)
+    types = index["plans"][index["failures"][key]["plan"]].get("types") or None  # mixed fleets
+    if types is not None:
+        choices = {jid: {a.gpu_type for a in alts} for jid, alts in problem.alternatives.items()}
+        if any(t not in choices.get(jid, ()) for jid, t in types.items()):
+            return None, f"the stored plan for {key} names GPU types this instance does not allow"
+    base_problem, problem = problem, problem.with_types(types or {})
     allowed = {j.id: set(j.counts.tolist()) for j in problem.jobs}
     if set(counts) != set(allowed) or any(counts[j] not in allowed[j] for j in allowed):
         return None, f"the stored plan for {key} gives counts this instance does not allow"
@@ -138,15 +149,22 @@ def _from_contingency(instance: Instance, contingency, instance_fingerprint: str
         used[j.gpu_type] = used.get(j.gpu_type, 0) + counts[j.id]
     if any(used[t] > problem.capacity.get(t, 0) for t in used):
         return None, f"the stored plan for {key} exceeds the healthy capacity"
-    limits = dp_limitations(problem)
-    if limits:
-        return None, f"stored plans do not encode the instance's constraints ({limits[0]})"
+    if base_problem.alternatives:  # mixed fleets: the stored value must reach the bound over types
+        from unicron_plan.solvers.mixed import relaxation as mixed_relaxation
+
+        _, bound = mixed_relaxation(base_problem)
+        proven = problem.objective(counts) >= bound - 1e-9 * max(1.0, abs(bound))
+    else:
+        proven = proven_optimal(problem, counts)
+    if not proven:
+        return None, f"the stored plan for {key} is not proven optimal for this instance"
     value = problem.objective(counts)
     raw = RawSolution(counts=counts, objective=value, bound=value,
-                      options={"contingency_key": key, "precomputed": True})
-    plan = to_plan(problem, raw, "contingency", time.perf_counter() - start)
-    report = _validate(instance, plan, derived=_derived(problem))
-    if not report.valid or abs(value - stored) > 1e-9 * max(1.0, abs(stored)):
+                      options={"contingency_key": key, "precomputed": True}, types=types)
+    plan = to_plan(base_problem, raw, "contingency", time.perf_counter() - start)
+    report = _validate(instance, plan, derived=_derived(base_problem))
+    if not report.valid or abs(value - stored) > 1e-9 * max(1.0, abs(stored)) \
+            or abs(plan.objective - value) > 1e-9 * max(1.0, abs(value)):
         return None, f"the stored plan for {key} does not check out (stale or edited index)"
     return plan, None
 

@@ -224,7 +224,8 @@ def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (i
     index = build_contingency(api.load_instance(instance), racks=racks, progress=not quiet)
     path = write_contingency(index, out)
     st = index["stats"]
-    typer.echo(f"{st['failures']} failures in {st['groups']} groups, {st['plans']} distinct plans, "
+    infeasible = f" ({st['infeasible']} more infeasible)" if st.get("infeasible") else ""
+    typer.echo(f"{st['failures']} failures{infeasible} in {st['groups']} groups, {st['plans']} distinct plans, "
                f"{st['wall_seconds']:.2f} s -> {path}", err=True)
 
 

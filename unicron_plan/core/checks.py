@@ -61,11 +61,14 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
         if gtype not in cluster.gpu_types:
             raise InvalidInstanceError(f"{where}.throughput.gpu_type",
                                        f"{gtype!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
+        if job.throughput.by_type is not None or job.throughput.gpu_types is not None:
+            _check_other_types(job, f"{where}.throughput", cluster.gpu_types)
         table = (tables or {}).get(job.id)
         cur = job.current
         # Literal tables are checked on their keys, canonical decimal strings (no int() pass).
         known = (cur.gpus in table) if table is not None else (
-            str(cur.gpus) in job.throughput.tflops if job.throughput.tflops is not None else True)
+            str(cur.gpus) in job.throughput.tflops if job.throughput.tflops is not None else
+            cur.gpus in job.throughput.table_view() if job.throughput.compact is not None else True)
         if cur.gpus != 0 and not known:
             raise InvalidInstanceError(f"{where}.current.gpus",
                                        f"{cur.gpus} is not a GPU count of the job's throughput table (nor 0)")
@@ -101,6 +104,15 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             f"its nodes, do not fit in the healthy GPUs of those nodes together")
     check_event(instance, nodes)
     return split
+
+
+def _check_other_types(job, where: str, declared) -> None:
+    """Every GPU type a mixed-fleet job may run on is declared in cluster.gpu_types."""
+    field = "by_type" if job.throughput.by_type is not None else "gpu_types"
+    for t in job.throughput.allowed_types()[1:]:
+        if t not in declared:
+            raise InvalidInstanceError(f"{where}.{field}.{t}" if field == "by_type" else f"{where}.{field}",
+                                       f"{t!r} is not in cluster.gpu_types ({', '.join(sorted(declared))})")
 
 
 def check_event(instance: Instance, nodes: dict | None = None) -> None:
@@ -211,8 +223,8 @@ def check_scenario(scenario: Scenario) -> None:
         isolation=scenario.isolation, reference=None)
     check_instance(inst)
     for k, job in enumerate(scenario.jobs):
-        if job.throughput.tflops is None:
-            raise InvalidInstanceError(f"jobs[{k}].throughput", "scenarios need the table form ('tflops')")
+        if not job.throughput.has_table:
+            raise InvalidInstanceError(f"jobs[{k}].throughput", "scenarios need the table form ('tflops' or 'compact')")
     for k, d in enumerate(scenario.failures.domains if scenario.failures is not None else ()):
         _check_error_kind(d.error, f"failures.domains[{k}].error", "sev1")
     for name, m in (scenario.policy_models or {}).items():

@@ -8,6 +8,7 @@ answer back to ids.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -45,6 +46,7 @@ class JobTerms:
     same_rack: bool = False
     min_gain_fraction: float | None = None
     exiting: bool = False  # leaves in a job_exit event: only y = 0, G = 0
+    off_type: bool = False  # the terms on another GPU type than the job's current one: every count is a change
 
     def f_of(self, y: int) -> float:
         """F(y) of this job (0 for y = 0)."""
@@ -53,7 +55,7 @@ class JobTerms:
     def gain_of(self, y: int, moved: bool = False) -> float:
         """G(y) of this job (``moved``: it keeps its count on another split, and pays for it)."""
         return float(cost.gain(self.f_of(y), y, self.x, self.f_x, self.hit, self.d_run, self.d_trans,
-                               self.exiting, moved))
+                               self.exiting, moved or self.off_type))
 
 
 @dataclass
@@ -66,6 +68,26 @@ class Problem:
     capacity: dict[str, int]
     jobs: list[JobTerms]
     max_changed_jobs: int | None = None
+    # Mixed fleets: {job id: its terms on every GPU type it may use, its current type's (jobs[i]) first},
+    # for the jobs with several types (empty: every job is bound to its type, the single-type problem).
+    alternatives: dict[str, list[JobTerms]] = field(default_factory=dict)
+
+    def with_types(self, types: Mapping[str, str]) -> "Problem":
+        """This problem with each job of ``types`` on the GPU type given there (its terms from
+        ``alternatives``; a job's previous split is empty on another type, it has no GPUs there).
+        The problem itself when no job changes type."""
+        moved = {jid: t for jid, t in types.items()
+                 if jid in self.alternatives and t != self.alternatives[jid][0].gpu_type}
+        if not moved:
+            return self
+        jobs = list(self.jobs)
+        previous = dict(self.state.previous)
+        for k, j in enumerate(jobs):
+            t = moved.get(j.id)
+            if t is not None:
+                jobs[k] = next(a for a in self.alternatives[j.id] if a.gpu_type == t)
+                previous[j.id] = {}
+        return dataclasses.replace(self, jobs=jobs, state=dataclasses.replace(self.state, previous=previous))
 
     def jobs_of_type(self, gpu_type: str) -> list[JobTerms]:
         """Jobs that run on ``gpu_type``, in instance order."""
@@ -85,7 +107,7 @@ class Problem:
             y = counts[j.id]
             if y == 0:
                 continue
-            if (y == j.x and not j.hit) or j.pinned:  # pinned: the previous split (constraints.precheck)
+            if (y == j.x and not j.hit and not j.off_type) or j.pinned:  # pinned: the previous split (constraints.precheck)
                 for nid, g in self.state.previous[j.id].items():
                     result[j.id][nid] = g
                     free[nid] -= g
@@ -120,7 +142,7 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, Mapping[int, float]], 
             get_gpu(gpu_type, f"efficiency.{gpu_type}")
     for k, job in enumerate(instance.jobs):
         tp = job.throughput
-        if tp.tflops is not None:
+        if tp.has_table:
             tables[job.id] = tp.table_view()
             continue
         try:
@@ -157,6 +179,9 @@ class PreparedCluster:
     nodes: dict  # node id -> node
     flat: "FlatTables"
     unhealthy: frozenset  # ids of the nodes with failed GPUs
+    # mixed fleets: resolve_type_tables of the jobs with several GPU types (empty otherwise)
+    type_tables: Mapping[str, Mapping[str, Mapping[int, float]]] = field(default_factory=dict)
+    type_layouts: Mapping[str, Mapping[str, dict[int, dict]]] = field(default_factory=dict)
 
     def covers(self, instance: Instance) -> bool:
         """``instance`` is this one with some event: the very same cluster and jobs objects."""
@@ -172,9 +197,11 @@ def prepare(instance: Instance) -> PreparedCluster:
     base = instance if instance.event is None else instance.model_copy(update={"event": None})
     tables, layouts = resolve_tables(base)
     previous = check_instance(base, tables)
+    type_tables, type_layouts = resolve_type_tables(base, tables, layouts)
     return PreparedCluster(base, tables, layouts, previous, healthy_nodes(base),
                            {n.id: n for n in base.cluster.nodes}, flat_tables(base, tables),
-                           frozenset(n.id for n in base.cluster.nodes if n.failed_gpus))
+                           frozenset(n.id for n in base.cluster.nodes if n.failed_gpus),
+                           type_tables, type_layouts)
 
 
 def build_problem(instance: Instance, prepared: PreparedCluster | None = None) -> Problem:
@@ -186,10 +213,97 @@ def build_problem(instance: Instance, prepared: PreparedCluster | None = None) -
     if prepared is not None and prepared.covers(instance):
         check_event(instance, prepared.nodes)
         state = build_state(instance, prepared.previous, prepared.healthy, prepared.unhealthy)
-        return tabulate(instance, state, prepared.tables, prepared.layouts, prepared.flat)
+        problem = tabulate(instance, state, prepared.tables, prepared.layouts, prepared.flat)
+        return add_alternatives(problem, prepared.type_tables, prepared.type_layouts)
     tables, layouts = resolve_tables(instance)
     previous = check_instance(instance, tables)
-    return tabulate(instance, build_state(instance, previous), tables, layouts)
+    problem = tabulate(instance, build_state(instance, previous), tables, layouts)
+    return add_alternatives(problem, *resolve_type_tables(instance, tables, layouts))
+
+
+def resolve_type_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]],
+                        layouts: Mapping[str, dict[int, dict]]):
+    """({job id: {GPU type: table}}, {job id: {GPU type: layouts}}) of the jobs that may run on several
+    GPU types (``by_type``, or ``gpu_types`` derived from the performance model); ``tables`` and
+    ``layouts`` (of :func:`resolve_tables`) give the current type's. Empty for a single-type instance."""
+    type_tables: dict[str, dict[str, Mapping[int, float]]] = {}
+    type_layouts: dict[str, dict[str, dict[int, dict]]] = {}
+    total: dict[str, int] | None = None
+    for k, job in enumerate(instance.jobs):
+        tp = job.throughput
+        if tp.by_type is None and tp.gpu_types is None:
+            continue
+        types = tp.allowed_types()
+        if len(types) < 2:
+            continue
+        out = {types[0]: tables[job.id]}
+        outl = {types[0]: layouts.get(job.id, {})}
+        for t in types[1:]:
+            if tp.by_type is not None:
+                out[t] = tp.type_table(t)
+                continue
+            from unicron_plan.perf import derive_table
+
+            if total is None:
+                total = {}
+                for n in instance.cluster.nodes:
+                    total[n.gpu_type] = total.get(n.gpu_type, 0) + n.gpus
+            try:
+                curve = derive_table(tp.model, t, tp.global_batch, tp.seq_len, recompute=tp.recompute or "auto",
+                                     max_gpus=max(total.get(t, 0), 1),
+                                     constants=(instance.efficiency or {}).get(t))
+            except InvalidInstanceError as exc:
+                raise InvalidInstanceError(f"jobs[{k}].throughput.gpu_types ({t}): {exc.field}",
+                                           exc.message) from None
+            out[t] = curve.tflops_table()
+            outl[t] = {n: curve.layout(n) for n in out[t]}
+        type_tables[job.id], type_layouts[job.id] = out, outl
+    return type_tables, type_layouts
+
+
+@np.errstate(over="ignore", invalid="ignore")
+def add_alternatives(problem: Problem, type_tables, type_layouts) -> Problem:
+    """Fill ``problem.alternatives`` (in place) from :func:`resolve_type_tables`: for every job with
+    several types that neither leaves nor is pinned, its terms on each other type. There every count
+    is a change (the job moves to other nodes): G(y) = F_t(y) D_run - F(x) D_trans, the counts that
+    fit the type's capacity, filtered by tp and hysteresis; y = 0 is allowed as on the current type."""
+    if not type_tables:
+        return problem
+    alternatives: dict[str, list[JobTerms]] = {}
+    for jt in problem.jobs:
+        types = type_tables.get(jt.id)
+        if not types or jt.exiting or jt.pinned:
+            continue
+        job = problem.instance.jobs[jt.index]
+        zero_ok = len(jt.counts) > 0 and int(jt.counts[0]) == 0
+        penalty = jt.f_x * jt.d_trans
+        options = [jt]
+        for t, table in types.items():
+            if t == jt.gpu_type:
+                continue
+            cap = problem.capacity.get(t, 0)
+            keys = sorted(c for c in table if c <= cap)
+            counts = np.asarray([0] + keys, dtype=np.int64)
+            f = np.concatenate([np.zeros(1), np.asarray(cost.waf(job.weight, np.asarray(
+                [table[c] for c in keys], dtype=float)), dtype=float).reshape(len(keys))])
+            gains = f * problem.d_run - penalty
+            if not np.isfinite(gains).all():
+                raise InvalidInstanceError(f"jobs[{jt.index}].throughput.by_type.{t}",
+                                           f"weight {job.weight} x TFLOP/s x D_run {problem.d_run} s overflows "
+                                           f"a float; use smaller units")
+            keep = np.ones(len(counts), dtype=bool)
+            if (job.tp is not None and job.tp > 1) or (job.min_gain_fraction is not None and not jt.hit):
+                keep = constraints.allowed_mask(job, counts, gains, -1, jt.hit, jt.f_x, problem.d_run)
+            keep[0] = zero_ok
+            if not keep.any():
+                continue  # no count allowed there
+            options.append(dataclasses.replace(
+                jt, gpu_type=t, table=table, counts=counts[keep], f=f[keep], gains=gains[keep],
+                layouts=dict(type_layouts.get(jt.id, {}).get(t, {})), off_type=True))
+        if len(options) > 1:
+            alternatives[jt.id] = options
+    problem.alternatives = alternatives
+    return problem
 
 
 @dataclass(frozen=True)
@@ -221,7 +335,7 @@ def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -
 
 def _table_arrays(job, table: Mapping[int, float]) -> tuple[np.ndarray, np.ndarray]:
     """(counts ascending, TFLOP/s at them) of a job's resolved table."""
-    if job.throughput.tflops is not None:
+    if job.throughput.has_table:
         return job.throughput.table_arrays()
     keys = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
     vals = np.fromiter(table.values(), dtype=float, count=len(table))
@@ -314,6 +428,7 @@ class RawSolution:
     solution: str = "optimal"
     placement: dict[str, dict[str, int]] | None = None  # solvers that place at node level
     options: dict = field(default_factory=dict)
+    types: dict[str, str] | None = None  # mixed fleets: the GPU type chosen per job (None: current types)
 
 
 def action_of(x: int, y: int, hit: bool, moved: bool) -> str:

@@ -117,9 +117,9 @@ def export_k8s(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan so
 def export_slurm(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan solve)."),
                  jobs: Path = typer.Option(..., "--jobs", help="The squeue --json file given to import."),
                  nodes: Optional[Path] = typer.Option(None, "--nodes", help="The nodes file given to import "
-                                                                            "(needed when the plan drains nodes: their "
-                                                                            "reasons are kept, drained ones left alone)."),
-                 reason: str = typer.Option("unicron-plan: failed", "--reason", help="Reason of the drains."),
+                                                                            "(drained nodes left alone; without it the "
+                                                                            "script reads each reason when it runs)."),
+                 reason: str = typer.Option("unicron-plan: failed", "--reason", help="Added to the reason of the nodes the plan drains."),
                  out: Optional[Path] = _OUT):
     """The scontrol commands that carry out PLAN on Slurm, as a shell script (each step guarded
     by the cluster's state, so that running it again is harmless)."""
@@ -134,10 +134,57 @@ def export_slurm(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan 
     emit(render_script(steps), out)
 
 
+agent_app = typer.Typer(no_args_is_help=True, help="Close the loop: keep a scheduler at the coordinator's plans.")
+
+
+class AgentMode(str, Enum):
+    apply = "apply"
+    propose = "propose"
+
+
+@agent_app.command("slurm")
+def agent_slurm(coordinator: str = typer.Option(..., "--coordinator", help="URL of unicron-plan serve."),
+                token_file: Optional[Path] = typer.Option(None, "--token-file", help="File holding the bearer token."),
+                interval: float = typer.Option(30.0, "--interval", min=0.5, max=86400.0,
+                                               help="Seconds between passes."),
+                mode: AgentMode = typer.Option(AgentMode.apply, "--mode", help="apply: carry plans out; propose: "
+                                               "write the plan and its script under --state-dir, change nothing."),
+                once: bool = typer.Option(False, "--once", help="One pass, its result as JSON on stdout, then exit."),
+                state_dir: Path = typer.Option(Path("unicron-agent"), "--state-dir",
+                                               help="Journal and proposals (created 0700)."),
+                expected_run_seconds: Optional[float] = _RUN, node_mtbf_hours: Optional[float] = _MTBF,
+                default_transition_seconds: float = _TRANS,
+                gpu_type: Optional[list[str]] = _GPU_TYPE, gpu_map: Optional[Path] = _GPU_MAP,
+                rack_feature: Optional[str] = typer.Option("rack", "--rack-feature",
+                                                           help="Prefix of the node feature that names the rack."),
+                reason: str = typer.Option("unicron-plan: failed", "--reason",
+                                           help="Added to the reason of the nodes the plan drains."),
+                verify_seconds: float = typer.Option(60.0, "--verify-seconds", min=1.0, max=3600.0,
+                                                     help="How long to wait for Slurm to reach the plan.")):
+    """Keep Slurm at the coordinator's plans: events in, scontrol out, apply confirmed."""
+    from unicron_plan.client import PlannerClient
+    from unicron_plan.integrations.agent import AgentConfig, SlurmAgent
+    from unicron_plan.io import dumps
+
+    if expected_run_seconds is None and node_mtbf_hours is None:
+        expected_run_seconds = 36000.0
+    cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
+    token = token_file.read_text().strip() if token_file else None
+    cfg = AgentConfig(mode=mode.value, state_dir=state_dir, cost=cost, gpu_map=gmap, rack_feature=rack_feature,
+                      reason=reason, verify_seconds=verify_seconds)
+    with PlannerClient(coordinator, token=token) as client:
+        agent = SlurmAgent(client, cfg)
+        if once:
+            typer.echo(dumps(agent.run_once()))
+        else:
+            agent.run_forever(interval)
+
+
 def register(app: typer.Typer, wrap: Callable) -> None:
-    """Add ``import`` and ``export`` to ``app``, each command wrapped by ``wrap`` (exit codes)."""
-    for sub in (import_app, export_app):
+    """Add ``import``, ``export`` and ``agent`` to ``app``, each command wrapped by ``wrap`` (exit codes)."""
+    for sub in (import_app, export_app, agent_app):
         for cmd in sub.registered_commands:
             cmd.callback = wrap(cmd.callback)
     app.add_typer(import_app, name="import")
     app.add_typer(export_app, name="export")
+    app.add_typer(agent_app, name="agent")

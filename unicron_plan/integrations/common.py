@@ -284,14 +284,15 @@ def build_instance(name: str, nodes: list[NodeState], jobs: list[JobState], cost
     all_types = set(node_types.values())
     inst_nodes, failed_nodes, failed_gpus = [], [], []
     for n in nodes:
-        # Withheld GPUs (lowest indices) and GPUs lost in the event (highest) never overlap: a failed
-        # node loses every GPU in the event, so withholding any of them would not be new; on a node
-        # that lost some, work the planner does not manage keeps only GPUs that are still there.
-        reserved = [] if n.failed else list(range(min(n.reserved_gpus, n.gpus - n.lost_gpus)))
+        # Withheld GPUs (lowest indices) and GPUs lost in the event (highest) never overlap: work the
+        # planner does not manage keeps only GPUs that are still there. A failed node whose GPUs are
+        # all withheld has nothing new to lose, so it is not part of the event.
+        reserved = list(range(min(n.reserved_gpus, n.gpus - n.lost_gpus)))
         inst_nodes.append({"id": n.id, "gpu_type": n.gpu_type, "gpus": n.gpus, "failed_gpus": reserved,
                            **({"rack": n.rack} if n.rack is not None else {})})
         if n.failed:
-            failed_nodes.append(n.id)
+            if len(reserved) < n.gpus:
+                failed_nodes.append(n.id)
         elif n.lost_gpus:
             failed_gpus += [{"node": n.id, "gpu": g} for g in range(n.gpus - n.lost_gpus, n.gpus)]
     inst_jobs = []

@@ -1,10 +1,13 @@
-"""Kubernetes: ``kubectl get nodes/pods/<jobs> -o json`` in, merge patches out.
+"""Kubernetes: ``kubectl get nodes/pods/<jobs> -o json`` in; out, the changes each job's controller
+accepts (merge or JSON patches, node labels, new objects, pod deletions).
 
 Job kinds: Kubeflow ``PyTorchJob`` (kubeflow.org/v1), Volcano ``Job``
 (batch.volcano.sh/v1alpha1) and DLRover ``ElasticJob`` (elastic.iml.github.io/v1alpha1).
 A job's GPUs move in pods: every pod of its scaled replica type asks for the
 same GPUs, so the instance gives the job ``tp`` = a multiple of that count and
-the plan splits it into whole pods. docs/integrations.md lists every field.
+the plan splits it into whole pods, and its table keeps only the counts its controller
+can run. Names are checked against Kubernetes' own rules, since they reach kubectl command
+lines. docs/integrations.md lists every field.
 """
 
 from __future__ import annotations
@@ -300,7 +303,8 @@ class K8sJob:
     fixed_gpus: int               # GPUs of the replica types that do not scale
     replicas: int = 0             # the scaled type's replicas in the spec
     gpu_types: tuple[str, ...] = ()  # replica types / tasks whose pods hold GPUs (the scaled one included)
-    min_replicas: int = 1         # fewest replicas of the scaled type the controller accepts (besides suspension)
+    min_replicas: int = 1         # fewest replicas of the scaled type a plan may give (PyTorchJob's webhook
+    #                               wants Worker >= 1; a Volcano or DLRover job needs its workers too)
     fixed_replicas: bool = False  # the controller cannot change the scaled type's replicas at all
     placement_label: Optional[tuple[str, str]] = None  # Volcano: the node label (key, value) its GPU tasks select
     product: Optional[tuple[str, str]] = None  # the scaled template's nodeSelector GPU product, and its path
@@ -749,7 +753,9 @@ def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[s
             labels += _placement_labels(job, placement)
             if resumed:
                 changes.append(_command(job, "ResumeJob"))
-            changes.append(_volcano_patch(job, replicas))
+            patch = _volcano_patch(job, replicas)
+            if patch["patch"]:  # a move keeps the counts: the labels and deletions carry it
+                changes.append(patch)
             deletions += [_delete(job, p) for p in _pods_to_delete(job, placement, _replicas_of(job, replicas))]
         else:
             changes += _dlrover_changes(job, placement, replicas, resumed)

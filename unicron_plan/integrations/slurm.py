@@ -29,6 +29,8 @@ HELD_REASONS = frozenset({"JOBHELDUSER", "JOBHELDADMIN"})
 COMMENT_PREFIX = "unicron-plan:"
 MAX_HOSTS = 100_000
 MAX_HOSTLIST_CHARS = 1_000_000
+#: Seconds between the last release and the StartTime=now of the placed jobs (see Step).
+START_PAUSE = 2
 #: A node name Slurm accepts in a hostlist and that no shell reads as anything but a word:
 #: letters, digits, ``.``, ``_`` and ``-``, not starting with ``-`` or ``.``.
 NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}$")
@@ -397,8 +399,12 @@ class Step:
     - ``shrink``: ``scontrol update JobId NodeList`` of a running job onto a subset of its nodes;
     - ``suspend``: requeue held a running ``job`` (hold it if pending);
     - ``requeue``: requeue held a running ``job`` that moves or grows to ``nodes``;
-    - ``place``: once the job is no longer completing, ``NumNodes=N-N ReqNodeList=nodes``,
-      release, ``StartTime=now`` (a requeued job is not eligible for two minutes otherwise).
+    - ``place``: once the job is no longer completing, ``NumNodes=N-N ReqNodeList=nodes`` and
+      release;
+    - ``start``: after a pause of START_PAUSE seconds, ``StartTime=now`` of a placed job that is
+      still pending (a requeued job is not eligible for two minutes otherwise; started within
+      the second its previous run's credential was revoked, slurmd refuses it and Slurm ends
+      the job, hence the pause).
     """
 
     kind: str
@@ -406,6 +412,7 @@ class Step:
     nodes: list[str] = field(default_factory=list)
     node: str = ""
     reason: str = ""
+    ours: str = ""   # drain without a nodes file: the node's reason is read when the step runs, this added
 
     def commands(self) -> list[list[str]]:
         """The ``scontrol`` argument vectors of the step when it applies."""
@@ -422,7 +429,9 @@ class Step:
         if self.kind == "place":
             n = len(self.nodes)
             return [["scontrol", "update", f"JobId={j}", f"NumNodes={n}-{n}", f"ReqNodeList={hl}"],
-                    ["scontrol", "release", j], ["scontrol", "update", f"JobId={j}", "StartTime=now"]]
+                    ["scontrol", "release", j]]
+        if self.kind == "start":
+            return [["scontrol", "update", f"JobId={j}", "StartTime=now"]]
         raise ValueError(self.kind)
 
 
@@ -450,10 +459,10 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
             raise InvalidInstanceError(f"plan drained_nodes[{k}]", f"{name!r} is not a node of the nodes file")
         if node is not None and node.flags & {"DRAIN", "DRAINED", "DRAINING"}:
             continue
-        if nodes_doc is None:
-            raise InvalidInstanceError("--nodes", "the plan drains nodes: give the nodes file, so that their "
-                                                  "own reasons are kept")
-        drains.append(Step("drain", node=name, reason=append_reason(node.reason, reason)))
+        if node is None:   # no nodes file: the node's reason is read when the step runs
+            drains.append(Step("drain", node=name, reason=reason, ours=reason))
+        else:
+            drains.append(Step("drain", node=name, reason=append_reason(node.reason, reason)))
     holds, frees, takes = [], [], []
     for k, pj in enumerate(plan.jobs):
         if pj.id not in jobs:
@@ -482,7 +491,8 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
         if current:
             frees.append(Step("requeue", job=job.job_id, nodes=planned))
         takes.append(Step("place", job=job.job_id, nodes=planned))
-    return drains + holds + frees + takes
+    starts = [Step("start", job=st.job, nodes=st.nodes) for st in takes]
+    return drains + holds + frees + takes + starts
 
 
 _SCRIPT_HEAD = """\
@@ -500,6 +510,8 @@ fail() {
 }
 job_state() { squeue -h -j "$1" -o '%T %N' 2>/dev/null || true; }
 node_state() { sinfo -h -N -n "$1" -o '%T' 2>/dev/null || true; }
+node_reason() { sinfo -h -N -n "$1" -o '%E' 2>/dev/null || true; }
+held() { case "$(squeue -h -j "$1" -o '%r' 2>/dev/null)" in JobHeld*|*'held state'*) return 0 ;; esac; return 1; }
 settled() {  # wait until a requeued job is no longer completing (at most 120 s)
   i=0
   while [ "$i" -lt 240 ]; do
@@ -519,27 +531,41 @@ def render_script(steps: list[Step]) -> str:
     """The steps as a POSIX shell script: every name and hostlist quoted, every command's
     result checked, every step guarded by the cluster's present state."""
     out = [_SCRIPT_HEAD]
+    paused = False
     for st in steps:
         q = shlex.quote
         if st.kind == "drain":
             out.append(f"case \"$(node_state {q(st.node)})\" in *drain*) ;; *)\n")
-            out.append(_run(st.commands()[0], "  ") + "  ;;\nesac\n")
+            if st.ours:
+                out.append(f"  r=\"$(node_reason {q(st.node)})\"\n  case \"$r\" in ''|none) r={q(st.ours)} ;; "
+                           f"*) r=\"$r; \"{q(st.ours)} ;; esac\n")
+                cmd = shlex.join(["scontrol", "update", f"NodeName={st.node}", "State=DRAIN"])
+                out.append(f"  {cmd} \"Reason=$r\" || fail {q(cmd)}\n  ;;\nesac\n")
+            else:
+                out.append(_run(st.commands()[0], "  ") + "  ;;\nesac\n")
             continue
         j = str(st.job)
         target = q(f"RUNNING {compress(st.nodes)}") if st.nodes else "''"
         if st.kind == "hold":
-            out.append(f"case \"$(job_state {j})\" in PENDING*)\n" + _run(st.commands()[0], "  ") + "  ;;\nesac\n")
+            out.append(f"case \"$(job_state {j})\" in PENDING*)\n  held {j} || "
+                       + _run(st.commands()[0]) + "  ;;\nesac\n")
         elif st.kind == "shrink":
             out.append(f"if [ \"$(job_state {j})\" != {target} ]; then\n" + _run(st.commands()[0], "  ") + "fi\n")
         elif st.kind == "suspend":
             out.append(f"case \"$(job_state {j})\" in\n  RUNNING*|SUSPENDED*) "
                        + _run(st.commands()[0]).rstrip("\n") + " ;;\n"
-                       + f"  PENDING*) {shlex.join(['scontrol', 'hold', j])} || fail 'scontrol hold {j}' ;;\nesac\n")
+                       + f"  PENDING*) held {j} || {shlex.join(['scontrol', 'hold', j])} || fail 'scontrol hold {j}' ;;\n"
+                       + "esac\n")
         elif st.kind == "requeue":
             out.append(f"s=\"$(job_state {j})\"\nif [ \"$s\" != {target} ]; then\n  case \"$s\" in RUNNING*|SUSPENDED*)\n"
                        + _run(st.commands()[0], "    ") + f"    moved=\"$moved {j}\" ;;\n  esac\nfi\n")
         elif st.kind == "place":
-            update, release, start = st.commands()
+            update, release = st.commands()
             out.append(f"if [ \"$(job_state {j})\" != {target} ]; then\n  settled {j}\n" + _run(update, "  ")
-                       + _run(release, "  ") + _run(start, "  ") + "fi\n")
+                       + _run(release, "  ") + "fi\n")
+        elif st.kind == "start":
+            if not paused:
+                out.append(f"sleep {START_PAUSE}\n")
+                paused = True
+            out.append(f"case \"$(job_state {j})\" in PENDING*)\n" + _run(st.commands()[0], "  ") + "  ;;\nesac\n")
     return "".join(out)

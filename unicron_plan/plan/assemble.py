@@ -33,6 +33,8 @@ def _placements(wheres: list[dict[str, int]]) -> list[list[Placement]]:
 
 def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
     """Place the counts on nodes and assemble the v1 plan."""
+    if raw.types:  # mixed fleets: each job on the GPU type the solver chose
+        problem = problem.with_types(raw.types)
     placement = raw.placement if raw.placement is not None else place(problem, raw.counts)
     plan_jobs = []
     total_waf = 0.0
@@ -53,7 +55,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         plan_jobs.append(PlanJob(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
             nodes=list(where), placement=shares, waf_tflops=f_y, transition_penalty=penalty, hit=j.hit,
-            gain=gains[-1], parallelism=j.layouts.get(y) if y else None))
+            gain=gains[-1], gpu_type=j.gpu_type, parallelism=j.layouts.get(y) if y else None))
     objective = float(sum(gains))  # Problem.objective of these counts and this placement
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)

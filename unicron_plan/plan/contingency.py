@@ -1,28 +1,40 @@
 """Contingency plans: the optimal plan for the failure of every single node (or rack), ahead of time.
 
 A node failure changes (a) one GPU type's capacity, (b) which jobs are hit
-(their gain vectors lose the "unchanged" option) and, with
-``cost.node_mtbf_hours``, (c) D_run through the number of nodes in service.
-Failures are grouped by (D_run, hit jobs, capacities) and each group is solved
-once. Per D_run and GPU type, prefix tables P_k (DP over the type's jobs
-0..k-1) and suffix tables S_k (jobs k..m-1) over capacities 0..C are built
-once; a group hitting jobs a..b (in type order) folds the span a..b with the
-hit jobs' new gains onto P_a, and meets S_{b+1} at the failure's capacity C':
+(their gain vectors lose the "unchanged" option, and they are exempt from
+hysteresis) and, with ``cost.node_mtbf_hours``, (c) D_run, which moves the
+hysteresis thresholds too. Nodes that hold the same jobs and lose the same
+GPUs are one equivalence class: failures are grouped by (D_run, hit jobs,
+capacities) and each group is solved once, on each job's options under the
+failure's own rules (:func:`_job_options`). Per D_run and GPU type:
+
+* a group that hits no job of the type is the type's DP (``dp.solve_options``,
+  with all of its pruning) at the group's capacity, once per capacity;
+* groups that hit jobs share prefix tables P_k (DP over the type's jobs
+  0..k-1) and suffix tables S_k (jobs k..m-1) over capacities 0..C, built only
+  as far as some group needs them; a group hitting jobs a..b (in type order)
+  folds the span a..b with the hit jobs' new gains onto P_a, and meets S_{b+1}
+  at the failure's capacity C':
 
     opt = max_c  (P_a (+) span)[c] + S_{b+1}[C' - c]          (O(C) per group)
 
-so a group costs O(C x the span's options) instead of a full re-solve. The
-tables are built on Lagrangian cores (:func:`_cores`): options that no
-group's optimum can use, by the bound gap of every group, are dropped first.
-The tests check every plan against a full re-solve of the failed instance.
+  The tables are built on Lagrangian cores (:func:`_cores`): options that no
+  group's optimum can use, by the bound gap of every group, are dropped first.
+
+A pinned job on a failed node, or jobs that may not suspend no longer fitting,
+make the failure infeasible: it is listed under ``infeasible`` with the reason.
+An instance with constraints the DP cannot express has each failure solved on
+its own (``auto``). The tests compare every entry with a fresh solve.
 
 Output (``DIR/contingency.json``, canonical JSON): the base instance's name and
 fingerprint, ``failures`` mapping each failure key (``node:ID`` or
-``rack:ID``) to its failed nodes, objective and plan id, and ``plans`` mapping
-plan ids to the optimal counts per job (identical count vectors are stored
-once). Placement is deterministic and fast, so it is redone when a plan is
-used: :func:`lookup` (``unicron-plan solve --contingency DIR``) turns the
-counts into a placed plan that :func:`unicron_plan.api.solve` validates.
+``rack:ID``) to its failed nodes, objective and plan id, ``infeasible`` mapping
+the keys that admit no plan to their failed nodes and reason, and ``plans``
+mapping plan ids to the optimal counts per job (identical count vectors are
+stored once). Placement is deterministic and fast, so it is redone when a plan
+is used: :func:`lookup` (``unicron-plan solve --contingency DIR``) finds the
+counts, :func:`proven_optimal` re-checks them on the instance as it is, and
+:func:`unicron_plan.api.solve` places and validates them.
 """
 
 from __future__ import annotations
@@ -35,11 +47,13 @@ from pathlib import Path
 
 import numpy as np
 
-from unicron_plan.core import cost
-from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.core import constraints, cost
+from unicron_plan.core.problem import JobTerms, build_problem
+from unicron_plan.errors import InfeasibleError, InvalidInstanceError, SolverUnavailableError
 from unicron_plan.schema import Instance
 
 INDEX_FILE = "contingency.json"
+DIRECT_GROUPS = 4  # per D_run and GPU type, at most this many groups that hit jobs are solved by the DP each
 
 
 def fingerprint(instance: Instance) -> str:
@@ -108,16 +122,19 @@ class _TypeTables:
     suffix_choice: list  # suffix_choice[k]: job k's option index, for suffix[k]
 
 
-def _tables(jobs, opts, cap: int) -> _TypeTables:
+def _tables(jobs, opts, cap: int, prefix_to: int | None = None, suffix_from: int = 0) -> _TypeTables:
+    """The prefix tables P_0..P_prefix_to and suffix tables S_suffix_from..S_m (all by default):
+    only the ones some group meets."""
     m = len(jobs)
+    prefix_to = m if prefix_to is None else prefix_to
     prefix, prefix_choice = [np.zeros(1)], [None]
-    for k in range(m):
+    for k in range(prefix_to):
         V, ch = _fold_full(prefix[-1], *opts[k], cap)
         prefix.append(V)
         prefix_choice.append(ch)
     suffix, suffix_choice = [None] * (m + 1), [None] * (m + 1)
     suffix[m] = np.zeros(1)
-    for k in range(m - 1, -1, -1):
+    for k in range(m - 1, suffix_from - 1, -1):
         suffix[k], suffix_choice[k] = _fold_full(suffix[k + 1], *opts[k], cap)
     return _TypeTables(jobs, opts, prefix, prefix_choice, suffix, suffix_choice)
 
@@ -146,7 +163,8 @@ def _solve_group(t: _TypeTables, hit_idx: list[int], cap: int, hit_opts: dict) -
     m = len(t.jobs)
     if not hit_idx:
         value = _at(t.prefix[m], cap)
-        _back_prefix(t, m, cap, out)
+        if np.isfinite(value):
+            _back_prefix(t, m, cap, out)
         return value, out
     a, b = min(hit_idx), max(hit_idx)
     V = t.prefix[a][: cap + 1]
@@ -160,6 +178,8 @@ def _solve_group(t: _TypeTables, hit_idx: list[int], cap: int, hit_opts: dict) -
     total = V[np.minimum(c, len(V) - 1)] + S[np.minimum(cap - c, len(S) - 1)]
     best = int(np.argmax(total))
     value = float(total[best])
+    if not np.isfinite(value):  # no plan fits: nothing to trace back
+        return -np.inf, out
     _back_suffix(t, b + 1, cap - best, out)
     cc = best
     for off in range(len(span) - 1, -1, -1):
@@ -261,18 +281,113 @@ def _shrunk_value(opts, hit_opts, counts: list, values: list, cap: int) -> float
     return total - best_loss
 
 
+def _job_options(job: JobTerms, schema_job, counts: np.ndarray, f: np.ndarray, d_run: float,
+                 hit: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Pareto (counts, gains) of one job at ``d_run``, hit or not, under its count rules (tp,
+    pinned, and hysteresis for an unhit job only): what ``tabulate`` gives it in that failure."""
+    from unicron_plan.solvers.dp import pareto_arrays
+
+    gains = np.asarray(cost.gain(f, counts, job.x, job.f_x, hit, d_run, job.d_trans), dtype=float)
+    keep = constraints.allowed_mask(schema_job, counts, gains, job.x, hit, job.f_x, d_run)
+    return pareto_arrays(counts[keep], gains[keep])
+
+
+def _raw_counts(prepared, job: JobTerms, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """(every count of the job's table that fits ``capacity``, 0 first; F at them)."""
+    flat = prepared.flat
+    lo, hi = int(flat.off[job.index]), int(flat.off[job.index + 1])
+    counts, f = flat.counts[lo:hi], flat.f[lo:hi]
+    n = int(np.searchsorted(counts, capacity, side="right"))
+    return counts[:n], f[:n]
+
+
 def build_contingency(instance: Instance, racks: bool = False, progress: bool = False) -> dict:
     """Optimal counts for every single-node (and, with ``racks``, rack) failure of ``instance``.
 
     The instance's own event, if any, is ignored: contingencies are planned
-    from the state before any failure. Returns the JSON-ready index.
+    from the state before any failure. Every stored plan is the optimum of its
+    failure under the instance's full rules; a failure that admits no plan is
+    listed under ``infeasible`` with the reason. Returns the JSON-ready index.
     """
-    from unicron_plan.solvers.dp import pareto_arrays
-    from unicron_plan.core.problem import build_problem
+    from unicron_plan.core.problem import prepare
 
     start = time.perf_counter()
     base = instance.model_copy(update={"event": None})
-    problem = build_problem(base)
+    prepared = prepare(base)
+    problem = build_problem(base, prepared)
+    if problem.alternatives:  # mixed fleets: solved over types and counts
+        return _mixed_contingency(base, racks, start)
+    candidates = candidate_failures(base, racks)
+    bar = _progress(progress, len(candidates))
+    results: dict[str, tuple] = {}  # failure key -> (failed nodes, value, counts) or (failed, None, reason)
+    stats: dict = {}
+    if constraints.dp_limitations(problem):
+        unsolved = _solve_each(base, prepared, candidates, results, bar)
+        stats.update(groups=len(candidates), method="full solve per failure", not_stored=unsolved)
+    else:
+        _solve_groups(base, prepared, problem, candidates, results, bar, stats)
+    bar.close()
+    failures, infeasible, plans, plan_ids = {}, {}, {}, {}
+    for fkey, (failed, value, counts) in results.items():
+        if value is None:
+            infeasible[fkey] = {"failed_nodes": sorted(failed), "reason": counts}
+            continue
+        vector = tuple(counts[j.id] for j in problem.jobs)
+        if vector not in plan_ids:
+            plan_ids[vector] = f"p{len(plan_ids):05d}"
+            plans[plan_ids[vector]] = {"counts": {j.id: counts[j.id] for j in problem.jobs}}
+        failures[fkey] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
+    stats.update(failures=len(failures), infeasible=len(infeasible), plans=len(plans),
+                 wall_seconds=time.perf_counter() - start)
+    return {
+        "schema_version": "1", "kind": "contingency", "instance": base.name,
+        "fingerprint": fingerprint(base), "racks": racks,
+        "failures": failures, "infeasible": infeasible, "plans": plans, "stats": stats,
+    }
+
+
+def _with_failure(base: Instance, failed: list[str]) -> Instance:
+    from unicron_plan.schema.instance import Event
+
+    return base.model_copy(update={"event": Event(kind="failure", failed_nodes=list(failed))})
+
+
+def _solve_each(base: Instance, prepared, candidates: list, results: dict, bar) -> dict[str, str]:
+    """Constraints the DP cannot express (node-level tp, max_nodes, same_rack, max_changed_jobs):
+    each failure is solved on its own by the exact solver ``auto`` picks for it. Returns the failures
+    left out of the index, with why (no IP backend installed, no proven optimum): they are solved
+    when they happen."""
+    from unicron_plan.plan.assemble import to_plan
+    from unicron_plan.solvers import SolverOptions, get_solver
+
+    left_out: dict[str, str] = {}
+    for key, failed in candidates:
+        bar.advance()
+        try:
+            p = build_problem(_with_failure(base, failed), prepared)
+            raw = get_solver("auto" if constraints.dp_limitations(p) else "dp")(p, SolverOptions())
+        except InfeasibleError as exc:
+            results[key] = (failed, None, str(exc))
+            continue
+        except SolverUnavailableError as exc:
+            left_out[key] = str(exc)
+            continue
+        if raw.solution != "optimal":
+            left_out[key] = f"the solver stopped with a {raw.solution} plan"
+            continue
+        value = to_plan(p, raw, "contingency", 0.0).objective  # of the placed plan: a move pays its transition
+        results[key] = (failed, float(value), {k: int(c) for k, c in raw.counts.items()})
+    return left_out
+
+
+def _solve_groups(base: Instance, prepared, problem, candidates: list, results: dict, bar, stats: dict) -> None:
+    """The separable case: failures grouped by what their optimum depends on, each group solved once.
+
+    A group is (D_run, hit jobs, capacity per type): nodes that hold the same jobs and lose the same
+    GPUs fall in one class. Per D_run and GPU type, a group that hits no job of the type is the DP
+    over the type's options at the group's capacity (solved once per capacity); groups that hit jobs
+    share prefix and suffix tables over Lagrangian cores, built only as far as some group needs them.
+    """
     state = problem.state
     in_service = state.nodes_in_service()
     node_of = state.nodes
@@ -284,10 +399,16 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
     for j in problem.jobs:
         by_type[j.gpu_type].append(j)
     pos = {j.id: (j.gpu_type, k) for t, js in by_type.items() for k, j in enumerate(js)}
+    # a pinned job keeps its previous split: a failure of a node of that split admits no plan (precheck)
+    pinned_on: dict[str, list[str]] = defaultdict(list)
+    for j in problem.jobs:
+        if j.pinned and j.x > 0:
+            for nid, g in state.previous[j.id].items():
+                if g > 0:
+                    pinned_on[nid].append(j.id)
 
-    # Group the failures by what the optimum depends on.
     groups: dict[tuple, list[tuple[str, list[str]]]] = defaultdict(list)
-    for key, failed in candidate_failures(base, racks):
+    for key, failed in candidates:
         lost = defaultdict(int)
         out_of_service = 0
         for n in failed:
@@ -298,54 +419,118 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
         d_run = cost.d_run_seconds(base, in_service - out_of_service)
         hit = frozenset(jid for n in failed for jid in jobs_on.get(n, ()))
         caps = tuple(sorted((t, problem.capacity[t] - lost.get(t, 0)) for t in problem.capacity))
-        groups[(d_run, hit, caps)].append((key, failed))
+        held = tuple(sorted({jid for n in failed for jid in pinned_on.get(n, ())}))
+        groups[(d_run, hit, caps, held)].append((key, failed))
 
-    failures, plans, plan_ids = {}, {}, {}
-    keys_sorted = sorted(groups, key=lambda g: (g[0], sorted(g[1]), g[2]))
+    answers: dict[tuple, tuple] = {}  # group -> (value, counts) or (None, reason)
     by_d_run: dict[float, list] = defaultdict(list)
-    for key in keys_sorted:
-        by_d_run[key[0]].append(key)
-    bar = _progress(progress, len(keys_sorted))
-    kept = total = 0
+    for key in sorted(groups, key=lambda g: (g[0], sorted(g[1]), g[2], g[3])):
+        if key[3]:
+            answers[key] = (None, f"job {key[3][0]!r} is pinned but a node of its allocation failed")
+        else:
+            by_d_run[key[0]].append(key)
+            answers[key] = (0.0, {})
+    kept = total = tables = 0
     for d_run, keys in by_d_run.items():
-        # Per GPU type: every group's hit jobs with their gains after the hit, then the Lagrangian
-        # cores of the options over all groups, then the prefix/suffix tables on the cores.
-        answers: dict[tuple, tuple[float, dict]] = {k: (0.0, {}) for k in keys}
         for t, js in by_type.items():
-            opts = [pareto_arrays(j.counts, np.asarray(
-                cost.gain(j.f, j.counts, j.x, j.f_x, False, d_run, j.d_trans), dtype=float)) for j in js]
+            capacity = problem.capacity[t]
+            raw = [_raw_counts(prepared, j, capacity) for j in js]
+            opts = [_job_options(j, base.jobs[j.index], *raw[i], d_run, False) for i, j in enumerate(js)]
+            hit_cache: dict[int, tuple] = {}
+            plain: dict[int, list] = defaultdict(list)  # capacity -> groups that hit no job of this type
             work = []  # (group key, hit indices, capacity, hit options)
             for key in keys:
                 cap = dict(key[2])[t]
                 hit_idx = sorted(pos[jid][1] for jid in key[1] if pos[jid][0] == t)
-                hit_opts = {i: pareto_arrays(js[i].counts, np.asarray(
-                    cost.gain(js[i].f, js[i].counts, js[i].x, js[i].f_x, True, d_run, js[i].d_trans), dtype=float))
-                    for i in hit_idx}
-                work.append((key, hit_idx, cap, hit_opts))
-            cores, work = _cores(opts, work, problem.capacity[t])
-            kept += sum(len(y) for y, _ in cores)
+                if not hit_idx:
+                    plain[cap].append(key)
+                    continue
+                for i in hit_idx:
+                    if i not in hit_cache:
+                        hit_cache[i] = _job_options(js[i], base.jobs[js[i].index], *raw[i], d_run, True)
+                work.append((key, hit_idx, cap, {i: hit_cache[i] for i in hit_idx}))
             total += sum(len(y) for y, _ in opts)
-            tt = _tables(js, cores, problem.capacity[t])
+            for cap, members in plain.items():
+                part = _solve_direct(js, t, opts, {}, cap)
+                for key in members:
+                    answers[key] = _add(answers[key], part)
+            if len(work) <= DIRECT_GROUPS:  # too few groups to pay for the tables: the DP per group
+                for key, hit_idx, cap, hit_opts in work:
+                    answers[key] = _add(answers[key], _solve_direct(js, t, opts, hit_opts, cap))
+                continue
+            cores, work = _cores(opts, work, capacity)
+            kept += sum(len(y) for y, _ in cores)
+            tables += 1
+            tt = _tables(js, cores, capacity, max(w[1][0] for w in work), min(w[1][-1] for w in work) + 1)
             for key, hit_idx, cap, hit_opts in work:
                 v, part = _solve_group(tt, hit_idx, cap, hit_opts)
-                value, counts = answers[key]
-                answers[key] = (value + v, {**counts, **part})
-        for key in keys:
-            value, counts = answers[key]
-            vector = tuple(counts[j.id] for j in problem.jobs)
-            if vector not in plan_ids:
-                plan_ids[vector] = f"p{len(plan_ids):05d}"
-                plans[plan_ids[vector]] = {"counts": {j.id: counts[j.id] for j in problem.jobs}}
-            for fkey, failed in groups[key]:
-                failures[fkey] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
+                answers[key] = _add(answers[key], (v, part) if np.isfinite(v) else (None, _no_fit(js, t, cap)))
+    for key, members in groups.items():
+        value, counts = answers[key]
+        for fkey, failed in members:
+            results[fkey] = (failed, value, counts)
             bar.advance()
-    bar.close()
+    stats.update(groups=len(groups), d_run_values=len(by_d_run), options=total, options_in_cores=kept,
+                 tables=tables, method="groups")
+
+
+def _solve_direct(js: list, gpu_type: str, opts: list, hit_opts: dict, cap: int) -> tuple:
+    """(value, counts) of one GPU type by its DP with the hit jobs' options, or (None, reason)."""
+    from unicron_plan.solvers.dp import solve_options
+
+    options = [hit_opts.get(i, o) for i, o in enumerate(opts)]
+    if any(len(y) == 0 for y, _ in options) or sum(int(y[0]) for y, _ in options) > cap:
+        return None, _no_fit(js, gpu_type, cap)
+    counts, value = solve_options(options, cap)
+    return value, {j.id: int(c) for j, c in zip(js, counts)}
+
+
+def _add(acc: tuple, part: tuple) -> tuple:
+    """A group's answer so far plus one GPU type's: values add, counts merge; infeasible wins."""
+    if acc[0] is None:
+        return acc
+    if part[0] is None:
+        return part
+    return acc[0] + part[0], {**acc[1], **part[1]}
+
+
+def _no_fit(js: list, gpu_type: str, cap: int) -> str:
+    return (f"the {gpu_type} jobs that may not suspend (pinned, hysteresis) do not fit in the "
+            f"{cap} GPUs left")
+
+
+def _mixed_contingency(base: Instance, racks: bool, start: float) -> dict:
+    """Mixed fleets: every failure solved exactly over GPU types and counts
+    (:func:`unicron_plan.solvers.mixed.solve_types`); a stored plan also lists the jobs that
+    change type (``types``). A failure that leaves no feasible plan is listed in ``infeasible``."""
+    from unicron_plan.core.problem import build_problem, prepare
+    from unicron_plan.errors import InfeasibleError
+    from unicron_plan.schema.instance import Event
+    from unicron_plan.solvers.mixed import solve_types
+
+    prepared = prepare(base)
+    failures, infeasible, plans, plan_ids = {}, {}, {}, {}
+    for key, failed in candidate_failures(base, racks):
+        problem = build_problem(base.model_copy(update={"event": Event(kind="failure", failed_nodes=list(failed))}),
+                                prepared)
+        try:
+            counts, types, value, _, _, _ = solve_types(problem)
+        except InfeasibleError as exc:
+            infeasible[key] = {"failed_nodes": sorted(failed), "reason": str(exc)}
+            continue
+        moved = {j.id: types[j.id] for j in problem.jobs if types[j.id] != j.gpu_type}
+        vector = (tuple(counts[j.id] for j in problem.jobs), tuple(sorted(moved.items())))
+        if vector not in plan_ids:
+            plan_ids[vector] = f"p{len(plan_ids):05d}"
+            plans[plan_ids[vector]] = {"counts": {j.id: counts[j.id] for j in problem.jobs},
+                                       **({"types": moved} if moved else {})}
+        failures[key] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
     return {
         "schema_version": "1", "kind": "contingency", "instance": base.name,
-        "fingerprint": fingerprint(base), "racks": racks,
-        "failures": failures, "plans": plans,
-        "stats": {"failures": len(failures), "groups": len(groups), "plans": len(plans),
-                  "d_run_values": len(by_d_run), "options": total, "options_in_cores": kept,
+        "fingerprint": fingerprint(base), "racks": racks, "failures": failures, "infeasible": infeasible,
+        "plans": plans,
+        "stats": {"failures": len(failures), "infeasible": len(infeasible), "plans": len(plans),
+                  "groups": len(failures) + len(infeasible), "method": "full solve per failure", "mixed_types": True,
                   "wall_seconds": time.perf_counter() - start},
     }
 
@@ -391,18 +576,34 @@ def read_contingency(source: str | Path) -> dict:
     return check_index(data, str(p))
 
 
+_CHECKED: list = []  # [the last index dict that passed, its shape]: kept alive, so its id stays its own
+
+
+def _shape(data: dict) -> tuple:
+    return tuple((k, id(v), len(v) if isinstance(v, dict) else None) for k, v in data.items())
+
+
 def check_index(data, source: str = "contingency") -> dict:
-    """``data`` checked against the index schema (schema.contingency); bad input names the field."""
+    """``data`` checked against the index schema (schema.contingency); bad input names the field.
+
+    The dict checked last is not checked again while its top level is unchanged (a caller that plans
+    many events with one index, as the service does); what a stored plan must satisfy is checked
+    on every use anyway (``api.solve``)."""
     from unicron_plan.io import parse_model
     from unicron_plan.schema.contingency import ContingencyIndex
 
+    if isinstance(data, dict) and _CHECKED and _CHECKED[0] is data and _CHECKED[1] == _shape(data):
+        return data
     parse_model(ContingencyIndex, data, prefix=source)
+    if isinstance(data, dict):
+        _CHECKED[:] = [data, _shape(data)]
     return data
 
 
 def lookup(instance: Instance, index: dict,
-           instance_fingerprint: str | None = None) -> tuple[str, dict[str, int], float] | None:
-    """(key, counts, objective) of the precomputed plan for the instance's event, or None.
+           instance_fingerprint: str | None = None) -> tuple[str, dict[str, int] | None, float | None] | None:
+    """(key, counts, objective) of the precomputed plan for the instance's event, (key, None, None)
+    when the index lists that failure as infeasible, or None.
 
     Matches only a failure event of whole nodes on the same cluster and jobs
     (same fingerprint; ``instance_fingerprint`` is the instance's when the caller
@@ -412,9 +613,64 @@ def lookup(instance: Instance, index: dict,
     if ev is None or ev.kind != "failure" or ev.failed_gpus or not ev.failed_nodes:
         return None
     key = failure_key(ev.failed_nodes, instance)
-    entry = index.get("failures", {}).get(key) if key else None
-    if entry is None:
+    if key is None:
+        return None
+    entry = index.get("failures", {}).get(key)
+    if entry is None and key not in index.get("infeasible", {}):
         return None
     if index.get("fingerprint") != (instance_fingerprint or fingerprint(instance)):
         return None
-    return key, dict(index["plans"][entry["plan"]]["counts"]), float(entry["objective"])
+    if entry is None:
+        return key, None, None
+    plan = index.get("plans", {}).get(entry.get("plan"))  # (re-checked: the dict may have changed since)
+    counts = plan.get("counts") if isinstance(plan, dict) else None
+    if not isinstance(counts, dict) or not all(type(c) is int and c >= 0 for c in counts.values()) \
+            or type(entry.get("objective")) not in (int, float):
+        return None
+    return key, dict(counts), float(entry["objective"])
+
+
+def proven_optimal(problem, counts: dict[str, int]) -> bool:
+    """Whether no plan of ``problem`` is worth more than ``counts`` (to the DP's tolerance): the check a
+    stored plan passes before it is used.
+
+    Per GPU type, the stored counts' value v is compared with the Lagrangian bound; when it is below,
+    one DP pass over the options whose bound reaches v (reduced-cost fixing at the stored value, the
+    DP's cheapest exact pass) finds whether a better plan exists. With constraints the DP cannot express,
+    only the first test applies (against the DP relaxation): a plan it cannot prove is not used.
+    """
+    import math
+
+    from unicron_plan.solvers.dp import REL_TOL, _attempt, _flatten, lp_multiplier, pareto_all
+
+    relaxed = bool(constraints.dp_limitations(problem))
+    for gpu_type, capacity in problem.capacity.items():
+        jobs = problem.jobs_of_type(gpu_type)
+        if not jobs:
+            continue
+        value = 0.0
+        for j in jobs:
+            at = int(np.searchsorted(j.counts, counts[j.id]))
+            if at >= len(j.counts) or int(j.counts[at]) != counts[j.id]:
+                return False
+            value += float(j.gains[at])
+        options = pareto_all(jobs)
+        if sum(int(y[-1]) for y, _ in options) <= capacity:  # every job at its best count
+            best = math.fsum(float(g[-1]) for _, g in options)
+            scale = abs(best) + 1.0
+            if value < best - REL_TOL * scale:
+                return False
+            continue
+        lam = lp_multiplier(options, capacity)
+        flat, red_max = _flatten(options, lam)
+        ub = lam * capacity + math.fsum(red_max)
+        scale = lam * capacity + sum(float(np.abs(g).max()) for _, g in options) + 1.0
+        tol = REL_TOL * scale
+        if value >= ub - tol:
+            continue
+        if relaxed:
+            return False
+        found = _attempt(options, red_max, lam, capacity, value + tol, {}, flat=flat)
+        if found is not None and found[1] > value + tol:
+            return False
+    return True

@@ -1,4 +1,5 @@
-"""Independent plan checker: every constraint of docs/format.md, and the objective recomputed.
+"""Independent plan checker: every constraint of docs/format.md; the objective, each job's `gain` and
+`hit` and the plan's `gap` recomputed.
 
 It shares only the cluster state and the cost terms (:mod:`unicron_plan.core.cost`)
 with the solvers, never their arithmetic, so a solver bug cannot hide here.
@@ -14,7 +15,7 @@ import numpy as np
 
 from unicron_plan.core import cost
 from unicron_plan.core.cluster import build_state
-from unicron_plan.core.problem import action_of, resolve_tables
+from unicron_plan.core.problem import action_of, resolve_tables, resolve_type_tables
 from unicron_plan.schema import Instance, Plan
 from unicron_plan.core.checks import check_instance
 
@@ -42,16 +43,21 @@ def _close(a: float, b: float) -> bool:
 def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> ValidationReport:
     """Check ``plan`` against ``instance``; never raises for a bad plan, only reports.
 
-    ``derived``: optional ``(tables, state)`` already derived from this very instance
-    (checked tables and :func:`build_state`), so that api.solve does not derive them twice;
-    they are inputs, not solver arithmetic, so the check stays independent.
+    ``derived``: optional ``(tables, state)`` or ``(tables, state, type_tables)`` already derived
+    from this very instance (checked tables, :func:`build_state` and, on a mixed fleet,
+    :func:`resolve_type_tables`), so that api.solve does not derive them twice; they are inputs,
+    not solver arithmetic, so the check stays independent.
     """
+    type_tables = None
     if derived is None:
-        tables, _ = resolve_tables(instance)
+        tables, layouts = resolve_tables(instance)
         check_instance(instance, tables)
         state = build_state(instance)
+        if any(j.throughput.by_type is not None or j.throughput.gpu_types is not None for j in instance.jobs):
+            type_tables = resolve_type_tables(instance, tables, layouts)[0]
     else:
-        tables, state = derived
+        tables, state, *more = derived
+        type_tables = more[0] if more else None
     d_run = cost.d_run_seconds(instance, state.nodes_in_service())
     problems: list[str] = []
     bad = problems.append
@@ -83,14 +89,26 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         where = f"job {job.id!r}"
         table = tables[job.id]
         x, y, hit = job.current.gpus, pj.gpus, state.hit[job.id]
-        gtype = job.throughput.gpu_type
+        gtype = now_type = job.throughput.gpu_type
+        table_y = table
+        if pj.gpu_type is not None and pj.gpu_type != now_type:  # mixed fleets: runs on another type
+            gtype = pj.gpu_type
+            others = (type_tables or {}).get(job.id, {})
+            if gtype not in others:
+                bad(f"{where}: gpu_type {gtype!r} is not a GPU type the job may run on "
+                    f"({', '.join(job.throughput.allowed_types())})")
+                continue
+            if job.pinned and job.id not in state.exiting:
+                bad(f"{where}: pinned, but the plan moves it to GPU type {gtype!r}")
+            table_y = others[gtype]
         if pj.previous_gpus != x:
             bad(f"{where}: previous_gpus {pj.previous_gpus} != current.gpus {x}")
         exiting = job.id in state.exiting
         if exiting and y != 0:
             bad(f"{where}: leaves in the job_exit event but is planned {y} GPUs (must be 0)")
-        if y != 0 and y not in table:
-            bad(f"{where}: {y} GPUs is not a count of its throughput table")
+        if y != 0 and y not in table_y:
+            bad(f"{where}: {y} GPUs is not a count of its throughput table"
+                + (f" for {gtype!r}" if gtype != now_type else ""))
             continue
         split = dict(zip(map(_node, pj.placement), map(_gpus, pj.placement)))
         if len(split) != len(pj.placement):
@@ -124,12 +142,12 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         used_per_type[gtype] = used_per_type.get(gtype, 0) + y
         # Stay rule (docs/format.md): keeping the count on another split than the previous
         # one is a move, a change that pays its transition.
-        moved = cost.is_moved(x, y, split, state.previous.get(job.id, {}))
+        moved = cost.is_moved(x, y, split, state.previous.get(job.id, {})) or gtype != now_type
         expected_action = action_of(x, y, hit, moved)
         if pj.action != expected_action:
             bad(f"{where}: action {pj.action!r}, expected {expected_action!r}")
         f_x = 0.0 if x == 0 else cost.waf(job.weight, table[x])
-        f_y = 0.0 if y == 0 else cost.waf(job.weight, table[y])
+        f_y = 0.0 if y == 0 else cost.waf(job.weight, table_y[y])
         d_trans = cost.job_transition_seconds(instance, job, state.previous.get(job.id, {}),
                                               state.nodes_in_service())
         changed = cost.is_changed(y, x, hit, exiting, moved)
@@ -139,6 +157,10 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
             bad(f"{where}: waf_tflops {pj.waf_tflops} != {f_y}")
         if not _close(pj.transition_penalty, penalty):
             bad(f"{where}: transition_penalty {pj.transition_penalty} != {penalty}")
+        if pj.hit is not None and pj.hit != hit:
+            bad(f"{where}: hit {pj.hit}, but the event {'touched' if hit else 'did not touch'} its nodes")
+        if pj.gain is not None and not _close(pj.gain, g):
+            bad(f"{where}: gain {pj.gain} != recomputed {g}")
         total += g
         total_waf += f_y
         changed_jobs += bool(changed)
@@ -157,6 +179,10 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         bad(f"waf_tflops: {plan.waf_tflops} != recomputed {total_waf}")
     if plan.bound < plan.objective and not _close(plan.bound, plan.objective):
         bad(f"bound: {plan.bound} is below the objective {plan.objective}")
+    if plan.gap is not None:
+        gap = (plan.bound - plan.objective) / max(abs(plan.bound), 1.0)
+        if not math.isclose(plan.gap, gap, rel_tol=REL_TOL, abs_tol=1e-9):
+            bad(f"gap: {plan.gap} != (bound - objective) / max(|bound|, 1) = {gap}")
     if plan.status.solution == "optimal" and not _close(plan.bound, plan.objective):
         bad(f"status: solution 'optimal' but bound {plan.bound} != objective {plan.objective}")
     if plan.status.solution == "optimal" and plan.status.termination != "optimal":

@@ -8,7 +8,7 @@ does not check out is not used (api.solve solves afresh and says so).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -27,10 +27,20 @@ class FailureEntry(_Open):
     plan: str
 
 
+class InfeasibleEntry(_Open):
+    """A failure under which the instance's rules admit no plan, and why."""
+
+    failed_nodes: list[str] = Field(min_length=1)
+    reason: str
+
+
 class StoredPlan(_Open):
     """Optimal GPU counts per job id."""
 
     counts: dict[str, int]
+    types: Optional[dict[str, str]] = Field(
+        default=None, description="Mixed fleets: the GPU type of each job that runs on another type than its "
+                                  "current one under this plan.")
 
     @model_validator(mode="after")
     def _non_negative(self) -> "StoredPlan":
@@ -49,6 +59,8 @@ class ContingencyIndex(_Open):
     fingerprint: str
     failures: dict[str, FailureEntry]
     plans: dict[str, StoredPlan]
+    infeasible: dict[str, InfeasibleEntry] = Field(
+        default_factory=dict, description="Failures under which no plan satisfies the instance's rules.")
     stats: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

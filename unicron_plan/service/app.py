@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError, SolverUnavailableError
-from unicron_plan.io import field_path, parse_json
+from unicron_plan.io import field_path, parse_document_async
 from unicron_plan.schema import Instance, Job, Plan
 from unicron_plan.schema.service import (HealthReply, HistoryEntry, HistoryReply, PlanReply, RevisionReply,  # noqa: F401
                                          StateReply)
@@ -28,6 +28,10 @@ from unicron_plan.service.coordinator import Conflict, Coordinator
 from unicron_plan.service.state import NotFound
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Longest a request body's JSON may take to read (a thread reads it; the event loop goes on).
+DEFAULT_PARSE_SECONDS = 10.0
+#: Largest revision a query may name (SQLite integers are 64-bit).
+MAX_REVISION = 2 ** 62
 
 
 class BodyTooLarge(Exception):
@@ -45,18 +49,28 @@ def _json(obj: Any) -> Response:
 
 
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+    """The JSON error; what it echoes of the request is escaped and cut (a 100 KB id stays a short line)."""
+    from unicron_plan.text import one_line
+
+    return JSONResponse({"error": one_line(message, 600)}, status_code=status)
+
+
+#: The console's own files (``console/`` beside this module): no state in them, served to anyone.
+CONSOLE_DIR = Path(__file__).parent / "console"
+CONSOLE_FILES = {"console.js": "text/javascript", "console.css": "text/css"}
+_PUBLIC_PATHS = frozenset({"/", "/docs", *(f"/console/{name}" for name in CONSOLE_FILES)})
 
 
 class _TokenAuth:
-    """Pure ASGI middleware: 401 unless ``Authorization: Bearer <token>`` (constant-time compare)."""
+    """Pure ASGI middleware: 401 unless ``Authorization: Bearer <token>`` (constant-time compare).
+    The console's page and files are public (they hold no state; the page asks for the token)."""
 
     def __init__(self, app, token: str):
         self.app = app
         self.expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http":
+        if scope["type"] == "http" and not (scope.get("method") == "GET" and scope.get("path") in _PUBLIC_PATHS):
             got = b""
             for k, v in scope.get("headers", ()):
                 if k == b"authorization":
@@ -70,8 +84,8 @@ class _TokenAuth:
         await self.app(scope, receive, send)
 
 
-async def _read_json(request: Request, limit: int) -> Any:
-    """The request body as strict JSON, at most ``limit`` bytes."""
+async def _read_json(request: Request, limit: int, parse_seconds: float = DEFAULT_PARSE_SECONDS) -> Any:
+    """The request body as strict JSON, at most ``limit`` bytes, read within ``parse_seconds``."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge()
@@ -87,16 +101,18 @@ async def _read_json(request: Request, limit: int) -> Any:
         raise InvalidInstanceError("body", "not UTF-8 text") from None
     if not text.strip():
         raise InvalidInstanceError("body", "empty: a JSON object is expected")
+    # off the event loop (other requests, /healthz included, go on meanwhile) and bounded in time
     try:
-        return parse_json(text, "body")
+        return await parse_document_async(text, "body", timeout=parse_seconds)
     except InvalidInstanceError as exc:
         raise InvalidInstanceError("body", exc.message) from None
 
 
 def create_app(state_dir: str | Path, token: str | None = None, solver: str | None = None,
                contingency: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               settle_heap: bool = False) -> FastAPI:
-    """The FastAPI application serving the state in ``state_dir``."""
+               settle_heap: bool = False, access_log: bool = False,
+               parse_seconds: float = DEFAULT_PARSE_SECONDS) -> FastAPI:
+    """The FastAPI application serving the state in ``state_dir`` (``access_log``: one log line a request)."""
     coord = Coordinator(state_dir, solver=solver, contingency=contingency, settle_heap=settle_heap)
 
     @contextlib.asynccontextmanager
@@ -104,11 +120,16 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
         yield
         coord.close()
 
-    app = FastAPI(title="unicron-plan coordinator", version="1", lifespan=lifespan,
+    # /docs is the package's own page over /openapi.json: no script or style from outside (air-gapped)
+    app = FastAPI(title="unicron-plan coordinator", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Cluster state, events and validated plans over HTTP (docs/service.md).")
     app.state.coordinator = coord
     if token is not None:
         app.add_middleware(_TokenAuth, token=token)
+    if access_log:  # outermost: a request refused for its token is logged too
+        from unicron_plan.service.daemon import AccessLog
+
+        app.add_middleware(AccessLog)
 
     # ----------------------------------------------------------------- errors
     @app.exception_handler(InvalidInstanceError)
@@ -152,14 +173,14 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     # ----------------------------------------------------------------- routes
     @app.put("/v1/cluster", response_model=RevisionReply, summary="Upload the cluster (a v1 instance without event)")
     async def put_cluster(request: Request):
-        data = await _read_json(request, max_body_bytes)
+        data = await _read_json(request, max_body_bytes, parse_seconds)
         return _json(await run_in_threadpool(coord.put_cluster, data))
 
     @app.post("/v1/events", response_model=None, responses={200: {"model": PlanReply}},
               summary="Record an event and answer the optimal plan (dry_run: answer only)")
     async def post_event(request: Request, dry_run: bool = Query(False),
                          idempotency_key: Optional[str] = Header(None, alias="Idempotency-Key")):
-        data = await _read_json(request, max_body_bytes)
+        data = await _read_json(request, max_body_bytes, parse_seconds)
         if dry_run:  # nothing is recorded: the plan's own text (a stored answer's, or one just solved)
             text = coord.dry_run_text(data)
             if text is None:
@@ -169,7 +190,7 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
 
     @app.post("/v1/jobs", response_model=RevisionReply, summary="Add a queued job (current.gpus 0)")
     async def post_job(request: Request):
-        data = await _read_json(request, max_body_bytes)
+        data = await _read_json(request, max_body_bytes, parse_seconds)
         return _json(await run_in_threadpool(coord.add_job, data))
 
     @app.delete("/v1/jobs/{job_id:path}", response_model=RevisionReply, summary="Remove a job (its GPUs are freed)")
@@ -190,7 +211,8 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
         return _json(await run_in_threadpool(coord.state_document))
 
     @app.get("/v1/history", response_model=None, responses={200: {"model": HistoryReply}})
-    async def history(since: int = Query(0, ge=0), limit: Optional[int] = Query(None, ge=1, le=100000)):
+    async def history(since: int = Query(0, ge=0, le=MAX_REVISION),
+                      limit: Optional[int] = Query(None, ge=1, le=100000)):
         return _json(await run_in_threadpool(coord.history, since, limit))
 
     @app.get("/healthz", response_model=HealthReply)
@@ -204,8 +226,28 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
 
         return Response(generate_latest(coord.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    # ----------------------------------------------------------------- console (plain files, no outside asset)
+    @app.get("/", include_in_schema=False)
+    async def console_page():
+        return _file("index.html", "text/html; charset=utf-8")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs_page():
+        return _file("docs.html", "text/html; charset=utf-8")
+
+    @app.get("/console/{name}", include_in_schema=False)
+    async def console_file(name: str):
+        if name not in CONSOLE_FILES:
+            raise StarletteHTTPException(404, "Not Found")
+        return _file(name, CONSOLE_FILES[name] + "; charset=utf-8")
+
     _document_bodies(app)
     return app
+
+
+def _file(name: str, media_type: str) -> Response:
+    return Response((CONSOLE_DIR / name).read_bytes(), media_type=media_type,
+                    headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
 
 
 def _document_bodies(app: FastAPI) -> None:

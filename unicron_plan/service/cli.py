@@ -1,23 +1,34 @@
-"""`unicron-plan serve`: run the coordinator on uvicorn."""
+"""`unicron-plan serve`: run the coordinator on uvicorn, as a daemon behaves (daemon.py)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+#: Seconds SIGTERM waits for requests in flight before closing their connections.
+GRACEFUL_SECONDS = 30
 
-def serve(state: Path = typer.Option(..., "--state", help="Directory of the state (SQLite log); created if missing."),
+
+def serve(state: Path = typer.Option(..., "--state", help="Directory of the state (SQLite log); created if missing "
+                                                           "(mode 0700, files 0600); one `serve` at a time."),
           host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback unless told otherwise)."),
-          port: int = typer.Option(8470, "--port", help="TCP port."),
+          port: int = typer.Option(8470, "--port", help="TCP port (0: any free port, printed at start-up)."),
           token_file: Optional[Path] = typer.Option(
               None, "--token-file", help="File holding a bearer token; every request must carry it."),
           solver: Optional[str] = typer.Option(None, "--solver", "-s", help="As for `unicron-plan solve`."),
           no_contingency: bool = typer.Option(False, "--no-contingency",
                                               help="Do not keep warm contingency plans."),
-          max_body_mib: float = typer.Option(64.0, "--max-body-mib", help="Largest request body, MiB.")):
+          max_body_mib: float = typer.Option(64.0, "--max-body-mib", help="Largest request body, MiB."),
+          access_log: bool = typer.Option(True, "--access-log/--no-access-log",
+                                          help="Log each request (method, path, status, milliseconds) on stderr."),
+          log_format: str = typer.Option("text", "--log-format", help="text or json (one object a line).")):
     """Serve the planning coordinator over HTTP (docs/service.md)."""
+    import logging
+    import signal
+
     from unicron_plan.extras import require
 
     for module in ("uvicorn", "fastapi", "prometheus_client"):
@@ -25,7 +36,9 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
     import uvicorn
 
     from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.service import daemon
     from unicron_plan.service.app import create_app
+    from unicron_plan.service.store import StateLock, prepare_state_dir
 
     token = None
     if token_file is not None:
@@ -39,10 +52,46 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
         from unicron_plan.solvers import get_solver
 
         get_solver(solver)  # unknown names are bad input now, not on the first event
-    if not 1 <= port <= 65535:
-        raise InvalidInstanceError("--port", f"{port} is outside 1..65535")
-    if max_body_mib <= 0:
-        raise InvalidInstanceError("--max-body-mib", "must be positive")
-    app = create_app(state, token=token, solver=solver, contingency=not no_contingency,
-                     max_body_bytes=int(max_body_mib * 1024 * 1024), settle_heap=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    if not 0 <= port <= 65535:
+        raise InvalidInstanceError("--port", f"{port} is outside 0..65535")
+    if not (math.isfinite(max_body_mib) and 0 < max_body_mib <= 4096):
+        raise InvalidInstanceError("--max-body-mib", f"{max_body_mib}: must be a number in (0, 4096]")
+    if log_format not in ("text", "json"):
+        raise InvalidInstanceError("--log-format", f"{log_format!r}; valid: text, json")
+    daemon.setup_logging(log_format)
+    sock = daemon.bind(host, port)
+    try:
+        lock = StateLock(prepare_state_dir(state))
+        try:
+            app = create_app(state, token=token, solver=solver, contingency=not no_contingency,
+                             max_body_bytes=int(max_body_mib * 1024 * 1024), settle_heap=True,
+                             access_log=access_log)
+            coord = app.state.coordinator
+            url = daemon.url_of(sock)
+
+            def started() -> None:  # the start-up line, once uvicorn accepts connections
+                daemon.log(logging.INFO, f"unicron-plan serve: listening on {url}, state {coord.store.path} "
+                                         f"(revision {coord.state.revision}), token {'on' if token else 'off'}",
+                           kind="start", url=url, state=str(coord.store.path), revision=coord.state.revision,
+                           token=token is not None)
+                warning = daemon.exposure_warning(sock, token)
+                if warning:
+                    daemon.log(logging.WARNING, warning, kind="no-token", host=host)
+
+            config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
+                                    http=daemon.json_error_protocol(), lifespan="on",
+                                    timeout_graceful_shutdown=GRACEFUL_SECONDS)
+            # While it runs, uvicorn turns SIGTERM/SIGINT into a graceful shutdown (requests in flight
+            # finish), then re-raises them to the handlers it found: these exit 0 (also before it runs).
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, _exit_0)
+            daemon.Server(config, started).run(sockets=[sock])
+            daemon.log(logging.INFO, "unicron-plan serve: stopped", kind="stop")
+        finally:
+            lock.release()
+    finally:
+        sock.close()
+
+
+def _exit_0(*_) -> None:
+    raise SystemExit(0)

@@ -4,17 +4,20 @@ Every plan comes from :meth:`Coordinator.solve`, the one call of
 :func:`unicron_plan.api.solve`. Changes are serialised by one lock, committed
 to the log, and only then made visible and answered.
 
-Warm contingency has two stages, both in a background thread that starts over
-whenever the applied state changes: the contingency index of the state (new
-counts for every single-node and rack failure), then, node by node, the whole
-answer to "node X fails" (placed and validated by the same :meth:`solve`,
-stored compressed). An event that is exactly such a failure, arriving while
+Warm contingency has two stages, both in a worker process, stopped while a
+request solves (watched by a background thread that stops it and starts over whenever the
+applied state changes): the contingency index of the state (new counts for
+every single-node and rack failure, each equivalence class of nodes solved
+once), then, node by node, the whole answer to "node X fails" (placed and
+validated by the same :func:`unicron_plan.api.solve`, stored compressed here
+as it comes). An event that is exactly such a failure, arriving while
 nothing is pending on the same applied state, is answered from the stored
 answer; anything else is solved (with the index where it applies).
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import threading
@@ -82,6 +85,10 @@ class Coordinator:
         if settle_heap:
             _settle_heap()
         self._worker = None
+        self.warm_pids: list[int] = []  # the warm worker processes started (tests, diagnostics)
+        self._warm_pid: int | None = None  # the running one
+        self._pause_lock = threading.Lock()
+        self._solving = 0  # requests solving now (the warm worker is stopped while any is)
         if contingency:
             self._worker = threading.Thread(target=self._contingency_loop, name="contingency", daemon=True)
             self._worker.start()
@@ -114,11 +121,29 @@ class Coordinator:
         from unicron_plan import api
 
         start = time.perf_counter()
-        plan = api.solve(instance, solver=self.solver, contingency=index, instance_fingerprint=fingerprint,
-                         prepared=prepared)
+        with self._worker_paused():
+            plan = api.solve(instance, solver=self.solver, contingency=index, instance_fingerprint=fingerprint,
+                             prepared=prepared)
         if observe:
             self.metrics.solver_time.observe(time.perf_counter() - start)
         return plan
+
+    @contextlib.contextmanager
+    def _worker_paused(self):
+        """While any request is solving (and encoding its plan), the warm worker process is stopped
+        (SIGSTOP), so that it takes no CPU from the request (on two hyper-threads even a lower priority
+        would); it continues when the last request is done. Nested uses count once."""
+        with self._pause_lock:
+            self._solving += 1
+            if self._solving == 1 and self._warm_pid is not None:
+                _signal(self._warm_pid, "SIGSTOP")
+        try:
+            yield
+        finally:
+            with self._pause_lock:
+                self._solving -= 1
+                if self._solving == 0 and self._warm_pid is not None:
+                    _signal(self._warm_pid, "SIGCONT")
 
     def _stored_text(self, state: st.State, data: Any) -> bytes | None:
         """The precomputed answer to ``data`` on ``state`` as JSON text, or None (module docstring)."""
@@ -153,15 +178,17 @@ class Coordinator:
         elif not solve:
             return None
         else:
-            after, _ = st.record_event(state, data, self._nodes(state))
-            text = self._plan(state, after, dry_run=True).model_dump_json(exclude_none=True).encode()
+            with self._worker_paused():  # solving and encoding: the warm worker waits
+                after, _ = st.record_event(state, data, self._nodes(state))
+                text = self._plan(state, after, dry_run=True).model_dump_json(exclude_none=True).encode()
         self.metrics.plan_latency.observe(time.perf_counter() - start)
         return text[:-1] + b',"plan_id":null,"revision":%d}' % state.revision
 
     def _plan(self, before: st.State, after: st.State, dry_run: bool):
         """The plan of ``after`` (``before`` plus one event), from warm contingency when it applies."""
         index = fingerprint = None
-        if not before.pending and after.failed and not after.exits and not after.arrivals:
+        if not before.pending and after.failed and not after.exits and not after.arrivals \
+                and _index_key(after) is not None:
             with self._cv:
                 if self._index is not None and self._index[0] == after.base_version:
                     index = self._index[1]
@@ -179,13 +206,14 @@ class Coordinator:
         self.metrics.plans.labels(source="contingency", dry_run=str(dry_run).lower()).inc()
 
     # ------------------------------------------------------------------ changes
-    def _commit(self, rows: list[tuple[str, dict]], new_state: st.State, idempotency=None, make_response=None):
+    def _commit(self, rows: list[tuple[str, dict]], new_state: st.State, idempotency=None, make_response=None,
+                digest: str | None = None):
         """Give rows their revisions, commit them, then publish ``new_state`` (caller holds the lock)."""
         revs = list(range(self.last + 1, self.last + 1 + len(rows)))
         bodies = [body for _, body in rows]
         response = make_response(revs, bodies) if make_response else None
         self.store.append([(rev, kind, body) for rev, (kind, _), body in zip(revs, rows, bodies)],
-                          None if idempotency is None else (idempotency, response))
+                          None if idempotency is None else (idempotency, response, digest))
         self.last = revs[-1]
         changed_base = new_state.base_version != self.state.base_version
         self.state = new_state
@@ -195,9 +223,27 @@ class Coordinator:
                 self._cv.notify_all()
         return revs, response
 
+    def _vet(self, state: st.State, field: str | None = None) -> None:
+        """Check the applied cluster of ``state`` as every plan of it will use it (cross-field checks,
+        tables, each job's terms: an overflowing term is bad input) before it is committed; keep its
+        prepared form. ``field``: the name a new last job is reported under (``job``)."""
+        from unicron_plan.core.problem import build_problem, prepare
+
+        try:
+            prepared = prepare(state.base)
+            build_problem(state.base, prepared)
+        except InvalidInstanceError as exc:
+            last = f"jobs[{len(state.base.jobs) - 1}]"
+            if field is not None and exc.field.startswith(last):
+                raise InvalidInstanceError(field + exc.field[len(last):], exc.message) from None
+            raise
+        with self._cv:
+            self._prepared_base = (state.base_version, prepared)
+
     def put_cluster(self, data: Any) -> dict:
         with self.lock:
             new = st.set_cluster(self.state, data)
+            self._vet(new)
             rev = self.last + 1
             body = new.base.model_dump(mode="json", exclude_none=True)
             self._commit([("cluster", body)], replace(new, revision=rev))
@@ -209,15 +255,17 @@ class Coordinator:
         if dry_run:
             return json.loads(self.dry_run_reply(data))
         start = time.perf_counter()
+        digest = None
         if idempotency_key is not None:
             if len(idempotency_key) > 200:
                 raise InvalidInstanceError("Idempotency-Key", "longer than 200 characters")
-            found = self.store.idempotent(idempotency_key)
+            digest = _digest(data)
+            found = self._idempotent(idempotency_key, digest)
             if found is not None:
                 return found
         with self.lock:
             if idempotency_key is not None:
-                found = self.store.idempotent(idempotency_key)
+                found = self._idempotent(idempotency_key, digest)
                 if found is not None:
                     return found
             before = self.state
@@ -226,18 +274,31 @@ class Coordinator:
             if plan is not None:
                 self._count_stored(dry_run=False)
             else:
-                plan = self._plan(before, after, dry_run=False).model_dump(mode="json", exclude_none=True)
+                with self._worker_paused():
+                    plan = self._plan(before, after, dry_run=False).model_dump(mode="json", exclude_none=True)
             ev_rev = self.last + 1
             reply = {**plan, "plan_id": f"p{ev_rev + 1}", "revision": ev_rev}
             self._commit([("event", ev.model_dump(mode="json", exclude_none=True)), ("plan", reply)],
-                         replace(after, revision=ev_rev), idempotency_key, lambda revs, bodies: reply)
+                         replace(after, revision=ev_rev), idempotency_key, lambda revs, bodies: reply, digest)
             self.metrics.events.labels(kind=ev.kind).inc()
         self.metrics.plan_latency.observe(time.perf_counter() - start)
         return reply
 
+    def _idempotent(self, key: str, digest: str) -> dict | None:
+        """The first answer given under ``key``; 422 when it was given for another body."""
+        found = self.store.idempotent(key)
+        if found is None:
+            return None
+        answer, first = found
+        if first is not None and first != digest:
+            raise InvalidInstanceError("Idempotency-Key", f"{key!r} was used with another body; "
+                                                          "a retry must send the same body")
+        return answer
+
     def add_job(self, data: Any) -> dict:
         with self.lock:
             new, job = st.add_job(self.state, data)
+            self._vet(new, "job")
             rev = self.last + 1
             self._commit([("job", {"op": "add", "job": job.model_dump(mode="json", exclude_none=True)})],
                          replace(new, revision=rev))
@@ -297,8 +358,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------ warm contingency
     def _contingency_loop(self) -> None:
-        from unicron_plan.plan.contingency import build_contingency, fingerprint
-
+        _start_process_server()  # once, before any cluster: the first build does not pay for it
         while True:
             with self._cv:
                 while not self._closed and (self.state.base is None or (
@@ -307,39 +367,78 @@ class Coordinator:
                 if self._closed:
                     return
                 snapshot = self.state
-            start = time.perf_counter()
-            try:
-                index = build_contingency(snapshot.base)
-                digest = fingerprint(snapshot.base)
-            except Exception:  # e.g. constraints the DP tables cannot express: events are solved instead
-                index = digest = None
+            self._warm(snapshot)
+            with self._cv:
+                if self._index is None or self._index[0] != snapshot.base_version:
+                    self._index = (snapshot.base_version, None)  # the worker died first: events are solved
+
+    def _warm(self, snapshot: st.State) -> None:
+        """Both stages for ``snapshot`` in a worker process (so that requests in this process do not wait
+        for the interpreter lock, and it is stopped while they solve); its messages are
+        published here as they come, and the worker is stopped as soon as the state moves on. Where
+        no process can be started, the same stages run in this thread."""
+        start = time.perf_counter()
+        try:
+            ctx = _process_context()
+            receiver, sender = ctx.Pipe(duplex=False)
+            # the applied cluster goes as its JSON text (encoded in compiled code, far faster than
+            # pickling the models while request threads wait for the interpreter lock)
+            text = snapshot.base.model_dump_json(exclude_none=True)
+            proc = ctx.Process(target=_warm_process, args=(sender, text, snapshot.revision, snapshot.base_version,
+                                                           self.solver, MAX_PRECOMPUTED_NODES),
+                               name="unicron-warm", daemon=True)
+            proc.start()
+        except (OSError, ValueError, RuntimeError):
+            for message in _warm_messages(snapshot, self.solver, MAX_PRECOMPUTED_NODES,
+                                          lambda: self._moved_on(snapshot)):
+                self._publish(snapshot, message, start)
+            return
+        sender.close()
+        self.warm_pids.append(proc.pid)
+        with self._pause_lock:
+            self._warm_pid = proc.pid
+            if self._solving:
+                _signal(proc.pid, "SIGSTOP")
+        try:
+            while not self._moved_on(snapshot):
+                if not receiver.poll(0.05):
+                    if not proc.is_alive() and not receiver.poll(0):
+                        return
+                    continue
+                try:
+                    message = receiver.recv()
+                except (EOFError, OSError):
+                    return
+                if message[0] == "done":
+                    return
+                self._publish(snapshot, message, start)
+        finally:
+            with self._pause_lock:
+                self._warm_pid = None
+            receiver.close()
+            if proc.is_alive():
+                proc.terminate()
+                _signal(proc.pid, "SIGCONT")  # a stopped process acts on SIGTERM only once continued
+            proc.join(5)
+
+    def _moved_on(self, snapshot: st.State) -> bool:
+        return self._closed or self.state.base_version != snapshot.base_version
+
+    def _publish(self, snapshot: st.State, message: tuple, start: float) -> None:
+        """One message of the warm stages: ("index", index, digest, nodes to do) or ("answer", node, zlib JSON)."""
+        if message[0] == "index":
+            _, index, digest, total = message
             self.metrics.contingency_build.observe(time.perf_counter() - start)
             with self._cv:
                 self._index = (snapshot.base_version, index)
                 self._fingerprint = None if digest is None else (snapshot.base_version, digest)
-            if index is not None:
-                self._precompute(snapshot, index, digest)
-
-    def _precompute(self, snapshot: st.State, index: dict, digest: str) -> None:
-        """Store the answer to each single-node failure of ``snapshot`` until the state moves on."""
-        base = replace(snapshot, failed={}, whole=frozenset(), exits=(), arrivals=())
-        nodes = [n.id for n in snapshot.base.cluster.nodes][:MAX_PRECOMPUTED_NODES]
-        answers: dict[str, bytes] = {}
-        with self._cv:
-            self._answers = (snapshot.base_version, answers, len(nodes))
-        for nid in nodes:
-            if self._closed or self.state.base_version != snapshot.base_version:
-                return
-            try:
-                after, _ = st.record_event(base, {"kind": "failure", "failed_nodes": [nid]})
-                plan = self.solve(st.planning_instance(after), index, digest, observe=False,
-                                  prepared=self._prepared(after))
-            except Exception:  # e.g. the node has failed already: such events are solved when they come
-                continue
-            text = json.dumps(plan.model_dump(mode="json", exclude_none=True), separators=(",", ":"),
-                              allow_nan=False)
-            answers[nid] = zlib.compress(text.encode(), 1)
-            time.sleep(0)  # let request threads in between answers
+                if index is not None:
+                    self._answers = (snapshot.base_version, {}, total)
+        elif message[0] == "answer":
+            with self._cv:
+                answers = self._answers
+            if answers is not None and answers[0] == snapshot.base_version:
+                answers[1][message[1]] = message[2]
 
     def wait_contingency(self, timeout: float = 60.0) -> bool:
         """Block until the index of the current state is built (tests and benchmarks)."""
@@ -356,12 +455,126 @@ class Coordinator:
             self._cv.notify_all()
 
 
+def _process_context():
+    """The start method of warm workers: a fork server (each worker forks from a clean process that
+    has imported the planner once), else spawn."""
+    import multiprocessing
+
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" in methods:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["unicron_plan.service.coordinator", "unicron_plan.api",
+                                    "unicron_plan.plan.contingency"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+def _index_key(after: st.State) -> str | None:
+    """The contingency key of ``after``'s failure when it is the failure of whole nodes that is one
+    (a node or a rack), else None: any other event is solved without reading the index."""
+    from unicron_plan.plan.contingency import failure_key
+
+    if set(after.failed) != set(after.whole):
+        return None
+    return failure_key(sorted(after.whole), after.base)
+
+
+def _signal(pid: int, name: str) -> None:
+    """Send signal ``name`` to the warm worker ``pid`` (nothing where the signal does not exist or the
+    worker has ended)."""
+    import os
+    import signal
+
+    sig = getattr(signal, name, None)
+    if sig is None:
+        return
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _start_process_server() -> None:
+    """Start the fork server of :func:`_process_context` now (where there is one)."""
+    try:
+        if _process_context().get_start_method() == "forkserver":
+            from multiprocessing import forkserver
+
+            forkserver.ensure_running()
+    except (OSError, ValueError, RuntimeError):
+        pass  # workers are then started (or the stages run in-thread) when a cluster comes
+
+
+def _warm_process(sender, base_json: str, revision: int, base_version: int, solver: str | None,
+                  max_nodes: int) -> None:
+    """A warm worker: send every message of :func:`_warm_messages`, then "done". It runs at the
+    service's own priority (a lower one starved it on a busy machine); requests are protected by
+    stopping it while they solve (:meth:`Coordinator._worker_paused`)."""
+    try:
+        from unicron_plan.schema import Instance
+
+        snapshot = st.State(base=Instance.model_validate_json(base_json), revision=revision,
+                            base_version=base_version)
+        for message in _warm_messages(snapshot, solver, max_nodes, lambda: False):
+            sender.send(message)
+        sender.send(("done",))
+    except (BrokenPipeError, EOFError, OSError):  # the coordinator stopped listening: the state moved on
+        pass
+    finally:
+        sender.close()
+
+
+def _warm_messages(snapshot: st.State, solver: str | None, max_nodes: int, stop):
+    """The warm stages of ``snapshot`` as messages: ("index", index or None, fingerprint, nodes to do),
+    then ("answer", node, zlib JSON plan) for each single-node failure that has a plan (module
+    docstring). The index solves each equivalence class of nodes once; each node's answer is that
+    plan placed and validated by :func:`unicron_plan.api.solve`, as a cold request would be."""
+    from unicron_plan import api
+    from unicron_plan.core.problem import prepare
+    from unicron_plan.plan.contingency import build_contingency, fingerprint
+
+    try:
+        index = build_contingency(snapshot.base)
+        digest = fingerprint(snapshot.base)
+    except Exception:  # e.g. a cluster the planner rejects: events are solved instead
+        yield ("index", None, None, 0)
+        return
+    nodes = [n.id for n in snapshot.base.cluster.nodes][:max_nodes]
+    yield ("index", index, digest, len(nodes))
+    try:
+        prepared = prepare(snapshot.base)
+    except Exception:
+        prepared = None
+    base = replace(snapshot, failed={}, whole=frozenset(), exits=(), arrivals=())
+    for nid in nodes:
+        if stop():
+            return
+        try:
+            after, _ = st.record_event(base, {"kind": "failure", "failed_nodes": [nid]})
+            plan = api.solve(st.planning_instance(after), solver=solver, contingency=index,
+                             instance_fingerprint=digest, prepared=prepared)
+        except Exception:  # e.g. the node has failed already: such events are solved when they come
+            continue
+        text = json.dumps(plan.model_dump(mode="json", exclude_none=True), separators=(",", ":"),
+                          allow_nan=False)
+        yield ("answer", nid, zlib.compress(text.encode(), 1))
+        time.sleep(0)  # in-thread: let request threads in between answers
+
+
 def _settle_heap() -> None:
     """Collect, then move every object alive now (modules, the applied cluster) to the collector's
     permanent generation (:func:`gc.freeze`): a full collection then no longer walks them, which at
     16,384 GPUs otherwise stalls about one request in ten for 30-40 ms."""
     gc.collect()
     gc.freeze()
+
+
+def _digest(data: Any) -> str:
+    """SHA-256 of a request body's JSON in canonical form (sorted keys, no spaces)."""
+    import hashlib
+
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _single_node_failure(data: Any) -> str | None:

@@ -217,7 +217,10 @@ def apply_plan(state: State, plan: dict) -> State:
             continue
         p = planned.get(j.id)
         if p is not None:
-            j = j.model_copy(update={"current": CurrentAllocation(gpus=p["gpus"], nodes=list(p["nodes"]))})
+            update = {"current": CurrentAllocation(gpus=p["gpus"], nodes=list(p["nodes"]))}
+            if p["gpus"] and p.get("gpu_type") not in (None, j.throughput.gpu_type):  # moved to another type
+                update["throughput"] = j.throughput.on_type(p["gpu_type"])
+            j = j.model_copy(update=update)
         jobs.append(j)
     drained = set(plan.get("drained_nodes") or ())
     failed: dict[str, set] = {}

@@ -7,11 +7,20 @@ transaction as the change they answered, so a retry never records twice.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
+import os
 import sqlite3
+import stat
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
+
+from unicron_plan.errors import InvalidInstanceError
+
+#: Files of the state directory: the log, SQLite's companions, the lock of `serve`.
+STATE_FILES = ("state.sqlite3", "state.sqlite3-wal", "state.sqlite3-shm", "serve.lock")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS log (
@@ -22,7 +31,8 @@ CREATE TABLE IF NOT EXISTS log (
 );
 CREATE TABLE IF NOT EXISTS idempotency (
   key TEXT PRIMARY KEY,
-  response TEXT NOT NULL
+  response TEXT NOT NULL,
+  digest TEXT
 );
 """
 
@@ -31,16 +41,88 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+# --------------------------------------------------------------------------- state directory
+def prepare_state_dir(directory: str | Path) -> Path:
+    """Create the state directory (0700) or check an existing one; refuse symbolic links in it."""
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise InvalidInstanceError("--state", f"{d}: exists and is not a directory")
+    fresh = not d.exists()
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInstanceError("--state", f"{d}: cannot create: {exc.strerror}") from None
+    if fresh or (d / "state.sqlite3").exists() or not any(d.iterdir()):
+        os.chmod(d, 0o700)  # only our own directory (never, say, a shared /tmp passed by mistake)
+    for name in STATE_FILES:
+        p = d / name
+        if p.is_symlink():
+            raise InvalidInstanceError("--state", f"{p}: is a symbolic link; refused")
+        if p.exists() and not p.is_file():
+            raise InvalidInstanceError("--state", f"{p}: not a regular file")
+    return d
+
+
+def create_private(path: Path) -> None:
+    """Create ``path`` 0600 without following a symbolic link (or make an existing file 0600)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise InvalidInstanceError("--state", f"{path}: is a symbolic link; refused") from None
+        raise InvalidInstanceError("--state", f"{path}: cannot open: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidInstanceError("--state", f"{path}: not a regular file")
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+class StateLock:
+    """An exclusive ``flock`` on ``DIR/serve.lock`` holding the owner's pid, for the process's life."""
+
+    def __init__(self, directory: Path):
+        self.path = Path(directory) / "serve.lock"
+        create_private(self.path)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(self.fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(self.fd)
+            raise InvalidInstanceError(
+                "--state", f"{directory} is in use by another `unicron-plan serve` (pid {holder})") from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.ftruncate(self.fd, 0)
+            os.close(self.fd)  # closing drops the flock
+            self.fd = -1
+
+
 class Store:
     """One SQLite file in the state directory; writers are serialised by the caller."""
 
     def __init__(self, directory: str | Path):
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
+        d = prepare_state_dir(directory)
         self.path = d / "state.sqlite3"
+        create_private(self.path)  # 0600; SQLite gives its -wal and -shm files the same mode
         self._local = threading.local()
-        self._write = self._connect()
-        self._write.executescript(_SCHEMA)
+        try:
+            self._write = self._connect()
+            self._write.executescript(_SCHEMA)
+            cols = {row[1] for row in self._write.execute("PRAGMA table_info(idempotency)")}
+            if "digest" not in cols:  # a log written before keys kept their body's digest
+                self._write.execute("ALTER TABLE idempotency ADD COLUMN digest TEXT")
+            self._write.execute("SELECT COUNT(*) FROM log").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise InvalidInstanceError("--state", f"{self.path}: not a state database ({exc})") from None
+        for name in STATE_FILES[1:3]:
+            if (d / name).exists():
+                create_private(d / name)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
@@ -59,8 +141,9 @@ class Store:
         row = self._write.execute("SELECT MAX(revision) FROM log").fetchone()
         return int(row[0] or 0)
 
-    def append(self, rows: list[tuple[int, str, dict]], idempotency: tuple[str, dict] | None = None) -> None:
-        """Append ``(revision, type, body)`` rows (and an idempotent answer) in one committed transaction."""
+    def append(self, rows: list[tuple[int, str, dict]], idempotency: tuple[str, dict, str] | None = None) -> None:
+        """Append ``(revision, type, body)`` rows (and an idempotent answer: key, answer, digest of the
+        request body) in one committed transaction."""
         conn, at = self._write, _now()
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -68,16 +151,17 @@ class Store:
                              [(rev, kind, at, json.dumps(body, separators=(",", ":"), allow_nan=False))
                               for rev, kind, body in rows])
             if idempotency is not None:
-                conn.execute("INSERT INTO idempotency (key, response) VALUES (?, ?)",
-                             (idempotency[0], json.dumps(idempotency[1], separators=(",", ":"))))
+                conn.execute("INSERT INTO idempotency (key, response, digest) VALUES (?, ?, ?)",
+                             (idempotency[0], json.dumps(idempotency[1], separators=(",", ":")), idempotency[2]))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
 
-    def idempotent(self, key: str) -> dict | None:
-        row = self._reader().execute("SELECT response FROM idempotency WHERE key = ?", (key,)).fetchone()
-        return None if row is None else json.loads(row[0])
+    def idempotent(self, key: str) -> tuple[dict, str | None] | None:
+        """(the first answer, the digest of its request body) for ``key``, or None."""
+        row = self._reader().execute("SELECT response, digest FROM idempotency WHERE key = ?", (key,)).fetchone()
+        return None if row is None else (json.loads(row[0]), row[1])
 
     def entries(self, since: int = 0, limit: int | None = None, types: tuple[str, ...] | None = None):
         """Yield ``(revision, type, at, body)`` after ``since``, in order."""

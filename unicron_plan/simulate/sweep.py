@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.io import parse_model, read_document
+from unicron_plan.io import parse_model, read_document, read_json
 from unicron_plan.schema.sweep import Sweep
 
 BACKENDS = ("process", "ray")

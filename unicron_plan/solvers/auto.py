@@ -81,6 +81,11 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
     import importlib
 
     options = options or SolverOptions()
+    if problem.alternatives:  # mixed fleets: types and counts (solvers/mixed.py)
+        from unicron_plan.solvers import mixed
+        raw = mixed.solve(problem, options)
+        raw.options = {"backend": "mixed", **raw.options}
+        return raw
     name = choose(problem)
     if name != "dp":
         raw = _relaxation_placed(problem, options)

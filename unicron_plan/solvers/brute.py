@@ -30,6 +30,8 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
         raise SolverUnavailableError(
             f"solver 'brute' enumerates counts only and cannot express {', '.join(limits)}; "
             f"use --solver auto, milp or cpsat")
+    if problem.alternatives:
+        return _solve_types(problem)
     domains = [[int(c) for c in j.counts] for j in problem.jobs]
     size = math.prod(len(d) for d in domains)
     if size > MAX_COMBINATIONS:
@@ -50,3 +52,37 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
     counts = {j.id: y for j, y in zip(problem.jobs, best_counts or ())}
     return RawSolution(counts=counts, objective=best_value if best_counts is not None else 0.0,
                        bound=best_value if best_counts is not None else 0.0)
+
+
+def _solve_types(problem: Problem) -> RawSolution:
+    """Mixed fleets: every combination of (GPU type, count) per job, y = 0 once per job."""
+    from unicron_plan.solvers.mixed import _limitations
+
+    limits = _limitations(problem)
+    if limits:
+        raise SolverUnavailableError(f"solver 'brute' enumerates counts only and cannot express {', '.join(limits)}")
+    domains = []
+    for j in problem.jobs:
+        dom = []
+        for a in problem.alternatives.get(j.id, [j]):
+            dom += [(a, int(y)) for y in a.counts if y > 0 or not a.off_type]
+        domains.append(dom)
+    size = math.prod(len(d) for d in domains)
+    if size > MAX_COMBINATIONS:
+        raise SolverUnavailableError(
+            f"brute force would enumerate {size} combinations (limit {MAX_COMBINATIONS}); use --solver dp")
+    best_value, best = -math.inf, None
+    for combo in itertools.product(*domains):
+        used: dict[str, int] = {}
+        for a, y in combo:
+            used[a.gpu_type] = used.get(a.gpu_type, 0) + y
+        if any(used[t] > problem.capacity[t] for t in used):
+            continue
+        value = sum(a.gain_of(y) for a, y in combo)
+        if value > best_value:
+            best_value, best = value, combo
+    if best is None:
+        raise InfeasibleError("no combination of GPU types and allowed counts fits the capacity")
+    counts = {a.id: y for a, y in best}
+    types = {a.id: a.gpu_type for a, y in best}
+    return RawSolution(counts=counts, objective=best_value, bound=best_value, types=types)

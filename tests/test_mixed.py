@@ -1,0 +1,228 @@
+"""Mixed fleets: jobs that may run on several GPU types, the plan choosing type and count exactly."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from unicron_plan.tools.mixedgen import large_mixed, mixed_instance
+from unicron_plan import load_instance, solve, validate_plan
+from unicron_plan.core.problem import build_problem
+from unicron_plan.errors import InfeasibleError, InvalidInstanceError
+from unicron_plan.solvers import mixed
+
+
+def _outcome(inst, solver):
+    try:
+        plan = solve(inst, solver=solver)
+    except InfeasibleError:
+        return None, None
+    assert validate_plan(inst, plan).valid
+    return plan.objective, plan
+
+
+def _same(a, b):
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), types=st.integers(2, 3), jobs=st.integers(1, 4),
+       constraints=st.booleans())
+def test_mixed_dp_agrees_with_brute_force(seed, types, jobs, constraints):
+    inst = load_instance(mixed_instance(seed, types=types, jobs=jobs, constraints=constraints))
+    best, _ = _outcome(inst, "brute")
+    got, plan = _outcome(inst, "dp")
+    assert _same(got, best)
+    if plan is not None:
+        assert plan.status.solution == "optimal" and plan.bound == plan.objective
+        for pj in plan.jobs:  # one type per job, its nodes of that type
+            kinds = {n.gpu_type for n in inst.cluster.nodes if n.id in pj.nodes}
+            assert kinds <= {pj.gpu_type}
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), types=st.integers(2, 3), jobs=st.integers(1, 5))
+def test_mixed_ip_backends_agree(seed, types, jobs):
+    inst = load_instance(mixed_instance(seed, types=types, jobs=jobs, nodes_per_type=3))
+    got, _ = _outcome(inst, "dp")
+    for solver in ("milp", "cpsat"):
+        ref, plan = _outcome(inst, solver)
+        assert _same(got, ref), solver
+        if plan is not None:
+            assert plan.status.solution == "optimal"
+
+
+def test_single_type_instance_takes_the_single_type_path():
+    inst = load_instance("instances/jagged-2048-32jobs.json")
+    problem = build_problem(inst)
+    assert problem.alternatives == {}
+    plan = solve(inst)
+    assert plan.objective == inst.reference.objective or math.isclose(plan.objective, inst.reference.objective,
+                                                                     rel_tol=1e-9)
+    assert all(pj.gpu_type == j.throughput.gpu_type for pj, j in zip(plan.jobs, inst.jobs))
+
+
+def test_by_type_with_only_the_current_type_means_the_plain_table():
+    raw = json.load(open("instances/jagged-128-4jobs.json"))
+    plain = solve(load_instance(raw))
+    same = copy.deepcopy(raw)
+    for job in same["jobs"]:
+        tp = job["throughput"]
+        tp["by_type"] = {tp["gpu_type"]: tp.pop("tflops")}
+    mixed_plan = solve(load_instance(same))
+    assert mixed_plan.objective == plain.objective
+    assert [(j.gpus, j.nodes) for j in mixed_plan.jobs] == [(j.gpus, j.nodes) for j in plain.jobs]
+
+
+def test_type_exclusive_jobs_match_the_type_bound_dp():
+    """Jobs each allowed one type (some written with by_type) solve exactly as the per-type DP."""
+    raw = mixed_instance(7, types=3, jobs=5, exclusive_types=True, nodes_per_type=3)
+    got, _ = _outcome(load_instance(raw), "dp")
+    ref, _ = _outcome(load_instance(raw), "brute")
+    assert _same(got, ref)
+
+
+def test_h100_failure_moves_a_job_onto_idle_a100s():
+    inst = load_instance("instances/mixed-h100-failure-a100-idle.json")
+    plan = solve(inst)
+    assert plan.status.solution == "optimal" and plan.bound == plan.objective
+    assert math.isclose(plan.objective, inst.reference.objective, rel_tol=1e-9)
+    hit = next(j for j in plan.jobs if j.hit)
+    assert hit.gpu_type == "a100" and hit.action == "restart"
+    assert all(n.startswith("a") for n in hit.nodes)
+    # the same instance bound to its types is worth less: the move is what type choice earns
+    bound_raw = json.loads(inst.model_dump_json(exclude_none=True))
+    for job in bound_raw["jobs"]:
+        job["throughput"].pop("by_type", None)
+    assert solve(load_instance(bound_raw)).objective < plan.objective
+    for solver in ("brute", "milp", "cpsat"):
+        assert math.isclose(solve(inst, solver=solver).objective, plan.objective, rel_tol=1e-9)
+
+
+def test_validator_rejects_a_type_the_job_may_not_use_and_nodes_of_another_type():
+    inst = load_instance("instances/mixed-h100-failure-a100-idle.json")
+    plan = solve(inst)
+    data = json.loads(plan.model_dump_json())
+    k = next(i for i, j in enumerate(data["jobs"]) if j["gpu_type"] == "a100" and j["hit"])
+    data["jobs"][k]["gpu_type"] = "b200"
+    report = validate_plan(inst, data)
+    assert not report.valid and any("may run on" in p for p in report.problems)
+    data["jobs"][k]["gpu_type"] = "h100"  # claims h100 while its nodes are A100s
+    report = validate_plan(inst, data)
+    assert not report.valid and any("GPU type" in p for p in report.problems)
+    del data["jobs"][k]["gpu_type"]  # an entry without gpu_type runs on the current type
+    assert not validate_plan(inst, data).valid
+
+
+@pytest.mark.parametrize("patch, field", [
+    (lambda j: j["throughput"]["by_type"].update({"tpu": {"8": 1.0}}), "jobs[0].throughput.by_type.tpu"),
+    (lambda j: j["throughput"].update({"gpu_type": "a100"}), "jobs[0].current.nodes"),
+    (lambda j: j["throughput"].update({"tflops": {"8": 1.0}}), "jobs[0].throughput"),
+    (lambda j: j["throughput"].update({"gpu_types": ["h100"]}), "jobs[0].throughput"),
+    (lambda j: j["throughput"]["by_type"].update({"a100": {"x": 1.0}}), "jobs[0].throughput.by_type"),
+])
+def test_bad_mixed_input_names_the_field(patch, field):
+    raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
+    patch(raw["jobs"][0])
+    with pytest.raises(InvalidInstanceError) as err:
+        solve(load_instance(raw))
+    assert err.value.field.startswith(field)
+
+
+def test_model_named_job_gets_a_table_per_type():
+    raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
+    raw["jobs"][2]["throughput"] = {"gpu_type": "a100", "gpu_types": ["a100", "h100"], "model": "gpt3-1.3b",
+                                     "global_batch": 256, "seq_len": 2048}
+    inst = load_instance(raw)
+    problem = build_problem(inst)
+    alts = problem.alternatives[raw["jobs"][2]["id"]]
+    assert [a.gpu_type for a in alts] == ["a100", "h100"]
+    assert alts[1].table and all(v > 0 for v in alts[1].table.values())
+    plan = solve(inst)
+    assert plan.status.solution == "optimal"
+    entry = next(j for j in plan.jobs if j.id == raw["jobs"][2]["id"])
+    assert entry.gpus == 0 or entry.parallelism is not None
+
+
+def test_time_limit_returns_a_valid_bound():
+    inst = load_instance(large_mixed(0, 16384, 4, 128))
+    plan = solve(inst, time_limit_seconds=0.05)
+    assert validate_plan(inst, plan).valid
+    assert plan.bound >= plan.objective
+    if plan.status.solution != "optimal":
+        assert plan.status.termination == "time_limit" and plan.gap is not None
+
+
+def test_large_mixed_exact_and_agrees_with_highs():
+    inst = load_instance(large_mixed(2, 1024, 4, 8, counts_per_job=12))
+    started = time.perf_counter()
+    plan = solve(inst)
+    assert time.perf_counter() - started < 30
+    assert plan.status.solution == "optimal"
+    ref = solve(inst, solver="milp")
+    assert math.isclose(ref.objective, plan.objective, rel_tol=1e-9)
+
+
+def test_contingency_on_a_mixed_cluster_is_exact(tmp_path):
+    from unicron_plan.plan.contingency import build_contingency, write_contingency
+
+    raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
+    index = build_contingency(load_instance(raw))
+    assert set(index["failures"]) == {f"node:{n['id']}" for n in raw["cluster"]["nodes"]}
+    write_contingency(index, tmp_path)
+    for key, entry in index["failures"].items():
+        raw_e = copy.deepcopy(raw)
+        raw_e["event"] = {"kind": "failure", "failed_nodes": entry["failed_nodes"]}
+        e = load_instance(raw_e)
+        fresh = solve(e)
+        assert math.isclose(entry["objective"], solve(e, solver="brute").objective, rel_tol=1e-9)
+        used = solve(e, contingency=str(tmp_path))
+        assert used.solver.name == "contingency", used.solver.options
+        assert math.isclose(used.objective, fresh.objective, rel_tol=1e-9)
+    moved = index["plans"][index["failures"]["node:h3"]["plan"]]
+    assert moved["types"] == {"llm-b": "a100"}
+
+
+def test_relaxation_of_a_mixed_problem_bounds_every_plan():
+    inst = load_instance(mixed_instance(3, types=3, jobs=4))
+    problem = build_problem(inst)
+    _, bound = mixed.relaxation(problem)
+    best, _ = _outcome(inst, "brute")
+    assert best is None or bound >= best - 1e-6 * max(1.0, abs(best))
+
+
+def test_service_plans_and_applies_a_type_move(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from unicron_plan.service.app import create_app
+
+    raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
+    base = copy.deepcopy(raw)
+    event = base.pop("event")
+    c = TestClient(create_app(tmp_path / "state", contingency=False))
+    assert c.put("/v1/cluster", json=base).status_code == 200
+    plan = c.post("/v1/events", json=event).json()
+    assert plan["objective"] == pytest.approx(raw["reference"]["objective"], rel=1e-12)
+    moved = next(j for j in plan["jobs"] if j["id"] == "llm-b")
+    assert moved["gpu_type"] == "a100"
+    assert c.post(f"/v1/plans/{plan['plan_id']}/apply").status_code == 200
+    state = c.get("/v1/state").json()["instance"]
+    job = next(j for j in state["jobs"] if j["id"] == "llm-b")
+    assert job["throughput"]["gpu_type"] == "a100" and job["current"]["nodes"] == moved["nodes"]
+    assert job["throughput"]["tflops"] == raw["jobs"][1]["throughput"]["by_type"]["a100"]
+    # the next event plans from the moved job: an A100 node failure hits it there
+    again = c.post("/v1/events", json={"kind": "failure", "failed_nodes": [moved["nodes"][0]]}).json()
+    assert api_valid(again, c)
+
+
+def api_valid(plan: dict, c) -> bool:
+    inst = c.get("/v1/state").json()["instance"]
+    return validate_plan(inst, {k: v for k, v in plan.items() if k not in ("plan_id", "revision")}).valid

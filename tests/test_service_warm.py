@@ -1,0 +1,103 @@
+"""Warm contingency runs in a worker process, stops when the state moves on, and its answers are served."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from conftest import ROOT
+from unicron_plan import api
+from unicron_plan.io import read_json
+from unicron_plan.service.coordinator import Coordinator
+
+
+def _base(name: str) -> dict:
+    inst = read_json(ROOT / "instances" / name)
+    inst.pop("event", None)
+    return inst
+
+
+def _wait_answers(coord: Coordinator, timeout: float = 120.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = coord.precomputed_status()
+        if done["total"] and done["done"] >= done["total"]:
+            return done
+        time.sleep(0.05)
+    raise AssertionError(f"answers not stored after {timeout} s: {coord.precomputed_status()}")
+
+
+def test_warm_stages_run_in_another_process_and_answers_equal_fresh_solves(tmp_path):
+    coord = Coordinator(tmp_path / "s")
+    try:
+        base = _base("paper-128-a800.json")
+        coord.put_cluster(base)
+        assert coord.wait_contingency(120)
+        _wait_answers(coord)
+        assert coord.warm_pids and os.getpid() not in coord.warm_pids
+        for node in [n["id"] for n in base["cluster"]["nodes"]][:4]:
+            ev = {"kind": "failure", "failed_nodes": [node]}
+            served = coord.post_event(ev, dry_run=True)
+            assert served["solver"]["name"] == "contingency"
+            assert served["objective"] == pytest.approx(api.solve(dict(base, event=ev)).objective, rel=1e-12)
+    finally:
+        coord.close()
+
+
+def test_a_new_cluster_stops_the_worker_of_the_old_one(tmp_path):
+    coord = Coordinator(tmp_path / "s")
+    try:
+        coord.put_cluster(_base("jagged-2048-32jobs.json"))
+        deadline = time.monotonic() + 60
+        while not coord.warm_pids and time.monotonic() < deadline:
+            time.sleep(0.01)
+        first = coord.warm_pids[0]
+        assert _alive(first)  # 256 nodes' answers take seconds: it is still working
+        small = _base("paper-128-a800.json")
+        coord.put_cluster(small)
+        assert coord.wait_contingency(120)
+        _wait_answers(coord)
+        assert coord.warm_pids[-1] != first
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(first):
+            time.sleep(0.05)
+        assert not _alive(first), "the worker of the replaced cluster still runs"
+        assert coord.precomputed_status()["total"] == len(small["cluster"]["nodes"])
+    finally:
+        coord.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
+def test_the_worker_is_stopped_while_a_request_solves(tmp_path):
+    coord = Coordinator(tmp_path / "s")
+    try:
+        coord.put_cluster(_base("jagged-2048-32jobs.json"))
+        deadline = time.monotonic() + 60
+        while coord._warm_pid is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pid = coord._warm_pid
+        assert pid is not None
+        with coord._worker_paused():
+            time.sleep(0.2)
+            assert _state(pid) == "T"  # stopped: it takes no CPU from the request
+        time.sleep(0.2)
+        if _alive(pid):
+            assert _state(pid) != "T"
+        _wait_answers(coord)  # and it still finishes
+    finally:
+        coord.close()

@@ -1,0 +1,472 @@
+"""Exact solver for mixed fleets: each job chooses its GPU type and its count (docs/solvers.md).
+
+Job i may run on the types T_i (``Problem.alternatives``); on type t its options are the
+Pareto counts of its terms there, y = 0 (suspended) being common to all its types. The
+problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every type t.
+
+1. Lagrangian bound. For multipliers mu_t >= 0 on the capacities,
+   UB(mu) = sum_t mu_t C_t + sum_i m_i,  m_i = max(G_i(0), max_{t, y > 0} G_i^t(y) - mu_t y),
+   bounds every plan (only the concave envelopes of the options matter). mu is the dual of
+   the LP relaxation over those envelopes (HiGHS), the best such mu; any mu >= 0 is valid.
+2. Lower bound: fix a type per job (its current type; its best Lagrangian type) and solve each
+   type exactly with the DP (:func:`unicron_plan.solvers.dp.solve_options`).
+3. Type fixing: a plan worth v has sum_i (m_i - reduced gain of its option) <= UB - v, so job i
+   can use type t in a plan worth >= LB only if UB - (m_i - r_it) >= LB, with r_it the best
+   reduced gain of a count > 0 on t. Types that fail are removed.
+4. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
+   branch and bound on the type of an undecided job (best bound first); each node repeats 1-3
+   on its restricted types. ``optimal`` only when the best plan meets the largest open bound.
+
+Under a deadline the best plan found comes back ``feasible`` with the largest open bound.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+
+import numpy as np
+
+from unicron_plan.core.problem import JobTerms, Problem, RawSolution
+from unicron_plan.errors import InfeasibleError, SolverUnavailableError
+from unicron_plan.solvers import SolverOptions, dp
+
+REL_TOL = 1e-9
+MAX_NODES = 100_000  # branch-and-bound nodes before the search stops with a bound and a gap
+MU_STEPS = 120  # cutting-plane steps for the capacity multipliers (at most)
+MU_TOL = 1e-7  # ... stopped when UB is within this fraction of its minimum
+LAGRANGE_STEPS = 40  # subgradient steps per node on the one-type-per-job multipliers
+
+
+def available() -> bool:
+    """numpy and highspy (HiGHS), both dependencies of the package."""
+    return True
+
+
+class _Model:
+    """Every job's options per allowed type, their envelopes and zero gains, in flat arrays."""
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.types = list(problem.capacity)
+        self.type_index = {t: k for k, t in enumerate(self.types)}
+        self.cap = np.asarray([problem.capacity[t] for t in self.types], dtype=np.int64)
+        self.terms: list[list[JobTerms]] = [problem.alternatives.get(j.id, [j]) for j in problem.jobs]
+        self.m = len(self.terms)
+        # one "pair" per (job, type): its Pareto options; the envelope of its counts > 0
+        self.pair_job, self.pair_type, self.options = [], [], []
+        self.pairs_of: list[list[int]] = []
+        zero = np.full(self.m, -np.inf)
+        for i, alts in enumerate(self.terms):
+            mine = []
+            for jt in alts:
+                y, g = dp.pareto_options(jt)
+                if len(y) and y[0] == 0:
+                    zero[i] = float(g[0])
+                mine.append(len(self.options))
+                self.pair_job.append(i)
+                self.pair_type.append(self.type_index[jt.gpu_type])
+                self.options.append((y, g))
+            self.pairs_of.append(mine)
+        self.zero = zero
+        self.pair_job = np.asarray(self.pair_job, dtype=np.int64)
+        self.pair_type = np.asarray(self.pair_type, dtype=np.int64)
+        positive = [(y[1:], g[1:]) if len(y) and y[0] == 0 else (y, g) for y, g in self.options]
+        self.has_positive = np.asarray([len(y) > 0 for y, _ in positive], dtype=bool)
+        nonempty = [p for p, (y, _) in enumerate(positive) if len(y)]
+        if nonempty:
+            hy, hg, seg = dp._upper_hulls([positive[p] for p in nonempty])
+            self.hy, self.hg = hy.astype(float), hg
+            self.hpair = np.asarray(nonempty, dtype=np.int64)[seg]
+        else:
+            self.hy, self.hg, self.hpair = np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
+        self.htype = self.pair_type[self.hpair]
+        scale = float(np.abs(self.hg).max()) if len(self.hg) else 0.0
+        finite = np.abs(zero[np.isfinite(zero)])
+        self.scale = max(scale, float(finite.max()) if len(finite) else 0.0) * max(self.m, 1) + 1.0
+
+    def reduced(self, mu: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """(r per pair: best reduced gain of a count > 0, -inf when none or not allowed;
+        m per job; UB(mu)) with the pairs of ``allowed`` (bool per pair) only."""
+        r = np.full(len(self.pair_job), -np.inf)
+        if len(self.hg):
+            red = self.hg - mu[self.htype] * self.hy
+            np.maximum.at(r, self.hpair, red)
+        r[~allowed] = -np.inf
+        best = np.full(self.m, -np.inf)
+        np.maximum.at(best, self.pair_job, r)
+        m_i = np.maximum(best, self.zero)
+        return r, m_i, float(mu @ self.cap) + math.fsum(m_i.tolist())
+
+    def _value(self, mu: np.ndarray, sel: np.ndarray, starts: np.ndarray, sizes: np.ndarray, pairs: np.ndarray):
+        """(UB(mu), a subgradient) over the envelope vertices ``sel`` (``starts``/``sizes``: each pair's run)."""
+        hy, hg = self.hy[sel], self.hg[sel]
+        red = hg - mu[self.htype[sel]] * hy
+        best = np.maximum.reduceat(red, starts)
+        at = red == np.repeat(best, sizes)
+        y = np.minimum.reduceat(np.where(at, hy, np.inf), starts)
+        per_job = self.zero.copy()
+        np.maximum.at(per_job, self.pair_job[pairs], best)
+        value = float(mu @ self.cap) + math.fsum(per_job.tolist())
+        # the pair that attains each job's maximum (none when suspending does): its count, on its type
+        wins = best >= per_job[self.pair_job[pairs]]
+        wins &= best > self.zero[self.pair_job[pairs]]
+        first = np.zeros(len(pairs), dtype=bool)
+        seen = set()
+        for k in np.flatnonzero(wins).tolist():
+            i = int(self.pair_job[pairs[k]])
+            if i not in seen:
+                seen.add(i)
+                first[k] = True
+        demand = np.bincount(self.pair_type[pairs[first]], weights=y[first], minlength=len(self.types))
+        return value, self.cap - demand
+
+    def multipliers(self, allowed: np.ndarray) -> np.ndarray:
+        """The mu >= 0 that minimises UB(mu), the LP dual of the capacities over the allowed envelopes:
+        UB is convex and piecewise linear in T variables, minimised by Kelley's cutting planes (a
+        master LP of T + 1 variables per step, HiGHS) until UB is within MU_TOL of the master's lower bound."""
+        from unicron_plan.solvers.milp import _silence_highs_banner
+
+        import highspy
+
+        T = len(self.types)
+        sel = allowed[self.hpair]
+        if not sel.any():
+            return np.zeros(T)
+        hp = self.hpair[sel]
+        starts = np.flatnonzero(np.r_[True, hp[1:] != hp[:-1]])
+        sizes = np.diff(np.r_[starts, len(hp)])
+        pairs = hp[starts]
+        slope = self.hg[sel] / np.maximum(self.hy[sel], 1.0)
+        top = np.zeros(T)  # above the steepest envelope slope a type's demand is 0: UB only grows
+        np.maximum.at(top, self.htype[sel], np.maximum(slope, 0.0))
+        top = top + 1.0
+        _silence_highs_banner()
+        mu = np.zeros(T)
+        best_mu, best = mu, math.inf
+        cuts: list[tuple[float, np.ndarray, np.ndarray]] = []
+        cols = np.arange(T + 1, dtype=np.int32)
+        unit = None  # values in units of UB(0), multipliers in units of their box: coefficients near 1
+        for _ in range(MU_STEPS):
+            value, sub = self._value(mu, sel, starts, sizes, pairs)
+            if unit is None:
+                unit = max(abs(value), 1.0)
+            if value < best:
+                best, best_mu = value, mu.copy()
+            cuts.append((value, sub.astype(float), mu.copy()))
+            # master: min theta s.t. theta >= value_k + sub_k (mu - mu_k), 0 <= mu <= top (scaled)
+            h = highspy.Highs()
+            h.setOptionValue("output_flag", False)
+            h.setOptionValue("threads", 1)
+            inf = highspy.kHighsInf
+            h.addVars(T + 1, np.r_[np.zeros(T), -inf], np.r_[np.ones(T), inf])
+            h.changeColsCost(T + 1, cols, np.r_[np.zeros(T), 1.0])
+            for v, g, m0 in cuts:  # theta' - (g top / unit) mu' >= (v - g m0) / unit
+                h.addRow((v - float(g @ m0)) / unit, inf, T + 1, cols, np.r_[-g * top / unit, 1.0])
+            h.run()
+            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+                break
+            sol = np.asarray(h.getSolution().col_value, dtype=float)
+            if best - sol[T] * unit <= MU_TOL * unit:
+                break
+            mu = np.clip(sol[:T], 0.0, 1.0) * top
+        return best_mu
+
+    def solve_assignment(self, chosen: list[int], deadline: float | None):
+        """Each job on the type of its pair ``chosen[i]``: every type's exact DP.
+        Returns (counts per job, value, bound, timed out) or None when the jobs do not fit."""
+        by_type: dict[int, list[int]] = {}
+        for i, p in enumerate(chosen):
+            by_type.setdefault(int(self.pair_type[p]), []).append(i)
+        counts = [0] * self.m
+        value = bound = 0.0
+        timed_out = False
+        for t, jobs in by_type.items():
+            opts = [self.options[chosen[i]] for i in jobs]
+            if sum(int(y[0]) for y, _ in opts) > self.cap[t]:
+                return None
+            stats: dict = {}
+            part, v = dp.solve_options(opts, int(self.cap[t]), stats, deadline=deadline)
+            for i, y in zip(jobs, part):
+                counts[i] = int(y)
+            value += v
+            if stats.get("timed_out"):
+                timed_out = True
+                bound += max(float(stats.get("ub", v)), v)
+            else:
+                bound += v
+        return counts, value, bound, timed_out
+
+
+class _Search:
+    """The branch and bound of the module docstring over allowed (job, type) pairs."""
+
+    def __init__(self, model: _Model, deadline: float | None):
+        self.model = model
+        self.deadline = deadline
+        self.best: tuple[list[int], list[int], float] | None = None  # (counts, chosen pairs, value)
+        self.open_bound = -math.inf  # largest bound of a node left unexplored (deadline, node limit)
+        self.nodes = 0
+        self.lagrange_steps = 0
+        self.timed_out = False
+        self.tol = REL_TOL * model.scale
+        # y > 0 options of every pair (Pareto among themselves, so also after a shift of their gains)
+        self.positive = [(y[1:], g[1:]) if len(y) and y[0] == 0 else (y, g) for y, g in model.options]
+        self.z = np.where(np.isfinite(model.zero), model.zero, 0.0)
+        self.eq = ~np.isfinite(model.zero)  # may not suspend: "on exactly one type"
+
+    def _lb(self) -> float:
+        return self.best[2] if self.best is not None else -math.inf
+
+    def _try(self, chosen: list[int]) -> None:
+        got = self.model.solve_assignment(chosen, self.deadline)
+        if got is None:
+            return
+        counts, value, bound, timed_out = got
+        if timed_out:
+            self.timed_out = True
+            self.open_bound = max(self.open_bound, bound)
+        if value > self._lb():
+            self.best = (counts, list(chosen), value)
+
+    def _choice(self, r: np.ndarray, allowed: np.ndarray, prefer_current: bool) -> list[int]:
+        """A pair per job: its current type's (when allowed and ``prefer_current``), else its best reduced."""
+        chosen = []
+        for i, pairs in enumerate(self.model.pairs_of):
+            ok = [p for p in pairs if allowed[p]] or pairs[:1]
+            if prefer_current and allowed[pairs[0]]:
+                chosen.append(pairs[0])
+            else:
+                chosen.append(max(ok, key=lambda p: r[p]))
+        return chosen
+
+    def _dual(self, allowed: np.ndarray, live: list[list[int]], pi: np.ndarray):
+        """The bound of relaxing "job i on at most (exactly) one type" with multipliers ``pi``:
+        sum_i (z_i + pi_i) + sum_t DP_t, where DP_t is the exact DP of type t over the jobs decided
+        on t (their own options) and the undecided jobs allowed there (gains G - z_i - pi_i, or
+        nothing). Returns (bound, times each undecided job is used, the pair each used job took),
+        or None when the jobs that may not suspend cannot fit."""
+        model = self.model
+        per_type: dict[int, list] = {}
+        total = 0.0
+        for i, pairs in enumerate(live):
+            if len(pairs) == 1:
+                p = pairs[0]
+                per_type.setdefault(int(model.pair_type[p]), []).append((i, p, model.options[p], False))
+            elif not pairs:
+                if self.eq[i]:
+                    return None
+                total += self.z[i]
+            else:
+                total += self.z[i] + pi[i]
+                for p in pairs:
+                    y, g = self.positive[p]
+                    shifted = g - self.z[i] - pi[i]
+                    keep = shifted > 0
+                    opt = (np.concatenate([[0], y[keep]]), np.concatenate([[0.0], shifted[keep]]))
+                    per_type.setdefault(int(model.pair_type[p]), []).append((i, p, opt, True))
+        use = np.zeros(model.m)
+        took = {}
+        for t, items in per_type.items():
+            opts = [it[2] for it in items]
+            if sum(int(y[0]) for y, _ in opts) > model.cap[t]:
+                return None
+            counts, value = dp.solve_options(opts, int(model.cap[t]), deadline=self.deadline)
+            total += value
+            for (i, p, _, undecided), c in zip(items, counts):
+                if c > 0 and undecided:
+                    use[i] += 1
+                    took[i] = p
+        return total, use, took
+
+    def _lagrange(self, allowed, live, pi, ub, steps):
+        """Subgradient steps on the multipliers of :meth:`_dual`; (best bound, its multipliers,
+        the last use counts); each solution, repaired to one type per job, is tried as a plan."""
+        undecided = np.asarray([len(p) > 1 for p in live])
+        best_pi, theta, stall = pi.copy(), 1.0, 0
+        use = None
+        for step in range(steps):
+            if self._expired():
+                break
+            got = self._dual(allowed, live, pi)
+            self.lagrange_steps += 1
+            if got is None:
+                return -math.inf, pi, None
+            value, use, took = got
+            if value < ub:
+                ub, best_pi, stall = value, pi.copy(), 0
+            else:
+                stall += 1
+                if stall >= 3:
+                    theta, stall = theta / 2, 0
+            if step % 4 == 0:
+                self._try([took.get(i, next((p for p in live[i]), self.model.pairs_of[i][0]))
+                           if undecided[i] else (live[i][0] if live[i] else self.model.pairs_of[i][0])
+                           for i in range(self.model.m)])
+            gap = ub - self._lb()
+            if gap <= self.tol:
+                break
+            s = np.where(undecided, 1.0 - use, 0.0)
+            norm = float(s @ s)
+            if norm == 0:
+                break
+            pi = pi - theta * max(value - self._lb(), self.tol) / norm * s
+            pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
+        return ub, best_pi, use
+
+    def run(self) -> None:
+        model = self.model
+        root = np.ones(len(model.pair_job), dtype=bool)
+        mu = model.multipliers(root)
+        r, m_i, ub = model.reduced(mu, root)
+        self._try(self._choice(r, root, True))
+        self._try(self._choice(r, root, False))
+        pi0 = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
+        heap = [(-ub, 0, root, pi0)]
+        counter = 1
+        while heap:
+            neg_ub, _, allowed, pi = heapq.heappop(heap)
+            if -neg_ub <= self._lb() + self.tol:
+                continue
+            if self._expired() or self.nodes >= MAX_NODES:
+                self.open_bound = max(self.open_bound, -neg_ub, *(-h[0] for h in heap))
+                return
+            self.nodes += 1
+            mu = model.multipliers(allowed) if self.nodes > 1 else mu
+            r, m_i, ub_lp = model.reduced(mu, allowed)
+            ub = min(ub_lp, -neg_ub)
+            if ub <= self._lb() + self.tol:
+                continue
+            # type fixing (module docstring, rule 3): with this node's own UB(mu), whose deficits it uses
+            allowed = allowed & (m_i[model.pair_job] - r <= ub_lp - self._lb() + self.tol)
+            live = [[p for p in pairs if allowed[p]] for pairs in model.pairs_of]
+            undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
+            if not undecided:
+                self._try(self._choice(r, allowed, False))
+                continue
+            self._try(self._choice(r, allowed, False))
+            if self.nodes > 1:
+                pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
+            else:
+                pi = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
+            ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS)
+            if ub <= self._lb() + self.tol:
+                continue
+            if self._expired():
+                self.open_bound = max(self.open_bound, ub, *(-h[0] for h in heap))
+                return
+
+            def conflict(i):  # used twice or not at all by the relaxation first, then the closest types
+                vals = sorted((r[p] for p in live[i]), reverse=True)
+                off = 0 if use is None else abs(1 - use[i])
+                return (-off, vals[0] - vals[1])
+            i = min(undecided, key=conflict)
+            for p in live[i]:
+                child = allowed.copy()
+                child[[q for q in model.pairs_of[i] if q != p]] = False
+                heapq.heappush(heap, (-ub, counter, child, pi))
+                counter += 1
+
+    def _expired(self) -> bool:
+        if self.deadline is not None and time.perf_counter() >= self.deadline:
+            self.timed_out = True
+            return True
+        return False
+
+
+def _limitations(problem: Problem) -> list[str]:
+    """What the count-level search cannot express, on any type a job may use (dp_limitations of
+    every choice of types would say the same): node-level tp, max_nodes, same_rack, the churn limit."""
+    from unicron_plan.core.constraints import dp_limitations
+
+    out = list(dp_limitations(problem))
+    for alts in problem.alternatives.values():
+        j = alts[0]
+        if j.tp > 1 or j.max_nodes is not None or j.same_rack:
+            label = f"jobs {j.id!r}: tp {j.tp}" if j.tp > 1 else f"jobs {j.id!r}: locality on another GPU type"
+            if label not in out:
+                out.append(label)
+    return out
+
+
+def solve_types(problem: Problem, deadline: float | None = None) -> tuple[dict[str, int], dict[str, str], float,
+                                                                          float, bool, dict]:
+    """(counts, GPU type per job, value, bound, timed out, stats) of the separable mixed problem."""
+    model = _Model(problem)
+    search = _Search(model, deadline)
+    search.run()
+    if search.best is None:
+        if search.timed_out:
+            raise InfeasibleError("no plan found before the time limit; raise it")
+        raise InfeasibleError("the jobs that may not suspend (pinned, hysteresis) do not fit on any choice of "
+                              "GPU types")
+    counts, chosen, value = search.best
+    types = {}
+    for j, y, p in zip(problem.jobs, counts, chosen):
+        types[j.id] = model.types[int(model.pair_type[p])] if y > 0 else j.gpu_type
+    bound = max(value, search.open_bound)
+    stats = {"nodes": search.nodes, "lagrange_steps": search.lagrange_steps, "types": len(model.types),
+             "pairs": int(len(model.pair_job)), "envelope_points": int(len(model.hy))}
+    return ({j.id: int(y) for j, y in zip(problem.jobs, counts)}, types, value, bound,
+            search.timed_out or bound > value + search.tol, stats)
+
+
+def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
+    """Choose every job's GPU type and count exactly (module docstring).
+
+    A single-type problem goes to the DP unchanged. With node-level or churn constraints, the
+    optimum of the count-level problem is returned when its counts can be placed under them
+    (then it is optimal for the constrained problem too); otherwise SolverUnavailableError.
+    """
+    if not problem.alternatives:
+        return dp.solve(problem, options)
+    deadline = options.deadline if options is not None else None
+    counts, types, value, bound, stopped, stats = solve_types(problem, deadline)
+    placement = None
+    limits = _limitations(problem)
+    if limits:
+        placement = _place_constrained(problem, counts, types, options or SolverOptions())
+        if placement is None:
+            raise SolverUnavailableError(
+                f"mixed GPU types with {', '.join(limits)}: the best plan over types and counts cannot be "
+                f"placed under these constraints, and no exact node-level model over several types exists; "
+                f"drop the constraint or list one type for the job")
+        stats["backend"] = "mixed+place"
+    resolved = problem.with_types(types)
+    objective = resolved.objective(counts, placement)
+    if stopped:
+        return RawSolution(counts=counts, objective=objective, bound=max(bound, objective), termination="time_limit",
+                           solution="feasible", placement=placement, types=types,
+                           options={"stopped": "time limit", **stats})
+    return RawSolution(counts=counts, objective=objective, bound=objective, placement=placement, types=types,
+                       options=stats)
+
+
+def relaxation(problem: Problem, deadline: float | None = None) -> tuple[dict[str, int], float]:
+    """The optimum over types and counts with node-level and churn constraints dropped: an upper bound."""
+    counts, _, value, bound, _, _ = solve_types(problem, deadline)
+    return counts, bound
+
+
+def _place_constrained(problem: Problem, counts, types, options: SolverOptions):
+    """The counts on the chosen types placed under every node-level and churn constraint, or None."""
+    from unicron_plan.core import cost
+    from unicron_plan.solvers.ipmodel import needs_node_level
+
+    resolved = problem.with_types(types)
+    if resolved.max_changed_jobs is not None:
+        changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit, j.exiting, j.off_type and counts[j.id] > 0))
+                      for j in resolved.jobs)
+        if changed > resolved.max_changed_jobs:
+            return None
+    if not needs_node_level(resolved):
+        from unicron_plan.plan.placement import place
+
+        return place(resolved, counts)
+    from unicron_plan.solvers import cpsat
+
+    if not cpsat.available():
+        return None
+    left = options.remaining()
+    return cpsat.place_constrained(resolved, counts, 5.0 if left is None else min(5.0, left / 2), options.threads)

@@ -151,8 +151,10 @@ def test_what_is_shown_matches_the_state(server, driver, tmp_path):
     inst = state["instance"]
     shown = driver.execute_script("""
         const nodes = [...document.querySelectorAll('#racks .node')];
-        const cells = {};
-        for (const i of document.querySelectorAll('#racks .node i')) cells[i.className] = (cells[i.className] || 0) + 1;
+        const cells = {};  // GPUs drawn per fill class: cells of mixed nodes, whole alike nodes
+        const add = (k, n) => { cells[k] = (cells[k] || 0) + n; };
+        for (const i of document.querySelectorAll('#racks .node:not(.solid) i')) add(i.className, 1);
+        for (const n of document.querySelectorAll('#racks .node.solid')) add(n.dataset.fill, +n.dataset.gpus);
         return {
           revision: document.getElementById('revision').textContent,
           nodes: nodes.map(n => n.dataset.node),

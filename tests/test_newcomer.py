@@ -208,3 +208,13 @@ def test_the_calibration_example_of_docs_perf_runs(tmp_path):
     assert r.exit_code == 0, r.output
     eff = json.loads((tmp_path / "eff.json").read_text())
     assert "RMS log error" in eff["constants"]["a800"]["megatron-sc21"]["source"]
+
+
+@pytest.mark.parametrize("kind", ["instance", "plan", "scenario", "points", "sweep", "efficiency"])
+def test_every_schema_field_is_described(kind):
+    r = CliRunner().invoke(app, ["schema", kind])
+    assert r.exit_code == 0
+    schema = json.loads(r.stdout)
+    bare = [f"{name}.{field}" for name, d in [*schema.get("$defs", {}).items(), ("(top)", schema)]
+            for field, prop in d.get("properties", {}).items() if not prop.get("description")]
+    assert not bare, bare

@@ -61,8 +61,8 @@ def test_number_size_limit_is_the_same_for_json_and_yaml():
     for parse in (io.parse_json, io.parse_yaml):
         with pytest.raises(InvalidInstanceError, match="characters"):
             parse("[" + "9" * (n + 1) + "]")
-        with pytest.raises(InvalidInstanceError, match="characters"):
-            parse("[0." + "1" * n + "]")
+        long_float = "[0." + "1" * 1_000_000 + "]"  # read in linear time, to the nearest float
+        assert parse(long_float) == [0.1111111111111111]
 
 
 def test_duplicate_keys_are_refused_in_json_and_yaml():

@@ -101,10 +101,12 @@ def test_access_log_off_and_json_format(tmp_path):
 def test_second_serve_on_the_same_state_exits_2_naming_the_holder(tmp_path):
     proc, url, _ = _start(tmp_path / "s")
     try:
-        r = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "serve", "--state", str(tmp_path / "s"),
-                            "--port", "0"], capture_output=True, text=True, timeout=60)
-        assert r.returncode == 2, r.stderr
-        assert r.stderr.startswith("error: --state") and f"pid {proc.pid}" in r.stderr, r.stderr
+        port = url.rsplit(":", 1)[1]
+        for p in ("0", port):  # the same port too: the lock is named first
+            r = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "serve", "--state", str(tmp_path / "s"),
+                                "--port", p], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 2, r.stderr
+            assert r.stderr.startswith("error: --state") and f"pid {proc.pid}" in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
         assert httpx.get(url + "/healthz").status_code == 200  # the first one is untouched
     finally:

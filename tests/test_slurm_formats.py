@@ -200,6 +200,8 @@ with open(os.environ["ARGV_LOG"], "a") as f:
     f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
 if os.path.basename(sys.argv[0]) == "squeue":
     print("PENDING ")  # every job pending, on no node
+if os.path.basename(sys.argv[0]) == "sinfo" and "%E" in sys.argv:
+    print(os.environ.get("FAKE_REASON", "none"))
 """
 
 
@@ -271,14 +273,19 @@ def test_plan_with_a_hostile_node_name_is_refused():
         export_slurm(bad, jobs, nodes)
 
 
-def test_drain_without_nodes_file_is_refused_rather_than_overwriting_reasons():
+def test_drain_without_nodes_file_reads_the_reason_when_it_runs(tmp_path, monkeypatch):
+    """Without the nodes file the script reads the node's reason (sinfo %E) and adds ours: an
+    operator's reason, whatever it contains, is kept and never read by the shell."""
     from unicron_plan import api
 
     nodes, jobs = _real()
     plan = api.solve(_import(nodes, jobs))
     plan.drained_nodes = ["n8"]
-    with pytest.raises(InvalidInstanceError, match="reasons are kept"):
-        export_slurm(plan, jobs, None)
+    steps = export_slurm(plan, jobs, None)
+    monkeypatch.setenv("FAKE_REASON", "xid 79 $(touch PWNED) `id` n[1-2]")
+    calls = _run_with_fakes(render_script(steps), tmp_path)
+    assert calls[0] == ["scontrol", "update", "NodeName=n8", "State=DRAIN",
+                        "Reason=xid 79 $(touch PWNED) `id` n[1-2]; unicron-plan: failed"]
 
 
 def test_script_quotes_hostlists():

@@ -150,7 +150,10 @@ def _scenario(tmp_path: Path):
 def _node_of(job: int) -> str:
     from unicron_plan.integrations.slurm import expand
 
-    return expand(_sh("squeue", "-h", "-j", str(job), "-o", "%N").strip(), "", "")[0]
+    out = _sh("squeue", "-h", "-j", str(job), "-o", "%T %N").strip()
+    state, _, nodes = out.partition(" ")
+    assert state == "RUNNING" and nodes, f"job {job} should still run (testbed: {_sh('squeue')} {_node_states()})"
+    return expand(nodes, "", "")[0]
 
 
 def _fail_and_recover(tmp_path: Path) -> tuple[float, dict, str]:

@@ -37,7 +37,7 @@ def _load(model, source: Any):
 def load_instance(source: str | os.PathLike | dict | Instance) -> Instance:
     """An Instance from a path, a JSON string or a dict; raises InvalidInstanceError naming the field."""
     instance = _load(Instance, source)
-    if all(j.throughput.tflops is not None for j in instance.jobs):
+    if all(j.throughput.has_table for j in instance.jobs):
         check_instance(instance)  # derived tables are checked when they are built
     return instance
 

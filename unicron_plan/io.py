@@ -23,7 +23,7 @@ from unicron_plan.errors import InvalidInstanceError
 
 MAX_DEPTH = 64  # nesting of arrays and objects; every document of the format needs fewer than 10
 MAX_BYTES = 512 * 1024 * 1024  # a larger input file is refused before it is read
-MAX_NUMBER_CHARS = 100  # a longer number literal is refused (no field needs more than 25 characters)
+MAX_NUMBER_CHARS = 100  # a longer integer literal is refused (no field needs more than 20 digits)
 
 
 def _reject_constant(token: str) -> Any:
@@ -47,10 +47,7 @@ def _int(text: str) -> int:
     return int(text)
 
 
-def _float(text: str) -> float:
-    if len(text) > MAX_NUMBER_CHARS:
-        raise ValueError(f"a number of {len(text)} characters (at most {MAX_NUMBER_CHARS})")
-    return float(text)  # 1e999 overflows to infinity: every schema refuses it by field name
+_NOT_STRUCTURAL = bytes(c for c in range(256) if chr(c) not in '"[]{}')
 
 
 def _nesting(data: bytes) -> int:
@@ -61,6 +58,8 @@ def _nesting(data: bytes) -> int:
     figure is meaningless but bounded; the parser then names the error."""
     import numpy as np
 
+    if data.find(b"\\") < 0:  # no escapes (the usual file): only quotes and brackets matter
+        data = data.translate(None, _NOT_STRUCTURAL)
     b = np.frombuffer(data, dtype=np.uint8)
     quotes = np.flatnonzero(b == 34)
     if len(quotes) and data.find(b"\\") >= 0:
@@ -89,11 +88,12 @@ def _nesting(data: bytes) -> int:
 
 def parse_json(text: "str | bytes", source: str = "<input>") -> Any:
     """Parse JSON text in time linear in its length, refusing NaN, Infinity, duplicate keys,
-    number literals longer than MAX_NUMBER_CHARS and nesting deeper than MAX_DEPTH (a literal
-    that overflows, 1e999, reads as infinity, which every schema refuses naming the field). Pure
-    and thread-safe; bad input raises InvalidInstanceError naming ``source``."""
+    integer literals longer than MAX_NUMBER_CHARS and nesting deeper than MAX_DEPTH (a float
+    literal that overflows, 1e999, reads as infinity, which every schema refuses naming the
+    field). Pure and thread-safe; bad input raises InvalidInstanceError naming ``source``."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and _nesting(data) > MAX_DEPTH:  # cheap count first
+    if ((len(data) > 1 << 20 or data.count(b"[") + data.count(b"{") > MAX_DEPTH)  # cheap count on small texts
+            and _nesting(data) > MAX_DEPTH):
         raise InvalidInstanceError(source, f"JSON nested more than {MAX_DEPTH} levels deep")
     if isinstance(text, bytes):
         try:
@@ -101,7 +101,9 @@ def parse_json(text: "str | bytes", source: str = "<input>") -> Any:
         except UnicodeDecodeError as exc:
             raise InvalidInstanceError(source, f"not UTF-8 text (byte {exc.start})") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_int=_int, parse_float=_float,
+        # Floats keep the parser's own C conversion: linear in their length whatever it is, and a
+        # literal that overflows (1e999) reads as infinity, which every schema refuses by field name.
+        return json.loads(text, parse_constant=_reject_constant, parse_int=_int,
                           object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise InvalidInstanceError(source, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
@@ -114,7 +116,7 @@ def parse_json(text: "str | bytes", source: str = "<input>") -> Any:
 @functools.lru_cache(maxsize=1)
 def _yaml_loader():
     """A safe YAML loader (libyaml's when present) that refuses duplicate keys, infinities and
-    NaN, and over-long numbers; the event pass in :func:`parse_yaml` bounds depth and aliases."""
+    NaN, and over-long integers; the event pass in :func:`parse_yaml` bounds depth and aliases."""
     import yaml
 
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -141,7 +143,7 @@ def _yaml_loader():
         plain = getattr(yaml.constructor.SafeConstructor, f"construct_yaml_{kind}")
 
         def construct(loader, node):
-            if len(node.value) > MAX_NUMBER_CHARS:
+            if kind == "int" and len(node.value) > MAX_NUMBER_CHARS:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"a number of {len(node.value)} characters (at most {MAX_NUMBER_CHARS})",
                     node.start_mark)
@@ -160,7 +162,7 @@ def _yaml_loader():
 
 def parse_yaml(text: "str | bytes", source: str = "<input>") -> Any:
     """Parse one YAML document with the same rules as :func:`parse_json` (depth, duplicate keys,
-    number size, no NaN or infinity) and no aliases (``*name``, whose expansion is unbounded).
+    integer size, no NaN or infinity) and no aliases (``*name``, whose expansion is unbounded).
     Two linear passes: libyaml's event stream bounds depth and refuses aliases, then the strict
     loader builds the value."""
     import yaml

@@ -67,7 +67,8 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
         cur = job.current
         # Literal tables are checked on their keys, canonical decimal strings (no int() pass).
         known = (cur.gpus in table) if table is not None else (
-            str(cur.gpus) in job.throughput.tflops if job.throughput.tflops is not None else True)
+            str(cur.gpus) in job.throughput.tflops if job.throughput.tflops is not None else
+            cur.gpus in job.throughput.table_view() if job.throughput.compact is not None else True)
         if cur.gpus != 0 and not known:
             raise InvalidInstanceError(f"{where}.current.gpus",
                                        f"{cur.gpus} is not a GPU count of the job's throughput table (nor 0)")
@@ -222,8 +223,8 @@ def check_scenario(scenario: Scenario) -> None:
         isolation=scenario.isolation, reference=None)
     check_instance(inst)
     for k, job in enumerate(scenario.jobs):
-        if job.throughput.tflops is None:
-            raise InvalidInstanceError(f"jobs[{k}].throughput", "scenarios need the table form ('tflops')")
+        if not job.throughput.has_table:
+            raise InvalidInstanceError(f"jobs[{k}].throughput", "scenarios need the table form ('tflops' or 'compact')")
     for k, d in enumerate(scenario.failures.domains if scenario.failures is not None else ()):
         _check_error_kind(d.error, f"failures.domains[{k}].error", "sev1")
     for name, m in (scenario.policy_models or {}).items():

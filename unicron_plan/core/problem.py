@@ -142,7 +142,7 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, Mapping[int, float]], 
             get_gpu(gpu_type, f"efficiency.{gpu_type}")
     for k, job in enumerate(instance.jobs):
         tp = job.throughput
-        if tp.tflops is not None:
+        if tp.has_table:
             tables[job.id] = tp.table_view()
             continue
         try:
@@ -335,7 +335,7 @@ def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -
 
 def _table_arrays(job, table: Mapping[int, float]) -> tuple[np.ndarray, np.ndarray]:
     """(counts ascending, TFLOP/s at them) of a job's resolved table."""
-    if job.throughput.tflops is not None:
+    if job.throughput.has_table:
         return job.throughput.table_arrays()
     keys = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
     vals = np.fromiter(table.values(), dtype=float, count=len(table))

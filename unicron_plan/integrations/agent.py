@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from unicron_plan.integrations.common import Cost, GpuMap
-from unicron_plan.integrations.slurm import (HOLDING, START_PAUSE, Step, export_slurm, expand, import_slurm, parse_jobs,
+from unicron_plan.integrations.slurm import (HOLDING, START_PAUSE, Step, append_reason, export_slurm, expand, import_slurm, parse_jobs,
                                              parse_nodes, render_script)
 
 
@@ -111,8 +111,11 @@ def carry_out(steps: list[Step], cli: SlurmCli, settle_seconds: float = 120.0) -
         for st in steps:
             if st.kind == "drain":
                 if "drain" not in cli.node_state(st.node):
-                    for argv in st.commands():
-                        cli.run(argv, record=True)
+                    argv = st.commands()[0]
+                    if st.ours:   # no nodes file: the node's reason now, ours added
+                        now = cli.run(["sinfo", "-h", "-N", "-n", st.node, "-o", "%E"]).strip()
+                        argv[-1] = "Reason=" + append_reason("" if now == "none" else now, st.ours)
+                    cli.run(argv, record=True)
                 continue
             state, nodes = cli.job_state(st.job)
             there = state == "RUNNING" and set(nodes) == set(st.nodes)

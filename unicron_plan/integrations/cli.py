@@ -117,9 +117,9 @@ def export_k8s(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan so
 def export_slurm(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan solve)."),
                  jobs: Path = typer.Option(..., "--jobs", help="The squeue --json file given to import."),
                  nodes: Optional[Path] = typer.Option(None, "--nodes", help="The nodes file given to import "
-                                                                            "(needed when the plan drains nodes: their "
-                                                                            "reasons are kept, drained ones left alone)."),
-                 reason: str = typer.Option("unicron-plan: failed", "--reason", help="Reason of the drains."),
+                                                                            "(drained nodes left alone; without it the "
+                                                                            "script reads each reason when it runs)."),
+                 reason: str = typer.Option("unicron-plan: failed", "--reason", help="Added to the reason of the nodes the plan drains."),
                  out: Optional[Path] = _OUT):
     """The scontrol commands that carry out PLAN on Slurm, as a shell script (each step guarded
     by the cluster's state, so that running it again is harmless)."""

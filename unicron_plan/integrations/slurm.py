@@ -412,6 +412,7 @@ class Step:
     nodes: list[str] = field(default_factory=list)
     node: str = ""
     reason: str = ""
+    ours: str = ""   # drain without a nodes file: the node's reason is read when the step runs, this added
 
     def commands(self) -> list[list[str]]:
         """The ``scontrol`` argument vectors of the step when it applies."""
@@ -458,10 +459,10 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
             raise InvalidInstanceError(f"plan drained_nodes[{k}]", f"{name!r} is not a node of the nodes file")
         if node is not None and node.flags & {"DRAIN", "DRAINED", "DRAINING"}:
             continue
-        if nodes_doc is None:
-            raise InvalidInstanceError("--nodes", "the plan drains nodes: give the nodes file, so that their "
-                                                  "own reasons are kept")
-        drains.append(Step("drain", node=name, reason=append_reason(node.reason, reason)))
+        if node is None:   # no nodes file: the node's reason is read when the step runs
+            drains.append(Step("drain", node=name, reason=reason, ours=reason))
+        else:
+            drains.append(Step("drain", node=name, reason=append_reason(node.reason, reason)))
     holds, frees, takes = [], [], []
     for k, pj in enumerate(plan.jobs):
         if pj.id not in jobs:
@@ -509,6 +510,7 @@ fail() {
 }
 job_state() { squeue -h -j "$1" -o '%T %N' 2>/dev/null || true; }
 node_state() { sinfo -h -N -n "$1" -o '%T' 2>/dev/null || true; }
+node_reason() { sinfo -h -N -n "$1" -o '%E' 2>/dev/null || true; }
 held() { case "$(squeue -h -j "$1" -o '%r' 2>/dev/null)" in JobHeld*|*'held state'*) return 0 ;; esac; return 1; }
 settled() {  # wait until a requeued job is no longer completing (at most 120 s)
   i=0
@@ -534,7 +536,13 @@ def render_script(steps: list[Step]) -> str:
         q = shlex.quote
         if st.kind == "drain":
             out.append(f"case \"$(node_state {q(st.node)})\" in *drain*) ;; *)\n")
-            out.append(_run(st.commands()[0], "  ") + "  ;;\nesac\n")
+            if st.ours:
+                out.append(f"  r=\"$(node_reason {q(st.node)})\"\n  case \"$r\" in ''|none) r={q(st.ours)} ;; "
+                           f"*) r=\"$r; \"{q(st.ours)} ;; esac\n")
+                cmd = shlex.join(["scontrol", "update", f"NodeName={st.node}", "State=DRAIN"])
+                out.append(f"  {cmd} \"Reason=$r\" || fail {q(cmd)}\n  ;;\nesac\n")
+            else:
+                out.append(_run(st.commands()[0], "  ") + "  ;;\nesac\n")
             continue
         j = str(st.job)
         target = q(f"RUNNING {compress(st.nodes)}") if st.nodes else "''"

@@ -49,7 +49,7 @@ import numpy as np
 
 from unicron_plan.core import constraints, cost
 from unicron_plan.core.problem import JobTerms, build_problem
-from unicron_plan.errors import InfeasibleError, InvalidInstanceError
+from unicron_plan.errors import InfeasibleError, InvalidInstanceError, SolverUnavailableError
 from unicron_plan.schema import Instance
 
 INDEX_FILE = "contingency.json"
@@ -322,8 +322,8 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
     results: dict[str, tuple] = {}  # failure key -> (failed nodes, value, counts) or (failed, None, reason)
     stats: dict = {}
     if constraints.dp_limitations(problem):
-        _solve_each(base, prepared, candidates, results, bar)
-        stats.update(groups=len(candidates), method="full solve per failure")
+        unsolved = _solve_each(base, prepared, candidates, results, bar)
+        stats.update(groups=len(candidates), method="full solve per failure", not_stored=unsolved)
     else:
         _solve_groups(base, prepared, problem, candidates, results, bar, stats)
     bar.close()
@@ -352,23 +352,32 @@ def _with_failure(base: Instance, failed: list[str]) -> Instance:
     return base.model_copy(update={"event": Event(kind="failure", failed_nodes=list(failed))})
 
 
-def _solve_each(base: Instance, prepared, candidates: list, results: dict, bar) -> None:
+def _solve_each(base: Instance, prepared, candidates: list, results: dict, bar) -> dict[str, str]:
     """Constraints the DP cannot express (node-level tp, max_nodes, same_rack, max_changed_jobs):
-    each failure is solved on its own by the exact solver ``auto`` picks for it."""
+    each failure is solved on its own by the exact solver ``auto`` picks for it. Returns the failures
+    left out of the index, with why (no IP backend installed, no proven optimum): they are solved
+    when they happen."""
     from unicron_plan.plan.assemble import to_plan
     from unicron_plan.solvers import SolverOptions, get_solver
 
+    left_out: dict[str, str] = {}
     for key, failed in candidates:
+        bar.advance()
         try:
             p = build_problem(_with_failure(base, failed), prepared)
             raw = get_solver("auto" if constraints.dp_limitations(p) else "dp")(p, SolverOptions())
         except InfeasibleError as exc:
             results[key] = (failed, None, str(exc))
-        else:
-            if raw.solution == "optimal":  # the objective of the placed plan (a move pays its transition)
-                value = to_plan(p, raw, "contingency", 0.0).objective
-                results[key] = (failed, float(value), {k: int(c) for k, c in raw.counts.items()})
-        bar.advance()
+            continue
+        except SolverUnavailableError as exc:
+            left_out[key] = str(exc)
+            continue
+        if raw.solution != "optimal":
+            left_out[key] = f"the solver stopped with a {raw.solution} plan"
+            continue
+        value = to_plan(p, raw, "contingency", 0.0).objective  # of the placed plan: a move pays its transition
+        results[key] = (failed, float(value), {k: int(c) for k, c in raw.counts.items()})
+    return left_out
 
 
 def _solve_groups(base: Instance, prepared, problem, candidates: list, results: dict, bar, stats: dict) -> None:

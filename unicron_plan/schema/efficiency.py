@@ -29,14 +29,16 @@ class EfficiencyConstants(StrictModel):
     gemm_efficiency: float = Field(gt=0, le=1, description="Achieved fraction of peak in dense GEMMs.")
     attention_efficiency: float = Field(gt=0, le=1,
                                         description="Achieved fraction of peak in attention score/context math.")
-    hbm_efficiency: float = Field(gt=0, le=1, description="Achieved fraction of HBM bandwidth in element-wise kernels.")
+    hbm_efficiency: float = Field(gt=0, le=1,
+        description="Achieved fraction of HBM bandwidth in element-wise kernels.")
     nvlink_efficiency: float = Field(gt=0, le=1, description="Achieved fraction of NVLink bandwidth in collectives.")
     network_efficiency: float = Field(gt=0, le=1, description="Achieved fraction of network bandwidth.")
     layer_overhead_us: float = Field(ge=0, le=1e6,
                                      description="Fixed time per layer, micro-batch and pass (launches, syncs).")
     p2p_overhead_us: float = Field(ge=0, le=1e7,
                                    description="Fixed time of one pipeline send/receive (latency, synchronisation).")
-    source: str = Field(default="", max_length=2000)
+    source: str = Field(default="", max_length=2000,
+        description="Where the constants come from (e.g. the fit and its RMS log error).")
 
 
 class StackFeatures(StrictModel):
@@ -51,12 +53,14 @@ class StackFeatures(StrictModel):
     distributed_optimizer: bool = Field(description="Optimizer states sharded over data parallelism.")
     shard_gradients: bool = Field(description="Gradients sharded over data parallelism too (ZeRO-2 / FSDP).")
     shard_weights: bool = Field(
-        default=False, description="BF16 weights sharded over data parallelism too (ZeRO-3 / FSDP), gathered per layer.")
+        default=False,
+            description="BF16 weights sharded over data parallelism too (ZeRO-3 / FSDP), gathered per layer.")
     activation_recompute: bool = Field(
         description="MLP activation function recomputed in the backward pass (keeps only the first GEMM's output).")
     grad_bytes: int = Field(ge=2, le=4, description="Bytes per gradient element kept and reduced.")
     optimizer_grad_copy_bytes: int = Field(
-        ge=0, le=16, description="Bytes per parameter of the transient FP32 gradient copy made at the optimizer step.")
+        ge=0, le=16,
+            description="Bytes per parameter of the transient FP32 gradient copy made at the optimizer step.")
     p2p_scatter_gather: bool = Field(description="Pipeline sends split over tensor-parallel ranks and gathered.")
     tp_overlap: float = Field(ge=0, le=1, description="Fraction of tensor-parallel traffic hidden.")
     dp_overlap: float = Field(ge=0, le=1, description="Fraction of gradient reduction hidden.")
@@ -113,18 +117,21 @@ class MeasuredPoint(StrictModel):
     seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="Tokens per sequence.")
     recompute: Literal["full", "selective", "none"] = Field(
         default="full", description="Activation recomputation the run used.")
-    tp: int = Field(ge=1, le=MAX_POINT_GPUS)
-    pp: int = Field(ge=1, le=MAX_POINT_GPUS)
-    dp: int = Field(ge=1, le=MAX_POINT_GPUS)
-    cp: int = Field(default=1, ge=1, le=MAX_POINT_GPUS, description="Context-parallel size (GPUs = tp * cp * pp * dp).")
+    tp: int = Field(ge=1, le=MAX_POINT_GPUS, description="Tensor-parallel size of the run.")
+    pp: int = Field(ge=1, le=MAX_POINT_GPUS, description="Pipeline-parallel size of the run.")
+    dp: int = Field(ge=1, le=MAX_POINT_GPUS, description="Data-parallel size of the run.")
+    cp: int = Field(default=1, ge=1, le=MAX_POINT_GPUS,
+        description="Context-parallel size (GPUs = tp * cp * pp * dp).")
     ep: Optional[int] = Field(default=None, ge=1, le=MAX_POINT_GPUS,
                               description="Expert-parallel size, a divisor of dp (absent: the fastest valid choice).")
     micro_batch: Optional[int] = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH,
                                        description="Absent: the fastest valid choice.")
     virtual_stages: Optional[int] = Field(default=None, ge=1, le=1024,
                                           description="Absent: the fastest valid choice.")
-    iteration_seconds: Optional[float] = Field(default=None, gt=0, le=1e7)
-    hardware_tflops_per_gpu: Optional[float] = Field(default=None, gt=0, le=1e5)
+    iteration_seconds: Optional[float] = Field(default=None, gt=0, le=1e7,
+        description="Measured seconds per iteration (or give hardware_tflops_per_gpu).")
+    hardware_tflops_per_gpu: Optional[float] = Field(default=None, gt=0, le=1e5,
+        description="Measured hardware TFLOP/s per GPU (or give iteration_seconds).")
 
     @model_validator(mode="after")
     def _one_measurement(self) -> "MeasuredPoint":
@@ -151,7 +158,8 @@ class MeasuredPoints(StrictModel):
         min_length=1, max_length=len(FIT_NAMES), description="Constants to fit; the others keep their values.")
     also_best: bool = Field(default=False, description="The fastest layout of each point's GPU count must "
                                                        "match the measurement too.")
-    points: list[MeasuredPoint] = Field(min_length=1, max_length=MAX_POINTS)
+    points: list[MeasuredPoint] = Field(min_length=1, max_length=MAX_POINTS,
+        description="The measured runs (1 to 1,000).")
 
     @model_validator(mode="after")
     def _distinct_fit(self) -> "MeasuredPoints":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
@@ -35,12 +34,12 @@ class GpuType(StrictModel):
 class Node(StrictModel):
     """A server with `gpus` GPUs of one type."""
 
-    id: str = Field(min_length=1)
-    gpu_type: str = Field(min_length=1)
+    id: str = Field(min_length=1, description="Unique node name.")
+    gpu_type: str = Field(min_length=1, description="A key of cluster.gpu_types.")
     gpus: int = Field(ge=1, le=1024, description="GPUs in the node (at most 1024).")
     failed_gpus: list[int] = Field(default_factory=list,
                                    description="GPU indices already failed before the event.")
-    rack: Optional[str] = None
+    rack: Optional[str] = Field(default=None, description="Rack name; a node without one is a rack of its own.")
 
     @model_validator(mode="after")
     def _failed_indices_in_range(self) -> "Node":
@@ -57,31 +56,114 @@ class Node(StrictModel):
 class Cluster(StrictModel):
     """GPU types and the nodes that carry them."""
 
-    gpu_types: dict[str, GpuType] = Field(min_length=1)
-    nodes: list[Node] = Field(min_length=1)
+    gpu_types: dict[str, GpuType] = Field(min_length=1, description="GPU types by name (at least one).")
+    nodes: list[Node] = Field(min_length=1, description="Every node of the cluster, ids unique.")
+
+
+MAX_COMPACT_COUNT = 10**MAX_COUNT_DIGITS - 1  # the largest count of the compact table form
+_NOT_DIGITS = {ord(ch): None for ch in "0123456789,"}  # str.translate deletes these
+
+
+class ArrayTable(Mapping):
+    """A read-only {GPU count: TFLOP/s} mapping over two ascending arrays: lookups by binary search,
+    no dict or int object per count (a 131,072-GPU instance holds hundreds of thousands)."""
+
+    __slots__ = ("counts", "tflops")
+
+    def __init__(self, counts: np.ndarray, tflops: np.ndarray):
+        self.counts, self.tflops = counts, tflops
+
+    def _at(self, key) -> int:
+        if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
+            return -1
+        k = int(np.searchsorted(self.counts, key))
+        return k if k < len(self.counts) and int(self.counts[k]) == key else -1
+
+    def __getitem__(self, key) -> float:
+        k = self._at(key)
+        if k < 0:
+            raise KeyError(key)
+        return float(self.tflops[k])
+
+    def __contains__(self, key) -> bool:
+        return self._at(key) >= 0
+
+    def __iter__(self):
+        return iter(self.counts.tolist())
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def keys(self):
+        return self.counts.tolist()
+
+    def values(self):
+        return self.tflops.tolist()
+
+    def items(self):
+        return list(zip(self.counts.tolist(), self.tflops.tolist()))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None
+
+
+class CompactTable(StrictModel):
+    """The table form as two arrays: ``counts`` (strictly ascending integers >= 1) and the
+    ``tflops`` at them (>= 0), parsed without a dict or a string per count."""
+
+    counts: list[int] = Field(min_length=1, description="Allowed GPU counts, strictly ascending, >= 1.")
+    tflops: list[float] = Field(min_length=1, description="Aggregate TFLOP/s of the job at each count (>= 0).")
+
+    @model_validator(mode="after")
+    def _aligned(self) -> "CompactTable":
+        if len(self.counts) != len(self.tflops):
+            raise ValueError(f"'counts' has {len(self.counts)} entries, 'tflops' {len(self.tflops)}")
+        if self.counts[0] < 1 or self.counts[-1] > MAX_COMPACT_COUNT:
+            raise ValueError(f"counts must lie in [1, {MAX_COMPACT_COUNT}]")
+        counts = np.asarray(self.counts, dtype=np.int64)
+        steps = np.diff(counts)
+        if len(steps) and steps.min() <= 0:
+            k = int(np.argmax(steps <= 0)) + 1
+            raise ValueError(f"counts must be strictly ascending (counts[{k}] = {self.counts[k]})")
+        tflops = np.asarray(self.tflops, dtype=float)
+        if tflops.min() < 0:
+            k = int(np.argmax(tflops < 0))
+            raise ValueError(f"tflops[{k}]: {self.tflops[k]} is negative")
+        return self
 
 
 def _check_count_table(table: dict[str, float]) -> None:
-    """Keys are decimal GPU counts, values are not negative (ValueError naming the key)."""
-    for key, value in table.items():
-        if not _COUNT_KEY.match(key):
-            raise ValueError(f"key {key!r} is not a decimal GPU count (an integer >= 1)")
-        if value < 0:
-            raise ValueError(f"key {key!r}: {value} is negative")
+    """Keys are decimal GPU counts, values are not negative (ValueError naming the key). One pass
+    in C over all keys joined: only ASCII digits, none empty, none with a leading zero."""
+    joined = ",".join(table)
+    if not joined.isascii() or joined.translate(_NOT_DIGITS) or joined.count(",") != len(table) - 1 \
+            or ",," in f",{joined}," or ",0" in f",{joined}":
+        bad = next(key for key in table if not _COUNT_KEY.match(key))
+        raise ValueError(f"key {bad!r} is not a decimal GPU count (an integer >= 1)")
+    if table and min(table.values()) < 0:
+        key, value = next((k, v) for k, v in table.items() if v < 0)
+        raise ValueError(f"key {key!r}: {value} is negative")
 
 
 class Throughput(StrictModel):
     """Achieved aggregate TFLOP/s of a job per allowed GPU count.
 
-    Either a table (`tflops`, keys are decimal GPU counts) or a model of the
-    model library with its batch shape, from which the table is derived.
+    Either a table (`tflops`, keys are decimal GPU counts, or `compact`, the same as two
+    arrays) or a model of the model library with its batch shape, from which the table is derived.
     A job that may run on several GPU types gives one table per type (`by_type`)
     or, with a model, the types it may use (`gpu_types`); `gpu_type` is then the
     type it runs on now, and `tflops` is that type's table.
     """
 
-    gpu_type: str = Field(min_length=1)
-    tflops: Optional[dict[str, float]] = None
+    gpu_type: str = Field(min_length=1, description="GPU type the job runs on (a key of cluster.gpu_types).")
+    tflops: Optional[dict[str, float]] = Field(default=None,
+        description="Aggregate achieved TFLOP/s of the whole job per allowed GPU count (keys: decimal "
+                    "integers >= 1; values >= 0); give this or model.")
+    compact: Optional[CompactTable] = Field(default=None,
+        description="The same table as tflops in column form ({counts: [...], tflops: [...]}), read "
+                    "without a dict per count; give at most one of tflops, compact and model.")
     by_type: Optional[dict[str, dict[str, float]]] = Field(
         default=None, min_length=1, max_length=64,
         description="Mixed fleets: {GPU type: table of the same form as 'tflops'} for every type the job may "
@@ -91,11 +173,15 @@ class Throughput(StrictModel):
         default=None, min_length=1, max_length=64,
         description="Mixed fleets, with 'model': every GPU type the job may run on ('gpu_type' among them); "
                     "one table per type is derived from the performance model.")
-    _table: Optional[dict[int, float]] = PrivateAttr(default=None)  # table(), converted once
+    _table: Optional[ArrayTable] = PrivateAttr(default=None)  # table_view(), made once
     _arrays: Optional[tuple] = PrivateAttr(default=None)  # table_arrays(), made once
-    model: Optional[str] = Field(default=None, min_length=1)
-    global_batch: Optional[int] = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH)
-    seq_len: Optional[int] = Field(default=None, ge=1, le=MAX_SEQ_LEN)
+    model: Optional[str] = Field(default=None, min_length=1,
+        description="A model of the package's library (`unicron-plan models`); the table is derived "
+                    "from the performance model. Give this or tflops.")
+    global_batch: Optional[int] = Field(default=None, ge=1, le=MAX_GLOBAL_BATCH,
+        description="Sequences per iteration of a model-named job (1 to 2^24).")
+    seq_len: Optional[int] = Field(default=None, ge=1, le=MAX_SEQ_LEN,
+        description="Tokens per sequence of a model-named job (1 to 2^22).")
     recompute: Optional[Literal["auto", "full", "selective", "none"]] = Field(
         default=None, description="Activation recomputation for model-derived tables: a fixed mode, or "
                                   "'auto' (the default): per GPU count the fastest mode whose layout fits.")
@@ -185,13 +271,18 @@ class Throughput(StrictModel):
 
     @model_validator(mode="after")
     def _table_or_model(self) -> "Throughput":
-        if (self.tflops is None) == (self.model is None):
-            raise ValueError("give exactly one of 'tflops' (a table) or 'model'")
+        if (self.tflops is not None) + (self.compact is not None) + (self.model is not None) != 1:
+            raise ValueError("give exactly one of 'tflops' (a table), 'compact' (the same as arrays) or 'model'")
         if self.model is not None and (self.global_batch is None or self.seq_len is None):
             raise ValueError("a model-derived throughput needs 'global_batch' and 'seq_len'")
-        if self.tflops is not None and (self.global_batch or self.seq_len or self.recompute):
-            raise ValueError("'global_batch', 'seq_len' and 'recompute' go with 'model', not 'tflops'")
+        if self.has_table and (self.global_batch or self.seq_len or self.recompute):
+            raise ValueError("'global_batch', 'seq_len' and 'recompute' go with 'model', not a table")
         return self
+
+    @property
+    def has_table(self) -> bool:
+        """Whether the table is given (``tflops`` or ``compact``), not derived from a model."""
+        return self.tflops is not None or self.compact is not None
 
     def table(self) -> dict[int, float]:
         """The table as {gpu count: TFLOP/s} (only for the table form).
@@ -199,24 +290,33 @@ class Throughput(StrictModel):
         Keys have no upper limit; a count of more than MAX_COUNT_DIGITS digits exceeds any
         cluster this package can hold, can never be chosen and is left out here (so nothing
         downstream converts or multiplies it)."""
-        if self.tflops is None:
+        if not self.has_table:
             raise ValueError("throughput names a model; derive its table with unicron_plan.perf")
         return dict(self.table_view())
 
     def table_view(self) -> Mapping[int, float]:
         """:meth:`table` as a read-only view of the copy converted once per object (a service or a
         simulator asks at every event)."""
-        if self.tflops is None:
+        if not self.has_table:
             raise ValueError("throughput names a model; derive its table with unicron_plan.perf")
         if self._table is None:
-            self._table = {int(k): float(v) for k, v in self.tflops.items() if len(k) <= MAX_COUNT_DIGITS}
-        return MappingProxyType(self._table)
+            self._table = ArrayTable(*self.table_arrays())
+        return self._table
 
     def table_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(GPU counts ascending, TFLOP/s at them) of :meth:`table`, read-only arrays made once per object."""
+        if self._arrays is None and self.compact is not None:  # already ascending: no dict, no sort
+            counts = np.asarray(self.compact.counts, dtype=np.int64)
+            tflops = np.asarray(self.compact.tflops, dtype=float)
+            counts.flags.writeable = tflops.flags.writeable = False
+            self._arrays = (counts, tflops)
         if self._arrays is None:
-            table = self.table_view()
-            counts = np.fromiter(table.keys(), dtype=np.int64, count=len(table))
+            table = self.tflops
+            if table and max(map(len, table)) > MAX_COUNT_DIGITS:  # never chosen: left out
+                table = {k: v for k, v in table.items() if len(k) <= MAX_COUNT_DIGITS}
+            # The keys are checked decimal strings: one parse of them all in C.
+            counts = np.fromstring(",".join(table), dtype=np.int64, sep=",") if table \
+                else np.zeros(0, dtype=np.int64)
             tflops = np.fromiter(table.values(), dtype=float, count=len(table))
             order = np.argsort(counts, kind="stable")
             counts, tflops = counts[order], tflops[order]
@@ -228,18 +328,22 @@ class Throughput(StrictModel):
 class CurrentAllocation(StrictModel):
     """Where a job runs before the event."""
 
-    gpus: int = Field(ge=0)
-    nodes: list[str] = Field(default_factory=list)
+    gpus: int = Field(ge=0, description="GPUs the job held before the event (0 or a key of its table).")
+    nodes: list[str] = Field(default_factory=list,
+        description="Nodes the job ran on before the event, each once (none when gpus is 0).")
 
 
 class Job(StrictModel):
     """A training job with its weight, throughput curve and current allocation."""
 
-    id: str = Field(min_length=1)
-    weight: float = Field(ge=0)
-    throughput: Throughput
-    current: CurrentAllocation
-    transition_seconds: Optional[float] = Field(default=None, ge=0)
+    id: str = Field(min_length=1, description="Unique job name.")
+    weight: float = Field(ge=0, description="Priority weight of the job's throughput in the objective (>= 0).")
+    throughput: Throughput = Field(
+        description="The job's throughput per GPU count: a table or a model of the library.")
+    current: CurrentAllocation = Field(description="The allocation before the event.")
+    transition_seconds: Optional[float] = Field(default=None, ge=0,
+        description="D_trans: seconds of work lost when the job is changed (>= 0; default "
+                    "cost.default_transition_seconds).")
     # --- node-level and churn constraints (docs/solvers.md) ---
     tp: Optional[int] = Field(
         default=None, ge=1, le=1024,
@@ -271,16 +375,16 @@ class Job(StrictModel):
 class FailedGpu(StrictModel):
     """One GPU that failed in the event."""
 
-    node: str = Field(min_length=1)
-    gpu: int = Field(ge=0)
+    node: str = Field(min_length=1, description="Node id of the GPU.")
+    gpu: int = Field(ge=0, description="GPU index within the node (0..gpus-1).")
 
 
 class Event(StrictModel):
     """What changed just before planning."""
 
-    kind: Literal["failure"]
-    failed_nodes: list[str] = Field(default_factory=list)
-    failed_gpus: list[FailedGpu] = Field(default_factory=list)
+    kind: Literal["failure"] = Field(description="The event's kind: failure.")
+    failed_nodes: list[str] = Field(default_factory=list, description="Nodes that lose every GPU, each once.")
+    failed_gpus: list[FailedGpu] = Field(default_factory=list, description="Single GPUs that fail, each once.")
 
 
 # --- Event kinds beyond "failure". The discriminator is `kind`. ---
@@ -291,7 +395,7 @@ class RepairEvent(StrictModel):
     `repaired_nodes` repairs every failed GPU of the node. No job is hit by a repair; jobs may grow.
     """
 
-    kind: Literal["repair"]
+    kind: Literal["repair"] = Field(description="The event's kind: repair.")
     repaired_nodes: list[str] = Field(default_factory=list,
                                       description="Nodes whose failed GPUs all return to service.")
     repaired_gpus: list[FailedGpu] = Field(default_factory=list,
@@ -301,14 +405,14 @@ class RepairEvent(StrictModel):
 class JobArrivalEvent(StrictModel):
     """Jobs join: each listed job is a job of the instance with current.gpus 0. Nothing is hit."""
 
-    kind: Literal["job_arrival"]
+    kind: Literal["job_arrival"] = Field(description="The event's kind: job_arrival.")
     jobs: list[str] = Field(min_length=1, description="Ids of the arriving jobs (current.gpus must be 0).")
 
 
 class JobExitEvent(StrictModel):
     """Jobs leave: each listed job must be planned 0 GPUs, and its term G_i is 0 (no transition charge)."""
 
-    kind: Literal["job_exit"]
+    kind: Literal["job_exit"] = Field(description="The event's kind: job_exit.")
     jobs: list[str] = Field(min_length=1, description="Ids of the leaving jobs; their GPUs are freed.")
 
 
@@ -320,9 +424,13 @@ AnyEvent = Annotated[Union[Event, RepairEvent, JobArrivalEvent, JobExitEvent], F
 class Cost(StrictModel):
     """Time constants of the objective: D_run (directly or from node MTBF) and D_trans."""
 
-    expected_run_seconds: Optional[float] = Field(default=None, gt=0)
-    node_mtbf_hours: Optional[float] = Field(default=None, gt=0)
-    default_transition_seconds: Optional[float] = Field(default=None, ge=0)
+    expected_run_seconds: Optional[float] = Field(default=None, gt=0,
+        description="D_run: seconds the plan is expected to run (> 0); give this or node_mtbf_hours.")
+    node_mtbf_hours: Optional[float] = Field(default=None, gt=0,
+        description="Node MTBF, hours (> 0): D_run = node_mtbf_hours x 3600 / nodes in service; give this "
+                    "or expected_run_seconds.")
+    default_transition_seconds: Optional[float] = Field(default=None, ge=0,
+        description="D_trans of jobs without transition_seconds (>= 0).")
     horizon: Optional[Literal["cluster", "job"]] = Field(
         default=None,
         description="How long a plan's choice for a job is valued against its transition (docs/model.md, "
@@ -349,24 +457,25 @@ class Cost(StrictModel):
 class Reference(StrictModel):
     """A recorded optimum of a library instance; solvers ignore it."""
 
-    objective: float
-    method: str
+    objective: float = Field(description="A known optimal objective, TFLOP (library instances; solvers ignore it).")
+    method: str = Field(description="How the reference objective was found.")
 
 
 class Instance(StrictModel):
     """A planning problem: the cluster, the jobs, the event and the cost constants."""
 
-    schema_version: Literal["1"]
-    name: str = Field(min_length=1)
-    cluster: Cluster
-    jobs: list[Job]
-    event: Optional[AnyEvent] = None
-    cost: Cost
+    schema_version: Literal["1"] = Field(description="Version of the format: 1.")
+    name: str = Field(min_length=1, description="Name of the instance (echoed in the plan).")
+    cluster: Cluster = Field(description="GPU types and nodes.")
+    jobs: list[Job] = Field(description="Every job, running, queued (current.gpus 0) or leaving.")
+    event: Optional[AnyEvent] = Field(default=None,
+        description="What changed (failure, repair, job_arrival, job_exit); absent: nothing changed.")
+    cost: Cost = Field(description="D_run and the default D_trans.")
     isolation: Literal["node", "gpu"] = Field(
         default="node",
         description="'node': a node that lost a GPU in the event is drained whole (Unicron); "
                     "'gpu': only the failed GPUs are removed.")
-    reference: Optional[Reference] = None
+    reference: Optional[Reference] = Field(default=None, description="A known optimum, for library instances.")
     efficiency: Optional[dict[str, EfficiencyConstants]] = Field(
         default=None, max_length=64,
         description="Calibrated efficiency constants per GPU type (the 'constants' of one GPU type and stack "

@@ -14,8 +14,10 @@ Action = Literal["keep", "shrink", "grow", "restart", "suspend", "resume", "idle
 class Status(OutputModel):
     """Why the solver stopped (termination) and what the plan is (solution), kept apart as Pyomo does."""
 
-    termination: Literal["optimal", "time_limit", "infeasible", "error"]
-    solution: Literal["optimal", "feasible", "none"]
+    termination: Literal["optimal", "time_limit", "infeasible", "error"] = Field(
+        description="Why the solver stopped: optimal, time_limit, infeasible or error.")
+    solution: Literal["optimal", "feasible", "none"] = Field(
+        description="What the plan is: optimal (proven), feasible or none.")
 
 
 class Placement(OutputModel):
@@ -23,19 +25,19 @@ class Placement(OutputModel):
 
     model_config = ConfigDict(frozen=True)
 
-    node: str
-    gpus: int = Field(ge=1)
+    node: str = Field(description="Node id.")
+    gpus: int = Field(ge=1, description="GPUs of the job on that node (>= 1).")
 
 
 class PlanJob(OutputModel):
     """One job's decision."""
 
-    id: str
-    previous_gpus: int = Field(ge=0)
-    gpus: int = Field(ge=0)
-    action: Action
-    nodes: list[str]
-    placement: list[Placement]
+    id: str = Field(description="Job id.")
+    previous_gpus: int = Field(ge=0, description="x_i: the job's GPUs before the event.")
+    gpus: int = Field(ge=0, description="y_i: the job's planned GPUs.")
+    action: Action = Field(description="keep, shrink, grow, restart, suspend, resume or idle.")
+    nodes: list[str] = Field(description="Nodes the job runs on in the plan.")
+    placement: list[Placement] = Field(description="GPUs per node, summing to gpus.")
     waf_tflops: float = Field(description="weight x TFLOP/s at the planned count.")
     transition_penalty: float = Field(
         description="[changed] x F(previous) x D_trans, weighted TFLOP lost while transitioning.")
@@ -52,26 +54,28 @@ class PlanJob(OutputModel):
 class SolverInfo(OutputModel):
     """Which solver produced the plan and how long it took."""
 
-    name: str
-    wall_seconds: float = Field(ge=0)
-    options: Optional[dict[str, float | int | str | bool]] = None
+    name: str = Field(
+        description="Solver that made the plan (`unicron-plan solvers`; contingency for a precomputed one).")
+    wall_seconds: float = Field(ge=0, description="Seconds of building and solving.")
+    options: Optional[dict[str, float | int | str | bool]] = Field(default=None,
+        description="Options and notes of the solver (e.g. its time limit, why a contingency plan was not used).")
 
 
 class Plan(OutputModel):
     """A reconfiguration plan: one entry per job of the instance."""
 
-    schema_version: Literal["1"] = "1"
-    instance: str
-    status: Status
-    objective: float
-    bound: float
+    schema_version: Literal["1"] = Field(default="1", description="Version of the format: 1.")
+    instance: str = Field(description="Name of the instance planned.")
+    status: Status = Field(description="Why the solver stopped and what the plan is.")
+    objective: float = Field(description="sum of the jobs' G_i: weighted useful work, TFLOP (TFLOP/s x seconds).")
+    bound: float = Field(description="Upper bound on the optimum, TFLOP (equal to objective when optimal).")
     gap: Optional[float] = Field(
         default=None, ge=0, description="(bound - objective) / max(|bound|, 1): 0 for a proven optimum, "
                                         "how far a time-limited plan may be from the optimum otherwise.")
-    d_run_seconds: float
-    waf_tflops: float
-    jobs: list[PlanJob]
-    solver: SolverInfo
+    d_run_seconds: float = Field(description="D_run used, seconds.")
+    waf_tflops: float = Field(description="Sum of the jobs' weighted TFLOP/s F_i(y_i).")
+    jobs: list[PlanJob] = Field(description="Every job of the instance, suspended ones included.")
+    solver: SolverInfo = Field(description="Solver, its time and options.")
     capacity: Optional[dict[str, int]] = Field(
         default=None, description="Healthy, non-drained GPUs per GPU type after the event.")
     drained_nodes: Optional[list[str]] = Field(

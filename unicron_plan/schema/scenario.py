@@ -23,7 +23,7 @@ MAX_EVENTS = 200_000
 class RepairHours(StrictModel):
     """Lognormal repair time of a SEV1 failure: `median` hours, `sigma` of the natural log."""
 
-    median: float = Field(gt=0, le=MAX_DURATION_HOURS)
+    median: float = Field(gt=0, le=MAX_DURATION_HOURS, description="Median repair time, hours (0 to 87,600).")
     sigma: float = Field(ge=0, le=5, description="At most 5 (a factor of e^5 ~ 150 per standard deviation).")
 
     @field_validator("sigma")
@@ -35,9 +35,9 @@ class RepairHours(StrictModel):
 class SeverityMix(StrictModel):
     """Probability of each severity per failure; the three sum to 1."""
 
-    sev1: float = Field(ge=0, le=1)
-    sev2: float = Field(ge=0, le=1)
-    sev3: float = Field(ge=0, le=1)
+    sev1: float = Field(ge=0, le=1, description="Probability of a SEV1 failure (node out until repaired).")
+    sev2: float = Field(ge=0, le=1, description="Probability of a SEV2 failure (jobs interrupted, node stays).")
+    sev3: float = Field(ge=0, le=1, description="Probability of a SEV3 failure (jobs interrupted, node stays).")
 
     @model_validator(mode="after")
     def _sums_to_one(self) -> "SeverityMix":
@@ -51,16 +51,17 @@ class RepairMix(StrictModel):
     """Repairs of two kinds: automatic (e.g. a reboot or a spare swapped in) with probability
     `automatic_fraction`, else manual (a technician), each lognormal."""
 
-    automatic_fraction: float = Field(ge=0, le=1)
-    automatic_hours: RepairHours
-    manual_hours: RepairHours
+    automatic_fraction: float = Field(ge=0, le=1, description="Probability that a repair is automatic (0 to 1).")
+    automatic_hours: RepairHours = Field(description="Repair time of automatic repairs (lognormal).")
+    manual_hours: RepairHours = Field(description="Repair time of manual repairs (lognormal).")
 
 
 class FailureDomain(StrictModel):
     """Correlated failures: every rack (or every switch, a group of `racks_per_switch` racks in order of
     first appearance) fails as a unit with its own MTBF, taking all its nodes out at once (SEV1)."""
 
-    kind: Literal["rack", "switch"]
+    kind: Literal["rack", "switch"] = Field(
+        description="rack (the nodes sharing a rack) or switch (groups of racks_per_switch racks).")
     mtbf_hours: float = Field(gt=0, le=1e9, description="Mean time between failures of one rack or switch.")
     racks_per_switch: Optional[int] = Field(default=None, ge=1, le=100_000,
                                             description="Required for kind 'switch', absent for 'rack'.")
@@ -91,9 +92,11 @@ class Failures(StrictModel):
                                                  "(mean stays node_mtbf_hours); absent: exponential (k = 1).")
     repair_hours: Optional[RepairHours] = Field(default=None, description="One lognormal repair time; "
                                                                           "or give `repair` instead.")
-    repair: Optional[RepairMix] = None
-    severity_mix: SeverityMix
-    domains: list[FailureDomain] = Field(default_factory=list, max_length=16)
+    repair: Optional[RepairMix] = Field(default=None,
+        description="Automatic and manual repair times (or give repair_hours).")
+    severity_mix: SeverityMix = Field(description="Probability of each severity, summing to 1.")
+    domains: list[FailureDomain] = Field(default_factory=list, max_length=16,
+        description="Correlated failures of racks or switches (at most 16).")
 
     @model_validator(mode="after")
     def _some_rate(self) -> "Failures":
@@ -113,9 +116,10 @@ class Failures(StrictModel):
 class TraceEvent(StrictModel):
     """One event of a trace: a node fails with a severity, or a failed (SEV1) node returns."""
 
-    time_hours: float = Field(ge=0, le=MAX_DURATION_HOURS)
-    kind: Literal["failure", "repair"]
-    node: str = Field(min_length=1)
+    time_hours: float = Field(ge=0, le=MAX_DURATION_HOURS,
+        description="Time of the event, hours from the start (within the duration).")
+    kind: Literal["failure", "repair"] = Field(description="failure or repair.")
+    node: str = Field(min_length=1, description="Node id.")
     severity: Optional[Literal["sev1", "sev2", "sev3"]] = Field(
         default=None, description="Required for a failure, absent for a repair.")
     error: Optional[str] = Field(
@@ -134,7 +138,8 @@ class TraceEvent(StrictModel):
 class ScenarioCost(StrictModel):
     """Cost constants of a scenario: D_trans default, and optionally the MTBF the planner assumes."""
 
-    default_transition_seconds: Optional[float] = Field(default=None, ge=0)
+    default_transition_seconds: Optional[float] = Field(default=None, ge=0,
+        description="D_trans of jobs without transition_seconds (>= 0).")
     node_mtbf_hours: Optional[float] = Field(
         default=None, gt=0, description="Node MTBF the unicron policy uses for D_run; default "
                                         "failures.node_mtbf_hours, or for a trace its observed rate.")
@@ -146,16 +151,17 @@ class ScenarioCost(StrictModel):
 class Scenario(StrictModel):
     """A cluster, its jobs at time 0, a duration and a failure model or a trace."""
 
-    schema_version: Literal["1"]
-    name: str = Field(min_length=1)
-    description: Optional[str] = Field(default=None, max_length=10_000)
-    cluster: Cluster
-    jobs: list[Job] = Field(min_length=1)
-    cost: ScenarioCost
-    isolation: Literal["node", "gpu"] = "node"
+    schema_version: Literal["1"] = Field(description="Version of the format: 1.")
+    name: str = Field(min_length=1, description="Name of the scenario.")
+    description: Optional[str] = Field(default=None, max_length=10_000, description="Free text.")
+    cluster: Cluster = Field(description="GPU types and nodes, as in the instance.")
+    jobs: list[Job] = Field(min_length=1, description="Jobs (table form) with their allocation at time 0.")
+    cost: ScenarioCost = Field(description="Optional D_trans default and the node MTBF the planner assumes.")
+    isolation: Literal["node", "gpu"] = Field(default="node", description="node or gpu, as in the instance.")
     duration_hours: float = Field(gt=0, le=MAX_DURATION_HOURS, description="Simulated time, at most ten years.")
-    failures: Optional[Failures] = None
-    trace: Optional[list[TraceEvent]] = Field(default=None, max_length=MAX_EVENTS)
+    failures: Optional[Failures] = Field(default=None, description="A failure model (or give trace).")
+    trace: Optional[list[TraceEvent]] = Field(default=None, max_length=MAX_EVENTS,
+        description="Failures and repairs at given times (or give failures).")
     policy_models: Optional[dict[str, PolicyModelOverride]] = Field(
         default=None, max_length=64,
         description="Per policy name, constants that replace those of models/policies.json "

@@ -37,8 +37,8 @@ class Replications(StrictModel):
 class Sweep(StrictModel):
     """A grid over scenario fields, the policies compared at each point, and the seeds."""
 
-    schema_version: str = Field(default="1", pattern="^1$")
-    name: Optional[str] = Field(default=None, max_length=200)
+    schema_version: str = Field(default="1", pattern="^1$", description="Version of the format: 1.")
+    name: Optional[str] = Field(default=None, max_length=200, description="Name of the sweep.")
     scenario: str = Field(min_length=1, max_length=4096,
                           description="Base scenario: a path, relative to the sweep file when not absolute.")
     grid: dict[str, list[Any]] = Field(
@@ -47,9 +47,11 @@ class Sweep(StrictModel):
                     "failures.repair_hours.median, jobs.0.weight) -> the values it takes. "
                     "Points are the product of the lists.")
     policies: list[str] = Field(default_factory=lambda: ["unicron", "megatron", "oobleck", "varuna", "bamboo",
-                                                        "greedy", "equal-share"], min_length=1, max_length=20)
+                                                        "greedy", "equal-share"], min_length=1, max_length=20,
+                                                            description="Policies compared at each grid point.")
     seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Root of numpy.random.SeedSequence.")
-    replications: Replications = Field(default_factory=Replications)
+    replications: Replications = Field(default_factory=Replications,
+        description="Seeds per point: added until the intervals are narrow enough or the maximum is reached.")
 
     @field_validator("grid")
     @classmethod

@@ -59,9 +59,9 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
     if log_format not in ("text", "json"):
         raise InvalidInstanceError("--log-format", f"{log_format!r}; valid: text, json")
     daemon.setup_logging(log_format)
-    sock = daemon.bind(host, port)
+    lock = StateLock(prepare_state_dir(state))  # first: a second serve on DIR names the holder
     try:
-        lock = StateLock(prepare_state_dir(state))
+        sock = daemon.bind(host, port)
         try:
             app = create_app(state, token=token, solver=solver, contingency=not no_contingency,
                              max_body_bytes=int(max_body_mib * 1024 * 1024), settle_heap=True,
@@ -88,9 +88,9 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
             daemon.Server(config, started).run(sockets=[sock])
             daemon.log(logging.INFO, "unicron-plan serve: stopped", kind="stop")
         finally:
-            lock.release()
+            sock.close()
     finally:
-        sock.close()
+        lock.release()
 
 
 def _exit_0(*_) -> None:

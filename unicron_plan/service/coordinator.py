@@ -4,8 +4,8 @@ Every plan comes from :meth:`Coordinator.solve`, the one call of
 :func:`unicron_plan.api.solve`. Changes are serialised by one lock, committed
 to the log, and only then made visible and answered.
 
-Warm contingency has two stages, both in a worker process at lower priority
-(watched by a background thread that stops it and starts over whenever the
+Warm contingency has two stages, both in a worker process, stopped while a
+request solves (watched by a background thread that stops it and starts over whenever the
 applied state changes): the contingency index of the state (new counts for
 every single-node and rack failure, each equivalence class of nodes solved
 once), then, node by node, the whole answer to "node X fails" (placed and
@@ -130,9 +130,9 @@ class Coordinator:
 
     @contextlib.contextmanager
     def _worker_paused(self):
-        """While any request is solving, the warm worker process is stopped (SIGSTOP), so that it takes
-        no CPU from the request (on two hyper-threads even a lower priority would); it continues when
-        the last request is done."""
+        """While any request is solving (and encoding its plan), the warm worker process is stopped
+        (SIGSTOP), so that it takes no CPU from the request (on two hyper-threads even a lower priority
+        would); it continues when the last request is done. Nested uses count once."""
         with self._pause_lock:
             self._solving += 1
             if self._solving == 1 and self._warm_pid is not None:
@@ -178,8 +178,9 @@ class Coordinator:
         elif not solve:
             return None
         else:
-            after, _ = st.record_event(state, data, self._nodes(state))
-            text = self._plan(state, after, dry_run=True).model_dump_json(exclude_none=True).encode()
+            with self._worker_paused():  # solving and encoding: the warm worker waits
+                after, _ = st.record_event(state, data, self._nodes(state))
+                text = self._plan(state, after, dry_run=True).model_dump_json(exclude_none=True).encode()
         self.metrics.plan_latency.observe(time.perf_counter() - start)
         return text[:-1] + b',"plan_id":null,"revision":%d}' % state.revision
 
@@ -273,7 +274,8 @@ class Coordinator:
             if plan is not None:
                 self._count_stored(dry_run=False)
             else:
-                plan = self._plan(before, after, dry_run=False).model_dump(mode="json", exclude_none=True)
+                with self._worker_paused():
+                    plan = self._plan(before, after, dry_run=False).model_dump(mode="json", exclude_none=True)
             ev_rev = self.last + 1
             reply = {**plan, "plan_id": f"p{ev_rev + 1}", "revision": ev_rev}
             self._commit([("event", ev.model_dump(mode="json", exclude_none=True)), ("plan", reply)],
@@ -371,15 +373,19 @@ class Coordinator:
                     self._index = (snapshot.base_version, None)  # the worker died first: events are solved
 
     def _warm(self, snapshot: st.State) -> None:
-        """Both stages for ``snapshot`` in a worker process (at lower priority, so that requests in this
-        process neither wait for the interpreter lock nor lose the CPU to it); its messages are
+        """Both stages for ``snapshot`` in a worker process (so that requests in this process do not wait
+        for the interpreter lock, and it is stopped while they solve); its messages are
         published here as they come, and the worker is stopped as soon as the state moves on. Where
         no process can be started, the same stages run in this thread."""
         start = time.perf_counter()
         try:
             ctx = _process_context()
             receiver, sender = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_warm_process, args=(sender, snapshot, self.solver, MAX_PRECOMPUTED_NODES),
+            # the applied cluster goes as its JSON text (encoded in compiled code, far faster than
+            # pickling the models while request threads wait for the interpreter lock)
+            text = snapshot.base.model_dump_json(exclude_none=True)
+            proc = ctx.Process(target=_warm_process, args=(sender, text, snapshot.revision, snapshot.base_version,
+                                                           self.solver, MAX_PRECOMPUTED_NODES),
                                name="unicron-warm", daemon=True)
             proc.start()
         except (OSError, ValueError, RuntimeError):
@@ -499,15 +505,16 @@ def _start_process_server() -> None:
         pass  # workers are then started (or the stages run in-thread) when a cluster comes
 
 
-def _warm_process(sender, snapshot: st.State, solver: str | None, max_nodes: int) -> None:
-    """A warm worker: lower its priority, send every message of :func:`_warm_messages`, then "done"."""
-    import os
+def _warm_process(sender, base_json: str, revision: int, base_version: int, solver: str | None,
+                  max_nodes: int) -> None:
+    """A warm worker: send every message of :func:`_warm_messages`, then "done". It runs at the
+    service's own priority (a lower one starved it on a busy machine); requests are protected by
+    stopping it while they solve (:meth:`Coordinator._worker_paused`)."""
+    try:
+        from unicron_plan.schema import Instance
 
-    try:
-        os.nice(10)
-    except (AttributeError, OSError):
-        pass
-    try:
+        snapshot = st.State(base=Instance.model_validate_json(base_json), revision=revision,
+                            base_version=base_version)
         for message in _warm_messages(snapshot, solver, max_nodes, lambda: False):
             sender.send(message)
         sender.send(("done",))

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.io import parse_model, read_document
+from unicron_plan.io import parse_model, read_document, read_json
 from unicron_plan.schema.sweep import Sweep
 
 BACKENDS = ("process", "ray")
@@ -85,6 +85,8 @@ def base_of(point: dict[str, Any], base: dict, root: Optional[Path]) -> dict:
     name = point.get(SCENARIO_KEY)
     if name is None:
         return base
+    from unicron_plan.io import read_json
+
     path = Path(str(name))
     if not path.is_absolute():
         path = (root or Path.cwd()) / path

@@ -20,6 +20,9 @@ from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 DEFAULT_TIME_LIMIT_SECONDS = 60.0
 
 
+ENGINE_RESERVE_SECONDS = 0.25  # at most this much of a time limit is kept for the work after a solver
+
+
 class DeadlineReached(Exception):
     """The deadline passed while a backend was building or copying a model (nothing was solved)."""
 
@@ -52,6 +55,15 @@ class SolverOptions:
     def expired(self) -> bool:
         """Whether the deadline has passed."""
         return self.deadline is not None and time.perf_counter() >= self.deadline
+
+    def for_engine(self) -> "SolverOptions":
+        """The options a solver engine runs under: the deadline moved earlier by a reserve for the
+        work after it (reading its answer back, extraction, placement, validation), a tenth of
+        the limit and at most ENGINE_RESERVE_SECONDS."""
+        if self.deadline is None:
+            return self
+        reserve = min(ENGINE_RESERVE_SECONDS, 0.1 * (self.time_limit_seconds or 0.0))
+        return SolverOptions(threads=self.threads, deadline=self.deadline - reserve)
 
     def check(self) -> None:
         """Raise :class:`DeadlineReached` when the deadline has passed."""

@@ -62,7 +62,11 @@ def build_cp(model: ipmodel.Formulation, scale: float, deadline: float | None = 
     from ortools.sat.python import cp_model
 
     cp = cp_model.CpModel()
-    xs = [cp.new_int_var(lo, hi, name) for name, lo, hi in zip(model.names, model.lb, model.ub)]
+    xs = []
+    for k, (name, lo, hi) in enumerate(zip(model.names, model.lb, model.ub)):
+        if k % 4096 == 0:
+            check_deadline(deadline)
+        xs.append(cp.new_int_var(lo, hi, name))
     for k, r in enumerate(model.rows):
         if k % 512 == 0:
             check_deadline(deadline)
@@ -116,6 +120,7 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
         cp, xs = build_cp(model, scale, options.deadline)
     except DeadlineReached:
         cp = None
+    options = options.for_engine()
     if cp is None or options.expired():  # never started after the deadline
         return ({"termination": "time_limit", "has_solution": False, "bound": math.inf}, None,
                 {**info, "cpsat_status": "not started: the deadline had passed"})

@@ -9,6 +9,9 @@ What makes it fast, every rule exact (docs/performance.md has the proofs):
 
 1. Pareto pruning: a count is dropped when a smaller one is worth at least as much.
 2. Early exit: when every job's best count fits together, that is the optimum.
+   Reachable capacity: every plan uses a multiple of the gcd of all allowed counts,
+   so C is cut to the largest such multiple (the bounds below are then tighter, and
+   with equal values per GPU a greedy plan filling it meets the bound at once).
 3. Lagrangian bound: for the LP multiplier lam >= 0 of the capacity (from the
    jobs' concave envelopes), any plan's value is at most
    UB = lam C + sum_i m_i with m_i = max_y G_i(y) - lam y, and a plan using

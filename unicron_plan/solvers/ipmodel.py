@@ -83,14 +83,15 @@ class Formulation:
         """{job: {node: GPUs}} at node level, in cluster order; None at count level."""
         if not self.node_level:
             return None
-        order = list(self.problem.state.nodes)
+        keys = list(self.b)
+        cols = np.fromiter(self.b.values(), dtype=np.int64, count=len(keys))
+        groups = np.rint(np.asarray(values, dtype=np.float64)[cols]).astype(np.int64)
+        rank = {nid: k for k, nid in enumerate(self.problem.state.nodes)}
         out: dict[str, dict[str, int]] = {j.id: {} for j in self.problem.jobs}
-        for (i, nid), v in self.b.items():
-            groups = int(round(values[v]))
-            if groups > 0:
-                j = self.problem.jobs[i]
-                out[j.id][nid] = groups * j.tp
-        rank = {nid: k for k, nid in enumerate(order)}
+        for at in np.flatnonzero(groups > 0).tolist():
+            i, nid = keys[at]
+            j = self.problem.jobs[i]
+            out[j.id][nid] = int(groups[at]) * j.tp
         return {jid: dict(sorted(s.items(), key=lambda kv: rank[kv[0]])) for jid, s in out.items()}
 
     def matrix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -124,7 +125,10 @@ class Formulation:
 
     def hint_values(self) -> list[int]:
         """The hint as a full value vector."""
-        return [self.hint.get(v, 0) for v in range(len(self.names))]
+        out = [0] * len(self.names)
+        for v, val in self.hint.items():
+            out[v] = val
+        return out
 
     def stats(self) -> dict[str, int]:
         """Size of the model, for SolverInfo.options."""

@@ -20,11 +20,13 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 
 import numpy as np
 
+from unicron_plan.core.constraints import dp_limitations
 from unicron_plan.errors import InfeasibleError, SolverUnavailableError, UnicronError
 from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.solvers import DeadlineReached, SolverOptions
@@ -135,19 +137,41 @@ def _highs(threads: int | None):
 
 
 NOT_STARTED = {"termination": "time_limit", "has_solution": False, "bound": math.inf}
+HIGHS_GRACE_SECONDS = 0.15  # a HiGHS run still going this long after the deadline is abandoned
+_ABANDONED: list[threading.Thread] = []  # HiGHS runs left at a deadline, finishing on their own
 
 
-def _call_highs(model: ipmodel.Formulation, options: SolverOptions) -> tuple[dict, list | None]:
-    """Phase 2 with HiGHS: (termination, whether a solution exists, the dual bound; values or None)."""
+def _wait_for_abandoned(options: SolverOptions) -> None:
+    """HiGHS keeps one thread scheduler per process: a new run waits (up to the deadline) for the
+    runs abandoned at earlier deadlines, which stop at their first interrupt check."""
+    while _ABANDONED:
+        left = options.remaining()
+        _ABANDONED[0].join(left)
+        if _ABANDONED[0].is_alive():
+            return
+        _ABANDONED.pop(0)
+
+
+def _call_highs(model: ipmodel.Formulation, options: SolverOptions, start: list | None = None
+                ) -> tuple[dict, list | None]:
+    """Phase 2 with HiGHS: (termination, whether a solution exists, the dual bound; values or None).
+    ``start``: feasible values HiGHS starts from (its incumbent is read back, never the start)."""
     import highspy
 
+    options = options.for_engine()
     lp, scale = highs_lp(model)
+    _wait_for_abandoned(options)
     if options.expired():
         return {**NOT_STARTED, "highs_status": "not started: the deadline had passed"}, None
     h = _highs(options.threads)
     h.passModel(lp)
     h.setOptionValue("mip_rel_gap", 0.0)
     h.setOptionValue("mip_abs_gap", 0.0)
+    if start is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = [float(v) for v in start]
+        sol.value_valid = True
+        h.setSolution(sol)
     left = options.remaining()
     if left is not None:
         h.setOptionValue("time_limit", max(float(left), 1e-3))
@@ -162,7 +186,18 @@ def _call_highs(model: ipmodel.Formulation, options: SolverOptions) -> tuple[dic
         h.cbIpmInterrupt += stop_at_deadline
     # No MIP start: a run stopped before any solution falls back to the keep-or-suspend plan
     # instead (see extract).
-    h.run()
+    if left is None:
+        h.run()
+    else:
+        # HiGHS's presolve calls no interrupt callback and can overrun its own time limit by
+        # seconds: the run goes on a thread (HiGHS releases the GIL) and is abandoned if it has
+        # not stopped shortly after the deadline; its callback stops it at its next check.
+        runner = threading.Thread(target=h.run, name="highs", daemon=True)
+        runner.start()
+        runner.join(max(options.deadline - time.perf_counter(), 0.0) + HIGHS_GRACE_SECONDS)
+        if runner.is_alive():
+            _ABANDONED.append(runner)
+            return {**NOT_STARTED, "highs_status": "abandoned at the deadline (in presolve)"}, None
     status = h.getModelStatus()
     info = h.getInfo()
     has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
@@ -185,6 +220,7 @@ def _call_highs(model: ipmodel.Formulation, options: SolverOptions) -> tuple[dic
 def _call_cbc(model: ipmodel.Formulation, options: SolverOptions, preprocess: bool) -> tuple[dict, list | None]:
     """Phase 2 with CBC: the model written as MPS by HiGHS, CBC run as a child process under a
     watchdog (killed at the deadline), its solution file read back."""
+    options = options.for_engine()
     path = _cbc_path()
     if path is None:
         raise SolverUnavailableError("PuLP's CBC binary is not available")
@@ -235,8 +271,9 @@ def _read_cbc(sol: str, n: int, limited: bool) -> tuple[dict, list | None]:
                 "cbc_status": "no solution file"}, None
     words = lines[0].split() if lines else []
     first = words[0] if words else ""
-    # "Stopped on time - objective value X" holds an integer solution; "Stopped ... no ..." none.
-    has_solution = first == "Optimal" or (first == "Stopped" and "objective" in words[:6])
+    # "Stopped on time - objective value X" holds an integer solution; "Stopped on time (no integer
+    # solution - continuous used) ..." does not (PuLP reads the fifth word the same way).
+    has_solution = first == "Optimal" or (first == "Stopped" and len(words) > 4 and words[4] == "objective")
     if first == "Optimal":
         termination = "optimal"
     elif first == "Stopped" or (first in ("Infeasible", "Integer") and limited):
@@ -273,18 +310,37 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str =
         model = ipmodel.build(problem, deadline=options.deadline)
     except DeadlineReached:
         return fallback(problem, options, {"backend": backend})
-    result, values = run(model, options, backend)
+    result, values = run(model, options, backend, start=_start(problem, model, options))
     raw = extract(problem, model, result, values, {"backend": backend, **model.stats()}, options.deadline)
     if backend == "cbc":
         raw = _confirm_cbc(problem, model, raw, options, started)
     return ipmodel.replace_migration_aware(problem, raw, lambda m, o: run(m, o, backend)[1], options, started)
 
 
-def run(model: ipmodel.Formulation, options: SolverOptions, backend: str = "highs", preprocess: bool = True):
-    """Phases 1 and 2 for one Formulation: (status dict, variable values or None)."""
+def run(model: ipmodel.Formulation, options: SolverOptions, backend: str = "highs", preprocess: bool = True,
+        start: list | None = None):
+    """Phases 1 and 2 for one Formulation: (status dict, variable values or None); ``start``
+    (HiGHS only): feasible values to start from."""
     if backend == "highs":
-        return _call_highs(model, options)
+        return _call_highs(model, options, start)
     return _call_cbc(model, options, preprocess)
+
+
+def _start(problem: Problem, model: ipmodel.Formulation, options: SolverOptions) -> list | None:
+    """For a count-level model, the DP relaxation's counts as values, when they satisfy the model
+    (the churn limit may cut them): HiGHS then never answers below them. None otherwise."""
+    from unicron_plan.solvers.dp import relaxation_bound
+
+    if model.node_level:
+        return None
+    counts, _, _, exact = relaxation_bound(problem, options.deadline)
+    if not exact:
+        return None
+    values = [0] * len(model.names)
+    for j in problem.jobs:
+        k = int(np.flatnonzero(j.counts == counts[j.id])[0])
+        values[model.z[(j.index, k)]] = 1
+    return values if model.feasible(values) else None
 
 
 def fallback(problem: Problem, options: SolverOptions, info: dict) -> RawSolution:
@@ -297,11 +353,19 @@ def fallback(problem: Problem, options: SolverOptions, info: dict) -> RawSolutio
         raise InfeasibleError("no plan found before the deadline (time_limit); raise the time limit")
     counts, placement = kept
     objective = problem.objective(counts, placement)
-    _, _, relaxed, _ = relaxation_bound(problem, options.deadline)
+    relaxed_counts, relaxed_value, relaxed, exact = relaxation_bound(problem, options.deadline)
+    info = {**info, "fallback": "keep-or-suspend", "stopped": "time limit while building"}
+    if not dp_limitations(problem) and relaxed_value > objective:
+        # Nothing but the capacity binds: the DP's plan (its optimum, or its best when it was
+        # stopped too) is feasible as it is and better.
+        counts, placement, objective = relaxed_counts, None, problem.objective(relaxed_counts)
+        info["fallback"] = "dp"
     bound = max(relaxed + 1e-9 * max(1.0, abs(relaxed)), objective)
-    return RawSolution(counts=counts, objective=objective, bound=bound, termination="time_limit",
-                       solution="feasible", placement=placement,
-                       options={**info, "fallback": "keep-or-suspend", "stopped": "time limit while building"})
+    proven = exact and math.isclose(objective, relaxed, rel_tol=1e-12, abs_tol=1e-9)
+    return RawSolution(counts=counts, objective=objective, bound=objective if proven else bound,
+                       termination="optimal" if proven else "time_limit",
+                       solution="optimal" if proven else "feasible", placement=placement,
+                       options={**info, **({"proof": "relaxation"} if proven else {})})
 
 
 def _confirm_cbc(problem: Problem, model: ipmodel.Formulation, raw: RawSolution, options: SolverOptions,
@@ -351,6 +415,9 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         # The solver gave up: keep-or-suspend is still a plan (feasible, termination error).
         detail = {k: v for k, v in result.items() if k.endswith("_status")} or info.get("cpsat_status")
         info, values = {**info, "solver_error": str(detail)}, None
+    if values is not None and termination != "optimal" and not model.feasible(values):
+        # An incumbent that breaks a row of the model is no incumbent.
+        info, values = {**info, "incumbent_discarded": "infeasible values"}, None
     if values is None or any(v is None for v in values):
         # Stopped before any solution: the keep-or-suspend hint is feasible by construction.
         values = model.hint_values()
@@ -381,8 +448,16 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         # A time-limited incumbent can be worse than simply keeping everyone who can stay.
         values, info = hint, {**info, "fallback": "keep-or-suspend"}
         counts, objective = model.counts(values), hint_value
-    _, _, relaxed, _ = relaxation_bound(problem, deadline)  # a bound, exact or not
+    _, relaxed_value, relaxed, relaxed_exact = relaxation_bound(problem, deadline)  # a bound, exact or not
     solver_bound = result["bound"]
+    if relaxed_exact and not dp_limitations(problem) \
+            and objective < relaxed_value - 1e-12 * max(1.0, abs(relaxed_value)):
+        # The relaxation is the problem itself here: its optimum is the truth, and a solver that
+        # stopped below it (within its own tolerances) proved nothing.
+        if termination == "optimal":
+            info = {**info, "optimal_claim_refuted": "below the exact DP optimum"}
+            termination = "error"
+        solver_bound = math.inf
     if solver_bound < objective - 1e-9 * max(1.0, abs(objective)):
         # A solver bound below a feasible objective is not a bound: never paper over it.
         info = {**info, "solver_bound_discarded": float(solver_bound)}

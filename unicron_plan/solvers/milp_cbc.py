@@ -1,6 +1,6 @@
 """The MILP backend with CBC (shipped with PuLP) instead of HiGHS: ``--solver milp-cbc``.
 
-CBC reports no dual bound through PuLP, so a time-limited run's bound is the
+CBC reports no dual bound this way, so a time-limited run's bound is the
 DP relaxation's optimum (see :mod:`unicron_plan.solvers.milp`).
 """
 

@@ -133,7 +133,7 @@ function renderCluster(inst) {
   const racks = racksOf(inst);
   // one class per job colour: a short stylesheet instead of 16,384 inline styles
   let css = "";
-  inst.jobs.forEach((j, i) => { css += `body i.j${i}{background:${jobColour(i)}}`; });
+  inst.jobs.forEach((j, i) => { css += `body i.j${i},body .node.solid.j${i}{background-color:${jobColour(i)}}`; });
   let style = document.getElementById("job-colours");
   if (!style) { style = document.createElement("style"); style.id = "job-colours"; document.head.appendChild(style); }
   style.textContent = css;
@@ -149,15 +149,24 @@ function renderCluster(inst) {
       if (p && p.size) cls.push("pending");
       if (S.picked.has(n.id)) cls.push("picked");
       const cols = n.gpus <= 8 ? Math.max(1, Math.ceil(n.gpus / 2)) : Math.ceil(Math.sqrt(n.gpus * 2));
-      let cells = "";
+      const fill = new Array(a.length); // per GPU: "x" failed, "p" failing, "jN" job N, "" free
       for (let g = 0; g < a.length; g++) {
         const o = a[g];
-        if (o === -2) { cells += '<i class="x"></i>'; continue; }
+        if (o === -2) { fill[g] = "x"; continue; }
         healthy++;
-        if (p && p.has(g)) { cells += '<i class="p"></i>'; if (o >= 0) used++; continue; }
-        if (o >= 0) { cells += `<i class="j${o}"></i>`; used++; } else cells += "<i></i>";
+        if (o >= 0) used++;
+        fill[g] = p && p.has(g) ? "p" : o >= 0 ? "j" + o : "";
       }
-      parts.push(`<div class="${cls.join(" ")}" data-node="${esc(n.id)}" style="grid-template-columns:repeat(${cols},5px)">${cells}</div>`);
+      if (fill.every((f) => f === fill[0])) {
+        // one element for a node whose GPUs look alike (most nodes): its cells are drawn by CSS
+        const rows = Math.ceil(a.length / cols);
+        cls.push("solid", fill[0] || "f");
+        parts.push(`<div class="${cls.join(" ")}" data-node="${esc(n.id)}" data-fill="${fill[0]}" data-gpus="${a.length}" style="width:${cols * 6 + 3}px;height:${rows * 6 + 3}px"></div>`);
+      } else {
+        let cells = "";
+        for (const f of fill) cells += f ? `<i class="${f}"></i>` : "<i></i>";
+        parts.push(`<div class="${cls.join(" ")}" data-node="${esc(n.id)}" style="grid-template-columns:repeat(${cols},5px)">${cells}</div>`);
+      }
     }
     parts.push("</div></div>");
   }

@@ -24,49 +24,19 @@ def available() -> bool:
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
-    """Try every combination of counts; keep the best one that fits every GPU type."""
+    """Try every combination of counts (and, on a mixed fleet, of GPU types: y = 0 once per job);
+    keep the best one that fits every GPU type."""
     limits = dp_limitations(problem)
+    if problem.alternatives:
+        from unicron_plan.solvers.mixed import _limitations
+
+        limits = _limitations(problem)
     if limits:
         raise SolverUnavailableError(
             f"solver 'brute' enumerates counts only and cannot express {', '.join(limits)}; "
             f"use --solver auto, milp or cpsat")
-    if problem.alternatives:
-        return _solve_types(problem)
-    domains = [[int(c) for c in j.counts] for j in problem.jobs]
-    size = math.prod(len(d) for d in domains)
-    if size > MAX_COMBINATIONS:
-        raise SolverUnavailableError(
-            f"brute force would enumerate {size} combinations (limit {MAX_COMBINATIONS}); use --solver dp")
-    best_value, best_counts = -math.inf, None
-    for combo in itertools.product(*domains):
-        used: dict[str, int] = {}
-        for j, y in zip(problem.jobs, combo):
-            used[j.gpu_type] = used.get(j.gpu_type, 0) + y
-        if any(used[t] > problem.capacity[t] for t in used):
-            continue
-        value = sum(j.gain_of(y) for j, y in zip(problem.jobs, combo))
-        if value > best_value:
-            best_value, best_counts = value, combo
-    if best_counts is None and problem.jobs:
-        raise InfeasibleError("no combination of allowed counts fits the capacity")
-    counts = {j.id: y for j, y in zip(problem.jobs, best_counts or ())}
-    return RawSolution(counts=counts, objective=best_value if best_counts is not None else 0.0,
-                       bound=best_value if best_counts is not None else 0.0)
-
-
-def _solve_types(problem: Problem) -> RawSolution:
-    """Mixed fleets: every combination of (GPU type, count) per job, y = 0 once per job."""
-    from unicron_plan.solvers.mixed import _limitations
-
-    limits = _limitations(problem)
-    if limits:
-        raise SolverUnavailableError(f"solver 'brute' enumerates counts only and cannot express {', '.join(limits)}")
-    domains = []
-    for j in problem.jobs:
-        dom = []
-        for a in problem.alternatives.get(j.id, [j]):
-            dom += [(a, int(y)) for y in a.counts if y > 0 or not a.off_type]
-        domains.append(dom)
+    domains = [[(a, int(y)) for a in problem.alternatives.get(j.id, [j]) for y in a.counts
+                if y > 0 or not a.off_type] for j in problem.jobs]
     size = math.prod(len(d) for d in domains)
     if size > MAX_COMBINATIONS:
         raise SolverUnavailableError(
@@ -84,5 +54,5 @@ def _solve_types(problem: Problem) -> RawSolution:
     if best is None:
         raise InfeasibleError("no combination of GPU types and allowed counts fits the capacity")
     counts = {a.id: y for a, y in best}
-    types = {a.id: a.gpu_type for a, y in best}
+    types = {a.id: a.gpu_type for a, y in best} if problem.alternatives else None
     return RawSolution(counts=counts, objective=best_value, bound=best_value, types=types)

@@ -102,8 +102,19 @@ def solver_names() -> list[str]:
     return [s.name for s in REGISTRY]
 
 
+#: Mixed fleets (problems whose jobs may change GPU type): the module that solves them for each
+#: solver, and the IP backend it hands the model to. brute and auto choose types themselves.
+MIXED_ROUTES: dict[str, tuple[str, Optional[str]]] = {
+    "dp": ("unicron_plan.solvers.mixed", None),
+    "milp": ("unicron_plan.solvers.mixed_ip", "highs"),
+    "milp-cbc": ("unicron_plan.solvers.mixed_ip", "cbc"),
+    "cpsat": ("unicron_plan.solvers.mixed_ip", "cpsat"),
+}
+
+
 def get_solver(name: str) -> Callable:
-    """The solve function of solver ``name``; raises SolverUnavailableError listing the valid names."""
+    """The solve function of solver ``name`` (a problem with GPU-type choices goes to the solver's
+    mixed-fleet form, :data:`MIXED_ROUTES`); raises SolverUnavailableError listing the valid names."""
     spec = next((s for s in REGISTRY if s.name == name), None)
     if spec is None:
         raise SolverUnavailableError(f"unknown solver {name!r}; valid solvers: {', '.join(solver_names())}")
@@ -112,4 +123,16 @@ def get_solver(name: str) -> Callable:
         raise MissingExtraError(
             f"solver {name!r} is not available here (its backend is not installed): "
             f"pip install 'unicron-plan[ip]'")
-    return module.solve
+    route = MIXED_ROUTES.get(name)
+    if route is None:
+        return module.solve
+    single = module.solve
+
+    def solve(problem, options: Optional[SolverOptions] = None):
+        if not problem.alternatives:
+            return single(problem, options)
+        mixed = importlib.import_module(route[0])
+        return mixed.solve(problem, options) if route[1] is None else mixed.solve(problem, options, route[1])
+
+    solve.__doc__ = single.__doc__
+    return solve

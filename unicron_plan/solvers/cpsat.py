@@ -22,6 +22,7 @@ import math
 import threading
 
 from unicron_plan.core.problem import Problem, RawSolution
+from unicron_plan.errors import SolverUnavailableError
 from unicron_plan.solvers import DeadlineReached, SolverOptions, check_deadline
 from unicron_plan.solvers import ipmodel
 
@@ -93,9 +94,8 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
 
     from unicron_plan.solvers.milp import fallback
 
-    if problem.alternatives:  # mixed fleets: the model over types and counts
-        from unicron_plan.solvers import mixed_ip
-        return mixed_ip.solve(problem, options, "cpsat")
+    if problem.alternatives:  # mixed fleets: solvers/mixed_ip.py (routed by get_solver)
+        raise SolverUnavailableError("mixed GPU types go through solvers.get_solver (or solvers.mixed / solvers.mixed_ip)")
     started = time.perf_counter()
     options = options or SolverOptions()
     try:

@@ -608,9 +608,8 @@ def _check_fits(jobs: list[JobTerms], capacity: int) -> None:
 
 def relaxation(problem: Problem, deadline: float | None = None) -> tuple[dict[str, int], float]:
     """The DP optimum with the constraints it cannot express dropped: an upper bound for the IP backends."""
-    if problem.alternatives:  # mixed fleets: over every choice of types
-        from unicron_plan.solvers import mixed
-        return mixed.relaxation(problem, deadline)
+    if problem.alternatives:  # mixed fleets: solvers.mixed.relaxation
+        raise SolverUnavailableError("mixed GPU types go through solvers.get_solver (or solvers.mixed / solvers.mixed_ip)")
     counts, total, _, _ = _solve_types(problem, deadline)
     return counts, total
 
@@ -652,9 +651,8 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
     best plan known then is returned as ``feasible`` (termination ``time_limit``)
     with the Lagrangian upper bound.
     """
-    if problem.alternatives:  # mixed fleets: the type choice around this DP (solvers/mixed.py)
-        from unicron_plan.solvers import mixed
-        return mixed.solve(problem, options)
+    if problem.alternatives:  # mixed fleets: solvers/mixed.py wraps this DP (routed by get_solver)
+        raise SolverUnavailableError("mixed GPU types go through solvers.get_solver (or solvers.mixed / solvers.mixed_ip)")
     limits = dp_limitations(problem)
     if limits:
         raise SolverUnavailableError(

@@ -301,9 +301,8 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str =
     """Solve exactly (or up to the time limit) with HiGHS (``backend="cbc"``: CBC)."""
     if backend not in BACKENDS:
         raise SolverUnavailableError(f"unknown MILP backend {backend!r}; valid: {', '.join(BACKENDS)}")
-    if problem.alternatives:  # mixed fleets: the model over types and counts
-        from unicron_plan.solvers import mixed_ip
-        return mixed_ip.solve(problem, options, backend)
+    if problem.alternatives:  # mixed fleets: solvers/mixed_ip.py (routed by get_solver)
+        raise SolverUnavailableError("mixed GPU types go through solvers.get_solver (or solvers.mixed / solvers.mixed_ip)")
     started = time.perf_counter()
     options = options or SolverOptions()
     try:

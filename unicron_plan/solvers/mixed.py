@@ -455,7 +455,9 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
     limits = _limitations(problem)
     if limits:
         placement = _place_constrained(problem, counts, types, options or SolverOptions())
-        if placement is None:
+        if placement is PLACED_AT_ASSEMBLY:
+            placement = None
+        elif placement is None:
             raise SolverUnavailableError(
                 f"mixed GPU types with {', '.join(limits)}: the best plan over types and counts cannot be "
                 f"placed under these constraints, and no exact node-level model over several types exists; "
@@ -477,8 +479,14 @@ def relaxation(problem: Problem, deadline: float | None = None) -> tuple[dict[st
     return counts, bound
 
 
+#: Returned by :func:`_place_constrained` when only the churn limit binds and it holds: plan
+#: assembly places the counts as for any plan.
+PLACED_AT_ASSEMBLY = object()
+
+
 def _place_constrained(problem: Problem, counts, types, options: SolverOptions):
-    """The counts on the chosen types placed under every node-level and churn constraint, or None."""
+    """The counts on the chosen types placed under every node-level and churn constraint
+    (:data:`PLACED_AT_ASSEMBLY` when no node-level constraint binds), or None."""
     from unicron_plan.core import cost
     from unicron_plan.solvers.ipmodel import needs_node_level
 
@@ -489,9 +497,7 @@ def _place_constrained(problem: Problem, counts, types, options: SolverOptions):
         if changed > resolved.max_changed_jobs:
             return None
     if not needs_node_level(resolved):
-        from unicron_plan.plan.placement import place
-
-        return place(resolved, counts)
+        return PLACED_AT_ASSEMBLY
     from unicron_plan.solvers import cpsat
 
     if not cpsat.available():

@@ -65,3 +65,12 @@ def test_schema_lists_the_compact_form():
     out = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "schema", "instance"], capture_output=True,
                          text=True, timeout=60, check=True).stdout
     assert "CompactTable" in out and '"counts"' in out
+
+
+@pytest.mark.parametrize("key", ["1\n", "01", "1,2", "", "\u0663", "+4", " 4"])
+def test_a_key_that_is_not_a_decimal_count_is_named(key):
+    """Every key the one-pass check refuses is named (a trailing newline once slipped past the regex)."""
+    from unicron_plan.schema.instance import _check_count_table
+
+    with pytest.raises(ValueError, match="is not a decimal GPU count"):
+        _check_count_table({"8": 1.0, key: 2.0})

@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
@@ -19,11 +20,13 @@ TINY = ROOT / "instances" / "tiny-one-job-two-nodes.json"
 
 
 def cli(*args, cwd=None, umask=None):
+    """The installed command line in a child process (run from tests/, so that `-m` imports the
+    installed package and not the source tree beside it)."""
     def pre():
         if umask is not None:
             os.umask(umask)
     return subprocess.run([sys.executable, "-m", "unicron_plan.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=120, cwd=cwd, preexec_fn=pre)
+                          text=True, timeout=120, cwd=cwd or Path(__file__).resolve().parent, preexec_fn=pre)
 
 
 # --- nesting ---------------------------------------------------------------------------------

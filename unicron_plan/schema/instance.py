@@ -17,7 +17,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from unicron_plan.schema.base import StrictModel
 from unicron_plan.schema.efficiency import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, EfficiencyConstants
 
-_COUNT_KEY = re.compile(r"^[1-9][0-9]*$")
+_COUNT_KEY = re.compile(r"[1-9][0-9]*")  # used with fullmatch (a "$" would admit a trailing newline)
 # Throughput keys longer than this (>= 10**15 GPUs) exceed any cluster that fits in memory.
 MAX_COUNT_DIGITS = 15
 
@@ -140,7 +140,7 @@ def _check_count_table(table: dict[str, float]) -> None:
     joined = ",".join(table)
     if not joined.isascii() or joined.translate(_NOT_DIGITS) or joined.count(",") != len(table) - 1 \
             or ",," in f",{joined}," or ",0" in f",{joined}":
-        bad = next(key for key in table if not _COUNT_KEY.match(key))
+        bad = next((key for key in table if not _COUNT_KEY.fullmatch(key)), joined)
         raise ValueError(f"key {bad!r} is not a decimal GPU count (an integer >= 1)")
     if table and min(table.values()) < 0:
         key, value = next((k, v) for k, v in table.items() if v < 0)

@@ -80,11 +80,15 @@ def test_unpaid_keep_on_another_split_is_a_restart_not_a_keep():
 
 def test_move_not_worth_its_transition_is_not_taken():
     inst = copy.deepcopy(EXAMPLE)
-    inst["jobs"][1]["throughput"]["tflops"] = {"8": 10.0}  # b is worth less than a's move
-    for solver in ("milp", "cpsat"):
+    # b (hit: charged its own transition) earns 5 x (36,000 - 600) = 177,000, less than the 300,000
+    # that moving a or c beside the other would cost: nobody moves and b waits. (At 10 TFLOP/s b
+    # earns 354,000, and moving a or c are two equal optima.)
+    inst["jobs"][1]["throughput"]["tflops"] = {"8": 5.0}
+    for solver in ("milp", "cpsat", "auto"):
         plan = api.solve(inst, solver=solver)
-        a = next(j for j in plan.jobs if j.id == "a")
-        assert a.action == "keep" and a.nodes == ["n0"], (solver, a)
+        assert plan.status.solution == "optimal" and math.isclose(plan.objective, 2 * 500 * D_RUN - 5 * D_TRANS), (solver, plan)  # b pays its stop
+        kept = {j.id: (j.action, j.nodes) for j in plan.jobs if j.id in ("a", "c")}
+        assert kept == {"a": ("keep", ["n0"]), "c": ("keep", ["n1"])}, (solver, kept)
 
 
 def test_pinned_job_never_moves():

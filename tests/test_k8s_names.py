@@ -117,7 +117,8 @@ def test_exported_script_runs_exactly_the_change_list(tmp_path):
             assert json.loads(before[before.index("-p") + 1]) == c["patch"]
 
 
-@pytest.mark.parametrize("bad", ["--all", "$(touch PWNED)", "n[1-2]", "*", "Gpu-01", "a" * 254, "a_b"])
+@pytest.mark.parametrize("bad", ["--all", "$(touch PWNED)", "n[1-2]", "*", "Gpu-01", "a" * 254, "a_b",
+                                 "gpu-01\n"])
 @pytest.mark.parametrize("what", ["pod", "node", "job", "namespace"])
 def test_import_refuses_names_kubernetes_refuses(bad, what):
     nodes, pods, jobs = copy.deepcopy(examples())

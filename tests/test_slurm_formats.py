@@ -175,7 +175,8 @@ def test_hostlist_of_1000_bracket_groups_is_bounded_and_linear():
 # --- names that must never become commands -----------------------------------------------------
 
 HOSTILE = ["gpu0013$(touch PWNED)", "n`touch PWNED`", "-rf", "--all", "n[1-2]", "n*", "n;touch PWNED",
-           "n|touch PWNED", "n\ntouch PWNED", "n'x", 'n"x', "n x", ".hidden"]
+           "n|touch PWNED", "n\ntouch PWNED", "n'x", 'n"x', "n x", ".hidden",
+           "n1\n"]  # a trailing newline: a pattern ending in "$" would admit it
 
 
 @pytest.mark.parametrize("name", HOSTILE)

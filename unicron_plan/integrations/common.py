@@ -325,7 +325,7 @@ def build_instance(name: str, nodes: list[NodeState], jobs: list[JobState], cost
     return doc
 
 
-_PATH = re.compile(r"^(jobs|cluster\.nodes|event\.failed_nodes|event\.failed_gpus)\[(\d+)\](.*)$")
+_PATH = re.compile(r"(jobs|cluster\.nodes|event\.failed_nodes|event\.failed_gpus)\[(\d+)\](.*)")
 
 
 def check_built(doc: dict, nodes: list[NodeState], jobs: list[JobState]) -> None:
@@ -335,7 +335,7 @@ def check_built(doc: dict, nodes: list[NodeState], jobs: list[JobState]) -> None
     try:
         load_instance(doc)
     except InvalidInstanceError as exc:
-        m = _PATH.match(exc.field or "")
+        m = _PATH.fullmatch(exc.field or "")
         if m:
             k, where = int(m.group(2)), m.group(1)
             if where == "jobs":

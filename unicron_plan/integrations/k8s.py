@@ -51,15 +51,15 @@ PLACEMENT_PREFIX = "unicron-plan/"
 # --- Kubernetes' own name rules (k8s.io/apimachinery/pkg/util/validation) ------------------------
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_LABEL = re.compile(rf"^{_LABEL}$")
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS1123_LABEL = re.compile(rf"{_LABEL}")
+_DNS1123_SUBDOMAIN = re.compile(rf"{_LABEL}(\.{_LABEL})*")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
 def dns1123_subdomain(value: str) -> str:
     """An object name (Node, Pod, job): lowercase letters, digits, '-' and '.', at most 253."""
-    if len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+    if len(value) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(value):
         raise ValueError("must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and "
                          "ending with a letter or digit, at most 253 characters)")
     return value
@@ -67,7 +67,7 @@ def dns1123_subdomain(value: str) -> str:
 
 def dns1123_label(value: str) -> str:
     """A namespace or a Volcano task name: lowercase letters, digits and '-', at most 63."""
-    if len(value) > 63 or not _DNS1123_LABEL.match(value):
+    if len(value) > 63 or not _DNS1123_LABEL.fullmatch(value):
         raise ValueError("must be a DNS-1123 label (lowercase letters, digits and '-', starting and ending "
                          "with a letter or digit, at most 63 characters)")
     return value
@@ -75,7 +75,7 @@ def dns1123_label(value: str) -> str:
 
 def label_value(value: str) -> str:
     """A label value: at most 63 of letters, digits, '-', '_' and '.', alphanumeric at both ends (or empty)."""
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
         raise ValueError("must be a label value (at most 63 letters, digits, '-', '_' or '.', starting and "
                          "ending with a letter or digit)")
     return value
@@ -84,8 +84,8 @@ def label_value(value: str) -> str:
 def label_key(value: str) -> str:
     """A label key: an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters."""
     prefix, _, name = value.rpartition("/")
-    if (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix))) or \
-            len(name) > 63 or not _QUALIFIED_NAME.match(name):
+    if (prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix))) or \
+            len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
         raise ValueError("must be a label key ([DNS-1123 subdomain/]name, the name at most 63 letters, digits, "
                          "'-', '_' or '.', alphanumeric at both ends)")
     return value

@@ -33,7 +33,7 @@ MAX_HOSTLIST_CHARS = 1_000_000
 START_PAUSE = 2
 #: A node name Slurm accepts in a hostlist and that no shell reads as anything but a word:
 #: letters, digits, ``.``, ``_`` and ``-``, not starting with ``-`` or ``.``.
-NODE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}$")
+NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
 #: The data_parser / openapi versions whose documents this reader was checked against.
 KNOWN_VERSIONS = ("v0.0.37", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42")
 
@@ -68,7 +68,7 @@ def _number(value: Any) -> Any:
 
 
 def check_node_name(name: str, obj: str, path: str) -> str:
-    if not NODE_NAME.match(name):
+    if not NODE_NAME.fullmatch(name):
         raise object_error(obj, path, f"{name[:80]!r} is not a Slurm node name (letters, digits, '.', '_', "
                                       "'-'; not starting with '-' or '.'; at most 253 characters)")
     return name
@@ -90,7 +90,7 @@ class SlurmNode(Lenient):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NODE_NAME.match(value):
+        if not NODE_NAME.fullmatch(value):
             raise ValueError(f"{value[:80]!r} is not a Slurm node name (letters, digits, '.', '_', '-'; "
                              "not starting with '-' or '.')")
         return value
@@ -142,9 +142,9 @@ class SlurmJob(Lenient):
 
 
 _GRES_ITEM = re.compile(r"([^,(]+)(\([^)]*\))?")
-_GPU = re.compile(r"^gpu(?::([^:]+))?:(\d+)$")
-_TRES_GPU = re.compile(r"^gres[/:]gpu:([^:,]+):(\d+)$")  # tres_per_node of a typed request
-_TRES_GPU_COUNT = re.compile(r"^gres[/:]gpu(?::([^:,]+))?:(\d+)$")
+_GPU = re.compile(r"gpu(?::([^:]+))?:(\d+)")
+_TRES_GPU = re.compile(r"gres[/:]gpu:([^:,]+):(\d+)")  # tres_per_node of a typed request
+_TRES_GPU_COUNT = re.compile(r"gres[/:]gpu(?::([^:,]+))?:(\d+)")
 
 
 def gpu_gres(text: str, obj: str, path: str) -> tuple[Optional[str], int]:
@@ -154,7 +154,7 @@ def gpu_gres(text: str, obj: str, path: str) -> tuple[Optional[str], int]:
         item = m.group(1).strip().strip(",")
         if not item.startswith("gpu"):
             continue
-        g = _GPU.match(item)
+        g = _GPU.fullmatch(item)
         if not g:
             raise object_error(obj, path, f"{item!r} is not gpu:TYPE:COUNT")
         if g.group(1) is None:
@@ -187,14 +187,14 @@ def _split_top(text: str, obj: str, path: str) -> list[str]:
     return [p for p in parts if p]
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 
 
 def _ranges(body: str, text: str, obj: str, path: str) -> list[tuple[int, int, int]]:
     """``001-004,7`` -> [(1, 4, 3), (7, 7, 1)] (low, high, zero-padded width)."""
     out = []
     for item in body.split(","):
-        m = _RANGE.match(item)
+        m = _RANGE.fullmatch(item)
         if not m:
             raise object_error(obj, path, f"{text[:80]!r} is not a hostlist: bad range {item[:20]!r}")
         lo_s, hi_s = m.group(1), m.group(2) or m.group(1)
@@ -252,7 +252,7 @@ def job_gpus(job: SlurmJob, obj: str, nodes: int) -> int:
             return int(value)
     if job.gres_detail:
         return sum(gpu_gres(d, obj, f"gres_detail[{k}]")[1] for k, d in enumerate(job.gres_detail))
-    per = _TRES_GPU_COUNT.match(job.tres_per_node.strip())
+    per = _TRES_GPU_COUNT.fullmatch(job.tres_per_node.strip())
     if per and nodes:
         return int(per.group(2)) * nodes
     return 0
@@ -357,7 +357,7 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
         elif holds:
             raise object_error(obj, "gres_detail", "no GPU found (tres_alloc_str, gres_detail, tres_per_node): "
                                                    "a planned job holds GPUs")
-        asked = _TRES_GPU.match(job.tres_per_node.strip())
+        asked = _TRES_GPU.fullmatch(job.tres_per_node.strip())
         if asked:
             js.requested_type = (asked.group(1), "tres_per_node")
         gtype = (gpu_map.resolve(pf.gpu_type, obj, where("gpu-type")) if pf.gpu_type else

@@ -13,7 +13,7 @@ from unicron_plan.schema.base import StrictModel
 MAX_RUNS = 5000
 #: Most grid points.
 MAX_POINTS = 400
-_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))*$")
+_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.([A-Za-z_][A-Za-z0-9_]*|[0-9]+))*")
 
 
 class Replications(StrictModel):
@@ -60,7 +60,7 @@ class Sweep(StrictModel):
             raise ValueError(f"{len(grid)} fields; at most 8")
         points = 1
         for path, values in grid.items():
-            if not _PATH.match(path) or len(path) > 200:
+            if not _PATH.fullmatch(path) or len(path) > 200:
                 raise ValueError(f"{path!r} is not a dotted path of field names and list indexes")
             if not values:
                 raise ValueError(f"{path}: no values")

@@ -156,24 +156,32 @@ def _node_of(job: int) -> str:
     return expand(nodes, "", "")[0]
 
 
+def _fail_a_node(srv, agent, job: int) -> tuple[float, dict, str, dict, dict, set]:
+    """Set the node of ``job`` DOWN and run one agent pass: (seconds from DOWN to the pass's end,
+    its result, the node, the applied plan, Slurm's jobs, Slurm's failed nodes), with the cluster
+    checked against the plan and the coordinator, and the operator's drain reason kept."""
+    down = _node_of(job)
+    t0 = time.monotonic()
+    _sh("scontrol", "update", f"NodeName={down}", "State=DOWN", "Reason=gpu-xid-79")
+    result = agent.run_once()
+    elapsed = time.monotonic() - t0
+    assert result["status"] == "applied", result
+    plan = srv_plan(srv.url, result["plan_id"])
+    jobs, failed = _slurm_view()
+    for pj in plan["jobs"]:
+        assert jobs[pj["id"]] == (pj["gpus"], set(pj["nodes"])), (pj, jobs)
+    assert down in failed and down in plan["drained_nodes"]
+    coord = _coordinator_view(srv.url)
+    assert coord == (jobs, failed), (coord, jobs, failed, result)
+    reason = _sh("sinfo", "-h", "-N", "-n", down, "-o", "%E").strip()
+    assert reason.startswith("gpu-xid-79") and "unicron-plan" in reason  # the operator's reason kept
+    return elapsed, result, down, plan, jobs, failed
+
+
 def _fail_and_recover(tmp_path: Path) -> tuple[float, dict, str]:
     srv, agent, (a, b, u) = _scenario(tmp_path)
     try:
-        down = _node_of(a)
-        t0 = time.monotonic()
-        _sh("scontrol", "update", f"NodeName={down}", "State=DOWN", "Reason=gpu-xid-79")
-        result = agent.run_once()
-        elapsed = time.monotonic() - t0
-        assert result["status"] == "applied", result
-        plan = srv_plan(srv.url, result["plan_id"])
-        jobs, failed = _slurm_view()
-        for pj in plan["jobs"]:
-            assert jobs[pj["id"]] == (pj["gpus"], set(pj["nodes"])), (pj, jobs)
-        assert down in failed and down in plan["drained_nodes"]
-        coord = _coordinator_view(srv.url)
-        assert coord == (jobs, failed), (coord, jobs, failed, result)
-        reason = _sh("sinfo", "-h", "-N", "-n", down, "-o", "%E").strip()
-        assert reason.startswith("gpu-xid-79") and "unicron-plan" in reason  # the operator's reason kept
+        elapsed, result, down, _, _, _ = _fail_a_node(srv, agent, a)
         return elapsed, result, down
     finally:
         srv.stop()
@@ -188,17 +196,8 @@ def srv_plan(url: str, plan_id: str) -> dict:
 def test_failure_plan_commands_cluster_equals_plan_then_grow_back(slurm_env, tmp_path):
     srv, agent, (a, b, u) = _scenario(tmp_path)
     try:
-        down = _node_of(a)
-        t0 = time.monotonic()
-        _sh("scontrol", "update", f"NodeName={down}", "State=DOWN", "Reason=gpu-xid-79")
-        result = agent.run_once()
-        assert time.monotonic() - t0 < 60, "every planned job running within 60 s"
-        assert result["status"] == "applied", result
-        plan = srv_plan(srv.url, result["plan_id"])
-        jobs, failed = _slurm_view()
-        for pj in plan["jobs"]:
-            assert jobs[pj["id"]] == (pj["gpus"], set(pj["nodes"])), (pj, jobs)
-        assert _coordinator_view(srv.url) == (jobs, failed)
+        elapsed, _, down, plan, jobs, failed = _fail_a_node(srv, agent, a)
+        assert elapsed < 60, "every planned job running within 60 s"
         busy_u = set(_sh("squeue", "-h", "-j", str(u), "-o", "%N").split())
         assert all(not (set(pj["nodes"]) & busy_u) for pj in plan["jobs"])   # no planned node to another job
         assert agent.run_once()["status"] == "in-sync"   # a second pass changes nothing

@@ -309,7 +309,7 @@ class _Search:
         """Subgradient steps on the multipliers of :meth:`_dual`; (best bound, its multipliers,
         the last use counts); each solution, repaired to one type per job, is tried as a plan."""
         undecided = np.asarray([len(p) > 1 for p in live])
-        best_pi, theta, stall = pi.copy(), 1.0, 0
+        best_pi, theta, stall, run = pi.copy(), 1.0, 0, 0
         use = None
         prepared = self._prepare_dual(live)
         if prepared is None:
@@ -322,10 +322,12 @@ class _Search:
             if got is None:
                 return -math.inf, pi, None
             value, use, took = got
-            if value < ub:
-                ub, best_pi, stall = value, pi.copy(), 0
+            if value < ub:  # steps that keep improving grow, steps that stall shrink
+                ub, best_pi, stall, run = value, pi.copy(), 0, run + 1
+                if run >= 3:
+                    theta, run = theta * 2, 0
             else:
-                stall += 1
+                stall, run = stall + 1, 0
                 if stall >= 3:
                     theta, stall = theta / 2, 0
             if step % 4 == 0:

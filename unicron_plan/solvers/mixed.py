@@ -285,11 +285,12 @@ class _Search:
             shifted[lead] = 0.0
             keep = lead | (shifted > 0)
             kept = np.add.reduceat(keep.astype(np.int64), starts)
-            cuts = np.cumsum(kept)[:-1]
-            ky, kg = np.split(flat_y[keep], cuts), np.split(shifted[keep], cuts)
+            ends = np.cumsum(kept)
+            ky, kg = flat_y[keep], shifted[keep]
             for k in np.flatnonzero(kept > 1).tolist():  # a pair with only its 0 adds nothing
-                p = pairs[k]
-                per_type.setdefault(int(model.pair_type[p]), []).append((jobs[k], p, (ky[k], kg[k]), True))
+                p, b = pairs[k], int(ends[k])
+                a = b - int(kept[k])
+                per_type.setdefault(int(model.pair_type[p]), []).append((jobs[k], p, (ky[a:b], kg[a:b]), True))
         use = np.zeros(model.m)
         took = {}
         for t, items in per_type.items():

@@ -13,8 +13,11 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
 3. Type fixing: a plan worth v has sum_i (m_i - reduced gain of its option) <= UB - v, so job i
    can use type t in a plan worth >= LB only if UB - (m_i - r_it) >= LB, with r_it the best
    reduced gain of a count > 0 on t. Types that fail are removed.
-4. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
-   branch and bound on the type of an undecided job (best bound first); each node repeats 1-3
+4. A tighter bound at each node: relax "one type per job" with multipliers pi_i and solve every
+   type exactly with the DP (:meth:`_Search._dual`); subgradient steps on pi, their step doubled
+   after 3 improving steps and halved after 3 stalls; each relaxed plan, repaired, is tried.
+5. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
+   branch and bound on the type of an undecided job (best bound first); each node repeats 1-4
    on its restricted types. ``optimal`` only when the best plan meets the largest open bound.
 
 Under a deadline the best plan found comes back ``feasible`` with the largest open bound.

@@ -13,7 +13,7 @@ Per instance:
   solve, placement, validation), wall;
 * ``milp`` and ``cpsat``: ``api.solve(..., solver=NAME, time_limit_seconds=IP_LIMIT)`` on the same
   instance (the IP of :mod:`unicron_plan.solvers.mixed_ip`), at the sizes of ``--ip-sizes``; wall
-  (CP-SAT and HiGHS run in this process, one thread).
+  and CPU time (HiGHS and CP-SAT run in this process, one thread).
 
 ``--single N``: a single-type instance (instances/jagged-16384-128jobs.json) solved N times by
 ``dp.solve`` and by ``mixed.solve`` alternately (the mixed entry hands a problem without
@@ -63,9 +63,9 @@ def _instance_row(gpus: int, jobs: int, kind: str, seed: int, ip_limit: float) -
            "moved_type": sum(1 for pj, j in zip(plan.jobs, inst.jobs)
                              if pj.gpus and pj.gpu_type != j.throughput.gpu_type)}
     for name in (("milp", "cpsat") if ip_limit > 0 else ()):
-        ref, ref_wall, _ = _timed(lambda: api.solve(doc, solver=name, time_limit_seconds=ip_limit))
+        ref, ref_wall, ref_cpu = _timed(lambda: api.solve(doc, solver=name, time_limit_seconds=ip_limit))
         gap = (ref.bound - ref.objective) / max(abs(ref.bound), 1.0)
-        row[name] = {"wall": round(ref_wall, 2), "objective": ref.objective, "bound": ref.bound,
+        row[name] = {"wall": round(ref_wall, 2), "cpu": round(ref_cpu, 2), "objective": ref.objective, "bound": ref.bound,
                      "status": ref.status.solution, "gap": gap,
                      "fallback": (ref.solver.options or {}).get("fallback"),
                      "agrees": abs(ref.objective - plan.objective) <= 1e-9 * abs(plan.objective)}

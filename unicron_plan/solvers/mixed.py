@@ -298,7 +298,7 @@ class _Search:
         took = {}
         for t, items in per_type.items():
             opts = [it[2] for it in items]
-            if sum(int(y[0]) for y, _ in opts) > model.cap[t]:
+            if sum(int(opt[0][0]) for _, _, opt in fixed.get(t, ())) > model.cap[t]:  # undecided ones start at 0
                 return None
             stats: dict = {}
             counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline)

@@ -46,7 +46,7 @@ def _timed(fn):
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _instance_row(gpus: int, jobs: int, kind: str, seed: int, ip_limit: float) -> dict:
+def _instance_row(gpus: int, jobs: int, kind: str, seed: int, ip_limit: float, with_api: bool = True) -> dict:
     from unicron_plan import api
     from unicron_plan.core.problem import build_problem
     from unicron_plan.solvers import mixed
@@ -56,14 +56,16 @@ def _instance_row(gpus: int, jobs: int, kind: str, seed: int, ip_limit: float) -
     inst = api.load_instance(doc)
     problem = build_problem(inst)
     (_, _, value, bound, stopped, stats), wall, cpu = _timed(lambda: mixed.solve_types(problem))
-    plan, api_wall, _ = _timed(lambda: api.solve(doc))
     row = {"gpus": gpus, "types": 4, "jobs": jobs, "kind": kind, "seed": seed,
-           "mixed_wall": round(wall, 3), "mixed_cpu": round(cpu, 3), "api_wall": round(api_wall, 3),
-           "proven": not stopped and bound == value, "value": value,
-           "objective": plan.objective, "bound": plan.bound, "status": plan.status.solution,
-           "nodes": stats["nodes"], "lagrange_steps": stats["lagrange_steps"],
-           "moved_type": sum(1 for pj, j in zip(plan.jobs, inst.jobs)
-                             if pj.gpus and pj.gpu_type != j.throughput.gpu_type)}
+           "mixed_wall": round(wall, 3), "mixed_cpu": round(cpu, 3), "proven": not stopped and bound == value,
+           "value": value, "nodes": stats["nodes"], "lagrange_steps": stats["lagrange_steps"]}
+    if not with_api:
+        return row
+    plan, api_wall, _ = _timed(lambda: api.solve(doc))
+    row.update({"api_wall": round(api_wall, 3), "objective": plan.objective, "bound": plan.bound,
+                "status": plan.status.solution,
+                "moved_type": sum(1 for pj, j in zip(plan.jobs, inst.jobs)
+                                  if pj.gpus and pj.gpu_type != j.throughput.gpu_type)})
     for name in (("milp", "cpsat") if ip_limit > 0 else ()):
         ref, ref_wall, ref_cpu = _timed(lambda: api.solve(doc, solver=name, time_limit_seconds=ip_limit))
         gap = (ref.bound - ref.objective) / max(abs(ref.bound), 1.0)
@@ -109,6 +111,7 @@ def main() -> None:
     ap.add_argument("--ip-sizes", default="16384x128,131072x1024", help="the sizes at which the IP backends run")
     ap.add_argument("--ip-seeds", type=int, default=None, help="the IP backends on the first N seeds only")
     ap.add_argument("--single", type=int, default=0, help="runs of the single-type check (0: none)")
+    ap.add_argument("--no-api", action="store_true", help="skip api.solve and the IP backends (the solve only)")
     ap.add_argument("--json")
     a = ap.parse_args()
     big = ""
@@ -127,7 +130,7 @@ def main() -> None:
     for size, kind, seed in cases:
         gpus, jobs = (int(v) for v in size.split("x"))
         ip = size in ip_sizes and (a.ip_seeds is None or int(seed) < a.ip_seeds)
-        row = _instance_row(gpus, jobs, kind, int(seed), a.ip_limit if ip else 0.0)
+        row = _instance_row(gpus, jobs, kind, int(seed), a.ip_limit if ip else 0.0, not a.no_api)
         rows.append(row)
         print(json.dumps(row), flush=True)
     single = _single(a.single) if a.single else None

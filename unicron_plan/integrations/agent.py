@@ -327,7 +327,8 @@ class SlurmAgent:
             if s_jobs[jid]["current"]["gpus"]:
                 drift.append(f"job {jid}: runs on {s_jobs[jid]['current']['nodes']} but the coordinator has no such job")
         for jid in set(c_jobs) & set(s_jobs):
-            if c_jobs[jid]["current"] != s_jobs[jid]["current"]:
+            c_cur, s_cur = c_jobs[jid]["current"], s_jobs[jid]["current"]
+            if c_cur["gpus"] != s_cur["gpus"] or sorted(c_cur["nodes"]) != sorted(s_cur["nodes"]):  # a set
                 drift.append(f"job {jid}: Slurm shows {s_jobs[jid]['current']}, the coordinator "
                              f"{c_jobs[jid]['current']}")
         if drift:

@@ -648,7 +648,9 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
         js = JobState(id=j.id, obj=j.label, fields=fields, where=where, granularity=j.gpus_per_pod)
         js.allowed = allowed_types(j.products, cluster_types, gpu_map, j.label)
         if js.allowed is not None:
-            js.allowed_where = f"{j.products[0].path} {PRODUCT_LABEL}"
+            rule = next(r for r in j.products if r.declared)
+            js.allowed_where = (f'{rule.path}.nodeSelector["{PRODUCT_LABEL}"]' if rule.selector is not None else
+                                f"{rule.path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
         job_state[j.id] = js
     for label, pod in _live_pods(pods_doc):
         g = pod_gpus(pod.spec, label, "spec")

@@ -242,3 +242,22 @@ def test_old_plans_without_gpu_type_still_export():
     assert any(c["name"] == "llama" for c in changes)
     assert rule_errors(job_of(jobs, "llama"), merge_patch(copy.deepcopy(job_of(jobs, "llama")),
                                                           next(c for c in changes if c["name"] == "llama")["patch"])) == []
+
+
+def test_hostile_affinity_values_reach_kubectl_inside_the_one_patch_argument(tmp_path):
+    """A template's other expressions are copied into the patch: whatever they hold, the script
+    passes the patch to kubectl as one argument, unchanged (a fake kubectl records it)."""
+    from test_k8s_names import run_script
+
+    hostile = ["$(touch PWNED)", "`touch PWNED`", "a'b\"c", "x; rm -rf /", "\n--all"]
+    nodes, pods, jobs = _with_affinity([[{"key": PRODUCT, "operator": "In", "values": [H, A]},
+                                         {"key": "example.com/pool", "operator": "NotIn", "values": hostile}]])
+    changes = export_k8s(plan_moving("team-a/llama", "a100", {"a100-01": 8, "a100-02": 8}), jobs, pods)
+    calls = run_script(render_kubectl(changes), tmp_path)
+    patch = next(c for c in changes if c["name"] == "llama")
+    argv = next(call["argv"] for call in calls if call["argv"][-1] == "llama")
+    sent = json.loads(argv[argv.index("-p") + 1])
+    assert sent == patch["patch"]
+    terms = sent["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][1]["values"] == hostile

@@ -261,3 +261,22 @@ def test_hostile_affinity_values_reach_kubectl_inside_the_one_patch_argument(tmp
     terms = sent["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms[0]["matchExpressions"][1]["values"] == hostile
+
+
+def test_cli_export_with_nodes_and_a_refused_type(tmp_path):
+    from typer.testing import CliRunner
+
+    from unicron_plan.cli import app
+
+    plan = plan_moving("team-a/llama", "a100", {"a100-01": 8, "a100-02": 8})
+    (tmp_path / "plan.json").write_text(plan.model_dump_json())
+    args = ["export", "k8s", str(tmp_path / "plan.json"), "--jobs", str(MIXED / "pytorchjobs.json"),
+            "--jobs", str(MIXED / "vcjobs.json"), "--pods", str(MIXED / "pods.json"),
+            "--nodes", str(MIXED / "nodes.json"), "--format", "kubectl"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert '"values":["a100-01","a100-02"]' in r.output
+    bad = plan_moving("team-a/llama", "b200", {"b200-01": 8, "b200-02": 8})
+    (tmp_path / "plan.json").write_text(bad.model_dump_json())
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2 and "PyTorchJob team-a/llama plan jobs[0].gpu_type" in r.output, r.output

@@ -44,7 +44,7 @@ from unicron_plan.core.problem import JobTerms, Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 
 MEMORY_BUDGET_BYTES = 512 * 2**20
-REL_TOL = 1e-9
+REL_TOL = 1e-9  # relative tolerance of callers comparing objectives (the DP's own margin: ROUNDING_ULPS)
 CORE_DIVISORS = (2**20, 2**14, 2**8, 2**4)  # core widths tried, as fractions 1/div of the bound's gap
 ROUNDING_ULPS = 8  # float error allowed per added gain when a plan is compared with the bound
 
@@ -366,10 +366,18 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     flat, red_max = _flatten(options, lam, joined=joined)
     ub = lam * capacity + math.fsum(red_max)
     lb_pick, lb = _greedy(flat, capacity, lam)
-    scale = lam * capacity + sum(np.maximum.reduceat(np.abs(flat.g), flat.off[:-1]).tolist()) + 1.0
-    tol = REL_TOL * scale
-    rounding = ROUNDING_ULPS * (m + 1) * np.finfo(float).eps * scale  # float error of sums of m gains
-    stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)))
+    # Float error margin of every cut and proof. A comparison involves one option's deficit
+    # (m_i - (g - lam y), each term at most ``scale``), the slack lam C + sum m_i - T and a
+    # DP value (a sum of m gains whose partial sums are at most the plan's sum of |g|, below
+    # |UB| + twice the losses of the negative gains): each rounding is at most one ulp of
+    # ``scale``, and there are fewer than ROUNDING_ULPS * (m + 1) of them. Far below any
+    # relative tolerance, so gains that differ by 1e-9 relative are still told apart.
+    losses = float(np.maximum(-np.minimum.reduceat(flat.g, flat.off[:-1]), 0.0).sum())
+    scale = abs(ub) + lam * capacity + float(np.abs(red_max).sum()) + 2.0 * losses + 1.0
+    rounding = ROUNDING_ULPS * (m + 1) * float(np.finfo(float).eps) * scale
+    tol = rounding
+    stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)),
+                 rounding=rounding)
     best = ([int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb)
     if lb >= ub - rounding:
         # The greedy plan meets the upper bound up to float rounding: optimal. With equal values per
@@ -400,9 +408,11 @@ def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline
     if flat is None:
         flat, _ = _flatten(options, lam, red_max)
     base = math.fsum(red_max) + lam * capacity
-    for div in CORE_DIVISORS:
-        delta = gap / div
-        if delta <= 2 * tol:
+    # Core widths: fractions of the gap, and a few rounding margins (the narrowest core that can
+    # prove a plan whose value is within float rounding of the bound).
+    deltas = sorted({gap / div for div in CORE_DIVISORS} | {4 * tol})
+    for delta in deltas:
+        if delta <= 2 * tol or delta >= gap:
             continue
         if bool(np.all(flat.deficit <= base - (ub - delta))):
             # This core keeps every option (so would every wider one): it is the full DP with a

@@ -1,0 +1,82 @@
+"""The DP's cuts and proofs keep only a float-rounding margin (not a relative tolerance): gains that
+differ by 1e-9 to 1e-14 relative are still told apart, and the optimum is never cut."""
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from unicron_plan.core.problem import JobTerms
+from unicron_plan.solvers import dp
+
+
+def _job(i: int, y: np.ndarray, g: np.ndarray) -> JobTerms:
+    return JobTerms(index=i, id=f"j{i}", gpu_type="a", weight=1.0, x=0, hit=False, d_trans=0.0, f_x=0.0,
+                    table={}, counts=y.astype(np.int64), f=g.astype(np.float64), gains=g.astype(np.float64))
+
+
+def _noisy(rng, top: int, rel: float, step: int, slope: float, cost: float):
+    y = np.arange(0, top + 1, step, dtype=np.int64)
+    g = slope * y * (1.0 + rel * rng.uniform(-1.0, 1.0, size=len(y)))
+    g[1:] -= cost  # a transition cost on every count but 0 (negative gains near 0)
+    return y, g
+
+
+def _close(a: float, b: float) -> bool:
+    # a few ulps of the value: far below the noise, so a plan that loses to the noise fails
+    return abs(a - b) <= 8 * np.finfo(float).eps * max(abs(a), abs(b), 1.0)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 12), top=st.integers(3, 60), cap=st.integers(1, 300),
+       rel=st.sampled_from([1e-9, 1e-11, 1e-12, 1e-13, 1e-14]), step=st.sampled_from([1, 1, 2, 3]),
+       slope=st.sampled_from([1.0, 150.0, 1.67e6]), cost=st.sampled_from([0.0, 0.0, 1e-6, 5.0]))
+def test_near_linear_noise_matches_the_plain_dp(seed, n, top, cap, rel, step, slope, cost):
+    rng = np.random.default_rng(seed)
+    jobs = [_job(i, *_noisy(rng, min(top, cap), rel, step, slope * rng.choice([1.0, 1.0, 1.0 + 1e-10]), cost))
+            for i in range(n)]  # counts up to the capacity, as build_problem gives them
+    stats: dict = {}
+    counts, value = dp.solve_type(jobs, cap, stats)
+    _, ref = dp.solve_type_reference(jobs, cap)
+    # exact up to the DP's stated float margin, which is far below the noise at 1e-9 to 1e-12
+    margin = stats.get("rounding", 0.0)
+    assert margin <= 1e-12 * max(abs(ref), 1.0)
+    assert ref - margin <= value <= ref + margin, (value, ref, stats)
+    assert sum(counts.values()) <= cap
+    by_id = {j.id: j for j in jobs}
+    total = 0.0
+    for jid, c in counts.items():  # the counts are allowed and worth the value reported
+        k = int(np.searchsorted(by_id[jid].counts, c))
+        assert by_id[jid].counts[k] == c
+        total += float(by_id[jid].gains[k])
+    assert _close(total, value)
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 4), cap=st.integers(0, 40),
+       rel=st.sampled_from([1e-9, 1e-12, 1e-14]))
+def test_tiny_noisy_instances_match_enumeration(seed, n, cap, rel):
+    rng = np.random.default_rng(seed)
+    options = []
+    for _ in range(n):
+        y = np.unique(np.concatenate([[0], rng.integers(1, 15, size=5)])).astype(np.int64)
+        g = 1e6 * y * (1.0 + rel * rng.uniform(-1.0, 1.0, size=len(y)))
+        options.append(dp.pareto_arrays(y, g))
+    stats: dict = {}
+    counts, value = dp.solve_options(options, cap, stats)
+    best = max(math.fsum(float(g[k]) for (_, g), k in zip(options, pick))
+               for pick in np.ndindex(*[len(y) for y, _ in options])
+               if sum(int(y[k]) for (y, _), k in zip(options, pick)) <= cap)
+    margin = stats.get("rounding", 0.0)
+    assert best - margin <= value <= best + margin and sum(counts) <= cap
+
+
+def test_queued_near_linear_keeps_few_options():
+    """1e-9 noise on every count, every job queued: the passes keep a small part of the options
+    (with a relative tolerance of 1e-9 as the margin they kept every one)."""
+    rng = np.random.default_rng(3)
+    jobs = [_job(i, *_noisy(rng, 256, 1e-9, 1, 1.67e6, 0.0)) for i in range(16)]
+    stats: dict = {}
+    _, value = dp.solve_type(jobs, 1021, stats)
+    assert _close(value, dp.solve_type_reference(jobs, 1021)[1])
+    assert not stats["early_exit"] and stats["kept"] < stats["options"] // 4, stats

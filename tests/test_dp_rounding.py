@@ -1,6 +1,7 @@
 """The DP's cuts and proofs keep only a float-rounding margin (not a relative tolerance): gains that
 differ by 1e-9 to 1e-14 relative are still told apart, and the optimum is never cut."""
 
+import itertools
 import math
 
 import numpy as np
@@ -80,3 +81,31 @@ def test_queued_near_linear_keeps_few_options():
     _, value = dp.solve_type(jobs, 1021, stats)
     assert _close(value, dp.solve_type_reference(jobs, 1021)[1])
     assert not stats["early_exit"] and stats["kept"] < stats["options"] // 4, stats
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 4), cap=st.integers(0, 90))
+def test_reachable_sum_is_the_largest_total_of_allowed_counts(seed, n, cap):
+    rng = np.random.default_rng(seed)
+    options = []
+    for _ in range(n):
+        y = rng.integers(1, 30, size=int(rng.integers(1, 7)))
+        if rng.random() < 0.4:  # an arithmetic stretch (taken in log steps)
+            y = np.concatenate([y, np.arange(int(rng.integers(1, 5)), int(rng.integers(5, 40)), int(rng.integers(1, 4)))])
+        if rng.random() < 0.8:
+            y = np.concatenate([[0], y])
+        y = np.unique(y).astype(np.int64)
+        options.append((y, y.astype(float)))
+    totals = [sum(c) for c in itertools.product(*[y.tolist() for y, _ in options]) if sum(c) <= cap]
+    assert dp.reachable_sum(options, cap) == (max(totals) if totals else cap)
+
+
+def test_an_unreachable_capacity_is_cut_and_the_greedy_plan_proven():
+    """Counts 0, 6 and 10 for three jobs (gcd 2): no plan uses 23-25 of 25 GPUs, so the bound of the
+    equal per-GPU values is taken at 22, where a plan that fills it is optimal."""
+    y = np.array([0, 6, 10], dtype=np.int64)
+    jobs = [_job(i, y, 10.0 * y) for i in range(3)]
+    stats: dict = {}
+    counts, value = dp.solve_type(jobs, 25, stats)
+    assert value == 220.0 and sum(counts.values()) == 22
+    assert stats["reachable"] == 22 and stats["ub"] == 220.0

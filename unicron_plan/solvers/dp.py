@@ -326,6 +326,72 @@ def _fold(V: np.ndarray, L: int, U: int, y: np.ndarray, g: np.ndarray, L2: int, 
     return new, choice
 
 
+def _bounds(options, joined: _Joined, capacity: int):
+    """(lam, the options flattened, each job's m_i, UB, the greedy plan's option indices, its value,
+    the float margin) at ``capacity``: rule 3 of the module docstring."""
+    m = len(options)
+    lam = lp_multiplier(options, capacity, joined)
+    flat, red_max = _flatten(options, lam, joined=joined)
+    ub = lam * capacity + math.fsum(red_max)
+    lb_pick, lb = _greedy(flat, capacity, lam)
+    # Float error margin of every cut and proof. A comparison involves one option's deficit
+    # (m_i - (g - lam y), each term at most ``scale``), the slack lam C + sum m_i - T and a
+    # DP value (a sum of m gains whose partial sums are at most the plan's sum of |g|, below
+    # |UB| + twice the losses of the negative gains): each rounding is at most one ulp of
+    # ``scale``, and there are fewer than ROUNDING_ULPS * (m + 1) of them. Far below any
+    # relative tolerance, so gains that differ by 1e-9 relative are still told apart.
+    losses = float(np.maximum(-np.minimum.reduceat(flat.g, flat.off[:-1]), 0.0).sum())
+    scale = abs(ub) + lam * capacity + float(np.abs(red_max).sum()) + 2.0 * losses + 1.0
+    rounding = ROUNDING_ULPS * (m + 1) * float(np.finfo(float).eps) * scale
+    return lam, flat, red_max, ub, lb_pick, lb, rounding
+
+
+MAX_REACH_RUNS = 200_000  # arithmetic runs of counts the reachability pass takes on (else: C stands)
+
+
+def _runs(y: np.ndarray) -> list[tuple[int, int, int]]:
+    """Ascending counts as arithmetic runs (first, step, length) covering them all: one per stretch of
+    equal steps (neighbouring runs share their end count, which is harmless to a union)."""
+    if len(y) < 2:
+        return [(int(v), 1, 1) for v in y.tolist()]
+    d = np.diff(y)
+    starts = np.concatenate([[0], np.flatnonzero(d[1:] != d[:-1]) + 1])
+    ends = np.concatenate([starts[1:], [len(d)]])  # group k: steps d[starts[k]:ends[k]]
+    return list(zip(y[starts].tolist(), d[starts].tolist(), (ends - starts + 1).tolist()))
+
+
+def reachable_sum(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
+                  deadline: float | None = None) -> int:
+    """The largest total <= ``capacity`` of one allowed count per job (every plan uses at most that
+    many GPUs), by a bitset over 0..capacity: job by job, the totals reachable so far shifted by each
+    of its counts, an arithmetic run of counts taken in log2(length) shift-ors. Returns ``capacity``
+    unchanged when the counts form more than MAX_REACH_RUNS runs, or the deadline passes."""
+    runs = [_runs(np.asarray(y, dtype=np.int64)) for y, _ in options]
+    if sum(len(r) for r in runs) > MAX_REACH_RUNS:
+        return capacity
+    mask = (1 << (capacity + 1)) - 1
+    all_zero = all(int(y[0]) == 0 for y, _ in options)
+    reach = 1  # bit t: a total of t GPUs is reachable
+    for job_runs in runs:
+        if deadline is not None and time.perf_counter() >= deadline:
+            return capacity
+        new = 0
+        for first, step, n in job_runs:
+            t = (reach << first) & mask
+            cover = 1  # t holds the shifts by first + step * k for k < cover
+            while cover < n and t:
+                take = min(cover, n - cover)
+                t |= (t << (take * step)) & mask
+                cover += take
+            new |= t
+        reach = new
+        if not reach:
+            return capacity  # nothing fits (the DP reports it)
+        if all_zero and reach >> capacity:  # every later job can add 0: the capacity is reachable
+            return capacity
+    return reach.bit_length() - 1
+
+
 def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
                deadline: float | None = None) -> tuple[dict[str, int], float]:
     """Optimal counts for the jobs of one GPU type sharing ``capacity`` GPUs (exact).
@@ -362,19 +428,15 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     if reach < capacity:  # no plan uses more than ``reach`` GPUs: solving for it is the same problem
         stats["reachable"] = reach
         capacity = reach
-    lam = lp_multiplier(options, capacity, joined)
-    flat, red_max = _flatten(options, lam, joined=joined)
-    ub = lam * capacity + math.fsum(red_max)
-    lb_pick, lb = _greedy(flat, capacity, lam)
-    # Float error margin of every cut and proof. A comparison involves one option's deficit
-    # (m_i - (g - lam y), each term at most ``scale``), the slack lam C + sum m_i - T and a
-    # DP value (a sum of m gains whose partial sums are at most the plan's sum of |g|, below
-    # |UB| + twice the losses of the negative gains): each rounding is at most one ulp of
-    # ``scale``, and there are fewer than ROUNDING_ULPS * (m + 1) of them. Far below any
-    # relative tolerance, so gains that differ by 1e-9 relative are still told apart.
-    losses = float(np.maximum(-np.minimum.reduceat(flat.g, flat.off[:-1]), 0.0).sum())
-    scale = abs(ub) + lam * capacity + float(np.abs(red_max).sum()) + 2.0 * losses + 1.0
-    rounding = ROUNDING_ULPS * (m + 1) * float(np.finfo(float).eps) * scale
+    lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity)
+    used = int(flat.y[flat.off[:-1] + lb_pick].sum())
+    if lb < ub - rounding and used < capacity:
+        # The greedy plan leaves GPUs unused and does not meet the bound: the largest total the
+        # allowed counts can reach may be below C, and then the bounds at that total are tighter.
+        top = reachable_sum(options, capacity, deadline)
+        if top < capacity:
+            stats["reachable"] = capacity = top
+            lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity)
     tol = rounding
     stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)),
                  rounding=rounding)

@@ -238,32 +238,84 @@ def reachable_capacity(counts: np.ndarray, capacity: int) -> int:
 def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
                   joined: _Joined | None = None) -> float:
     """lam minimising lam C + sum_i max_y (G_i(y) - lam y): the slope where the LP fills C."""
+    return _lp(options, capacity, joined)[0]
+
+
+def _lp(options, capacity: int, joined: _Joined | None = None):
+    """(:func:`lp_multiplier`, the envelopes' vertices (y, g, job) or None when there are none)."""
     if not options:
-        return 0.0
+        return 0.0, None
     hy, hg, seg = _upper_hulls(options, joined=joined)
     within = seg[1:] == seg[:-1]  # consecutive vertices of one job: an envelope segment
     if not within.any():
-        return 0.0
+        return 0.0, (hy, hg, seg)
     n = (hy[1:] - hy[:-1])[within]
     s = (hg[1:] - hg[:-1])[within] / n
     order = np.argsort(-s, kind="stable")
     filled = np.cumsum(n[order])
     at = int(np.searchsorted(filled, capacity, side="left"))
-    return 0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)
+    return (0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)), (hy, hg, seg)
 
 
-def _greedy(flat: "_Flat", capacity: int, lam: float) -> tuple[np.ndarray, float]:
-    """A feasible plan: each job at its largest envelope vertex of slope > lam, then best upgrades.
-    ``flat``: the options flattened (:func:`_flatten`)."""
+def _segment_start(hull, flat: "_Flat", capacity: int) -> np.ndarray | None:
+    """A feasible start for :func:`_greedy` (flat option indices, one per job) from the envelopes:
+    every job at its first vertex, then envelope segments in decreasing slope, each taken whole when
+    it fits (a job whose segment does not fit takes none of its later ones). Where the LP takes a
+    fraction of one segment among many of equal slope (identical jobs), this fills the capacity with
+    whole segments instead of stopping every job before the tied ones. None when it does not fit."""
+    hy, hg, seg = hull
+    m = len(flat.off) - 1
+    span = int(flat.y.max()) + 2
+    key = np.repeat(np.arange(m, dtype=np.int64), np.diff(flat.off)) * span + flat.y
+    vert = np.searchsorted(key, seg.astype(np.int64) * span + hy)  # flat index of each vertex
+    first = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
+    if len(first) != m:
+        return None
+    at = first.copy()  # each job's vertex (an index into the hull arrays)
+    left = capacity - int(hy[first].sum())
+    if left < 0:
+        return None
+    within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k runs from vertex within[k] to within[k] + 1
+    if len(within):
+        n = hy[within + 1] - hy[within]
+        s = (hg[within + 1] - hg[within]) / n
+        order = np.argsort(-s, kind="stable")
+        filled = np.cumsum(n[order])
+        p = int(np.searchsorted(filled, left, side="right"))  # the first p segments fit whole
+        if p:
+            np.add.at(at, seg[within[order[:p]]], 1)
+            left -= int(filled[p - 1])
+        blocked = np.zeros(m, dtype=bool)
+        jobs_of, n_list, starts = seg[within].tolist(), n.tolist(), within.tolist()
+        for k in order[p:].tolist():
+            if left <= 0:
+                break
+            j = jobs_of[k]
+            if blocked[j] or at[j] != starts[k]:
+                continue
+            if n_list[k] <= left:
+                at[j] += 1
+                left -= n_list[k]
+            else:
+                blocked[j] = True
+    return vert[at]
+
+
+def _greedy(flat: "_Flat", capacity: int, lam: float, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """A feasible plan: each job at its largest envelope vertex of slope > lam (or at ``start``, flat
+    option indices), then best upgrades. ``flat``: the options flattened (:func:`_flatten`)."""
     offs, ally, allg = flat.off, flat.y, flat.g
     m = len(offs) - 1
     sizes = np.diff(offs)
     # Start: every job at the count maximising G - lam' y for lam' just above lam (no tie taken).
-    lam_up = lam * (1 + 1e-12) + 1e-12
-    red = allg - lam_up * ally
-    # each job's first maximum of red (np.argmax per job, for all jobs at once)
-    at_max = np.flatnonzero(red == np.repeat(np.maximum.reduceat(red, offs[:-1]), sizes))
-    pick = at_max[np.searchsorted(at_max, offs[:-1])]
+    if start is not None:
+        pick = start.copy()
+    else:
+        lam_up = lam * (1 + 1e-12) + 1e-12
+        red = allg - lam_up * ally
+        # each job's first maximum of red (np.argmax per job, for all jobs at once)
+        at_max = np.flatnonzero(red == np.repeat(np.maximum.reduceat(red, offs[:-1]), sizes))
+        pick = at_max[np.searchsorted(at_max, offs[:-1])]
     used = int(ally[pick].sum())
     if used > capacity:  # cannot happen for lam from lp_multiplier; fall back to all zeros
         pick = offs[:-1].copy()
@@ -330,10 +382,15 @@ def _bounds(options, joined: _Joined, capacity: int):
     """(lam, the options flattened, each job's m_i, UB, the greedy plan's option indices, its value,
     the float margin) at ``capacity``: rule 3 of the module docstring."""
     m = len(options)
-    lam = lp_multiplier(options, capacity, joined)
+    lam, hull = _lp(options, capacity, joined)
     flat, red_max = _flatten(options, lam, joined=joined)
     ub = lam * capacity + math.fsum(red_max)
     lb_pick, lb = _greedy(flat, capacity, lam)
+    start = _segment_start(hull, flat, capacity) if hull is not None else None
+    if start is not None:  # the better of the two feasible plans
+        pick2, lb2 = _greedy(flat, capacity, lam, start)
+        if lb2 > lb:
+            lb_pick, lb = pick2, lb2
     # Float error margin of every cut and proof. A comparison involves one option's deficit
     # (m_i - (g - lam y), each term at most ``scale``), the slack lam C + sum m_i - T and a
     # DP value (a sum of m gains whose partial sums are at most the plan's sum of |g|, below
@@ -469,16 +526,16 @@ def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline
     core = None
     if flat is None:
         flat, _ = _flatten(options, lam, red_max)
-    base = math.fsum(red_max) + lam * capacity
     # Core widths: fractions of the gap, and a few rounding margins (the narrowest core that can
     # prove a plan whose value is within float rounding of the bound).
     deltas = sorted({gap / div for div in CORE_DIVISORS} | {4 * tol})
+    full = int(np.count_nonzero(flat.deficit <= gap + tol))  # options the full pass keeps
     for delta in deltas:
         if delta <= 2 * tol or delta >= gap:
             continue
-        if bool(np.all(flat.deficit <= base - (ub - delta))):
-            # This core keeps every option (so would every wider one): it is the full DP with a
-            # higher threshold, so run the full pass once instead.
+        if 2 * int(np.count_nonzero(flat.deficit <= delta)) > full:
+            # This core keeps over half of the full pass's options (so would every wider one):
+            # it would cost about as much as the full pass, so run the full pass once instead.
             stats["cores_skipped"] = True
             break
         found = _attempt(options, red_max, lam, capacity, ub - delta, stats, deadline=deadline, flat=flat)

@@ -129,9 +129,12 @@ def _pareto_joined(jobs: list[JobTerms]) -> tuple[list[tuple[np.ndarray, np.ndar
     keep = np.zeros(len(gains), dtype=np.uint8)
     NATIVE_PARETO(m, off.ctypes.data, gains.ctypes.data, keep.ctypes.data)
     keep = keep.view(bool)
-    kept_off = np.zeros(m + 1, dtype=np.int64)
-    np.cumsum(np.add.reduceat(keep.astype(np.int64), off[:-1]), out=kept_off[1:])
-    ys, gs = counts[keep], gains[keep]
+    if keep.all():  # every count beats the smaller ones (near-linear tables): no copy
+        ys, gs, kept_off = counts, gains, off
+    else:
+        kept_off = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(np.add.reduceat(keep.astype(np.int64), off[:-1]), out=kept_off[1:])
+        ys, gs = counts[keep], gains[keep]
     return [(ys[a:b], gs[a:b]) for a, b in zip(kept_off[:-1].tolist(), kept_off[1:].tolist())], \
         _Joined(ys, gs, kept_off)
 
@@ -198,14 +201,14 @@ def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, 
     options, when the caller has it.
     """
     y, g, off = joined if joined is not None else _join(options)
-    seg = np.repeat(np.arange(len(options)), np.diff(off))
     if NATIVE_HULL is not None:  # every job's monotone chain in one compiled call
         keep = np.zeros(len(y), dtype=np.uint8)
         stack = np.empty(len(y), dtype=np.int64)
         NATIVE_HULL(len(options), off.ctypes.data, y.ctypes.data, g.ctypes.data, stack.ctypes.data,
                     keep.ctypes.data)
-        keep = keep.view(bool)
-        return y[keep], g[keep], seg[keep]
+        at = np.flatnonzero(keep)
+        return y[at], g[at], np.searchsorted(off, at, side="right") - 1
+    seg = np.repeat(np.arange(len(options)), np.diff(off))
     for _ in range(passes):
         if len(y) < 3:
             return y, g, seg
@@ -257,28 +260,39 @@ def _lp(options, capacity: int, joined: _Joined | None = None):
     return (0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)), (hy, hg, seg)
 
 
-def _segment_start(hull, flat: "_Flat", capacity: int) -> np.ndarray | None:
-    """A feasible start for :func:`_greedy` (flat option indices, one per job) from the envelopes:
-    every job at its first vertex, then envelope segments in decreasing slope, each taken whole when
-    it fits (a job whose segment does not fit takes none of its later ones). Where the LP takes a
-    fraction of one segment among many of equal slope (identical jobs), this fills the capacity with
-    whole segments instead of stopping every job before the tied ones. None when it does not fit."""
+def _option_key(flat: "_Flat", capacity: int) -> np.ndarray:
+    """job x (capacity + 2) + min(count, capacity + 1) of every flat option: ascending, so that a
+    job's largest count <= c is one search."""
+    m = len(flat.off) - 1
+    return np.repeat(np.arange(m, dtype=np.int64) * (capacity + 2), np.diff(flat.off)) + np.minimum(flat.y, capacity + 1)
+
+
+def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> list[np.ndarray]:
+    """Feasible starts for :func:`_greedy` (flat option indices, one per job) from the envelopes:
+    (1) every job at its largest vertex reached by segments of slope > lam (no tie taken);
+    (2) every job at its first vertex, then envelope segments in decreasing slope, each taken whole
+    when it fits (a job whose segment does not fit takes none of its later ones). Where the LP takes
+    a fraction of one segment among many of equal slope (identical jobs), (2) fills the capacity with
+    whole segments where (1) stops every job before the tied ones. A start that does not fit is left out."""
     hy, hg, seg = hull
     m = len(flat.off) - 1
-    span = int(flat.y.max()) + 2
-    key = np.repeat(np.arange(m, dtype=np.int64), np.diff(flat.off)) * span + flat.y
-    vert = np.searchsorted(key, seg.astype(np.int64) * span + hy)  # flat index of each vertex
+    vert = np.searchsorted(key, seg.astype(np.int64) * (capacity + 2) + np.minimum(hy, capacity + 1))
     first = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
     if len(first) != m:
-        return None
+        return []
+    within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k runs from vertex within[k] to within[k] + 1
+    n = hy[within + 1] - hy[within]
+    s = (hg[within + 1] - hg[within]) / n
+    out = []
+    up = np.zeros(m, dtype=np.int64)
+    np.add.at(up, seg[within[s > lam * (1 + 1e-12) + 1e-12]], 1)
+    if int(hy[first + up].sum()) <= capacity:
+        out.append(vert[first + up])
     at = first.copy()  # each job's vertex (an index into the hull arrays)
     left = capacity - int(hy[first].sum())
     if left < 0:
-        return None
-    within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k runs from vertex within[k] to within[k] + 1
+        return out
     if len(within):
-        n = hy[within + 1] - hy[within]
-        s = (hg[within + 1] - hg[within]) / n
         order = np.argsort(-s, kind="stable")
         filled = np.cumsum(n[order])
         p = int(np.searchsorted(filled, left, side="right"))  # the first p segments fit whole
@@ -298,29 +312,18 @@ def _segment_start(hull, flat: "_Flat", capacity: int) -> np.ndarray | None:
                 left -= n_list[k]
             else:
                 blocked[j] = True
-    return vert[at]
+    out.append(vert[at])
+    return out
 
 
-def _greedy(flat: "_Flat", capacity: int, lam: float, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
-    """A feasible plan: each job at its largest envelope vertex of slope > lam (or at ``start``, flat
-    option indices), then best upgrades. ``flat``: the options flattened (:func:`_flatten`)."""
+def _greedy(flat: "_Flat", capacity: int, start: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, float]:
+    """A feasible plan: every job at ``start`` (flat option indices, fitting together), then the best
+    single upgrades into the GPUs left. ``flat``: the options flattened (:func:`_flatten`); ``key``:
+    :func:`_option_key`."""
     offs, ally, allg = flat.off, flat.y, flat.g
     m = len(offs) - 1
-    sizes = np.diff(offs)
-    # Start: every job at the count maximising G - lam' y for lam' just above lam (no tie taken).
-    if start is not None:
-        pick = start.copy()
-    else:
-        lam_up = lam * (1 + 1e-12) + 1e-12
-        red = allg - lam_up * ally
-        # each job's first maximum of red (np.argmax per job, for all jobs at once)
-        at_max = np.flatnonzero(red == np.repeat(np.maximum.reduceat(red, offs[:-1]), sizes))
-        pick = at_max[np.searchsorted(at_max, offs[:-1])]
+    pick = start.copy()
     used = int(ally[pick].sum())
-    if used > capacity:  # cannot happen for lam from lp_multiplier; fall back to all zeros
-        pick = offs[:-1].copy()
-        used = int(ally[pick].sum())
-    key = np.repeat(np.arange(m, dtype=np.int64), sizes) * (capacity + 2) + np.minimum(ally, capacity + 1)
     base = np.arange(m, dtype=np.int64) * (capacity + 2)
     for _ in range(2 * m + 1):
         left = capacity - used
@@ -385,12 +388,14 @@ def _bounds(options, joined: _Joined, capacity: int):
     lam, hull = _lp(options, capacity, joined)
     flat, red_max = _flatten(options, lam, joined=joined)
     ub = lam * capacity + math.fsum(red_max)
-    lb_pick, lb = _greedy(flat, capacity, lam)
-    start = _segment_start(hull, flat, capacity) if hull is not None else None
-    if start is not None:  # the better of the two feasible plans
-        pick2, lb2 = _greedy(flat, capacity, lam, start)
-        if lb2 > lb:
-            lb_pick, lb = pick2, lb2
+    key = _option_key(flat, capacity)
+    lb_pick, lb = flat.off[:-1] - flat.off[:-1], -math.inf
+    for start in (_starts(hull, flat, capacity, lam, key) if hull is not None else []):
+        pick, value = _greedy(flat, capacity, start, key)
+        if value > lb:  # the better feasible plan
+            lb_pick, lb = pick, value
+    if lb == -math.inf:  # every job at its smallest count (the DP reports it when that does not fit)
+        lb_pick, lb = _greedy(flat, capacity, flat.off[:-1].copy(), key)
     # Float error margin of every cut and proof. A comparison involves one option's deficit
     # (m_i - (g - lam y), each term at most ``scale``), the slack lam C + sum m_i - T and a
     # DP value (a sum of m gains whose partial sums are at most the plan's sum of |g|, below

@@ -300,18 +300,20 @@ def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> 
             np.add.at(at, seg[within[order[:p]]], 1)
             left -= int(filled[p - 1])
         blocked = np.zeros(m, dtype=bool)
-        jobs_of, n_list, starts = seg[within].tolist(), n.tolist(), within.tolist()
-        for k in order[p:].tolist():
+        for b in range(p, len(order), 256):  # the rest in slope order, a block at a time until full
             if left <= 0:
                 break
-            j = jobs_of[k]
-            if blocked[j] or at[j] != starts[k]:
-                continue
-            if n_list[k] <= left:
-                at[j] += 1
-                left -= n_list[k]
-            else:
-                blocked[j] = True
+            ks = order[b:b + 256]
+            for j, size, first_vertex in zip(seg[within[ks]].tolist(), n[ks].tolist(), within[ks].tolist()):
+                if left <= 0:
+                    break
+                if blocked[j] or at[j] != first_vertex:
+                    continue
+                if size <= left:
+                    at[j] += 1
+                    left -= size
+                else:
+                    blocked[j] = True
     out.append(vert[at])
     return out
 
@@ -533,16 +535,19 @@ def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline
         flat, _ = _flatten(options, lam, red_max)
     # Core widths: fractions of the gap, and a few rounding margins (the narrowest core that can
     # prove a plan whose value is within float rounding of the bound).
-    deltas = sorted({gap / div for div in CORE_DIVISORS} | {4 * tol})
+    deltas = sorted(d for d in {gap / div for div in CORE_DIVISORS} | {4 * tol} if 2 * tol < d < gap)
     full = int(np.count_nonzero(flat.deficit <= gap + tol))  # options the full pass keeps
-    for delta in deltas:
-        if delta <= 2 * tol or delta >= gap:
-            continue
-        if 2 * int(np.count_nonzero(flat.deficit <= delta)) > full:
+    kept = [int(np.count_nonzero(flat.deficit <= d)) for d in deltas] + [full]
+    for at, delta in enumerate(deltas):
+        if 2 * kept[at] > full:
             # This core keeps over half of the full pass's options (so would every wider one):
             # it would cost about as much as the full pass, so run the full pass once instead.
             stats["cores_skipped"] = True
             break
+        if kept[at] == kept[at + 1]:
+            # The next wider core (or the full pass) has the same options and a lower threshold: any
+            # plan that proves this core optimal proves that one too, so only that one runs.
+            continue
         found = _attempt(options, red_max, lam, capacity, ub - delta, stats, deadline=deadline, flat=flat)
         if found is None:
             continue

@@ -410,7 +410,7 @@ def _bounds(options, joined: _Joined, capacity: int):
     return lam, flat, red_max, ub, lb_pick, lb, rounding
 
 
-MAX_REACH_RUNS = 200_000  # arithmetic runs of counts the reachability pass takes on (else: C stands)
+MAX_REACH_WORDS = 50_000_000  # 64-bit words shifted by the reachability pass at most (else: C stands)
 
 
 def _runs(y: np.ndarray) -> list[tuple[int, int, int]]:
@@ -429,9 +429,10 @@ def reachable_sum(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     """The largest total <= ``capacity`` of one allowed count per job (every plan uses at most that
     many GPUs), by a bitset over 0..capacity: job by job, the totals reachable so far shifted by each
     of its counts, an arithmetic run of counts taken in log2(length) shift-ors. Returns ``capacity``
-    unchanged when the counts form more than MAX_REACH_RUNS runs, or the deadline passes."""
+    unchanged when that would shift more than MAX_REACH_WORDS words, or the deadline passes."""
     runs = [_runs(np.asarray(y, dtype=np.int64)) for y, _ in options]
-    if sum(len(r) for r in runs) > MAX_REACH_RUNS:
+    shifts = sum(1 + max(n, 1).bit_length() for r in runs for _, _, n in r)
+    if shifts * (capacity // 64 + 1) > MAX_REACH_WORDS:
         return capacity
     mask = (1 << (capacity + 1)) - 1
     all_zero = all(int(y[0]) == 0 for y, _ in options)

@@ -245,19 +245,21 @@ def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
 
 
 def _lp(options, capacity: int, joined: _Joined | None = None):
-    """(:func:`lp_multiplier`, the envelopes' vertices (y, g, job) or None when there are none)."""
+    """(:func:`lp_multiplier`, the envelopes or None when there are none: their vertices (y, g, job),
+    then their segments (first vertex, length, slope) and the segments' order by decreasing slope)."""
     if not options:
         return 0.0, None
     hy, hg, seg = _upper_hulls(options, joined=joined)
-    within = seg[1:] == seg[:-1]  # consecutive vertices of one job: an envelope segment
-    if not within.any():
-        return 0.0, (hy, hg, seg)
-    n = (hy[1:] - hy[:-1])[within]
-    s = (hg[1:] - hg[:-1])[within] / n
+    within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k: vertex within[k] to within[k] + 1, one job
+    n = hy[within + 1] - hy[within]
+    s = (hg[within + 1] - hg[within]) / n
     order = np.argsort(-s, kind="stable")
+    hull = (hy, hg, seg, within, n, s, order)
+    if not len(within):
+        return 0.0, hull
     filled = np.cumsum(n[order])
     at = int(np.searchsorted(filled, capacity, side="left"))
-    return (0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)), (hy, hg, seg)
+    return (0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)), hull
 
 
 def _option_key(flat: "_Flat", capacity: int) -> np.ndarray:
@@ -274,15 +276,12 @@ def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> 
     when it fits (a job whose segment does not fit takes none of its later ones). Where the LP takes
     a fraction of one segment among many of equal slope (identical jobs), (2) fills the capacity with
     whole segments where (1) stops every job before the tied ones. A start that does not fit is left out."""
-    hy, hg, seg = hull
+    hy, hg, seg, within, n, s, order = hull
     m = len(flat.off) - 1
     vert = np.searchsorted(key, seg.astype(np.int64) * (capacity + 2) + np.minimum(hy, capacity + 1))
     first = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
     if len(first) != m:
         return []
-    within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k runs from vertex within[k] to within[k] + 1
-    n = hy[within + 1] - hy[within]
-    s = (hg[within + 1] - hg[within]) / n
     out = []
     up = np.zeros(m, dtype=np.int64)
     np.add.at(up, seg[within[s > lam * (1 + 1e-12) + 1e-12]], 1)
@@ -293,7 +292,6 @@ def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> 
     if left < 0:
         return out
     if len(within):
-        order = np.argsort(-s, kind="stable")
         filled = np.cumsum(n[order])
         p = int(np.searchsorted(filled, left, side="right"))  # the first p segments fit whole
         if p:

@@ -16,6 +16,7 @@
 
 #define FOLD_BLOCK 1024 /* capacities per block: the block's values and choices stay in L1 */
 #define FOLD_GROUP 4     /* options folded together: each cell is read and written once per group */
+#define FOLD_CHUNK_CELLS (1 << 22) /* cell updates between two looks at the deadline in a pass */
 
 /* The fold, blocked over capacities and over groups of options, without branches in the inner loops
  * (the compiler vectorises them). Within a block, the options are applied in their order k to every
@@ -150,7 +151,14 @@ int64_t maxplus_pass(int64_t m, const int64_t *off, const int64_t *y, const doub
         int64_t xlen = need_top > U ? need_top - L + 1 : width;
         memcpy(Vx, V, sizeof(double) * width);
         for (int64_t i = width; i < xlen; i++) Vx[i] = V[width - 1];
-        maxplus_fold(Vx, L, yj, gj, K, L2, W, nw, ch);
+        /* In chunks of capacities of about FOLD_CHUNK_CELLS cell updates, the deadline checked between
+         * them: a fold of a wide window with many options stops within a few milliseconds of it. */
+        int64_t chunk = K > 0 ? FOLD_CHUNK_CELLS / K : W;
+        chunk = chunk < FOLD_BLOCK ? FOLD_BLOCK : chunk / FOLD_BLOCK * FOLD_BLOCK;
+        for (int64_t c0 = 0; c0 < W; c0 += chunk) {
+            if (c0 > 0 && deadline >= 0 && now_monotonic() >= deadline) { status = 2; goto done; }
+            maxplus_fold(Vx, L, yj, gj, K, L2 + c0, W - c0 < chunk ? W - c0 : chunk, nw + c0, ch + c0);
+        }
         int64_t a = 0, b = W - 1;
         if (cut) {
             double am = after_m[j];

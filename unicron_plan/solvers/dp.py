@@ -44,7 +44,7 @@ from unicron_plan.core.problem import JobTerms, Problem, RawSolution
 from unicron_plan.solvers import SolverOptions
 
 MEMORY_BUDGET_BYTES = 512 * 2**20
-REL_TOL = 1e-9
+REL_TOL = 1e-9  # relative tolerance of callers comparing objectives (the DP's own margin: ROUNDING_ULPS)
 CORE_DIVISORS = (2**20, 2**14, 2**8, 2**4)  # core widths tried, as fractions 1/div of the bound's gap
 ROUNDING_ULPS = 8  # float error allowed per added gain when a plan is compared with the bound
 
@@ -129,9 +129,12 @@ def _pareto_joined(jobs: list[JobTerms]) -> tuple[list[tuple[np.ndarray, np.ndar
     keep = np.zeros(len(gains), dtype=np.uint8)
     NATIVE_PARETO(m, off.ctypes.data, gains.ctypes.data, keep.ctypes.data)
     keep = keep.view(bool)
-    kept_off = np.zeros(m + 1, dtype=np.int64)
-    np.cumsum(np.add.reduceat(keep.astype(np.int64), off[:-1]), out=kept_off[1:])
-    ys, gs = counts[keep], gains[keep]
+    if keep.all():  # every count beats the smaller ones (near-linear tables): no copy
+        ys, gs, kept_off = counts, gains, off
+    else:
+        kept_off = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(np.add.reduceat(keep.astype(np.int64), off[:-1]), out=kept_off[1:])
+        ys, gs = counts[keep], gains[keep]
     return [(ys[a:b], gs[a:b]) for a, b in zip(kept_off[:-1].tolist(), kept_off[1:].tolist())], \
         _Joined(ys, gs, kept_off)
 
@@ -198,14 +201,14 @@ def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, 
     options, when the caller has it.
     """
     y, g, off = joined if joined is not None else _join(options)
-    seg = np.repeat(np.arange(len(options)), np.diff(off))
     if NATIVE_HULL is not None:  # every job's monotone chain in one compiled call
         keep = np.zeros(len(y), dtype=np.uint8)
         stack = np.empty(len(y), dtype=np.int64)
         NATIVE_HULL(len(options), off.ctypes.data, y.ctypes.data, g.ctypes.data, stack.ctypes.data,
                     keep.ctypes.data)
-        keep = keep.view(bool)
-        return y[keep], g[keep], seg[keep]
+        at = np.flatnonzero(keep)
+        return y[at], g[at], np.searchsorted(off, at, side="right") - 1
+    seg = np.repeat(np.arange(len(options)), np.diff(off))
     for _ in range(passes):
         if len(y) < 3:
             return y, g, seg
@@ -238,37 +241,89 @@ def reachable_capacity(counts: np.ndarray, capacity: int) -> int:
 def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
                   joined: _Joined | None = None) -> float:
     """lam minimising lam C + sum_i max_y (G_i(y) - lam y): the slope where the LP fills C."""
+    return _lp(options, capacity, joined)[0]
+
+
+def _lp(options, capacity: int, joined: _Joined | None = None):
+    """(:func:`lp_multiplier`, the envelopes or None when there are none: their vertices (y, g, job),
+    then their segments (first vertex, length, slope) and the segments' order by decreasing slope)."""
     if not options:
-        return 0.0
+        return 0.0, None
     hy, hg, seg = _upper_hulls(options, joined=joined)
-    within = seg[1:] == seg[:-1]  # consecutive vertices of one job: an envelope segment
-    if not within.any():
-        return 0.0
-    n = (hy[1:] - hy[:-1])[within]
-    s = (hg[1:] - hg[:-1])[within] / n
+    within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k: vertex within[k] to within[k] + 1, one job
+    n = hy[within + 1] - hy[within]
+    s = (hg[within + 1] - hg[within]) / n
     order = np.argsort(-s, kind="stable")
+    hull = (hy, hg, seg, within, n, s, order)
+    if not len(within):
+        return 0.0, hull
     filled = np.cumsum(n[order])
     at = int(np.searchsorted(filled, capacity, side="left"))
-    return 0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)
+    return (0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)), hull
 
 
-def _greedy(flat: "_Flat", capacity: int, lam: float) -> tuple[np.ndarray, float]:
-    """A feasible plan: each job at its largest envelope vertex of slope > lam, then best upgrades.
-    ``flat``: the options flattened (:func:`_flatten`)."""
+def _option_key(flat: "_Flat", capacity: int) -> np.ndarray:
+    """job x (capacity + 2) + min(count, capacity + 1) of every flat option: ascending, so that a
+    job's largest count <= c is one search."""
+    m = len(flat.off) - 1
+    return np.repeat(np.arange(m, dtype=np.int64) * (capacity + 2), np.diff(flat.off)) + np.minimum(flat.y, capacity + 1)
+
+
+def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> list[np.ndarray]:
+    """Feasible starts for :func:`_greedy` (flat option indices, one per job) from the envelopes:
+    (1) every job at its largest vertex reached by segments of slope > lam (no tie taken);
+    (2) every job at its first vertex, then envelope segments in decreasing slope, each taken whole
+    when it fits (a job whose segment does not fit takes none of its later ones). Where the LP takes
+    a fraction of one segment among many of equal slope (identical jobs), (2) fills the capacity with
+    whole segments where (1) stops every job before the tied ones. A start that does not fit is left out."""
+    hy, hg, seg, within, n, s, order = hull
+    m = len(flat.off) - 1
+    vert = np.searchsorted(key, seg.astype(np.int64) * (capacity + 2) + np.minimum(hy, capacity + 1))
+    first = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
+    if len(first) != m:
+        return []
+    out = []
+    up = np.zeros(m, dtype=np.int64)
+    np.add.at(up, seg[within[s > lam * (1 + 1e-12) + 1e-12]], 1)
+    if int(hy[first + up].sum()) <= capacity:
+        out.append(vert[first + up])
+    at = first.copy()  # each job's vertex (an index into the hull arrays)
+    left = capacity - int(hy[first].sum())
+    if left < 0:
+        return out
+    if len(within):
+        filled = np.cumsum(n[order])
+        p = int(np.searchsorted(filled, left, side="right"))  # the first p segments fit whole
+        if p:
+            np.add.at(at, seg[within[order[:p]]], 1)
+            left -= int(filled[p - 1])
+        blocked = np.zeros(m, dtype=bool)
+        for b in range(p, len(order), 256):  # the rest in slope order, a block at a time until full
+            if left <= 0:
+                break
+            ks = order[b:b + 256]
+            for j, size, first_vertex in zip(seg[within[ks]].tolist(), n[ks].tolist(), within[ks].tolist()):
+                if left <= 0:
+                    break
+                if blocked[j] or at[j] != first_vertex:
+                    continue
+                if size <= left:
+                    at[j] += 1
+                    left -= size
+                else:
+                    blocked[j] = True
+    out.append(vert[at])
+    return out
+
+
+def _greedy(flat: "_Flat", capacity: int, start: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, float]:
+    """A feasible plan: every job at ``start`` (flat option indices, fitting together), then the best
+    single upgrades into the GPUs left. ``flat``: the options flattened (:func:`_flatten`); ``key``:
+    :func:`_option_key`."""
     offs, ally, allg = flat.off, flat.y, flat.g
     m = len(offs) - 1
-    sizes = np.diff(offs)
-    # Start: every job at the count maximising G - lam' y for lam' just above lam (no tie taken).
-    lam_up = lam * (1 + 1e-12) + 1e-12
-    red = allg - lam_up * ally
-    # each job's first maximum of red (np.argmax per job, for all jobs at once)
-    at_max = np.flatnonzero(red == np.repeat(np.maximum.reduceat(red, offs[:-1]), sizes))
-    pick = at_max[np.searchsorted(at_max, offs[:-1])]
+    pick = start.copy()
     used = int(ally[pick].sum())
-    if used > capacity:  # cannot happen for lam from lp_multiplier; fall back to all zeros
-        pick = offs[:-1].copy()
-        used = int(ally[pick].sum())
-    key = np.repeat(np.arange(m, dtype=np.int64), sizes) * (capacity + 2) + np.minimum(ally, capacity + 1)
     base = np.arange(m, dtype=np.int64) * (capacity + 2)
     for _ in range(2 * m + 1):
         left = capacity - used
@@ -326,6 +381,80 @@ def _fold(V: np.ndarray, L: int, U: int, y: np.ndarray, g: np.ndarray, L2: int, 
     return new, choice
 
 
+def _bounds(options, joined: _Joined, capacity: int):
+    """(lam, the options flattened, each job's m_i, UB, the greedy plan's option indices, its value,
+    the float margin) at ``capacity``: rule 3 of the module docstring."""
+    m = len(options)
+    lam, hull = _lp(options, capacity, joined)
+    flat, red_max = _flatten(options, lam, joined=joined)
+    ub = lam * capacity + math.fsum(red_max)
+    key = _option_key(flat, capacity)
+    lb_pick, lb = flat.off[:-1] - flat.off[:-1], -math.inf
+    for start in (_starts(hull, flat, capacity, lam, key) if hull is not None else []):
+        pick, value = _greedy(flat, capacity, start, key)
+        if value > lb:  # the better feasible plan
+            lb_pick, lb = pick, value
+    if lb == -math.inf:  # every job at its smallest count (the DP reports it when that does not fit)
+        lb_pick, lb = _greedy(flat, capacity, flat.off[:-1].copy(), key)
+    # Float error margin of every cut and proof. A comparison involves one option's deficit
+    # (m_i - (g - lam y), each term at most ``scale``), the slack lam C + sum m_i - T and a
+    # DP value (a sum of m gains whose partial sums are at most the plan's sum of |g|, below
+    # |UB| + twice the losses of the negative gains): each rounding is at most one ulp of
+    # ``scale``, and there are fewer than ROUNDING_ULPS * (m + 1) of them. Far below any
+    # relative tolerance, so gains that differ by 1e-9 relative are still told apart.
+    losses = float(np.maximum(-np.minimum.reduceat(flat.g, flat.off[:-1]), 0.0).sum())
+    scale = abs(ub) + lam * capacity + float(np.abs(red_max).sum()) + 2.0 * losses + 1.0
+    rounding = ROUNDING_ULPS * (m + 1) * float(np.finfo(float).eps) * scale
+    return lam, flat, red_max, ub, lb_pick, lb, rounding
+
+
+MAX_REACH_WORDS = 50_000_000  # 64-bit words shifted by the reachability pass at most (else: C stands)
+
+
+def _runs(y: np.ndarray) -> list[tuple[int, int, int]]:
+    """Ascending counts as arithmetic runs (first, step, length) covering them all: one per stretch of
+    equal steps (neighbouring runs share their end count, which is harmless to a union)."""
+    if len(y) < 2:
+        return [(int(v), 1, 1) for v in y.tolist()]
+    d = np.diff(y)
+    starts = np.concatenate([[0], np.flatnonzero(d[1:] != d[:-1]) + 1])
+    ends = np.concatenate([starts[1:], [len(d)]])  # group k: steps d[starts[k]:ends[k]]
+    return list(zip(y[starts].tolist(), d[starts].tolist(), (ends - starts + 1).tolist()))
+
+
+def reachable_sum(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
+                  deadline: float | None = None) -> int:
+    """The largest total <= ``capacity`` of one allowed count per job (every plan uses at most that
+    many GPUs), by a bitset over 0..capacity: job by job, the totals reachable so far shifted by each
+    of its counts, an arithmetic run of counts taken in log2(length) shift-ors. Returns ``capacity``
+    unchanged when that would shift more than MAX_REACH_WORDS words, or the deadline passes."""
+    runs = [_runs(np.asarray(y, dtype=np.int64)) for y, _ in options]
+    shifts = sum(1 + max(n, 1).bit_length() for r in runs for _, _, n in r)
+    if shifts * (capacity // 64 + 1) > MAX_REACH_WORDS:
+        return capacity
+    mask = (1 << (capacity + 1)) - 1
+    all_zero = all(int(y[0]) == 0 for y, _ in options)
+    reach = 1  # bit t: a total of t GPUs is reachable
+    for job_runs in runs:
+        if deadline is not None and time.perf_counter() >= deadline:
+            return capacity
+        new = 0
+        for first, step, n in job_runs:
+            t = (reach << first) & mask
+            cover = 1  # t holds the shifts by first + step * k for k < cover
+            while cover < n and t:
+                take = min(cover, n - cover)
+                t |= (t << (take * step)) & mask
+                cover += take
+            new |= t
+        reach = new
+        if not reach:
+            return capacity  # nothing fits (the DP reports it)
+        if all_zero and reach >> capacity:  # every later job can add 0: the capacity is reachable
+            return capacity
+    return reach.bit_length() - 1
+
+
 def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
                deadline: float | None = None) -> tuple[dict[str, int], float]:
     """Optimal counts for the jobs of one GPU type sharing ``capacity`` GPUs (exact).
@@ -362,14 +491,18 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     if reach < capacity:  # no plan uses more than ``reach`` GPUs: solving for it is the same problem
         stats["reachable"] = reach
         capacity = reach
-    lam = lp_multiplier(options, capacity, joined)
-    flat, red_max = _flatten(options, lam, joined=joined)
-    ub = lam * capacity + math.fsum(red_max)
-    lb_pick, lb = _greedy(flat, capacity, lam)
-    scale = lam * capacity + sum(np.maximum.reduceat(np.abs(flat.g), flat.off[:-1]).tolist()) + 1.0
-    tol = REL_TOL * scale
-    rounding = ROUNDING_ULPS * (m + 1) * np.finfo(float).eps * scale  # float error of sums of m gains
-    stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)))
+    lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity)
+    used = int(flat.y[flat.off[:-1] + lb_pick].sum())
+    if lb < ub - rounding and used < capacity:
+        # The greedy plan leaves GPUs unused and does not meet the bound: the largest total the
+        # allowed counts can reach may be below C, and then the bounds at that total are tighter.
+        top = reachable_sum(options, capacity, deadline)
+        if top < capacity:
+            stats["reachable"] = capacity = top
+            lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity)
+    tol = rounding
+    stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)),
+                 rounding=rounding)
     best = ([int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb)
     if lb >= ub - rounding:
         # The greedy plan meets the upper bound up to float rounding: optimal. With equal values per
@@ -399,16 +532,21 @@ def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline
     core = None
     if flat is None:
         flat, _ = _flatten(options, lam, red_max)
-    base = math.fsum(red_max) + lam * capacity
-    for div in CORE_DIVISORS:
-        delta = gap / div
-        if delta <= 2 * tol:
-            continue
-        if bool(np.all(flat.deficit <= base - (ub - delta))):
-            # This core keeps every option (so would every wider one): it is the full DP with a
-            # higher threshold, so run the full pass once instead.
+    # Core widths: fractions of the gap, and a few rounding margins (the narrowest core that can
+    # prove a plan whose value is within float rounding of the bound).
+    deltas = sorted(d for d in {gap / div for div in CORE_DIVISORS} | {4 * tol} if 2 * tol < d < gap)
+    full = int(np.count_nonzero(flat.deficit <= gap + tol))  # options the full pass keeps
+    kept = [int(np.count_nonzero(flat.deficit <= d)) for d in deltas] + [full]
+    for at, delta in enumerate(deltas):
+        if 2 * kept[at] > full:
+            # This core keeps over half of the full pass's options (so would every wider one):
+            # it would cost about as much as the full pass, so run the full pass once instead.
             stats["cores_skipped"] = True
             break
+        if kept[at] == kept[at + 1]:
+            # The next wider core (or the full pass) has the same options and a lower threshold: any
+            # plan that proves this core optimal proves that one too, so only that one runs.
+            continue
         found = _attempt(options, red_max, lam, capacity, ub - delta, stats, deadline=deadline, flat=flat)
         if found is None:
             continue

@@ -73,16 +73,17 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     ``prepared``: :func:`unicron_plan.core.problem.prepare` of the instance without its
     event, for a caller that plans many events on one cluster (the service): then only the
     event is checked; an instance it does not cover is checked whole.
-    ``started``: the :func:`time.perf_counter` instant the limit counts from (default: this call;
-    the CLI passes its process's start, so that start-up and imports count too).
+    ``started``: the :func:`time.perf_counter` instant this process started
+    (:func:`unicron_plan.solvers.process_started`), when the limit counts from there (the CLI: start-up
+    and imports count too); by default it counts from this call.
     ``timings``: a dict filled with the seconds from ``started`` at the end of each phase
     (``read``, ``build``, ``solve``, ``place``, ``validate``) and the ``reserve`` kept for the
     phases after the solver.
 
     Under a limit the solver's deadline is moved earlier by that reserve: the time placing,
     validating and writing the plan will take, estimated from the instance's size (jobs and
-    nodes) and scaled by how slowly this call has run so far on this machine (wall seconds per
-    CPU second of reading and building: a loaded machine gets a larger reserve).
+    nodes) and scaled by how slowly this call (or, with ``started``, this process) has run so far
+    on this machine (wall seconds per CPU second: a loaded machine gets a larger reserve).
 
     Raises InvalidInstanceError for bad input, SolverUnavailableError for an
     unknown solver (or ``dp`` on constraints it cannot express), InfeasibleError
@@ -93,8 +94,8 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     from unicron_plan.plan.assemble import to_plan
 
     # The limit is wall time from the call (or ``started``): reading, building and placing count too.
-    entered, cpu = time.perf_counter(), time.process_time()
-    call = entered if started is None else started
+    # The slowdown is measured over this call, or over the whole process when ``started`` is given.
+    call, cpu = (time.perf_counter(), time.process_time()) if started is None else (started, 0.0)
     deadline = None if time_limit_seconds is None else call + float(time_limit_seconds)
     phases = timings if timings is not None else {}
     # build_problem runs check_instance itself: parse only here, so the checks run once.
@@ -115,10 +116,11 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
         solver = "auto" if dp_limitations(problem) else "dp"
     options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads)
     if deadline is not None:
-        reserve = post_solve_reserve(problem, time.perf_counter() - entered, time.process_time() - cpu,
-                                     float(time_limit_seconds))
+        slowdown = _slowdown(time.perf_counter() - call, time.process_time() - cpu)
+        reserve = post_solve_reserve(problem, slowdown, float(time_limit_seconds))
         phases["reserve"] = reserve
-        options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads, deadline=deadline - reserve)
+        options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads, deadline=deadline - reserve,
+                                slowdown=slowdown)
     solve_fn = get_solver(solver)
     start = time.perf_counter() - built  # wall_seconds: building + solving, not the solver's import
     raw = solve_fn(problem, options)
@@ -135,20 +137,24 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
 
 
 #: CPU seconds of the work after a solver (placing, validating and writing the plan): a fixed part
-#: and a part per job and per node; measured at 8,192-16,384 GPUs (docs/performance.md, "Time limits")
-#: with a margin of two.
-POST_SOLVE_CPU_SECONDS = (0.01, 4e-5)
+#: and a part per job and per node; about twice what it took at 8,192-16,384 GPUs
+#: (docs/performance.md, "Time limits").
+POST_SOLVE_CPU_SECONDS = (0.01, 2e-5)
 SLOWDOWN_RANGE = (1.0, 8.0)  # wall seconds per CPU second assumed at least / at most
 
 
-def post_solve_reserve(problem, wall: float, cpu: float, limit: float) -> float:
+def _slowdown(wall: float, cpu: float) -> float:
+    """Wall seconds per CPU second of work that took ``wall`` seconds and ``cpu`` seconds of CPU
+    (2 when there was too little to tell), within SLOWDOWN_RANGE."""
+    slowdown = wall / cpu if cpu > 0.02 else 2.0
+    return min(max(slowdown, SLOWDOWN_RANGE[0]), SLOWDOWN_RANGE[1])
+
+
+def post_solve_reserve(problem, slowdown: float, limit: float) -> float:
     """Seconds of a time limit kept for the work after the solver: its CPU estimate from the
-    instance's size times the slowdown seen so far in this call (``wall`` seconds that took
-    ``cpu`` seconds of CPU), at most half the limit (the rest goes to the solver)."""
+    instance's size times ``slowdown``, at most half the limit (the rest goes to the solver)."""
     fixed, per = POST_SOLVE_CPU_SECONDS
     estimate = fixed + per * (len(problem.jobs) + len(problem.state.nodes))
-    slowdown = wall / cpu if cpu > 0.02 else 2.0  # too little work to tell
-    slowdown = min(max(slowdown, SLOWDOWN_RANGE[0]), SLOWDOWN_RANGE[1])
     return min(estimate * slowdown, 0.5 * limit)
 
 

@@ -229,7 +229,9 @@ def test_whole_solve_process_ends_near_the_limit(tmp_path, route):
     limit = 1.0
     wall, plan, phases = _cli_solve(path, solver, limit)
     ends = [phases[k] for k in ("import", "read", "build", "solve", "place", "validate", "write")]
-    assert ends == sorted(ends) and ends[-1] <= wall
+    # The process's start is read to the clock tick (10 ms), rounded earlier: its phases may end
+    # up to a tick after the wall time measured around it.
+    assert ends == sorted(ends) and ends[-1] <= wall + 0.02
     # Reading and building cannot stop (and on a loaded machine may outlast the limit alone): from the
     # later of the deadline and their end, the process ends within the slack.
     assert wall - max(limit, phases["build"]) <= 3.0, f"{route}: {wall:.2f} s under a {limit} s limit ({phases})"

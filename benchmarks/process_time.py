@@ -2,6 +2,9 @@
 
     PYTHONPATH=. python benchmarks/process_time.py [RUNS]
 
+Targets (quiet machine, medians): `unicron-plan --version` <= 0.15 s, `solve` of the tiny
+instance <= 0.35 s.
+
 Runs are interleaved (one of each command per round) so that load changes on a
 shared machine hit every command alike.
 """
@@ -18,6 +21,7 @@ import time
 COMMANDS = {
     "python -c pass": [sys.executable, "-c", "pass"],
     "import numpy, pydantic, typer": [sys.executable, "-c", "import numpy, pydantic, typer"],
+    "unicron-plan --version": [sys.executable, "-m", "unicron_plan.cli", "--version"],
     "solve tiny (1 job)": [sys.executable, "-m", "unicron_plan.cli", "solve", "instances/tiny-one-job-two-nodes.json",
                            "--out", os.devnull],
     "solve jagged-16384-128jobs": [sys.executable, "-m", "unicron_plan.cli", "solve",

@@ -92,7 +92,8 @@ def test_solve_path_keeps_heavy_imports_lazy(tmp_path):
     import sys
 
     code = (
-        "import runpy, sys\n"
+        "import os, runpy, sys\n"
+        "os._exit = sys.exit  # solve ends its process with os._exit: keep it alive to list its modules\n"
         f"sys.argv = ['unicron-plan', 'solve', {str(ROOT / 'instances' / 'jagged-2048-32jobs.json')!r}, '--out', {str(tmp_path / 'p.json')!r}]\n"
         "try:\n"
         "    runpy.run_module('unicron_plan.cli', run_name='__main__')\n"

@@ -50,7 +50,8 @@ def load_plan(source: str | os.PathLike | dict | Plan) -> Plan:
 def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = None,
           time_limit_seconds: float | None = DEFAULT_TIME_LIMIT_SECONDS, threads: int | None = None,
           contingency: str | os.PathLike | dict | None = None,
-          instance_fingerprint: str | None = None, prepared=None) -> Plan:
+          instance_fingerprint: str | None = None, prepared=None, started: float | None = None,
+          timings: dict | None = None) -> Plan:
     """The optimal (or, under a time limit, best found) plan, checked by the independent validator.
 
     ``solver`` is one of the registry (``unicron-plan solvers``); None (the default)
@@ -72,6 +73,17 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     ``prepared``: :func:`unicron_plan.core.problem.prepare` of the instance without its
     event, for a caller that plans many events on one cluster (the service): then only the
     event is checked; an instance it does not cover is checked whole.
+    ``started``: the :func:`time.perf_counter` instant this process started
+    (:func:`unicron_plan.solvers.process_started`), when the limit counts from there (the CLI: start-up
+    and imports count too); by default it counts from this call.
+    ``timings``: a dict filled with the seconds from ``started`` at the end of each phase
+    (``read``, ``build``, ``solve``, ``place``, ``validate``) and the ``reserve`` kept for the
+    phases after the solver.
+
+    Under a limit the solver's deadline is moved earlier by that reserve: the time placing,
+    validating and writing the plan will take, estimated from the instance's size (jobs and
+    nodes) and scaled by how slowly this call (or, with ``started``, this process) has run so far
+    on this machine (wall seconds per CPU second: a loaded machine gets a larger reserve).
 
     Raises InvalidInstanceError for bad input, SolverUnavailableError for an
     unknown solver (or ``dp`` on constraints it cannot express), InfeasibleError
@@ -81,10 +93,14 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     from unicron_plan.core.problem import build_problem
     from unicron_plan.plan.assemble import to_plan
 
-    # The limit is wall time from this call: reading, building and placing count too.
-    options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads)
+    # The limit is wall time from the call (or ``started``): reading, building and placing count too.
+    # The slowdown is measured over this call, or over the whole process when ``started`` is given.
+    call, cpu = (time.perf_counter(), time.process_time()) if started is None else (started, 0.0)
+    deadline = None if time_limit_seconds is None else call + float(time_limit_seconds)
+    phases = timings if timings is not None else {}
     # build_problem runs check_instance itself: parse only here, so the checks run once.
     instance = _load(Instance, instance)
+    phases["read"] = time.perf_counter() - call
     fallback = None
     if contingency is not None:
         plan, fallback = _from_contingency(instance, contingency, instance_fingerprint, prepared)
@@ -93,20 +109,53 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     start = time.perf_counter()
     problem = build_problem(instance, prepared)
     built = time.perf_counter() - start
+    phases["build"] = time.perf_counter() - call
     if solver is None:
         from unicron_plan.core.constraints import dp_limitations
 
         solver = "auto" if dp_limitations(problem) else "dp"
+    options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads)
+    if deadline is not None:
+        slowdown = _slowdown(time.perf_counter() - call, time.process_time() - cpu)
+        reserve = post_solve_reserve(problem, slowdown, float(time_limit_seconds))
+        phases["reserve"] = reserve
+        options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads, deadline=deadline - reserve,
+                                slowdown=slowdown)
     solve_fn = get_solver(solver)
     start = time.perf_counter() - built  # wall_seconds: building + solving, not the solver's import
     raw = solve_fn(problem, options)
+    phases["solve"] = time.perf_counter() - call
     if fallback is not None:
         raw.options = {**raw.options, "contingency_fallback": fallback}
     plan = to_plan(problem, raw, solver, time.perf_counter() - start)
+    phases["place"] = time.perf_counter() - call
     report = _validate(instance, plan, derived=_derived(problem))
+    phases["validate"] = time.perf_counter() - call
     if not report.valid:
         raise PlanValidationError(report.problems)
     return plan
+
+
+#: CPU seconds of the work after a solver (placing, validating and writing the plan): a fixed part
+#: and a part per job and per node; about twice what it took at 8,192-16,384 GPUs
+#: (docs/performance.md, "Time limits").
+POST_SOLVE_CPU_SECONDS = (0.01, 2e-5)
+SLOWDOWN_RANGE = (1.0, 8.0)  # wall seconds per CPU second assumed at least / at most
+
+
+def _slowdown(wall: float, cpu: float) -> float:
+    """Wall seconds per CPU second of work that took ``wall`` seconds and ``cpu`` seconds of CPU
+    (2 when there was too little to tell), within SLOWDOWN_RANGE."""
+    slowdown = wall / cpu if cpu > 0.02 else 2.0
+    return min(max(slowdown, SLOWDOWN_RANGE[0]), SLOWDOWN_RANGE[1])
+
+
+def post_solve_reserve(problem, slowdown: float, limit: float) -> float:
+    """Seconds of a time limit kept for the work after the solver: its CPU estimate from the
+    instance's size times ``slowdown``, at most half the limit (the rest goes to the solver)."""
+    fixed, per = POST_SOLVE_CPU_SECONDS
+    estimate = fixed + per * (len(problem.jobs) + len(problem.state.nodes))
+    return min(estimate * slowdown, 0.5 * limit)
 
 
 def _derived(problem) -> tuple[dict, object]:

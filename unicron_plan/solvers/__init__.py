@@ -23,6 +23,31 @@ DEFAULT_TIME_LIMIT_SECONDS = 60.0
 ENGINE_RESERVE_SECONDS = 0.25  # at most this much of a time limit is kept for the work after a solver
 
 
+def process_started() -> float:
+    """The :func:`time.perf_counter` instant at which this process started (Linux: from
+    /proc/self/stat, to the clock tick, rounded earlier; elsewhere the first import of this module),
+    so that a command's time limit counts the interpreter's start-up and its imports too."""
+    global _PROCESS_STARTED
+    if _PROCESS_STARTED is None:
+        _PROCESS_STARTED = _IMPORTED
+        try:
+            import os
+
+            with open("/proc/self/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()  # the command name may hold spaces
+            ticks = int(fields[19])  # field 22, starttime: clock ticks after boot
+            age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+            if 0.0 <= age < 86400.0 * 365:
+                _PROCESS_STARTED = min(_IMPORTED, time.perf_counter() - age)
+        except (OSError, ValueError, IndexError, AttributeError):
+            pass
+    return _PROCESS_STARTED
+
+
+_IMPORTED = time.perf_counter()
+_PROCESS_STARTED: Optional[float] = None
+
+
 class DeadlineReached(Exception):
     """The deadline passed while a backend was building or copying a model (nothing was solved)."""
 
@@ -41,6 +66,10 @@ class SolverOptions:
     time_limit_seconds: Optional[float] = None
     threads: Optional[int] = None
     deadline: Optional[float] = None
+    #: Wall seconds per CPU second seen so far in the call (above 1 on a loaded machine): estimates of
+    #: CPU work (a solver's import, a model's copy) are scaled by it before they are held against
+    #: the deadline.
+    slowdown: float = 1.0
 
     def __post_init__(self):
         if self.deadline is None and self.time_limit_seconds is not None:
@@ -56,14 +85,23 @@ class SolverOptions:
         """Whether the deadline has passed."""
         return self.deadline is not None and time.perf_counter() >= self.deadline
 
-    def for_engine(self) -> "SolverOptions":
+    def affords(self, cpu_seconds: float) -> bool:
+        """Whether work estimated at ``cpu_seconds`` of CPU, scaled by :attr:`slowdown`, ends before
+        the deadline (always, without one): a step that cannot be stopped once started (an import,
+        a model written for an external solver) is skipped when it would not."""
+        left = self.remaining()
+        return left is None or cpu_seconds * self.slowdown < left
+
+    def for_engine(self, after_cpu_seconds: float = 0.0) -> "SolverOptions":
         """The options a solver engine runs under: the deadline moved earlier by a reserve for the
-        work after it (reading its answer back, extraction, placement, validation), a tenth of
-        the limit and at most ENGINE_RESERVE_SECONDS."""
+        work after it (reading its answer back and extracting the plan): ``after_cpu_seconds``
+        (its CPU estimate, scaled by :attr:`slowdown`), and at least a tenth of the limit up to
+        ENGINE_RESERVE_SECONDS."""
         if self.deadline is None:
             return self
-        reserve = min(ENGINE_RESERVE_SECONDS, 0.1 * (self.time_limit_seconds or 0.0))
-        return SolverOptions(threads=self.threads, deadline=self.deadline - reserve)
+        reserve = max(min(ENGINE_RESERVE_SECONDS, 0.1 * (self.time_limit_seconds or 0.0)),
+                      after_cpu_seconds * self.slowdown)
+        return SolverOptions(threads=self.threads, deadline=self.deadline - reserve, slowdown=self.slowdown)
 
     def check(self) -> None:
         """Raise :class:`DeadlineReached` when the deadline has passed."""

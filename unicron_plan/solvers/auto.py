@@ -64,12 +64,13 @@ def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution 
             from unicron_plan.solvers.group_place import place_groups
 
             placement = place_groups(problem, counts)
-        if placement is None:
+        if placement is None and not options.expired():
             if not cpsat.available():
                 return None
             left = options.remaining()
             limit = PLACE_SECONDS if left is None else min(PLACE_SECONDS, left / 2)
-            placement = cpsat.place_constrained(problem, counts, limit, options.threads, options.deadline)
+            placement = cpsat.place_constrained(problem, counts, limit, options.threads, options.deadline,
+                                                options.slowdown)
         if placement is None:
             return None
     return RawSolution(counts=counts, objective=problem.objective(counts), bound=value,

@@ -25,17 +25,31 @@ from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.errors import SolverUnavailableError
 from unicron_plan.solvers import DeadlineReached, SolverOptions, check_deadline
 from unicron_plan.solvers import ipmodel
+from unicron_plan.solvers.ipmodel import extract_cpu_seconds
 
 SCALE_BUDGET = 2.0 ** 48
 
 
+#: CPU seconds of importing OR-Tools' CP-SAT (about 0.3 s measured, with a margin): under a limit it
+#: is not imported when the time left would not cover it.
+IMPORT_CPU_SECONDS = 0.45
+
+
 def available() -> bool:
-    """OR-Tools importable."""
+    """OR-Tools installed (found without importing it: the import takes about 0.3 s)."""
+    import importlib.util
+
     try:
-        from ortools.sat.python import cp_model  # noqa: F401
+        return importlib.util.find_spec("ortools.sat.python.cp_model") is not None
     except ImportError:
         return False
-    return True
+
+
+def _affords_import(options: SolverOptions) -> bool:
+    """Whether OR-Tools is loaded, or can be before the deadline."""
+    import sys
+
+    return "ortools.sat.python.cp_model" in sys.modules or options.affords(IMPORT_CPU_SECONDS)
 
 
 def scale_of(model: ipmodel.Formulation) -> tuple[float, float]:
@@ -112,18 +126,20 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
 
 def run(model: ipmodel.Formulation, options: SolverOptions):
     """Build, call CP-SAT and read back: (status dict, values or None, info)."""
-    from ortools.sat.python import cp_model
-
     scale, err = scale_of(model)
     info = {"scale": scale, "max_rounding_error": err, **model.stats()}
+    not_started = {"termination": "time_limit", "has_solution": False, "bound": math.inf}
+    if not _affords_import(options):
+        return not_started, None, {**info, "cpsat_status": "not started: too little time left to load OR-Tools"}
+    from ortools.sat.python import cp_model
+
     try:
         cp, xs = build_cp(model, scale, options.deadline)
     except DeadlineReached:
         cp = None
-    options = options.for_engine()
+    options = options.for_engine(extract_cpu_seconds(model))
     if cp is None or options.expired():  # never started after the deadline
-        return ({"termination": "time_limit", "has_solution": False, "bound": math.inf}, None,
-                {**info, "cpsat_status": "not started: the deadline had passed"})
+        return not_started, None, {**info, "cpsat_status": "not started: the deadline had passed"}
     solver = cp_model.CpSolver()
     left = options.remaining()  # after building: model building counts against the limit
     timer = None
@@ -162,7 +178,8 @@ def _close(a: float, b: float) -> bool:
 
 
 def place_constrained(problem: Problem, counts: dict[str, int], time_limit_seconds: float | None = None,
-                      threads: int | None = None, deadline: float | None = None) -> dict[str, dict[str, int]] | None:
+                      threads: int | None = None, deadline: float | None = None,
+                      slowdown: float = 1.0) -> dict[str, dict[str, int]] | None:
     """Place ``counts`` under the node-level constraints (tp groups inside nodes, max_nodes,
     same_rack, pinned and unhit-unchanged jobs on their previous split), moving as few GPUs as
     possible and preferring the jobs' racks; None when no placement was found in the time limit.
@@ -173,9 +190,9 @@ def place_constrained(problem: Problem, counts: dict[str, int], time_limit_secon
     for j in problem.jobs:
         if counts[j.id] not in j.counts:
             return None
-    options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads)
+    options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads, slowdown=slowdown)
     if deadline is not None and (options.deadline is None or deadline < options.deadline):
-        options = SolverOptions(threads=threads, deadline=deadline)
+        options = SolverOptions(threads=threads, deadline=deadline, slowdown=slowdown)
     try:
         model = ipmodel.build_placement(problem, counts, deadline=options.deadline)
     except DeadlineReached:

@@ -135,6 +135,13 @@ class Formulation:
         return {"variables": len(self.names), "rows": len(self.rows)}
 
 
+def extract_cpu_seconds(model: Formulation) -> float:
+    """CPU seconds the work after a solver run on ``model`` may take (reading the values back,
+    checking them against every row, the counts and the placement): about twice what it took
+    at 8,192-16,384 GPUs (0.08 s for 161,916 variables and 359,045 nonzeros)."""
+    return 0.005 + 6e-7 * len(model.names) + 2e-7 * len(model.matrix()[1])
+
+
 def needs_node_level(problem: Problem) -> bool:
     """Whether any node-level constraint (tp, max_nodes, same_rack) binds."""
     return any(not s.startswith("max_changed_jobs") for s in dp_limitations(problem))
@@ -303,6 +310,7 @@ def build_placement(problem: Problem, counts: dict[str, int], moved: set[str] | 
     m.objective = {}
     state = problem.state
     for j in jobs:
+        check_deadline(deadline)
         y = counts[j.id]
         previous = state.previous.get(j.id, {})
         racks = {rack_key(n, state.nodes[n].rack) for n in previous}

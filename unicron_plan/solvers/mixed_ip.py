@@ -12,16 +12,18 @@ import math
 
 from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.errors import InfeasibleError, SolverUnavailableError
-from unicron_plan.solvers import SolverOptions
-from unicron_plan.solvers.ipmodel import Formulation
+from unicron_plan.solvers import DeadlineReached, SolverOptions, check_deadline
+from unicron_plan.solvers.ipmodel import Formulation, keep_or_suspend
 
 
-def build(problem: Problem) -> tuple[Formulation, dict[int, tuple[str, str, int]]]:
-    """(the model, {variable: (job id, GPU type, count)})."""
+def build(problem: Problem, deadline: float | None = None) -> tuple[Formulation, dict[int, tuple[str, str, int]]]:
+    """(the model, {variable: (job id, GPU type, count)}); raises DeadlineReached when ``deadline``
+    passes on the way."""
     model = Formulation(problem, node_level=False)
     meaning: dict[int, tuple[str, str, int]] = {}
     per_type: dict[str, dict[int, int]] = {t: {} for t in problem.capacity}
     for j in problem.jobs:
+        check_deadline(deadline)
         one: dict[int, int] = {}
         for a in problem.alternatives.get(j.id, [j]):
             for y, g in zip(a.counts.tolist(), a.gains.tolist()):
@@ -52,8 +54,14 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
             f"solver {backend!r} has no node-level model over several GPU types ({', '.join(limits)}); "
             f"use --solver dp or auto")
     options = options or SolverOptions()
-    model, meaning = build(problem)
-    if backend == "cpsat":
+    try:
+        model, meaning = build(problem, options.deadline)
+    except DeadlineReached:
+        model = meaning = None
+    if model is None:
+        result, values, info = {"termination": "time_limit", "has_solution": False, "bound": math.inf}, None, \
+            {"backend": backend, "stopped": "time limit while building"}
+    elif backend == "cpsat":
         from unicron_plan.solvers import cpsat
 
         result, values, info = cpsat.run(model, options)
@@ -65,24 +73,31 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
     if result["termination"] == "infeasible":
         raise InfeasibleError("the jobs that may not suspend (pinned, hysteresis) do not fit on any choice of "
                               "GPU types (the solver proved it)")
-    if values is None or not model.feasible(values):
-        # stopped before any plan: suspending every job that may suspend (and keeping the others) is one
-        values = model.hint_values()
-        if len(model.hint) < len(problem.jobs) or not model.feasible(values):
-            raise InfeasibleError(f"no plan found ({result['termination']}); raise the time limit")
-        info = {**info, "fallback": "suspend"}
-        result = {**result, "termination": "time_limit" if result["termination"] == "optimal" else result["termination"]}
     counts, types = {}, {}
-    for v, (jid, t, y) in meaning.items():
-        if values[v] > 0.5:
-            counts[jid], types[jid] = y, t
+    if values is not None and model.feasible(values):
+        for v, (jid, t, y) in meaning.items():
+            if values[v] > 0.5:
+                counts[jid], types[jid] = y, t
+    optimal = result["termination"] == "optimal" and bool(counts)
+    if not optimal:
+        # Stopped: the plan held, or keeping every job that can stay (on its type) and suspending the
+        # others, whichever is better.
+        kept = keep_or_suspend(problem)
+        kept_value = None if kept is None else problem.objective(kept[0])
+        if kept_value is not None and (not counts or kept_value > problem.with_types(types).objective(counts)):
+            counts, types = kept[0], {j.id: j.gpu_type for j in problem.jobs}
+            info = {**info, "fallback": "keep-or-suspend"}
+        if not counts:
+            raise InfeasibleError(f"no plan found ({result['termination']}); raise the time limit")
+        if result["termination"] == "optimal":
+            result = {**result, "termination": "time_limit"}
     objective = problem.with_types(types).objective(counts)
     optimal = result["termination"] == "optimal"
     bound = result["bound"] if math.isfinite(result["bound"]) else math.inf
     if not math.isfinite(bound):  # CBC reports no bound (and its "optimal" is no proof): the relaxation's
         from unicron_plan.solvers.mixed import relaxation
 
-        bound = relaxation(problem)[1]
+        bound = relaxation(problem, options.deadline)[1]
     bound = max(bound, objective)
     if optimal and not math.isclose(bound, objective, rel_tol=1e-9, abs_tol=1e-6):
         optimal = False  # the backend's rounding leaves a visible gap: no proof

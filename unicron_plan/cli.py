@@ -350,7 +350,9 @@ def full_app() -> typer.Typer:
 def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs/format.md, Scenario)."),
              policy: Optional[list[str]] = typer.Option(
                  None, "--policy", "-p", help="Policy (repeatable): unicron, megatron, oobleck, varuna, "
-                                              "bamboo, greedy, equal-share. Default: all."),
+                                              "bamboo, greedy, equal-share, type-bound (unicron keeping "
+                                              "every job on its GPU type). Default: all (type-bound only "
+                                              "on a mixed fleet)."),
              seed: int = typer.Option(0, "--seed", help="Seed of the first run (run i uses seed + i)."),
              seeds: int = typer.Option(1, "--seeds", min=1, help="Runs; more than 1 reports means and 95% intervals."),
              workers: int = typer.Option(2, "--workers", min=1, help="Processes for --seeds."),
@@ -361,10 +363,10 @@ def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs
              quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr.")):
     """Simulate SCENARIO's failures and repairs over time under each policy."""
     from unicron_plan.io import dumps, emit
-    from unicron_plan.simulate import DEFAULT_POLICIES, run as simrun
+    from unicron_plan.simulate import run as simrun
 
     sc = simrun.load_scenario(scenario)
-    names = simrun.check_policies(list(policy) if policy else list(DEFAULT_POLICIES))
+    names = simrun.check_policies(list(policy) if policy else simrun.default_policies(sc))
     show = not quiet and sys.stderr.isatty()
     with _progress(show, seeds, sc.name) as tick:
         if seeds == 1:

@@ -143,9 +143,8 @@ def test_greedy_steps_over_job_and_type_pairs():
                                     "event": {"kind": "failure", "failed_nodes": ["h0"]}})
     problem = build_problem(inst)
     counts, types = greedy_types(problem)
-    # one H100 node left: a and b both want it (4000 per 8 GPUs) and a, listed first, takes it; then
-    # c's 8 A100 GPUs (900) ... its best step is on H100 (3000) but none is left, so c and b step onto
-    # the two A100 nodes
+    # one H100 node left: a and b both want it (4000 per 8 GPUs) and a, listed first, takes it; b's
+    # and c's steps on H100 no longer fit, so both step onto A100 (1000 and 900 per 8 GPUs)
     assert counts == {"a": 8, "b": 8, "c": 8}
     assert types == {"a": "h100", "b": "a100", "c": "a100"}
     used = {}
@@ -169,3 +168,28 @@ def test_a_type_the_cluster_does_not_have_is_refused():
     with pytest.raises(InvalidInstanceError) as err:
         load_scenario(doc)
     assert "jobs[0]" in err.value.field
+
+
+def test_a_job_naming_a_model_gets_its_derived_table_per_type():
+    from unicron_plan.perf import derive_table
+
+    doc = idle_a100(H0_FAILS)
+    doc["jobs"][0]["throughput"] = {"gpu_type": "h100", "model": "gpt3-1.3b", "gpu_types": ["h100", "a100"],
+                                    "global_batch": 512, "seq_len": 2048}
+    sc = load_scenario(doc)
+    tp = sc.jobs[0].throughput
+    assert tp.gpu_type == "h100" and set(tp.by_type) == {"h100", "a100"}
+    for t in ("h100", "a100"):  # each type up to the cluster's 16 GPUs of it
+        want = derive_table("gpt3-1.3b", t, 512, 2048, max_gpus=16).tflops_table()
+        assert tp.type_table(t) == pytest.approx(want, rel=1e-12)
+    r = simulate(sc, ["unicron", "type-bound"], seed=0)["policies"]
+    assert r["unicron"]["type_changes"] >= 1 and r["type-bound"]["type_changes"] == 0
+
+
+def test_a_model_on_a_type_the_cluster_lacks_is_refused_naming_the_field():
+    doc = idle_a100(H0_FAILS)
+    doc["jobs"][0]["throughput"] = {"gpu_type": "h100", "model": "gpt3-1.3b", "gpu_types": ["h100", "h200"],
+                                    "global_batch": 512, "seq_len": 2048}
+    with pytest.raises(InvalidInstanceError) as err:
+        load_scenario(doc)
+    assert err.value.field == "jobs[0].throughput.gpu_types" and "h200" in err.value.message

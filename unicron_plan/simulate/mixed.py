@@ -124,3 +124,51 @@ def greedy_types(problem) -> tuple[dict[str, int], dict[str, str]]:
         counts[j.id] = int(alts[i][a].counts[at[i]]) if on[i] is not None else 0
         types[j.id] = alts[i][a].gpu_type if counts[j.id] > 0 else j.gpu_type
     return counts, types
+
+
+def with_model_tables(scenario: Scenario) -> Scenario:
+    """``scenario`` with every job that names a model of the library (``throughput.model``, with
+    ``gpu_types`` for several types) given its derived tables instead: one per GPU type
+    (``by_type``) or, on one type, ``tflops``; derived as for an instance (``core.problem``, each type
+    up to its GPUs in the cluster). The scenario itself when every job gives tables. Raises
+    InvalidInstanceError naming the job's field when a table cannot be derived."""
+    if all(j.throughput.has_table for j in scenario.jobs):
+        return scenario
+    from unicron_plan.core.problem import resolve_tables, resolve_type_tables
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.schema.instance import Cost, Instance, Throughput
+
+    have = {n.gpu_type for n in scenario.cluster.nodes}
+    for k, job in enumerate(scenario.jobs):
+        for t in job.throughput.allowed_types() if not job.throughput.has_table else ():
+            if t not in have:
+                field = "gpu_type" if t == job.throughput.gpu_type else "gpu_types"
+                raise InvalidInstanceError(f"jobs[{k}].throughput.{field}",
+                                           f"{t!r}: no node of the cluster has this GPU type")
+
+    inst = Instance.model_construct(
+        schema_version="1", name=scenario.name, cluster=scenario.cluster, jobs=scenario.jobs, event=None,
+        cost=Cost.model_construct(expected_run_seconds=1.0, node_mtbf_hours=None,
+                                  default_transition_seconds=scenario.cost.default_transition_seconds),
+        isolation=scenario.isolation, reference=None, efficiency=None, max_changed_jobs=None)
+    tables, layouts = resolve_tables(inst)
+    type_tables, _ = resolve_type_tables(inst, tables, layouts)
+    jobs = []
+    for job in scenario.jobs:
+        tp = job.throughput
+        if tp.has_table:
+            jobs.append(job)
+            continue
+        per_type = type_tables.get(job.id) or {tp.gpu_type: tables[job.id]}
+        as_keys = {t: {str(c): float(v) for c, v in sorted(tab.items())} for t, tab in per_type.items()}
+        k = scenario.jobs.index(job)
+        for t, tab in list(as_keys.items()):
+            if not tab:  # the model has no layout on this type within its GPUs
+                if t == tp.gpu_type:
+                    raise InvalidInstanceError(f"jobs[{k}].throughput.model",
+                                               f"{tp.model} has no layout on the cluster's {t} GPUs")
+                del as_keys[t]
+        new = Throughput(gpu_type=tp.gpu_type, by_type=as_keys) if len(as_keys) > 1 \
+            else Throughput(gpu_type=tp.gpu_type, tflops=as_keys[tp.gpu_type])
+        jobs.append(job.model_copy(update={"throughput": new}))
+    return scenario.model_copy(update={"jobs": jobs})

@@ -34,6 +34,9 @@ def load_scenario(source: str | os.PathLike | dict | Scenario) -> Scenario:
     else:
         data = source if isinstance(source, dict) else read_json(source)
         scenario = parse_model(Scenario, data)
+    from unicron_plan.simulate.mixed import with_model_tables
+
+    scenario = with_model_tables(scenario)  # jobs that name a model get its tables (per GPU type)
     check_scenario(scenario)
     for name, model in (scenario.policy_models or {}).items():
         if name not in POLICIES:

@@ -1,7 +1,9 @@
 """Mixed fleets in the simulator: unicron (type choice) against type-bound and every baseline.
 
     python benchmarks/sim_mixed.py run SCENARIO.json OUT.json --seeds 10 [--seed 0] [--workers 2]
+        [--policy NAME ...] [--without-domains]
     python benchmarks/sim_mixed.py report OUT.json [OUT2.json ...]      # the table of docs/simulation.md
+    python benchmarks/sim_mixed.py merge OUT.json PART1.json PART2.json  # seeds run apart, one file
     python benchmarks/sim_mixed.py quick                                 # the headline row, 3 seeds
 
 ``run`` simulates seeds seed .. seed+seeds-1 with every policy (``unicron-plan simulate``'s runs,
@@ -27,16 +29,26 @@ from unicron_plan.io import dumps, read_json, write_atomic  # noqa: E402
 from unicron_plan.simulate import run as simrun  # noqa: E402
 
 
+def _load(path: str, without_domains: bool):
+    """The scenario, without its correlated failures (rack and switch domains) when asked."""
+    data = read_json(path)
+    if without_domains and data.get("failures"):
+        data["failures"].pop("domains", None)
+        data["name"] += "-without-domains"
+    return simrun.load_scenario(data)
+
+
 def _one(args):
-    path, names, seed = args
+    path, names, seed, without_domains = args
     start = time.perf_counter()
-    out = simrun.simulate(simrun.load_scenario(path), names, seed)
+    out = simrun.simulate(_load(path, without_domains), names, seed)
     out["wall_seconds"] = round(time.perf_counter() - start, 1)
     return out
 
 
-def run(scenario: str, out: str, seeds: int, seed: int, workers: int, names: list[str] | None) -> dict:
-    sc = simrun.load_scenario(scenario)
+def run(scenario: str, out: str, seeds: int, seed: int, workers: int, names: list[str] | None,
+        without_domains: bool = False) -> dict:
+    sc = _load(scenario, without_domains)
     names = names or simrun.default_policies(sc)
     done: dict[int, dict] = {}
     if Path(out).exists():  # resume: keep the seeds already run with the same policies
@@ -53,13 +65,25 @@ def run(scenario: str, out: str, seeds: int, seed: int, workers: int, names: lis
         return result
 
     with ProcessPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {pool.submit(_one, (scenario, names, s)): s for s in todo}
+        futures = {pool.submit(_one, (scenario, names, s, without_domains)): s for s in todo}
         for fut in as_completed(futures):
             r = fut.result()
             done[r["seed"]] = r
             save()
             print(f"seed {r['seed']}: {r['events']} events, {r['wall_seconds']} s", file=sys.stderr)
     return save()
+
+
+def merge(out: str, paths: list[str]) -> None:
+    """One results file from several runs of the same scenario and policies (seeds run apart)."""
+    parts = [read_json(p) for p in paths]
+    first = parts[0]
+    if any(p["scenario"] != first["scenario"] or p["policies"] != first["policies"] for p in parts):
+        raise SystemExit("merge: the files differ in scenario or policies")
+    runs = {r["seed"]: r for p in parts for r in p["runs"]}
+    runs = [runs[s] for s in sorted(runs)]
+    write_atomic(out, dumps({"scenario": first["scenario"], "policies": first["policies"], "runs": runs,
+                             "summary": simrun.summarize(runs, first["policies"])}))
 
 
 def _ratio(summary: dict, name: str) -> str:
@@ -110,12 +134,18 @@ def main() -> None:
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--workers", type=int, default=2)
     r.add_argument("--policy", action="append")
+    r.add_argument("--without-domains", action="store_true", help="drop the scenario's rack and switch failures")
     p = sub.add_parser("report")
     p.add_argument("paths", nargs="+")
     sub.add_parser("quick")
+    m = sub.add_parser("merge")
+    m.add_argument("out")
+    m.add_argument("paths", nargs="+")
     args = ap.parse_args()
     if args.cmd == "run":
-        run(args.scenario, args.out, args.seeds, args.seed, args.workers, args.policy)
+        run(args.scenario, args.out, args.seeds, args.seed, args.workers, args.policy, args.without_domains)
+    elif args.cmd == "merge":
+        merge(args.out, args.paths)
     elif args.cmd == "report":
         report(args.paths)
     else:

@@ -193,3 +193,38 @@ def test_a_model_on_a_type_the_cluster_lacks_is_refused_naming_the_field():
     with pytest.raises(InvalidInstanceError) as err:
         load_scenario(doc)
     assert err.value.field == "jobs[0].throughput.gpu_types" and "h200" in err.value.message
+
+
+def test_the_type_check_can_fail():
+    eng, _ = _engine(idle_a100([], duration=1.0), "unicron")
+    eng.jobs[0].alloc = {"a1": 8}  # a runs on h100
+    with pytest.raises(AssertionError, match="job 'a' on h100 holds GPUs of node"):
+        eng.check_invariants()
+
+
+def test_means_over_seeds_report_type_changes_and_gpu_hours():
+    from unicron_plan.simulate.run import summarize
+
+    sc = load_scenario(idle_a100(H0_FAILS))
+    runs = [simulate(sc, ["unicron", "type-bound"], seed=s) for s in (0, 1)]
+    out = summarize(runs, ["unicron", "type-bound"])["policies"]
+    assert out["unicron"]["type_changes"] == 2.0 and out["type-bound"]["type_changes"] == 0.0
+    assert out["unicron"]["gpu_hours"] == {t: runs[0]["policies"]["unicron"]["gpu_hours"][t] for t in ("a100", "h100")}
+
+
+def test_the_command_line_runs_type_bound_by_default_on_a_mixed_fleet(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from unicron_plan.cli import app
+
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(idle_a100(H0_FAILS)))
+    res = CliRunner().invoke(app, ["simulate", str(path), "--json"])
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout)["policies"]
+    assert set(out) == set(default_policies(load_scenario(idle_a100(H0_FAILS)))) and "type-bound" in out
+    assert out["unicron"]["type_changes"] == 2 and out["type-bound"]["type_changes"] == 0
+    res = CliRunner().invoke(app, ["simulate", str(path), "-p", "unicron", "-p", "type-bound"])
+    assert res.exit_code == 0 and "type changes" in res.stdout and "type-bound" in res.stdout

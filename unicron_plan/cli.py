@@ -421,9 +421,10 @@ def _print_summary(result: dict, names: list[str]) -> None:
     table = Table(title=f"{result['scenario']} (seed {result['seed']}"
                         + (f", {result['seeds']} seeds" if "seeds" in result else "") + ")")
     several = "seeds" in result
+    mixed = any("type_changes" in r for r in result["policies"].values())  # a mixed fleet
     for col in ("policy", "weighted TFLOP" + (" (mean [95% CI])" if several else ""),
                 "unicron / policy" + (" (mean [95% CI])" if several else ""), "reconfigs", "detection h",
-                "transition h", "sub-healthy h"):
+                "transition h", "sub-healthy h") + (("type changes",) if mixed else ()):
         table.add_column(col, justify="right" if col != "policy" else "left")
     ref = result["policies"].get("unicron", {}).get("weighted_tflop")
     for name in names:
@@ -438,7 +439,8 @@ def _print_summary(result: dict, names: list[str]) -> None:
                 ratio = f"{ur['mean']:.4f} [{ur['ci95'][0]:.4f}, {ur['ci95'][1]:.4f}]"
         table.add_row(name, work, ratio,
                       f"{r['reconfigurations']:g}",
-                      f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}")
+                      f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}",
+                      *((f"{r['type_changes']:g}",) if mixed else ()))
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)

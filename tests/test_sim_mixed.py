@@ -228,3 +228,16 @@ def test_the_command_line_runs_type_bound_by_default_on_a_mixed_fleet(tmp_path):
     assert out["unicron"]["type_changes"] == 2 and out["type-bound"]["type_changes"] == 0
     res = CliRunner().invoke(app, ["simulate", str(path), "-p", "unicron", "-p", "type-bound"])
     assert res.exit_code == 0 and "type changes" in res.stdout and "type-bound" in res.stdout
+
+
+def test_the_simulators_mixed_plans_are_the_planners(monkeypatch):
+    from test_sim_engine import CheckedUnicron
+    from unicron_plan.simulate import policies
+
+    doc = copy.deepcopy(library("gpt3-mix-1024-h100-a100"))
+    doc["duration_hours"] = 150.0
+    doc["failures"]["domains"][0]["mtbf_hours"] = 100.0
+    monkeypatch.setitem(policies.POLICIES, "unicron", CheckedUnicron)
+    CheckedUnicron.checked = 0
+    r = simulate(load_scenario(doc), ["unicron"], seed=1)["policies"]["unicron"]
+    assert CheckedUnicron.checked >= 5 and r["type_changes"] >= 1

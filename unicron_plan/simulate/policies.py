@@ -10,6 +10,9 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
   change, valuing each job's choice over its own horizon (node MTBF / nodes
   held, ``cost.horizon: "job"``) or the paper's D_run = node MTBF x 3600 / H
   (``"cluster"``).
+- ``type-bound`` (mixed fleets): unicron restricted to each job's current GPU
+  type (the same planner on the problem without type alternatives,
+  ``simulate/mixed.py``), so that the gap to ``unicron`` is what type choice earns.
 - ``greedy`` and ``equal-share``: the same detection and severity handling,
   but their own allocation rule (ignoring transition cost), so that the gap to
   ``unicron`` isolates the planner.

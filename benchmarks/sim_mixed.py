@@ -91,7 +91,7 @@ def _ratio(summary: dict, name: str) -> str:
     if not ur or ur.get("mean") is None:
         return "-"
     lo, hi = ur["ci95"]
-    return f"{ur['mean']:.5f} [{lo:.5f}, {hi:.5f}] {ur['wins']}/{summary['seeds']}"
+    return f"{ur['mean']:.6f} [{lo:.6f}, {hi:.6f}] {ur['wins']}/{summary['seeds']}"
 
 
 def report(paths: list[str]) -> None:

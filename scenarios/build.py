@@ -33,6 +33,11 @@ Failures: node MTBF from Llama 3's 3.79 interruptions per 1000 node-days
 day"), severity mix from Unicron's Figure 1 (unicron_plan.faults.severity). The
 time-0 allocation of every scenario is the planner's optimum for the healthy
 cluster, so that every policy starts from the same place.
+
+The ``-h100-a100`` scenarios are mixed fleets: the first half of the nodes H100, the second A100
+(racks of one type), the same GPT-3 mixes on whole nodes, every job allowed both types with one
+table per type from the performance model (as the ``-perf`` scenarios, on H100 and A100), its time-0
+type and count the planner's optimum over types (``mixed_scenario``).
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ PARAMS_B = {"gpt3-1.3b": 1.3, "gpt3-2.7b": 2.7, "gpt3-6.7b": 6.7, "gpt3-13b": 13
 # Job weights (priorities): the small jobs weigh more per TFLOP, as experiments next to a flagship run.
 W = {"gpt3-175b": 1.0, "gpt3-13b": 1.2, "gpt3-6.7b": 1.2, "gpt3-2.7b": 1.5, "gpt3-1.3b": 1.5}
 MFU = 0.45
+# Mixed fleets: a switch (2 racks of 16 nodes, 256 GPUs of one type) fails as a unit once per 1,000 h
+# (ASSUMPTION, not a published figure: the correlated failure where a job's GPU type matters).
+SWITCH_MTBF_HOURS = 1000.0
 LOSS_PER_REPLICA = 0.01
 
 
@@ -84,15 +92,15 @@ GLOBAL_BATCH = {"gpt3-1.3b": 512, "gpt3-2.7b": 512, "gpt3-6.7b": 1024, "gpt3-13b
 SEQ_LEN = 2048
 
 
-def perf_table(model: str, max_gpus: int, whole_nodes: bool = False) -> dict[str, float]:
+def perf_table(model: str, max_gpus: int, whole_nodes: bool = False, gpu_type: str = "a800") -> dict[str, float]:
     """{count: aggregate TFLOP/s} from the performance model (module docstring)."""
     from unicron_plan.perf import derive_table
 
-    curve = derive_table(model, "a800", GLOBAL_BATCH[model], SEQ_LEN, max_gpus=max_gpus)
+    curve = derive_table(model, gpu_type, GLOBAL_BATCH[model], SEQ_LEN, max_gpus=max_gpus)
     return {str(n): round(t, 3) for n, t in sorted(curve.tflops_table().items()) if not (whole_nodes and n % 8)}
 
 
-def derived_d_trans(model: str, gpus: int) -> float:
+def derived_d_trans(model: str, gpus: int, gpu_type: str = "a800") -> float:
     """D_trans of a job of ``model`` holding ``gpus`` GPUs from the package's transition model
     (``unicron_plan.perf.transition``, docs/perf.md): a restart at its layout with each GPU's state
     loaded from the nearest copy, plus set-up; at the largest count up to ``gpus`` where the
@@ -100,9 +108,9 @@ def derived_d_trans(model: str, gpus: int) -> float:
     from unicron_plan.core.cost import derived_transition_seconds
     from unicron_plan.perf import derive_table
 
-    curve = derive_table(model, "a800", GLOBAL_BATCH[model], SEQ_LEN, max_gpus=max(gpus, 1))
+    curve = derive_table(model, gpu_type, GLOBAL_BATCH[model], SEQ_LEN, max_gpus=max(gpus, 1))
     n = max(c for c in curve.tflops_table() if c <= max(gpus, 1))
-    return round(derived_transition_seconds(model, "a800", GLOBAL_BATCH[model], SEQ_LEN, "full", n), 1)
+    return round(derived_transition_seconds(model, gpu_type, GLOBAL_BATCH[model], SEQ_LEN, "full", n), 1)
 
 
 def scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str, float, int]],
@@ -122,6 +130,11 @@ def scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str,
         job["current"] = {"gpus": pj.gpus, "nodes": pj.nodes}
         smallest = min(int(c) for c in job["throughput"]["tflops"])
         job["transition_seconds"] = derived_d_trans(model, pj.gpus or smallest)
+    return with_failures(name, description, cluster, job_list)
+
+
+def with_failures(name: str, description: str, cluster: dict, job_list: list[dict]) -> dict:
+    """The scenario of ``cluster`` and ``job_list``: 30 days at the Llama 3 failure rate (module docstring)."""
     mix = {k: round(v, 4) for k, v in figure1_severity_mix().items()}
     mix["sev3"] = round(1.0 - mix["sev1"] - mix["sev2"], 4)
     return {"schema_version": "1", "name": name, "description": description, "cluster": cluster,
@@ -130,6 +143,33 @@ def scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str,
                          "repair_hours": {"median": faultdata.REPAIR_MEDIAN_HOURS,
                                           "sigma": faultdata.REPAIR_SIGMA},
                          "severity_mix": mix}}
+
+
+def mixed_scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str, float, int]],
+                   types: tuple[str, str] = ("h100", "a100")) -> dict:
+    """A mixed fleet: ``nodes`` x 8 GPUs, the first half of ``types[0]``, the second of ``types[1]``, in
+    racks of 16 nodes of one type; jobs (id, model, weight, max GPUs) may run on both types, on whole
+    nodes, with one table per type from the performance model (``throughput.by_type``). Time 0 is the
+    planner's optimum over types and counts for the healthy cluster."""
+    from unicron_plan.integrations.common import gpu_type_entry
+
+    half = nodes // 2
+    cluster = {"gpu_types": {t: gpu_type_entry(t) for t in types},
+               "nodes": [{"id": f"n{k:04d}", "gpu_type": types[0] if k < half else types[1], "gpus": 8,
+                          "rack": f"r{k // 16:03d}"} for k in range(nodes)]}
+    job_list = [{"id": jid, "weight": w,
+                 "throughput": {"gpu_type": types[0], "by_type": {t: perf_table(model, cap, True, t) for t in types}},
+                 "current": {"gpus": 0, "nodes": []}} for jid, model, w, cap in jobs]
+    inst = {"schema_version": "1", "name": name, "cluster": cluster, "jobs": job_list,
+            "cost": {"node_mtbf_hours": round(faultdata.LLAMA3_NODE_MTBF_HOURS, 1),
+                     "default_transition_seconds": 600.0}}
+    plan = api.solve(inst)
+    for job, pj, (_, model, _, _) in zip(job_list, plan.jobs, jobs):
+        job["throughput"]["gpu_type"] = pj.gpu_type
+        job["current"] = {"gpus": pj.gpus, "nodes": pj.nodes}
+        smallest = min(int(c) for c in job["throughput"]["by_type"][pj.gpu_type])
+        job["transition_seconds"] = derived_d_trans(model, pj.gpus or smallest, pj.gpu_type)
+    return with_failures(name, description, cluster, job_list)
 
 
 def library() -> dict[str, dict]:
@@ -162,7 +202,18 @@ def library() -> dict[str, dict]:
                           "3 h on the cluster.", 16, small_perf, perf=True)
     del perf_dense["failures"]["node_mtbf_hours"]
     perf_dense["failures"]["failure_every_hours"] = 3.0
+    mixed_1024 = mixed_scenario(
+        "gpt3-mix-1024-h100-a100", "1,024 GPUs, half H100 (64 x 8) half A100 (64 x 8), the 1,024-GPU GPT-3 mix on "
+        "whole nodes, every job allowed both types (tables per type from the performance model), Llama 3 node "
+        "failure rate plus switch failures (2 racks, 256 GPUs of one type, MTBF 1,000 h per switch), 30 days.",
+        128, mid)
+    mixed_1024["failures"]["domains"] = [{"kind": "switch", "racks_per_switch": 2, "mtbf_hours": SWITCH_MTBF_HOURS}]
     return {
+        "gpt3-mix-1024-h100-a100": mixed_1024,
+        "gpt3-mix-16384-h100-a100": mixed_scenario(
+            "gpt3-mix-16384-h100-a100", "16,384 GPUs, half H100 (1,024 x 8) half A100 (1,024 x 8), the "
+            "16,384-GPU GPT-3 mix on whole nodes, every job allowed both types (tables per type from the "
+            "performance model), Llama 3 node failure rate, 30 days.", 2048, big),
         "gpt3-mix-128-a800-perf": perf,
         "gpt3-mix-128-a800-perf-dense": perf_dense,
         "gpt3-mix-128-a800-dense": dense,

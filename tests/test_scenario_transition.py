@@ -29,6 +29,7 @@ def test_every_shipped_job_has_the_derived_transition_time(path):
     sc = json.loads(path.read_text())
     assert "default_transition_seconds" not in sc["cost"]  # no unsourced default behind the jobs
     for job in sc["jobs"]:
-        gpus = job["current"]["gpus"] or min(int(c) for c in job["throughput"]["tflops"])
-        assert job["transition_seconds"] == build.derived_d_trans(_model(job["id"]), gpus), job["id"]
+        tp = job["throughput"]  # on a mixed fleet: derived on the job's time-0 GPU type
+        gpus = job["current"]["gpus"] or min(int(c) for c in (tp.get("tflops") or tp["by_type"][tp["gpu_type"]]))
+        assert job["transition_seconds"] == build.derived_d_trans(_model(job["id"]), gpus, tp["gpu_type"]), job["id"]
         assert 55.0 <= job["transition_seconds"] <= 70.0

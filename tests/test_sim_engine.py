@@ -140,15 +140,18 @@ class CheckedUnicron(UnicronPolicy):
     def plan(self, eng, failed, repaired):
         from unicron_plan.plan.placement import place  # noqa: F401
 
-        placement, hit = super().plan(eng, failed, repaired)
+        placement, hit, types = super().plan(eng, failed, repaired)
         # The engine's Instance is a copy of the validated scenario with only the changes patched in:
-        # it must survive a full re-validation, and the planner must give the same plan on that.
+        # it must survive a full re-validation, and the planner must give the same plan on that (on a
+        # mixed fleet the same GPU type for every job it gives GPUs).
         inst = Instance.model_validate(self.instance(eng, failed, repaired).model_dump(exclude_none=True))
         plan = api.solve(inst)
         assert api.validate_plan(inst, plan).valid
         assert {j.id: j.gpus for j in plan.jobs} == {k: sum(v.values()) for k, v in placement.items()}
+        if types:
+            assert {j.id: j.gpu_type for j in plan.jobs if j.gpus} == {k: types[k] for k, v in placement.items() if v}
         CheckedUnicron.checked += 1
-        return placement, hit
+        return placement, hit, types
 
 
 def test_simulator_instances_are_valid_and_match_the_planner(monkeypatch):

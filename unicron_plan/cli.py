@@ -370,7 +370,9 @@ def full_app() -> typer.Typer:
 def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs/format.md, Scenario)."),
              policy: Optional[list[str]] = typer.Option(
                  None, "--policy", "-p", help="Policy (repeatable): unicron, megatron, oobleck, varuna, "
-                                              "bamboo, greedy, equal-share. Default: all."),
+                                              "bamboo, greedy, equal-share, type-bound (unicron keeping "
+                                              "every job on its GPU type). Default: all (type-bound only "
+                                              "on a mixed fleet)."),
              seed: int = typer.Option(0, "--seed", help="Seed of the first run (run i uses seed + i)."),
              seeds: int = typer.Option(1, "--seeds", min=1, help="Runs; more than 1 reports means and 95% intervals."),
              workers: int = typer.Option(2, "--workers", min=1, help="Processes for --seeds."),
@@ -381,10 +383,10 @@ def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs
              quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar on stderr.")):
     """Simulate SCENARIO's failures and repairs over time under each policy."""
     from unicron_plan.io import dumps, emit
-    from unicron_plan.simulate import DEFAULT_POLICIES, run as simrun
+    from unicron_plan.simulate import run as simrun
 
     sc = simrun.load_scenario(scenario)
-    names = simrun.check_policies(list(policy) if policy else list(DEFAULT_POLICIES))
+    names = simrun.check_policies(list(policy) if policy else simrun.default_policies(sc))
     show = not quiet and sys.stderr.isatty()
     with _progress(show, seeds, sc.name) as tick:
         if seeds == 1:
@@ -439,9 +441,10 @@ def _print_summary(result: dict, names: list[str]) -> None:
     table = Table(title=f"{result['scenario']} (seed {result['seed']}"
                         + (f", {result['seeds']} seeds" if "seeds" in result else "") + ")")
     several = "seeds" in result
+    mixed = any("type_changes" in r for r in result["policies"].values())  # a mixed fleet
     for col in ("policy", "weighted TFLOP" + (" (mean [95% CI])" if several else ""),
                 "unicron / policy" + (" (mean [95% CI])" if several else ""), "reconfigs", "detection h",
-                "transition h", "sub-healthy h"):
+                "transition h", "sub-healthy h") + (("type changes",) if mixed else ()):
         table.add_column(col, justify="right" if col != "policy" else "left")
     ref = result["policies"].get("unicron", {}).get("weighted_tflop")
     for name in names:
@@ -456,7 +459,8 @@ def _print_summary(result: dict, names: list[str]) -> None:
                 ratio = f"{ur['mean']:.4f} [{ur['ci95'][0]:.4f}, {ur['ci95'][1]:.4f}]"
         table.add_row(name, work, ratio,
                       f"{r['reconfigurations']:g}",
-                      f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}")
+                      f"{dh['detection']:.3f}", f"{dh['transition']:.3f}", f"{dh['sub_healthy']:.3f}",
+                      *((f"{r['type_changes']:g}",) if mixed else ()))
     console = Console()
     if not console.is_terminal:
         console = Console(width=160)

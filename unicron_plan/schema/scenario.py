@@ -155,7 +155,8 @@ class Scenario(StrictModel):
     name: str = Field(min_length=1, description="Name of the scenario.")
     description: Optional[str] = Field(default=None, max_length=10_000, description="Free text.")
     cluster: Cluster = Field(description="GPU types and nodes, as in the instance.")
-    jobs: list[Job] = Field(min_length=1, description="Jobs (table form) with their allocation at time 0.")
+    jobs: list[Job] = Field(min_length=1, description="Jobs with their allocation at time 0: tables (per GPU type "
+                                                      "with by_type), or a model whose tables are derived once.")
     cost: ScenarioCost = Field(description="Optional D_trans default and the node MTBF the planner assumes.")
     isolation: Literal["node", "gpu"] = Field(default="node", description="node or gpu, as in the instance.")
     duration_hours: float = Field(gt=0, le=MAX_DURATION_HOURS, description="Simulated time, at most ten years.")

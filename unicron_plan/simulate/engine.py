@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 from unicron_plan.core import cost
 from unicron_plan.schema.scenario import Scenario
+from unicron_plan.simulate import mixed
 from unicron_plan.simulate.trace import SimEvent
 
 PHASES = ("detection", "queue", "transition", "recompute", "sub_healthy")
@@ -50,6 +51,8 @@ class JobRun:
     slow: float = 1.0
     _f: Optional[dict] = field(default=None, repr=False)
     _counted: tuple = field(default=(None, 0), repr=False)  # (the alloc dict counted, its sum)
+    # Mixed fleets: the table on every GPU type the job may run on (None: bound to ``gpu_type``).
+    tables: Optional[dict] = None
 
     @property
     def count(self) -> int:
@@ -69,6 +72,10 @@ class JobRun:
         if self._f is None:  # F of every count, made once (asked at every interval of the run)
             self._f = {n: float(cost.waf(self.weight, t)) for n, t in self.table.items()}
         return self._f[c]
+
+    def switch_type(self, gpu_type: str) -> None:
+        """Run on ``gpu_type`` from now on (one of ``tables``): its table becomes the job's."""
+        self.gpu_type, self.table, self._f = gpu_type, self.tables[gpu_type], None
 
 
 class Engine:
@@ -91,6 +98,9 @@ class Engine:
                             {c: v * factor for c, v in j.throughput.table_view().items()},
                             j.transition_seconds if j.transition_seconds is not None else default_trans, {})
                      for k, j in enumerate(scenario.jobs)]
+        # Mixed fleets (simulate/mixed.py): per-type tables, type changes and GPU-hours per type.
+        self.gpu_seconds = mixed.attach_type_tables(self.jobs, scenario, factor)
+        self.type_changes = 0
         self.down: set[str] = set()  # SEV1 nodes whose failure is detected and not yet repaired
         self.pending: dict[str, float] = {}  # node -> time its SEV1 failure will be detected
         self.t = 0.0
@@ -198,6 +208,8 @@ class Engine:
             j.output += rate * run
             self.output += rate * run
             loss["sub_healthy"] += (j.base - rate) * run
+        if self.gpu_seconds is not None:
+            mixed.add_gpu_seconds(self.gpu_seconds, self.jobs, span)
         self.t = t1
 
     # --- the run ---
@@ -247,6 +259,11 @@ class Engine:
             if g > usable:
                 raise AssertionError(f"t={self.t / 3600:.3f} h: {g} GPUs placed on node {nid!r} "
                                      f"of {usable} usable ({self.policy.name})")
+        for j in self.jobs:
+            wrong = [nid for nid in j.alloc if self.nodes[nid].gpu_type != j.gpu_type]
+            if wrong:
+                raise AssertionError(f"t={self.t / 3600:.3f} h: job {j.id!r} on {j.gpu_type} holds GPUs of "
+                                     f"node(s) {wrong[:3]} of another type ({self.policy.name})")
         broken = self.down | set(self.pending)
         for j in self.jobs:
             on = broken.intersection(j.alloc)
@@ -298,7 +315,7 @@ class Engine:
         """
         healthy = sum(j.base for j in self.jobs)
         hours = {p: (self.loss[p] / healthy / 3600.0 if healthy > 0 else 0.0) for p in PHASES}
-        return {
+        out = {
             "weighted_tflop": self.output,
             "reconfigurations": self.reconfigurations,
             "downtime_hours": {"detection": hours["detection"],
@@ -312,3 +329,7 @@ class Engine:
             "failures": self.failures,
             "repairs": self.repairs,
         }
+        if self.gpu_seconds is not None:  # mixed fleets only: single-type results keep their fields
+            out["type_changes"] = self.type_changes
+            out["gpu_hours"] = {t: s / 3600.0 for t, s in sorted(self.gpu_seconds.items())}
+        return out

@@ -11,6 +11,9 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
   / H after a failure and over the job's own horizon (node MTBF / nodes held)
   after a repair (``cost.horizon: "event"``, the default), or over one of the
   two always (``"cluster"``, ``"job"``).
+- ``type-bound`` (mixed fleets): unicron restricted to each job's current GPU
+  type (the same planner on the problem without type alternatives,
+  ``simulate/mixed.py``), so that the gap to ``unicron`` is what type choice earns.
 - ``greedy`` and ``equal-share``: the same detection and severity handling,
   but their own allocation rule (ignoring transition cost), so that the gap to
   ``unicron`` isolates the planner.
@@ -57,12 +60,17 @@ def packaged_models() -> PolicyModels:
     return PolicyModels.model_validate(read_data("policies.json"))
 
 
+#: Policies that take another policy's constants (and its scenario overrides, then their own).
+MODEL_OF = {"type-bound": "unicron"}
+
+
 def policy_model(name: str, scenario: Scenario | None = None) -> PolicyModel:
     """The constants of policy ``name``: the packaged ones with the scenario's overrides applied."""
-    model = packaged_models().policies[name]
-    override = (scenario.policy_models or {}).get(name) if scenario is not None else None
-    if override is not None:
-        model = model.model_copy(update=override.model_dump(exclude_none=True))
+    model = packaged_models().policies[MODEL_OF.get(name, name)]
+    for key in dict.fromkeys((MODEL_OF.get(name, name), name)):
+        override = (scenario.policy_models or {}).get(key) if scenario is not None else None
+        if override is not None:
+            model = model.model_copy(update=override.model_dump(exclude_none=True))
     return model
 
 
@@ -163,6 +171,8 @@ class PlannerPolicy(Policy):
         self._flat = None  # problem.flat_tables of the jobs
         self._failed_at_start: set[str] = set()  # nodes the scenario lists with failed GPUs
         self._job_copies: dict[int, tuple] = {}  # see instance
+        self._throughputs: dict = {}  # mixed fleets: (job id, GPU type) -> its throughput there
+        self._by_types: dict = {}  # mixed fleets: the jobs' types -> their tables, see _type_tables
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -232,8 +242,10 @@ class PlannerPolicy(Policy):
         for k, (bj, j) in enumerate(zip(base.jobs, eng.jobs)):
             made = copies.get(k)
             if made is None or made[0] is not j.alloc:  # an alloc is replaced, never changed in place
-                made = copies[k] = (j.alloc, bj.model_copy(update={"current": CurrentAllocation.model_construct(
-                    gpus=j.count, nodes=list(j.alloc))}))
+                update = {"current": CurrentAllocation.model_construct(gpus=j.count, nodes=list(j.alloc))}
+                if j.gpu_type != bj.throughput.gpu_type:  # mixed fleets: the job now runs on another type
+                    update["throughput"] = self._on_type(bj, j.gpu_type)
+                made = copies[k] = (j.alloc, bj.model_copy(update=update))
             jobs.append(made[1])
         event = None
         if failed is not None:
@@ -249,15 +261,26 @@ class PlannerPolicy(Policy):
                                        "cluster": base.cluster.model_copy(update={"nodes": nodes}),
                                        "jobs": jobs, "event": event})
 
+    def _on_type(self, job, gpu_type: str):
+        """``job``'s throughput on ``gpu_type`` (mixed fleets), made once per job and type."""
+        key = (job.id, gpu_type)
+        found = self._throughputs.get(key)
+        if found is None:
+            found = self._throughputs[key] = job.throughput.on_type(gpu_type)
+        return found
+
     def plan(self, eng: Engine, failed: str | None, repaired: str | None):
-        """(placement per job id, hit per job id) for the current state, cached per cluster state."""
+        """(placement per job id, hit per job id, GPU type per job id) for the current state, cached per
+        cluster state."""
         key = (failed, repaired, frozenset(eng.down),
                tuple((j.count, tuple(j.alloc)) for j in eng.jobs))
+        if eng.gpu_seconds is not None:  # mixed fleets: the jobs' types are part of the state
+            key += (tuple(j.gpu_type for j in eng.jobs),)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         from unicron_plan.core.cluster import build_state, healthy_nodes
-        from unicron_plan.core.problem import flat_tables, resolve_tables, tabulate
+        from unicron_plan.core.problem import add_alternatives, flat_tables, resolve_tables, tabulate
         from unicron_plan.plan.placement import place
 
         instance = self.instance(eng, failed, repaired)
@@ -266,23 +289,56 @@ class PlannerPolicy(Policy):
             self._healthy = healthy_nodes(instance)
             self._flat = flat_tables(instance, self._tables[0])
             self._failed_at_start = {n.id for n in self._base(eng).cluster.nodes if n.failed_gpus}
+        tables, flat, alternatives = self._tables, self._flat, None
+        if eng.gpu_seconds is not None:  # mixed fleets: the tables of the jobs' current types
+            tables, flat, alternatives = self._type_tables(instance, eng)
         # The engine's own per-node split is the state before the event (it is checked after every
         # event when the engine runs with checks), so the instance checks need not re-derive it.
         state = build_state(instance, previous={j.id: dict(j.alloc) for j in eng.jobs}, healthy=self._healthy,
                             unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start)
-        problem = tabulate(instance, state, *self._tables, self._flat)
-        counts = self.choose(problem)
+        problem = tabulate(instance, state, *tables, flat)
+        types = {}
+        if alternatives is not None:
+            problem = add_alternatives(problem, *alternatives)
+        if problem.alternatives:
+            counts, types = self.choose_types(problem)
+            problem = problem.with_types(types)
+        else:
+            counts = self.choose(problem)
         placement = place(problem, counts)
-        out = (placement, dict(problem.state.hit))
+        out = (placement, dict(problem.state.hit), types)
         self._cache[key] = out
         return out
 
+    def _type_tables(self, instance, eng: Engine):
+        """(tables, flat tables, per-type tables) of the jobs on their current GPU types, made once per
+        assignment of types."""
+        from unicron_plan.core.problem import flat_tables, resolve_tables, resolve_type_tables
+
+        key = tuple(j.gpu_type for j in eng.jobs)
+        found = self._by_types.get(key)
+        if found is None:
+            tables = resolve_tables(instance)
+            found = self._by_types[key] = (tables, flat_tables(instance, tables[0]),
+                                           resolve_type_tables(instance, *tables))
+        return found
+
+    def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
+        """(counts, GPU type per job id) for a problem with GPU-type choices; by default every job
+        keeps its current type (the problem without its alternatives)."""
+        import dataclasses
+
+        return self.choose(dataclasses.replace(problem, alternatives={})), {}
+
     def replan(self, eng: Engine, failed: str | None, repaired: str | None, charge: bool) -> None:
         """Apply the plan: every changed, hit or moved job transitions for its D_trans."""
-        placement, hit = self.plan(eng, failed, repaired)
+        placement, hit, types = self.plan(eng, failed, repaired)
         eng.plans += 1
         for j in eng.jobs:
             new = placement[j.id]
+            if types and types[j.id] != j.gpu_type:  # mixed fleets: moved to another GPU type
+                j.switch_type(types[j.id])
+                eng.type_changes += 1
             if not hit[j.id] and new == j.alloc:  # kept in place: the same dict stays (its copies are reused)
                 continue
             if 0 in new.values():
@@ -313,6 +369,22 @@ class UnicronPolicy(PlannerPolicy):
 
         return solve(problem).counts
 
+    def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
+        from unicron_plan.solvers.mixed import solve
+
+        raw = solve(problem)
+        return raw.counts, raw.types or {}
+
+
+class TypeBoundPolicy(UnicronPolicy):
+    """Unicron that may not change a job's GPU type: the same planner on the problem without type
+    alternatives, so every job keeps the type it started on (a mixed fleet's ablation)."""
+
+    name = "type-bound"
+
+    def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
+        return PlannerPolicy.choose_types(self, problem)
+
 
 class GreedyPolicy(PlannerPolicy):
     """Marginal greedy on weight x TFLOP/s per GPU, ignoring transition cost.
@@ -336,6 +408,17 @@ class GreedyPolicy(PlannerPolicy):
         if found is None:
             found = self._answers[key] = self._greedy(problem)
         return dict(found)
+
+    def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
+        from unicron_plan.simulate.mixed import greedy_types
+
+        key = (tuple(sorted(problem.capacity.items())),
+               tuple((j.id, tuple((a.gpu_type, a.counts.tobytes()) for a in problem.alternatives.get(j.id, [j])))
+                     for j in problem.jobs))
+        found = self._answers.get(key)
+        if found is None:
+            found = self._answers[key] = greedy_types(problem)
+        return dict(found[0]), dict(found[1])
 
     @staticmethod
     def _greedy(problem) -> dict[str, int]:
@@ -713,7 +796,7 @@ class BambooPolicy(OobleckPolicy):
 
 POLICIES: dict[str, type[Policy]] = {
     p.name: p for p in (UnicronPolicy, MegatronPolicy, OobleckPolicy, GreedyPolicy, EqualSharePolicy,
-                        VarunaPolicy, BambooPolicy)
+                        VarunaPolicy, BambooPolicy, TypeBoundPolicy)
 }
 
 

@@ -34,6 +34,9 @@ def load_scenario(source: str | os.PathLike | dict | Scenario) -> Scenario:
     else:
         data = source if isinstance(source, dict) else read_json(source)
         scenario = parse_model(Scenario, data)
+    from unicron_plan.simulate.mixed import with_model_tables
+
+    scenario = with_model_tables(scenario)  # jobs that name a model get its tables (per GPU type)
     check_scenario(scenario)
     for name, model in (scenario.policy_models or {}).items():
         if name not in POLICIES:
@@ -47,6 +50,13 @@ def load_scenario(source: str | os.PathLike | dict | Scenario) -> Scenario:
                                        f"{model.spare_nodes} spares leave none of the {len(scenario.cluster.nodes)} "
                                        f"nodes to train on")
     return scenario
+
+
+def default_policies(scenario: Scenario) -> list[str]:
+    """The policies run when none is named: DEFAULT_POLICIES, and ``type-bound`` on a mixed fleet."""
+    from unicron_plan.simulate.mixed import default_policies as with_mixed
+
+    return with_mixed(scenario, DEFAULT_POLICIES)
 
 
 def check_policies(names: list[str]) -> list[str]:
@@ -157,6 +167,9 @@ def summarize(runs: list[dict[str, Any]], policies: list[str]) -> dict[str, Any]
             "healthy_waf_tflops": float(np.mean([r["healthy_waf_tflops"] for r in rs])),
             "ci95": {"weighted_tflop": _ci95(wt)},
         }
+        if "type_changes" in rs[0]:  # mixed fleets
+            entry["type_changes"] = float(np.mean([r["type_changes"] for r in rs]))
+            entry["gpu_hours"] = {t: float(np.mean([r["gpu_hours"][t] for r in rs])) for t in rs[0]["gpu_hours"]}
         if "unicron" in policies:
             ratios = [r["policies"]["unicron"]["weighted_tflop"] / r["policies"][name]["weighted_tflop"]
                       if r["policies"][name]["weighted_tflop"] > 0 else math.inf for r in runs]

@@ -316,6 +316,22 @@ class FlatTables:
     off: np.ndarray
 
 
+def _f_at(flat: FlatTables, xs: np.ndarray) -> np.ndarray:
+    """F of each job at its count ``xs[i]`` from its flat table (0 at 0), NaN where the count is not in it."""
+    m = len(xs)
+    if not m:
+        return np.zeros(0)
+    sizes = np.diff(flat.off)
+    scale = int(flat.counts.max()) + 1 if len(flat.counts) else 1
+    scale = max(scale, int(xs.max()) + 1)
+    # job i's entries are the keys i * scale + count, ascending over the whole flat array
+    keys = np.repeat(np.arange(m, dtype=np.int64), sizes) * scale + flat.counts
+    want = np.arange(m, dtype=np.int64) * scale + xs
+    at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+    found = keys[at] == want
+    return np.where(found, flat.f[at], np.nan)
+
+
 def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -> FlatTables:
     """The :class:`FlatTables` of the instance's jobs (``tables`` from :func:`resolve_tables`)."""
     zero_i, zero_f = np.zeros(1, dtype=np.int64), np.zeros(1)
@@ -364,7 +380,11 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     cap = np.asarray([capacity[job.throughput.gpu_type] for job in instance.jobs], dtype=np.int64).reshape(m)
     hit = np.asarray([state.hit[job.id] for job in instance.jobs], dtype=bool).reshape(m)
     exiting = np.asarray([job.id in state.exiting for job in instance.jobs], dtype=bool).reshape(m)
-    f_x = [0.0 if x == 0 else float(cost.waf(job.weight, tables[job.id][x])) for job, x in zip(instance.jobs, x_list)]
+    f_x = _f_at(flat, xs)
+    for i in np.flatnonzero(np.isnan(f_x)).tolist():  # not in the table: the lookup names the count
+        job = instance.jobs[i]
+        f_x[i] = float(cost.waf(job.weight, tables[job.id][x_list[i]]))
+    f_x = f_x.tolist()
     if instance.cost.horizon == "job":  # each job's D_trans scaled by its horizon (docs/model.md)
         h = state.nodes_in_service()
         d_trans = [cost.job_transition_seconds(instance, job, state.previous.get(job.id, {}), h)

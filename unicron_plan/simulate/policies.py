@@ -162,6 +162,14 @@ class PlannerPolicy(Policy):
         self._flat = None  # problem.flat_tables of the jobs
         self._failed_at_start: set[str] = set()  # nodes the scenario lists with failed GPUs
         self._job_copies: dict[int, tuple] = {}  # see instance
+        # The allocations as last seen by plan (see _sync): per job the alloc dict and its key id;
+        # GPUs held per node, the nodes not exactly full, and the jobs on each node.
+        self._seen: list = []
+        self._sig: list[int] = []
+        self._sig_ids: dict[tuple, int] = {}
+        self._held: dict[str, int] = {}
+        self._nonfull: set[str] = set()
+        self._on: dict[str, set[str]] = {}
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -248,27 +256,81 @@ class PlannerPolicy(Policy):
                                        "cluster": base.cluster.model_copy(update={"nodes": nodes}),
                                        "jobs": jobs, "event": event})
 
+    def _sync(self, eng: Engine) -> None:
+        """Bring the per-node bookkeeping up to date with the jobs whose alloc was replaced since the
+        last plan (an alloc is replaced, never changed in place): only their nodes are visited."""
+        if not self._seen:
+            self._seen = [None] * len(eng.jobs)
+            self._sig = [-1] * len(eng.jobs)
+            self._nonfull = set(eng.nodes)
+        full = self._healthy.usable
+        held, nonfull, on, ids = self._held, self._nonfull, self._on, self._sig_ids
+        for k, j in enumerate(eng.jobs):
+            old, new = self._seen[k], j.alloc
+            if old is new:
+                continue
+            for split, sign in ((old or {}, -1), (new, 1)):
+                for nid, g in split.items():
+                    v = held[nid] = held.get(nid, 0) + sign * g
+                    if v == full[nid]:
+                        nonfull.discard(nid)
+                    else:
+                        nonfull.add(nid)
+                    if sign > 0:
+                        on.setdefault(nid, set()).add(j.id)
+                    elif nid not in new:
+                        on[nid].discard(j.id)
+            self._seen[k] = new
+            self._sig[k] = ids.setdefault((j.count, tuple(new)), len(ids))
+
+    def _holders(self, nodes) -> set[str]:
+        """Ids of the jobs holding GPUs on any of ``nodes``."""
+        out: set[str] = set()
+        for nid in nodes:
+            out |= self._on.get(nid, set())
+        return out
+
+    def _idle(self, state) -> dict[str, int]:
+        """For ClusterState.idle: usable GPUs minus those every job holds, where that is not 0 (the
+        nodes not exactly full and those the state re-derived)."""
+        nodes, full, held = state.nodes, self._healthy.usable, self._held
+        usable = {}
+        for nid in state.touched:
+            n = nodes[nid]
+            usable[nid] = 0 if n.drained else n.healthy_after
+        idle = {}
+        for nid in self._nonfull.union(usable):
+            v = usable.get(nid, full[nid]) - held.get(nid, 0)
+            if v:
+                idle[nid] = v
+        return idle
+
     def plan(self, eng: Engine, failed: str | None, repaired: str | None):
         """(placement per job id, hit per job id) for the current state, cached per cluster state."""
-        key = (failed, repaired, frozenset(eng.down),
-               tuple((j.count, tuple(j.alloc)) for j in eng.jobs))
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
         from unicron_plan.core.cluster import build_state, healthy_nodes
         from unicron_plan.core.problem import flat_tables, resolve_tables, tabulate
         from unicron_plan.plan.placement import place
 
-        instance = self.instance(eng, failed, repaired)
         if self._tables is None:  # the jobs, their tables and the nodes never change during a run
-            self._tables = resolve_tables(instance)
-            self._healthy = healthy_nodes(instance)
-            self._flat = flat_tables(instance, self._tables[0])
-            self._failed_at_start = {n.id for n in self._base(eng).cluster.nodes if n.failed_gpus}
+            base = self._base(eng)
+            self._tables = resolve_tables(base)
+            self._healthy = healthy_nodes(base)
+            self._flat = flat_tables(base, self._tables[0])
+            self._failed_at_start = {n.id for n in base.cluster.nodes if n.failed_gpus}
+        self._sync(eng)
+        key = (failed, repaired, frozenset(eng.down), tuple(self._sig))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        instance = self.instance(eng, failed, repaired)
         # The engine's own per-node split is the state before the event (it is checked after every
         # event when the engine runs with checks), so the instance checks need not re-derive it.
-        state = build_state(instance, previous={j.id: dict(j.alloc) for j in eng.jobs}, healthy=self._healthy,
-                            unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start)
+        # The splits are the jobs' own alloc dicts (never changed in place), in cluster order.
+        state = build_state(instance, previous={j.id: j.alloc for j in eng.jobs}, healthy=self._healthy,
+                            unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start,
+                            holders=self._holders)
+        state.in_order = True
+        state.idle = self._idle(state)
         problem = tabulate(instance, state, *self._tables, self._flat)
         counts = self.choose(problem)
         placement = place(problem, counts)
@@ -282,7 +344,7 @@ class PlannerPolicy(Policy):
         eng.plans += 1
         for j in eng.jobs:
             new = placement[j.id]
-            if not hit[j.id] and new == j.alloc:  # kept in place: the same dict stays (its copies are reused)
+            if not hit[j.id] and (new is j.alloc or new == j.alloc):  # kept in place: the same dict stays
                 continue
             if 0 in new.values():
                 new = {n: g for n, g in new.items() if g > 0}

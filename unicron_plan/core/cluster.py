@@ -79,6 +79,10 @@ class ClusterState:
         """The nodes as :class:`NodeArrays` (kept with the healthy cluster the state was built from)."""
         return self.healthy.arrays if self.healthy is not None else node_arrays(self.nodes)
 
+    def node_ids(self) -> list[str]:
+        """Node ids in cluster order (kept with the healthy cluster the state was built from; do not change)."""
+        return self.healthy.ids if self.healthy is not None else list(self.nodes)
+
     def healthy_after_array(self) -> np.ndarray:
         """Healthy GPUs after the event per node, in cluster order (int64)."""
         if self.healthy is None or self.touched is None:
@@ -235,6 +239,11 @@ class HealthyCluster:
         for n in self.nodes.values():
             out.setdefault(n.gpu_type, []).append(n.id)
         return {t: frozenset(ids) for t, ids in out.items()}
+
+    @cached_property
+    def ids(self) -> list[str]:
+        """Node ids in cluster order (made on first use, then kept)."""
+        return list(self.nodes)
 
     @cached_property
     def arrays(self) -> NodeArrays:

@@ -187,17 +187,21 @@ class _FreePool:
         the previous nodes of the jobs to place); ``racks``: the (GPU type, rack) pairs that
         picks will ask for (only those are indexed)."""
         self.state, self.free, self.order, self.racks = state, free, order, racks
-        self.ids = list(state.nodes)
+        self.ids = state.node_ids()
         arrays = state.node_arrays()
         if state.idle is None:  # every node, in cluster order (Problem.stays)
             left = np.fromiter(free.values(), dtype=np.int64, count=len(free))
             pos = np.flatnonzero(left > 0)
             v = left[pos]
+            whole = v == state.healthy_after_array()[pos]
         else:  # only the nodes where there may be free GPUs (_stays_idle): every other node is full
-            pairs = sorted((order[nid], g) for nid, g in free.items() if g > 0)
-            pos = np.asarray([p for p, _ in pairs], dtype=np.int64).reshape(len(pairs))
-            v = np.asarray([g for _, g in pairs], dtype=np.int64).reshape(len(pairs))
-        whole = v == state.healthy_after_array()[pos]
+            pos = np.fromiter(map(order.__getitem__, free), dtype=np.int64, count=len(free))
+            v = np.fromiter(free.values(), dtype=np.int64, count=len(free))
+            keep = v > 0
+            pos, v = pos[keep], v[keep]
+            by_pos = np.argsort(pos)
+            pos, v = pos[by_pos], v[by_pos]
+            whole = v == state.healthy_after_array()[pos]
         group = arrays.group[pos]
         self.by_type = {arrays.types[k]: b for k, b in _buckets(arrays.group_type[group], pos, v, whole).items()}
         wanted = [arrays.groups[pair] for pair in racks if pair in arrays.groups]

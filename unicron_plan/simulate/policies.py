@@ -163,12 +163,12 @@ class PlannerPolicy(Policy):
         self._failed_at_start: set[str] = set()  # nodes the scenario lists with failed GPUs
         self._job_copies: dict[int, tuple] = {}  # see instance
         # The allocations as last seen by plan (see _sync): per job the alloc dict and its key id;
-        # GPUs held per node, the nodes not exactly full, and the jobs on each node.
+        # GPUs held per node, GPUs - held where not 0, and the jobs on each node.
         self._seen: list = []
         self._sig: list[int] = []
         self._sig_ids: dict[tuple, int] = {}
         self._held: dict[str, int] = {}
-        self._nonfull: set[str] = set()
+        self._spare: dict[str, int] = {}
         self._on: dict[str, set[str]] = {}
 
     def choose(self, problem) -> dict[str, int]:
@@ -259,12 +259,12 @@ class PlannerPolicy(Policy):
     def _sync(self, eng: Engine) -> None:
         """Bring the per-node bookkeeping up to date with the jobs whose alloc was replaced since the
         last plan (an alloc is replaced, never changed in place): only their nodes are visited."""
+        full = self._healthy.usable
         if not self._seen:
             self._seen = [None] * len(eng.jobs)
             self._sig = [-1] * len(eng.jobs)
-            self._nonfull = set(eng.nodes)
-        full = self._healthy.usable
-        held, nonfull, on, ids = self._held, self._nonfull, self._on, self._sig_ids
+            self._spare = {nid: g for nid, g in full.items() if g}
+        held, spare, on, ids = self._held, self._spare, self._on, self._sig_ids
         for k, j in enumerate(eng.jobs):
             old, new = self._seen[k], j.alloc
             if old is new:
@@ -273,9 +273,9 @@ class PlannerPolicy(Policy):
                 for nid, g in split.items():
                     v = held[nid] = held.get(nid, 0) + sign * g
                     if v == full[nid]:
-                        nonfull.discard(nid)
+                        spare.pop(nid, None)
                     else:
-                        nonfull.add(nid)
+                        spare[nid] = full[nid] - v
                     if sign > 0:
                         on.setdefault(nid, set()).add(j.id)
                     elif nid not in new:
@@ -292,17 +292,16 @@ class PlannerPolicy(Policy):
 
     def _idle(self, state) -> dict[str, int]:
         """For ClusterState.idle: usable GPUs minus those every job holds, where that is not 0 (the
-        nodes not exactly full and those the state re-derived)."""
-        nodes, full, held = state.nodes, self._healthy.usable, self._held
-        usable = {}
+        nodes as if healthy, kept by _sync, with those the state re-derived replaced)."""
+        nodes, held = state.nodes, self._held
+        idle = dict(self._spare)  # every node as if healthy
         for nid in state.touched:
             n = nodes[nid]
-            usable[nid] = 0 if n.drained else n.healthy_after
-        idle = {}
-        for nid in self._nonfull.union(usable):
-            v = usable.get(nid, full[nid]) - held.get(nid, 0)
+            v = (0 if n.drained else n.healthy_after) - held.get(nid, 0)
             if v:
                 idle[nid] = v
+            else:
+                idle.pop(nid, None)
         return idle
 
     def plan(self, eng: Engine, failed: str | None, repaired: str | None):
@@ -401,22 +400,30 @@ class GreedyPolicy(PlannerPolicy):
     @staticmethod
     def _greedy(problem) -> dict[str, int]:
         import heapq
+        from bisect import bisect_right
 
         counts = {}
         for gtype, cap in problem.capacity.items():
             jobs = problem.jobs_of_type(gtype)
             at = {j.index: 0 for j in jobs}  # index into the job's counts (counts[0] is its smallest, 0)
             left = cap - sum(int(j.counts[0]) for j in jobs)
+            # plain lists: a job's table is short, and every step looks at a few entries of it
+            cs = {j.index: j.counts.tolist() for j in jobs}
+            fs = {j.index: j.f.tolist() for j in jobs}
 
             def best_step(j):
                 k = at[j.index]
-                x = int(j.counts[k])
-                end = int(np.searchsorted(j.counts, x + left, side="right"))
+                c, f = cs[j.index], fs[j.index]
+                x, fk = c[k], f[k]
+                end = bisect_right(c, x + left)
                 if end <= k + 1:
                     return None
-                ratio = (j.f[k + 1:end] - j.f[k]) / (j.counts[k + 1:end] - x)
-                best = int(np.argmax(ratio))
-                return None if ratio[best] <= 0 else (-float(ratio[best]), j.index, k + 1 + best)
+                best, to = (f[k + 1] - fk) / (c[k + 1] - x), k + 1  # the first of the largest ratios
+                for i in range(k + 2, end):
+                    r = (f[i] - fk) / (c[i] - x)
+                    if r > best:
+                        best, to = r, i
+                return None if best <= 0 else (-best, j.index, to)
 
             # Lazy max-heap: a stored ratio only overestimates a job's best step once GPUs run out.
             heap = [s for s in (best_step(j) for j in jobs) if s is not None]
@@ -425,7 +432,7 @@ class GreedyPolicy(PlannerPolicy):
             while heap:
                 neg, idx, to = heapq.heappop(heap)
                 j = by_index[idx]
-                grow = int(j.counts[to]) - int(j.counts[at[idx]])
+                grow = cs[idx][to] - cs[idx][at[idx]]
                 if grow > left:
                     step = best_step(j)
                     if step is not None:

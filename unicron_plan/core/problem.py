@@ -375,11 +375,13 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     capacity = state.capacity()
     m = len(instance.jobs)
     sizes = np.diff(flat.off)
+    ids = [job.id for job in instance.jobs]
+    types = [job.throughput.gpu_type for job in instance.jobs]
     x_list = [job.current.gpus for job in instance.jobs]
     xs = np.asarray(x_list, dtype=np.int64).reshape(m)
-    cap = np.asarray([capacity[job.throughput.gpu_type] for job in instance.jobs], dtype=np.int64).reshape(m)
-    hit = np.asarray([state.hit[job.id] for job in instance.jobs], dtype=bool).reshape(m)
-    exiting = np.asarray([job.id in state.exiting for job in instance.jobs], dtype=bool).reshape(m)
+    cap = np.fromiter(map(capacity.__getitem__, types), dtype=np.int64, count=m)
+    hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
+    exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
     f_x = _f_at(flat, xs)
     for i in np.flatnonzero(np.isnan(f_x)).tolist():  # not in the table: the lookup names the count
         job = instance.jobs[i]
@@ -414,20 +416,20 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
                           f"D_run {d_run} s (or x D_trans {d_trans[i]} s) overflows a float; use smaller units")
     jobs = []
     starts_l = flat.off[:-1].tolist()
-    for i, job, lo, n_fit, x, exits, job_hit in zip(range(m), instance.jobs, starts_l, fits.tolist(), xs.tolist(),
+    all_counts, all_f = flat.counts, flat.f
+    for i, job, lo, n_fit, x, exits, job_hit in zip(range(m), instance.jobs, starts_l, fits.tolist(), x_list,
                                                      exiting.tolist(), hit.tolist()):
         hi = lo + n_fit
-        counts, f, gains = flat.counts[lo:hi], flat.f[lo:hi], gains_all[lo:hi]
-        if not exits and ((job.tp is not None and job.tp > 1) or job.pinned
-                          or (job.min_gain_fraction is not None and not job_hit)):
+        counts, f, gains = all_counts[lo:hi], all_f[lo:hi], gains_all[lo:hi]
+        tp, pinned, min_gain = job.tp, job.pinned, job.min_gain_fraction
+        if not exits and ((tp is not None and tp > 1) or pinned or (min_gain is not None and not job_hit)):
             keep = constraints.allowed_mask(job, counts, gains, x, job_hit, f_x[i], d_run, exits)
             if not keep.all():
                 counts, f, gains = counts[keep], f[keep], gains[keep]
-        jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, job_hit, d_trans[i], f_x[i],
-                             tables[job.id], counts, f, gains, layouts.get(job.id, {}), d_run,
-                             tp=job.tp or 1, pinned=bool(job.pinned) and not exits, max_nodes=job.max_nodes,
-                             same_rack=bool(job.same_rack),
-                             min_gain_fraction=None if exits else job.min_gain_fraction,
+        jobs.append(JobTerms(i, ids[i], types[i], job.weight, x, job_hit, d_trans[i], f_x[i],
+                             tables[ids[i]], counts, f, gains, layouts.get(ids[i], {}), d_run,
+                             tp=tp or 1, pinned=bool(pinned) and not exits, max_nodes=job.max_nodes,
+                             same_rack=bool(job.same_rack), min_gain_fraction=None if exits else min_gain,
                              exiting=exits))
     limit = instance.max_changed_jobs
     if limit is not None:

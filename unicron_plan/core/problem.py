@@ -387,7 +387,7 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
         job = instance.jobs[i]
         f_x[i] = float(cost.waf(job.weight, tables[job.id][x_list[i]]))
     f_x = f_x.tolist()
-    if instance.cost.horizon == "job":  # each job's D_trans scaled by its horizon (docs/model.md)
+    if cost.uses_job_horizon(instance):  # each job's D_trans scaled by its horizon (docs/model.md)
         h = state.nodes_in_service()
         d_trans = [cost.job_transition_seconds(instance, job, state.previous.get(job.id, {}), h)
                    for job in instance.jobs]

@@ -8,7 +8,7 @@ and the independent validator see one and the same cluster state.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
@@ -55,6 +55,11 @@ class ClusterState:
     # when built from a HealthyCluster: that cluster, and the nodes re-derived from it (cluster order)
     healthy: "HealthyCluster | None" = field(default=None, repr=False, compare=False)
     touched: list[str] | None = field(default=None, repr=False, compare=False)
+    # Kept by callers that track their allocations between events (the simulator), for placement:
+    # ``idle``: usable GPUs minus those of every job's previous split, for the nodes where that is not 0;
+    # ``in_order``: every previous split lists its nodes in cluster order.
+    idle: dict[str, int] | None = field(default=None, repr=False, compare=False)
+    in_order: bool = field(default=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.order is None:
@@ -73,6 +78,10 @@ class ClusterState:
     def node_arrays(self) -> "NodeArrays":
         """The nodes as :class:`NodeArrays` (kept with the healthy cluster the state was built from)."""
         return self.healthy.arrays if self.healthy is not None else node_arrays(self.nodes)
+
+    def node_ids(self) -> list[str]:
+        """Node ids in cluster order (kept with the healthy cluster the state was built from; do not change)."""
+        return self.healthy.ids if self.healthy is not None else list(self.nodes)
 
     def healthy_after_array(self) -> np.ndarray:
         """Healthy GPUs after the event per node, in cluster order (int64)."""
@@ -136,7 +145,8 @@ class ClusterState:
 
 
 def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None = None,
-                healthy: "HealthyCluster | None" = None, unhealthy: Collection[str] | None = None) -> ClusterState:
+                healthy: "HealthyCluster | None" = None, unhealthy: Collection[str] | None = None,
+                holders: Callable[[set[str]], set[str]] | None = None) -> ClusterState:
     """Apply the event to the cluster (node or GPU isolation) and find the hit jobs.
 
     Assumes the instance passed :func:`unicron_plan.core.checks.check_instance`; ``previous``
@@ -144,7 +154,8 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
     :func:`healthy_nodes` of this cluster, for callers that derive many states of one cluster
     (made here when not given). ``unhealthy`` (with ``healthy``): ids including every node
     with failed GPUs, for callers that know them; only those and the event's nodes are then
-    visited, instead of every node.
+    visited, instead of every node. ``holders``: for callers that index their jobs by node, the ids of
+    the jobs listing any of the given nodes (the hit jobs are then found without visiting every job).
     """
     event = instance.event
     failure = event if event is not None and event.kind == "failure" else None
@@ -184,7 +195,12 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
             in_service += after > 0
         if lost or drained:
             affected.add(node.id)
-    hit = {job.id: not affected.isdisjoint(job.current.nodes) for job in instance.jobs}
+    if holders is not None:
+        hit = dict.fromkeys((job.id for job in instance.jobs), False)
+        if affected:
+            hit.update(dict.fromkeys(holders(affected), True))
+    else:
+        hit = {job.id: not affected.isdisjoint(job.current.nodes) for job in instance.jobs}
     state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance), counted=(cap, in_service),
                          order=healthy.order, healthy=healthy, touched=touched)
     state.previous = previous if previous is not None else \
@@ -223,6 +239,11 @@ class HealthyCluster:
         for n in self.nodes.values():
             out.setdefault(n.gpu_type, []).append(n.id)
         return {t: frozenset(ids) for t, ids in out.items()}
+
+    @cached_property
+    def ids(self) -> list[str]:
+        """Node ids in cluster order (made on first use, then kept)."""
+        return list(self.nodes)
 
     @cached_property
     def arrays(self) -> NodeArrays:

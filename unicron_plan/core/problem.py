@@ -82,12 +82,21 @@ class Problem:
             return self
         jobs = list(self.jobs)
         previous = dict(self.state.previous)
+        idle = None if self.state.idle is None else dict(self.state.idle)
         for k, j in enumerate(jobs):
             t = moved.get(j.id)
             if t is not None:
                 jobs[k] = next(a for a in self.alternatives[j.id] if a.gpu_type == t)
+                if idle is not None:  # the GPUs it leaves on its old type are idle now
+                    for nid, g in previous[j.id].items():
+                        if idle.setdefault(nid, 0) + g:
+                            idle[nid] += g
+                        else:
+                            del idle[nid]
                 previous[j.id] = {}
-        return dataclasses.replace(self, jobs=jobs, state=dataclasses.replace(self.state, previous=previous))
+        state = dataclasses.replace(self.state, previous=previous)
+        state.idle = idle
+        return dataclasses.replace(self, jobs=jobs, state=state)
 
     def jobs_of_type(self, gpu_type: str) -> list[JobTerms]:
         """Jobs that run on ``gpu_type``, in instance order."""
@@ -316,6 +325,22 @@ class FlatTables:
     off: np.ndarray
 
 
+def _f_at(flat: FlatTables, xs: np.ndarray) -> np.ndarray:
+    """F of each job at its count ``xs[i]`` from its flat table (0 at 0), NaN where the count is not in it."""
+    m = len(xs)
+    if not m:
+        return np.zeros(0)
+    sizes = np.diff(flat.off)
+    scale = int(flat.counts.max()) + 1 if len(flat.counts) else 1
+    scale = max(scale, int(xs.max()) + 1)
+    # job i's entries are the keys i * scale + count, ascending over the whole flat array
+    keys = np.repeat(np.arange(m, dtype=np.int64), sizes) * scale + flat.counts
+    want = np.arange(m, dtype=np.int64) * scale + xs
+    at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
+    found = keys[at] == want
+    return np.where(found, flat.f[at], np.nan)
+
+
 def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -> FlatTables:
     """The :class:`FlatTables` of the instance's jobs (``tables`` from :func:`resolve_tables`)."""
     zero_i, zero_f = np.zeros(1, dtype=np.int64), np.zeros(1)
@@ -359,12 +384,18 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     capacity = state.capacity()
     m = len(instance.jobs)
     sizes = np.diff(flat.off)
+    ids = [job.id for job in instance.jobs]
+    types = [job.throughput.gpu_type for job in instance.jobs]
     x_list = [job.current.gpus for job in instance.jobs]
     xs = np.asarray(x_list, dtype=np.int64).reshape(m)
-    cap = np.asarray([capacity[job.throughput.gpu_type] for job in instance.jobs], dtype=np.int64).reshape(m)
-    hit = np.asarray([state.hit[job.id] for job in instance.jobs], dtype=bool).reshape(m)
-    exiting = np.asarray([job.id in state.exiting for job in instance.jobs], dtype=bool).reshape(m)
-    f_x = [0.0 if x == 0 else float(cost.waf(job.weight, tables[job.id][x])) for job, x in zip(instance.jobs, x_list)]
+    cap = np.fromiter(map(capacity.__getitem__, types), dtype=np.int64, count=m)
+    hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
+    exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
+    f_x = _f_at(flat, xs)
+    for i in np.flatnonzero(np.isnan(f_x)).tolist():  # not in the table: the lookup names the count
+        job = instance.jobs[i]
+        f_x[i] = float(cost.waf(job.weight, tables[job.id][x_list[i]]))
+    f_x = f_x.tolist()
     if cost.uses_job_horizon(instance):  # each job's D_trans scaled by its horizon (docs/model.md)
         h = state.nodes_in_service()
         d_trans = [cost.job_transition_seconds(instance, job, state.previous.get(job.id, {}), h)
@@ -394,20 +425,20 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
                           f"D_run {d_run} s (or x D_trans {d_trans[i]} s) overflows a float; use smaller units")
     jobs = []
     starts_l = flat.off[:-1].tolist()
-    for i, job, lo, n_fit, x, exits, job_hit in zip(range(m), instance.jobs, starts_l, fits.tolist(), xs.tolist(),
+    all_counts, all_f = flat.counts, flat.f
+    for i, job, lo, n_fit, x, exits, job_hit in zip(range(m), instance.jobs, starts_l, fits.tolist(), x_list,
                                                      exiting.tolist(), hit.tolist()):
         hi = lo + n_fit
-        counts, f, gains = flat.counts[lo:hi], flat.f[lo:hi], gains_all[lo:hi]
-        if not exits and ((job.tp is not None and job.tp > 1) or job.pinned
-                          or (job.min_gain_fraction is not None and not job_hit)):
+        counts, f, gains = all_counts[lo:hi], all_f[lo:hi], gains_all[lo:hi]
+        tp, pinned, min_gain = job.tp, job.pinned, job.min_gain_fraction
+        if not exits and ((tp is not None and tp > 1) or pinned or (min_gain is not None and not job_hit)):
             keep = constraints.allowed_mask(job, counts, gains, x, job_hit, f_x[i], d_run, exits)
             if not keep.all():
                 counts, f, gains = counts[keep], f[keep], gains[keep]
-        jobs.append(JobTerms(i, job.id, job.throughput.gpu_type, job.weight, x, job_hit, d_trans[i], f_x[i],
-                             tables[job.id], counts, f, gains, layouts.get(job.id, {}), d_run,
-                             tp=job.tp or 1, pinned=bool(job.pinned) and not exits, max_nodes=job.max_nodes,
-                             same_rack=bool(job.same_rack),
-                             min_gain_fraction=None if exits else job.min_gain_fraction,
+        jobs.append(JobTerms(i, ids[i], types[i], job.weight, x, job_hit, d_trans[i], f_x[i],
+                             tables[ids[i]], counts, f, gains, layouts.get(ids[i], {}), d_run,
+                             tp=tp or 1, pinned=bool(pinned) and not exits, max_nodes=job.max_nodes,
+                             same_rack=bool(job.same_rack), min_gain_fraction=None if exits else min_gain,
                              exiting=exits))
     limit = instance.max_changed_jobs
     if limit is not None:

@@ -518,9 +518,9 @@ def _mixed_contingency(base: Instance, racks: bool, start: float) -> dict:
     prepared = prepare(base)
     failures, infeasible, plans, plan_ids = {}, {}, {}, {}
     for key, failed in candidate_failures(base, racks):
-        problem = build_problem(base.model_copy(update={"event": Event(kind="failure", failed_nodes=list(failed))}),
-                                prepared)
-        try:
+        try:  # building checks the constraints too (a pinned job on a failed node: infeasible)
+            problem = build_problem(
+                base.model_copy(update={"event": Event(kind="failure", failed_nodes=list(failed))}), prepared)
             counts, types, value, _, _, _ = solve_types(problem)
         except InfeasibleError as exc:
             infeasible[key] = {"failed_nodes": sorted(failed), "reason": str(exc)}

@@ -25,7 +25,7 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
     """{job id: {node id: GPUs}} for planned ``counts`` (nodes in cluster order)."""
     state = problem.state
     order = state.order
-    free, result, movers = problem.stays(counts)
+    free, result, movers = problem.stays(counts) if state.idle is None else _stays_idle(problem, counts)
     _retain(problem, movers, counts, free, result)
     racks = {j.id: {state.nodes[n].rack for n in state.previous[j.id]} for j in movers}
     pool = _FreePool(state, free, order, {(j.gpu_type, r) for j in movers for r in racks[j.id]})
@@ -50,10 +50,39 @@ def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]
                 result[j.id].update(dict.fromkeys(run, v))
                 need -= v * len(run)
     out = {}
+    previous = state.previous if state.in_order else {}
     for jid, split in result.items():
+        if split is previous.get(jid):  # a stay, already in cluster order: the same dict
+            out[jid] = split
+            continue
         nids = sorted(split, key=order.__getitem__)
         out[jid] = dict(zip(nids, map(split.__getitem__, nids)))
     return out
+
+
+def _stays_idle(problem: Problem, counts: dict[str, int]):
+    """:meth:`Problem.stays` from the state's ``idle`` GPUs, touching only the jobs that do not stay.
+
+    The free GPUs are the idle ones plus the previous GPUs of the jobs that do not stay, listed only
+    for the nodes where they are not 0 (every other node is full); a staying job's split is its
+    previous dict itself, not a copy.
+    """
+    previous = problem.state.previous
+    free = dict(problem.state.idle)
+    result: dict[str, dict[str, int]] = {}
+    movers = []
+    for j in problem.jobs:
+        y = counts[j.id]
+        split = previous[j.id]
+        if y != 0 and ((y == j.x and not j.hit and not j.off_type) or j.pinned):
+            result[j.id] = split
+            continue
+        result[j.id] = {}
+        if y != 0:
+            movers.append(j)
+        for nid, g in split.items():
+            free[nid] = free.get(nid, 0) + g
+    return free, result, movers
 
 
 def _retain(problem: Problem, movers, counts, free, result) -> None:
@@ -154,17 +183,25 @@ class _FreePool:
     """
 
     def __init__(self, state, free: dict[str, int], order: dict[str, int], racks: set):
-        """``free``: GPUs left per node, in cluster order; ``racks``: the (GPU type, rack) pairs that
+        """``free``: GPUs left per node (every node in cluster order, or those of ``state.idle`` and
+        the previous nodes of the jobs to place); ``racks``: the (GPU type, rack) pairs that
         picks will ask for (only those are indexed)."""
         self.state, self.free, self.order, self.racks = state, free, order, racks
-        self.ids = list(state.nodes)
-        if len(free) != len(self.ids):  # pragma: no cover - free comes from ClusterState.usable_gpus
-            raise ValueError("placement: free GPUs must list every node in cluster order")
+        self.ids = state.node_ids()
         arrays = state.node_arrays()
-        left = np.fromiter(free.values(), dtype=np.int64, count=len(free))
-        pos = np.flatnonzero(left > 0)
-        v = left[pos]
-        whole = v == state.healthy_after_array()[pos]
+        if state.idle is None:  # every node, in cluster order (Problem.stays)
+            left = np.fromiter(free.values(), dtype=np.int64, count=len(free))
+            pos = np.flatnonzero(left > 0)
+            v = left[pos]
+            whole = v == state.healthy_after_array()[pos]
+        else:  # only the nodes where there may be free GPUs (_stays_idle): every other node is full
+            pos = np.fromiter(map(order.__getitem__, free), dtype=np.int64, count=len(free))
+            v = np.fromiter(free.values(), dtype=np.int64, count=len(free))
+            keep = v > 0
+            pos, v = pos[keep], v[keep]
+            by_pos = np.argsort(pos)
+            pos, v = pos[by_pos], v[by_pos]
+            whole = v == state.healthy_after_array()[pos]
         group = arrays.group[pos]
         self.by_type = {arrays.types[k]: b for k, b in _buckets(arrays.group_type[group], pos, v, whole).items()}
         wanted = [arrays.groups[pair] for pair in racks if pair in arrays.groups]

@@ -20,6 +20,8 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import numpy as np
+
 from unicron_plan.core import cost
 from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate import mixed
@@ -28,9 +30,50 @@ from unicron_plan.simulate.trace import SimEvent
 PHASES = ("detection", "queue", "transition", "recompute", "sub_healthy")
 
 
+def _running_sum(start: float, terms: np.ndarray) -> float:
+    """``start`` plus ``terms`` added one by one in order (as a Python loop adds them)."""
+    if not len(terms):
+        return start
+    return float(np.add.accumulate(np.concatenate(([start], terms)))[-1])
+
+
+class _Watched(set):
+    """A job's ``waiting`` set: any change in place tells the job (its rate may change)."""
+
+    __slots__ = ("_tell",)
+
+    def __init__(self, items=(), tell: Optional[Callable[[], None]] = None):
+        super().__init__(items)
+        self._tell = tell
+
+
+def _telling(method):
+    def wrapped(self, *args):
+        out = method(self, *args)
+        if self._tell is not None:
+            self._tell()
+        return out
+
+    wrapped.__name__ = method.__name__
+    return wrapped
+
+
+for _name in ("add", "discard", "remove", "pop", "clear", "update", "difference_update", "intersection_update",
+              "symmetric_difference_update", "__ior__", "__iand__", "__isub__", "__ixor__"):
+    setattr(_Watched, _name, _telling(getattr(set, _name)))
+del _name
+
+
+_WATCHED = frozenset(("alloc", "nominal", "slow", "waiting", "blocks", "table"))  # what the accounting reads
+
+
 @dataclass
 class JobRun:
-    """A job's state during the run."""
+    """A job's state during the run.
+
+    Setting ``alloc``, ``nominal``, ``slow``, ``waiting`` or ``blocks`` (or changing ``waiting`` in
+    place) tells the engine, which re-derives only those jobs' rates between events.
+    """
 
     index: int
     id: str
@@ -45,7 +88,6 @@ class JobRun:
     run_start: float = 0.0  # when its current run began (checkpoint clock)
     last_restart: float = -1.0  # start of its latest restart or reconfiguration
     pending_lost: float = 0.0
-    output: float = 0.0
     # Degraded run (bamboo's absorbed failure): F at ``nominal`` GPUs x ``slow`` on the GPUs held.
     nominal: Optional[int] = None
     slow: float = 1.0
@@ -53,6 +95,21 @@ class JobRun:
     _counted: tuple = field(default=(None, 0), repr=False)  # (the alloc dict counted, its sum)
     # Mixed fleets: the table on every GPU type the job may run on (None: bound to ``gpu_type``).
     tables: Optional[dict] = None
+    _hook = None  # the engine's callback, given the job's index when a watched field changes
+
+    def __setattr__(self, name, value):
+        if name in _WATCHED:
+            if name == "waiting" and type(value) is not _Watched:
+                value = _Watched(value, self._touched)
+            object.__setattr__(self, name, value)
+            self._touched()
+        else:
+            object.__setattr__(self, name, value)
+
+    def _touched(self) -> None:
+        hook = self._hook
+        if hook is not None:
+            hook(self.index)
 
     @property
     def count(self) -> int:
@@ -116,6 +173,17 @@ class Engine:
         self._heap: list = []
         self._seq = 0
         self.checks = checks  # invariants after every event (tests); see check_invariants
+        # Accounting state per job, in job order: the rate it produces at outside blocks (0 while
+        # stopped), its healthy rate, its output; the jobs whose rate may have changed since the
+        # last interval (JobRun tells), and those with blocks.
+        m = len(self.jobs)
+        self._rate = np.zeros(m)
+        self._base = np.zeros(m)
+        self.job_output = np.zeros(m)  # weighted TFLOP produced per job
+        self._touched: set[int] = set(range(m))
+        self._blocked: set[int] = set()
+        for j in self.jobs:
+            object.__setattr__(j, "_hook", self._touched.add)
 
     # --- helpers for policies ---
     def push(self, time: float, kind: str, payload=None) -> None:
@@ -154,6 +222,7 @@ class Engine:
         """Block ``job`` for ``seconds`` right after its last block (or now); returns the end."""
         start = job.blocks[-1][1] if job.blocks else self.t
         job.blocks.append([start, start + seconds, phase])
+        self._touched.add(job.index)
         self.push(start + seconds, "tick")
         return start + seconds
 
@@ -183,16 +252,36 @@ class Engine:
                    if not j.waiting and not any(b[0] <= t < b[1] for b in j.blocks))
 
     # --- accounting ---
+    def _refresh(self) -> None:
+        """Re-derive the rate of the jobs that told a change since the last interval."""
+        jobs, rate = self.jobs, self._rate
+        for k in self._touched:
+            j = jobs[k]
+            rate[k] = 0.0 if j.waiting else j.f()
+            if j.blocks:
+                self._blocked.add(k)
+        self._touched.clear()
+
     def advance(self, t1: float) -> None:
-        """Integrate output and losses from the current time to ``t1``."""
+        """Integrate output and losses from the current time to ``t1``.
+
+        Per job, in job order: its blocks' overlap with the interval goes to their phases at its
+        healthy rate, its rate x the rest to the output and (healthy - rate) x the rest to
+        ``sub_healthy``. Only jobs with blocks are visited one by one; the sums over jobs are
+        sequential in job order (``np.add.accumulate``), so they equal a loop over every job.
+        """
         t0 = self.t
         if t1 <= t0:
             return
         span = t1 - t0
         loss = self.loss
-        for j in self.jobs:
-            run = span
-            if j.blocks:
+        if self._touched:
+            self._refresh()
+        run = span
+        if self._blocked:
+            run = np.full(len(self.jobs), span)
+            for k in sorted(self._blocked):
+                j = self.jobs[k]
                 blocked = 0.0
                 keep = []
                 for b in j.blocks:
@@ -202,12 +291,14 @@ class Engine:
                         loss[b[2]] += j.base * ov
                     if b[1] > t1:
                         keep.append(b)
-                j.blocks = keep
-                run = span - blocked
-            rate = 0.0 if j.waiting else j.f()
-            j.output += rate * run
-            self.output += rate * run
-            loss["sub_healthy"] += (j.base - rate) * run
+                object.__setattr__(j, "blocks", keep)
+                run[k] = span - blocked
+                if not keep:
+                    self._blocked.discard(k)
+        produced = self._rate * run
+        self.job_output += produced
+        self.output = _running_sum(self.output, produced)
+        loss["sub_healthy"] = _running_sum(loss["sub_healthy"], (self._base - self._rate) * run)
         if self.gpu_seconds is not None:
             mixed.add_gpu_seconds(self.gpu_seconds, self.jobs, span)
         self.t = t1
@@ -218,6 +309,7 @@ class Engine:
         self.policy.setup(self)
         for j in self.jobs:
             j.base = j.f()
+        self._base = np.fromiter((j.base for j in self.jobs), dtype=float, count=len(self.jobs))
         for ev in self.events:
             heapq.heappush(self._heap, (ev.time, 0, ev.order, "event", ev))
         self._record()

@@ -173,6 +173,14 @@ class PlannerPolicy(Policy):
         self._job_copies: dict[int, tuple] = {}  # see instance
         self._throughputs: dict = {}  # mixed fleets: (job id, GPU type) -> its throughput there
         self._by_types: dict = {}  # mixed fleets: the jobs' types -> their tables, see _type_tables
+        # The allocations as last seen by plan (see _sync): per job the alloc dict and its key id;
+        # GPUs held per node, GPUs - held where not 0, and the jobs on each node.
+        self._seen: list = []
+        self._sig: list[int] = []
+        self._sig_ids: dict[tuple, int] = {}
+        self._held: dict[str, int] = {}
+        self._spare: dict[str, int] = {}
+        self._on: dict[str, set[str]] = {}
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -269,33 +277,86 @@ class PlannerPolicy(Policy):
             found = self._throughputs[key] = job.throughput.on_type(gpu_type)
         return found
 
+    def _sync(self, eng: Engine) -> None:
+        """Bring the per-node bookkeeping up to date with the jobs whose alloc was replaced since the
+        last plan (an alloc is replaced, never changed in place): only their nodes are visited."""
+        full = self._healthy.usable
+        if not self._seen:
+            self._seen = [None] * len(eng.jobs)
+            self._sig = [-1] * len(eng.jobs)
+            self._spare = {nid: g for nid, g in full.items() if g}
+        held, spare, on, ids = self._held, self._spare, self._on, self._sig_ids
+        for k, j in enumerate(eng.jobs):
+            old, new = self._seen[k], j.alloc
+            if old is new:
+                continue
+            for split, sign in ((old or {}, -1), (new, 1)):
+                for nid, g in split.items():
+                    v = held[nid] = held.get(nid, 0) + sign * g
+                    if v == full[nid]:
+                        spare.pop(nid, None)
+                    else:
+                        spare[nid] = full[nid] - v
+                    if sign > 0:
+                        on.setdefault(nid, set()).add(j.id)
+                    elif nid not in new:
+                        on[nid].discard(j.id)
+            self._seen[k] = new
+            self._sig[k] = ids.setdefault((j.count, tuple(new)), len(ids))
+
+    def _holders(self, nodes) -> set[str]:
+        """Ids of the jobs holding GPUs on any of ``nodes``."""
+        out: set[str] = set()
+        for nid in nodes:
+            out |= self._on.get(nid, set())
+        return out
+
+    def _idle(self, state) -> dict[str, int]:
+        """For ClusterState.idle: usable GPUs minus those every job holds, where that is not 0 (the
+        nodes as if healthy, kept by _sync, with those the state re-derived replaced)."""
+        nodes, held = state.nodes, self._held
+        idle = dict(self._spare)  # every node as if healthy
+        for nid in state.touched:
+            n = nodes[nid]
+            v = (0 if n.drained else n.healthy_after) - held.get(nid, 0)
+            if v:
+                idle[nid] = v
+            else:
+                idle.pop(nid, None)
+        return idle
+
     def plan(self, eng: Engine, failed: str | None, repaired: str | None):
         """(placement per job id, hit per job id, GPU type per job id) for the current state, cached per
         cluster state."""
-        key = (failed, repaired, frozenset(eng.down),
-               tuple((j.count, tuple(j.alloc)) for j in eng.jobs))
+        from unicron_plan.core.cluster import build_state, healthy_nodes
+        from unicron_plan.core.problem import add_alternatives, flat_tables, resolve_tables, tabulate
+        from unicron_plan.plan.placement import place
+
+        if self._tables is None:  # the jobs, their tables and the nodes never change during a run
+            base = self._base(eng)
+            self._tables = resolve_tables(base)
+            self._healthy = healthy_nodes(base)
+            self._flat = flat_tables(base, self._tables[0])
+            self._failed_at_start = {n.id for n in base.cluster.nodes if n.failed_gpus}
+        self._sync(eng)
+        key = (failed, repaired, frozenset(eng.down), tuple(self._sig))
         if eng.gpu_seconds is not None:  # mixed fleets: the jobs' types are part of the state
             key += (tuple(j.gpu_type for j in eng.jobs),)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        from unicron_plan.core.cluster import build_state, healthy_nodes
-        from unicron_plan.core.problem import add_alternatives, flat_tables, resolve_tables, tabulate
-        from unicron_plan.plan.placement import place
-
         instance = self.instance(eng, failed, repaired)
-        if self._tables is None:  # the jobs, their tables and the nodes never change during a run
-            self._tables = resolve_tables(instance)
-            self._healthy = healthy_nodes(instance)
-            self._flat = flat_tables(instance, self._tables[0])
-            self._failed_at_start = {n.id for n in self._base(eng).cluster.nodes if n.failed_gpus}
         tables, flat, alternatives = self._tables, self._flat, None
         if eng.gpu_seconds is not None:  # mixed fleets: the tables of the jobs' current types
             tables, flat, alternatives = self._type_tables(instance, eng)
         # The engine's own per-node split is the state before the event (it is checked after every
         # event when the engine runs with checks), so the instance checks need not re-derive it.
-        state = build_state(instance, previous={j.id: dict(j.alloc) for j in eng.jobs}, healthy=self._healthy,
-                            unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start)
+        # The splits are the jobs' own alloc dicts (never changed in place), in cluster order.
+        state = build_state(instance, previous={j.id: j.alloc for j in eng.jobs}, healthy=self._healthy,
+                            unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start,
+                            holders=self._holders)
+        state.in_order = True
+        state.idle = self._idle(state)
         problem = tabulate(instance, state, *tables, flat)
         types = {}
         if alternatives is not None:
@@ -339,7 +400,7 @@ class PlannerPolicy(Policy):
             if types and types[j.id] != j.gpu_type:  # mixed fleets: moved to another GPU type
                 j.switch_type(types[j.id])
                 eng.type_changes += 1
-            if not hit[j.id] and new == j.alloc:  # kept in place: the same dict stays (its copies are reused)
+            if not hit[j.id] and (new is j.alloc or new == j.alloc):  # kept in place: the same dict stays
                 continue
             if 0 in new.values():
                 new = {n: g for n, g in new.items() if g > 0}
@@ -423,22 +484,30 @@ class GreedyPolicy(PlannerPolicy):
     @staticmethod
     def _greedy(problem) -> dict[str, int]:
         import heapq
+        from bisect import bisect_right
 
         counts = {}
         for gtype, cap in problem.capacity.items():
             jobs = problem.jobs_of_type(gtype)
             at = {j.index: 0 for j in jobs}  # index into the job's counts (counts[0] is its smallest, 0)
             left = cap - sum(int(j.counts[0]) for j in jobs)
+            # plain lists: a job's table is short, and every step looks at a few entries of it
+            cs = {j.index: j.counts.tolist() for j in jobs}
+            fs = {j.index: j.f.tolist() for j in jobs}
 
             def best_step(j):
                 k = at[j.index]
-                x = int(j.counts[k])
-                end = int(np.searchsorted(j.counts, x + left, side="right"))
+                c, f = cs[j.index], fs[j.index]
+                x, fk = c[k], f[k]
+                end = bisect_right(c, x + left)
                 if end <= k + 1:
                     return None
-                ratio = (j.f[k + 1:end] - j.f[k]) / (j.counts[k + 1:end] - x)
-                best = int(np.argmax(ratio))
-                return None if ratio[best] <= 0 else (-float(ratio[best]), j.index, k + 1 + best)
+                best, to = (f[k + 1] - fk) / (c[k + 1] - x), k + 1  # the first of the largest ratios
+                for i in range(k + 2, end):
+                    r = (f[i] - fk) / (c[i] - x)
+                    if r > best:
+                        best, to = r, i
+                return None if best <= 0 else (-best, j.index, to)
 
             # Lazy max-heap: a stored ratio only overestimates a job's best step once GPUs run out.
             heap = [s for s in (best_step(j) for j in jobs) if s is not None]
@@ -447,7 +516,7 @@ class GreedyPolicy(PlannerPolicy):
             while heap:
                 neg, idx, to = heapq.heappop(heap)
                 j = by_index[idx]
-                grow = int(j.counts[to]) - int(j.counts[at[idx]])
+                grow = cs[idx][to] - cs[idx][at[idx]]
                 if grow > left:
                     step = best_step(j)
                     if step is not None:

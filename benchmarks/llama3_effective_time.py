@@ -86,9 +86,14 @@ def main() -> None:
         print(f"| {p} | {100 * s['effective_mean']:.2f}% [{100 * s['effective_min']:.2f}, "
               f"{100 * s['effective_max']:.2f}] | {s['detection_h']:.2f} | {s['transition_h']:.2f} | "
               f"{s['sub_healthy_h']:.2f} |")
+    ratios = [u["weighted_tflop"] / g["weighted_tflop"] for u, g in zip(rows["unicron"], rows["greedy"])]
+    wins = sum(r >= 1 - 1e-12 for r in ratios)
+    print(f"unicron / greedy per seed: mean {np.mean(ratios):.6f}, min {min(ratios):.6f}, "
+          f"wins {wins}/{len(ratios)}")
     if args.out:
         write_atomic(args.out, dumps({"seeds": list(seeds), "failures_mean": float(np.mean(failures)),
-                                     "spare_nodes": SPARE_NODES, "policies": summary}) + "\n")
+                                     "spare_nodes": SPARE_NODES, "policies": summary,
+                                     "per_seed": rows, "unicron_over_greedy": ratios}) + "\n")
 
 
 if __name__ == "__main__":

@@ -106,12 +106,13 @@ def run(args) -> None:
             if todo and r >= args.start:
                 tasks.append((r, g, rate, data, seed, todo))
     tasks.sort(key=lambda t: (t[0], t[1]))  # every point gets its first seeds before any gets its last
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=args.workers) as pool, out.open("a") as f:
-        futures = [(r, g, rate, seed, pool.submit(_task, data, todo, spec.policies, seed))
-                   for r, g, rate, data, seed, todo in tasks]
-        for r, g, rate, seed, fut in futures:
+        futures = {pool.submit(_task, data, todo, spec.policies, seed): (r, g, rate, seed)
+                   for r, g, rate, data, seed, todo in tasks}
+        for fut in as_completed(futures):  # written as each finishes: a stopped run keeps them
+            r, g, rate, seed = futures[fut]
             for h, values in fut.result().items():
                 f.write(json.dumps({"gpus": g, "node_mtbf_hours": rate, "horizon": h, "replication": r,
                                     "seed": seed, "weighted_tflop": values}) + "\n")

@@ -151,3 +151,21 @@ def test_contingency_plans_equal_the_solve_of_each_failure(horizon):
             assert _same(entry["objective"], solve(failed).objective), (seed, entry["failed_nodes"])
             checked += 1
     assert checked > 40
+
+
+def test_only_unicron_reads_the_horizon():
+    # scenarios/sweeps/horizon.py runs the other policies once per seed for every horizon
+    import copy
+
+    from simfixtures import stressed_128
+    from unicron_plan.simulate.sweep import run_task
+
+    base = stressed_128(mtbf=300.0, hours=120.0)
+    others = ["megatron", "oobleck", "varuna", "bamboo", "greedy", "equal-share"]
+    runs = []
+    for h in ("cluster", "job", "event"):
+        sc = copy.deepcopy(base)
+        sc.setdefault("cost", {})["horizon"] = h
+        runs.append(run_task(sc, others + ["unicron"], 3))
+    assert all({p: r[p] for p in others} == {p: runs[0][p] for p in others} for r in runs)
+    assert len({r["unicron"] for r in runs}) > 1  # the horizon does move unicron here

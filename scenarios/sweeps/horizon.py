@@ -3,6 +3,7 @@
     python scenarios/sweeps/horizon.py run OUT.jsonl [--gpus 128,1024] [--rate 6332.5] [--horizon event,job]
                                                      [--seeds 20] [--workers 2] [--start R]
     python scenarios/sweeps/horizon.py report FILE.jsonl [FILE.jsonl ...] [--plot docs/simulation-horizon.png]
+    python scenarios/sweeps/horizon.py lifetimes --gpus 16384 --rate 6332.5 --horizon job [--seeds 5]
 
 ``run`` appends one JSON line per finished run: the point's parameters (``gpus``,
 ``node_mtbf_hours``, ``horizon``), the seed and the weighted TFLOP of every policy, so a long run
@@ -15,6 +16,9 @@ seed runs the other six policies once and ``unicron`` once per horizon.
 point's index in the grid of ``LEGACY_GRID``, are read through that grid) and prints, per size,
 rate and horizon, unicron / each policy: mean, 95% interval, wins out of seeds; then, on the
 seeds the horizons share, each horizon's unicron against the others'.
+``lifetimes`` replays the first seeds of one size and rate with unicron alone and reports how long
+an allocation the planner gave a job lasted (until the job's next change, or the end of the run),
+by the event of the re-plan that gave it and whether that event hit the job.
 """
 
 from __future__ import annotations
@@ -102,12 +106,13 @@ def run(args) -> None:
             if todo and r >= args.start:
                 tasks.append((r, g, rate, data, seed, todo))
     tasks.sort(key=lambda t: (t[0], t[1]))  # every point gets its first seeds before any gets its last
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=args.workers) as pool, out.open("a") as f:
-        futures = [(r, g, rate, seed, pool.submit(_task, data, todo, spec.policies, seed))
-                   for r, g, rate, data, seed, todo in tasks]
-        for r, g, rate, seed, fut in futures:
+        futures = {pool.submit(_task, data, todo, spec.policies, seed): (r, g, rate, seed)
+                   for r, g, rate, data, seed, todo in tasks}
+        for fut in as_completed(futures):  # written as each finishes: a stopped run keeps them
+            r, g, rate, seed = futures[fut]
             for h, values in fut.result().items():
                 f.write(json.dumps({"gpus": g, "node_mtbf_hours": rate, "horizon": h, "replication": r,
                                     "seed": seed, "weighted_tflop": values}) + "\n")
@@ -188,6 +193,52 @@ def plot(rows, path, horizons) -> None:
     plt.close(fig)
 
 
+def lifetimes(args) -> None:
+    """How long unicron's allocations lasted, by the kind of re-plan that made them (docs/model.md)."""
+    import numpy as np
+
+    from unicron_plan.simulate import policies
+    from unicron_plan.simulate.run import load_scenario, simulate
+
+    spec, base, points = _points()
+    p, point = next((p, pt) for p, pt in enumerate(points)
+                    if _gpus(pt) == int(args.gpus) and float(pt["failures.node_mtbf_hours"]) == float(args.rate))
+    data = sw.patched(sw.base_of(point, base, HERE), {"failures.node_mtbf_hours": float(args.rate),
+                                                      "cost.horizon": args.horizon})
+    changes: list = []  # (time, job, event kind, hit) of every change of a job's allocation
+    original = policies.UnicronPolicy.replan
+
+    def replan(self, eng, failed, repaired, charge):
+        before = {j.id: j.alloc for j in eng.jobs}
+        _, hit = self.plan(eng, failed, repaired)
+        original(self, eng, failed, repaired, charge)
+        kind = "failure" if failed else "repair" if repaired else None
+        for j in eng.jobs:
+            old = before[j.id]
+            if kind and (set(j.alloc) != set(old) or sum(j.alloc.values()) != sum(old.values())):
+                changes.append((eng.t, j.id, kind, bool(hit[j.id])))
+
+    policies.UnicronPolicy.replan = replan
+    life: dict[tuple, list] = {}
+    try:
+        for seed in sw.seeds_of(spec.seed, p, args.seeds):
+            changes.clear()
+            simulate(load_scenario(data), ["unicron"], seed)
+            end = float(data["duration_hours"]) * 3600.0
+            per_job: dict[str, list] = {}
+            for t, jid, kind, hit in changes:
+                per_job.setdefault(jid, []).append((t, kind, hit))
+            for seq in per_job.values():
+                for (t, kind, hit), nxt in zip(seq, [c[0] for c in seq[1:]] + [end]):
+                    life.setdefault((kind, hit), []).append((nxt - t) / 3600.0)
+    finally:
+        policies.UnicronPolicy.replan = original
+    print(f"{args.gpus} GPUs, node MTBF {args.rate} h, horizon {args.horizon}, {args.seeds} seeds")
+    for (kind, hit), v in sorted(life.items()):
+        print(f"  after a {kind}, job {'hit' if hit else 'not hit'}: {len(v)} changes, lasted mean "
+              f"{np.mean(v):.1f} h, median {np.median(v):.1f} h")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -202,8 +253,13 @@ def main() -> None:
     p = sub.add_parser("report")
     p.add_argument("files", nargs="+")
     p.add_argument("--plot", default=None)
+    lt = sub.add_parser("lifetimes")
+    lt.add_argument("--gpus", required=True)
+    lt.add_argument("--rate", required=True)
+    lt.add_argument("--horizon", default="job")
+    lt.add_argument("--seeds", type=int, default=5)
     args = ap.parse_args()
-    run(args) if args.cmd == "run" else report(args)
+    {"run": run, "report": report, "lifetimes": lifetimes}[args.cmd](args)
 
 
 if __name__ == "__main__":

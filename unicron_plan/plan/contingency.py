@@ -94,6 +94,53 @@ def candidate_failures(instance: Instance, racks: bool = False) -> list[tuple[st
     return out
 
 
+def node_classes(instance: Instance, previous: dict[str, dict[str, int]] | None = None) -> list[list[str]]:
+    """The nodes whose single failures are one up to renaming, largest class first, each in cluster order.
+
+    Two nodes are in one class when they have the same GPU type, GPUs and failed GPUs and hold the
+    same jobs with the same GPUs each (``previous``: every job's GPUs per node, as
+    ``core.problem.prepare`` keeps them; derived here when not given) and, when a job asks for
+    ``same_rack``, sit in the same rack. Swapping two such nodes maps the instance onto itself but
+    for node order and racks, which no objective term or constraint reads except ``same_rack``: the
+    failure of one has as its optimal plans those of the other's failure with the two nodes swapped
+    (:func:`relabel_plan`).
+    """
+    if previous is None:
+        from unicron_plan.core.problem import prepare
+
+        previous = prepare(instance).previous
+    held: dict[str, list] = defaultdict(list)
+    for jid, split in previous.items():
+        for nid, g in split.items():
+            if g > 0:
+                held[nid].append((jid, g))
+    racks = any(j.same_rack for j in instance.jobs)
+    classes: dict[tuple, list[str]] = {}
+    for n in instance.cluster.nodes:
+        key = (n.gpu_type, n.gpus, tuple(sorted(n.failed_gpus)), n.rack if racks else None,
+               tuple(sorted(held.get(n.id, ()))))
+        classes.setdefault(key, []).append(n.id)
+    return sorted(classes.values(), key=len, reverse=True)  # stable: ties stay in cluster order
+
+
+def relabel_plan(plan: dict, a: str, b: str, order: dict[str, int]) -> dict:
+    """The plan (JSON form) of the failure of ``a`` made the plan of ``b``'s failure, ``a`` and ``b``
+    being of one :func:`node_classes` class: the two nodes swapped wherever a node is named, lists
+    kept in cluster order (``order``: node id -> position). Changes ``plan`` in place and returns it."""
+    swap = {a: b, b: a}
+    for job in plan["jobs"]:
+        if a in job["nodes"] or b in job["nodes"]:
+            job["nodes"] = sorted((swap.get(n, n) for n in job["nodes"]), key=order.__getitem__)
+            job["placement"] = sorted(({**p, "node": swap.get(p["node"], p["node"])} for p in job["placement"]),
+                                      key=lambda p: order[p["node"]])
+    if plan.get("drained_nodes"):
+        plan["drained_nodes"] = sorted((swap.get(n, n) for n in plan["drained_nodes"]), key=order.__getitem__)
+    options = plan.get("solver", {}).get("options") or {}
+    if options.get("contingency_key") == f"node:{a}":
+        options["contingency_key"] = f"node:{b}"
+    return plan
+
+
 def _fold_full(V: np.ndarray, y: np.ndarray, g: np.ndarray, cap: int):
     """Max-plus fold of one job onto V (at-most semantics, plateau beyond its end), up to cap.
 

@@ -40,7 +40,7 @@ def _with_failure(doc: dict, failed: list[str]) -> dict:
 def test_every_failure_equals_brute_force_resolve_on_tiny_instances():
     rng = np.random.default_rng(11)
     checked = 0
-    for _ in range(80):
+    for _ in range(150):
         doc = random_instance(rng, max_nodes=6, max_jobs=4, gpu_types=int(rng.integers(1, 3)),
                               mtbf=bool(rng.integers(0, 2)))
         inst = api.load_instance(doc)

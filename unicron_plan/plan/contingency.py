@@ -141,7 +141,7 @@ def relabel_plan(plan: dict, a: str, b: str, order: dict[str, int]) -> dict:
     return plan
 
 
-def _fold_full(V: np.ndarray, y: np.ndarray, g: np.ndarray, cap: int):
+def _fold_full(V: np.ndarray, y: np.ndarray, g: np.ndarray, cap: int, want_choice: bool = True):
     """Max-plus fold of one job onto V (at-most semantics, plateau beyond its end), up to cap.
 
     The DP's windowed fold (compiled when built) over the whole range 0..min(cap, len(V) - 1 + y[-1]).
@@ -150,77 +150,100 @@ def _fold_full(V: np.ndarray, y: np.ndarray, g: np.ndarray, cap: int):
 
     n_old = len(V) - 1
     n_new = min(cap, n_old + int(y[-1]))
-    return _fold(V[: n_new + 1], 0, min(n_old, n_new), y, g, 0, n_new, True)
-
-
-def _at(V: np.ndarray, c: int) -> float:
-    return float(V[min(c, len(V) - 1)])
+    return _fold(V[: n_new + 1], 0, min(n_old, n_new), y, g, 0, n_new, want_choice)
 
 
 @dataclass
 class _TypeTables:
-    """Prefix and suffix DP tables of one GPU type at one D_run."""
+    """The choices of the prefix and suffix DP tables of one GPU type at one D_run (their values are
+    kept only where a group meets them: :func:`_solve_on_tables`)."""
 
     jobs: list  # JobTerms of this type, in order
     opts: list  # Pareto (counts, gains) per job, not hit
-    prefix: list  # prefix[k]: values over jobs 0..k-1
-    prefix_choice: list  # prefix_choice[k]: job k-1's option index, for prefix[k]
-    suffix: list  # suffix[k]: values over jobs k..m-1
-    suffix_choice: list  # suffix_choice[k]: job k's option index, for suffix[k]
+    prefix_choice: list  # prefix_choice[k]: job k-1's option index in the table over jobs 0..k-1
+    suffix_choice: list  # suffix_choice[k]: job k's option index in the table over jobs k..m-1
 
 
-def _tables(jobs, opts, cap: int, prefix_to: int | None = None, suffix_from: int = 0) -> _TypeTables:
-    """The prefix tables P_0..P_prefix_to and suffix tables S_suffix_from..S_m (all by default):
-    only the ones some group meets."""
+def _solve_on_tables(jobs, opts, cap: int, work: list, block: int | None = None) -> dict:
+    """{group key: (value, counts)} of the groups of ``work`` (key, hit indices, capacity, hit options)
+    by prefix tables P_a and suffix tables S_{b+1} (module docstring), in bounded memory.
+
+    Every table's choices are kept (one small integer per capacity, for the trace-back), but values
+    only where needed: the prefix tables are swept upwards and each group is solved when its P_a is
+    the current one; of the suffix tables (built downwards first) every ``block``-th is kept, and a
+    block of them is rebuilt from the one above when a group needs one of it. So at 1,024 jobs the
+    values held are about 3 sqrt(1,024) tables instead of 2,048, for one more fold per suffix table.
+    """
     m = len(jobs)
-    prefix_to = m if prefix_to is None else prefix_to
-    prefix, prefix_choice = [np.zeros(1)], [None]
-    for k in range(prefix_to):
-        V, ch = _fold_full(prefix[-1], *opts[k], cap)
-        prefix.append(V)
-        prefix_choice.append(ch)
-    suffix, suffix_choice = [None] * (m + 1), [None] * (m + 1)
-    suffix[m] = np.zeros(1)
+    block = block or max(16, int(np.sqrt(m)))
+    prefix_to = max(w[1][0] for w in work)
+    suffix_from = min(w[1][-1] for w in work) + 1
+    suffix_choice = [None] * (m + 1)
+    kept = {m: np.zeros(1)}
+    V = kept[m]
     for k in range(m - 1, suffix_from - 1, -1):
-        suffix[k], suffix_choice[k] = _fold_full(suffix[k + 1], *opts[k], cap)
-    return _TypeTables(jobs, opts, prefix, prefix_choice, suffix, suffix_choice)
+        V, suffix_choice[k] = _fold_full(V, *opts[k], cap)
+        if k % block == 0 or k == suffix_from:
+            kept[k] = V
+    del V
+    near: dict[int, np.ndarray] = {}  # the suffix tables of the block last rebuilt
+
+    def suffix(k: int) -> np.ndarray:
+        if k in kept:
+            return kept[k]
+        if k not in near:
+            near.clear()
+            top = min(m, (k // block + 1) * block)
+            W = kept[top]
+            for i in range(top - 1, max(k // block * block, suffix_from) - 1, -1):
+                W, _ = _fold_full(W, *opts[i], cap, want_choice=False)
+                near[i] = W
+        return near[k]
+
+    starts: dict[int, list] = defaultdict(list)
+    for w in work:
+        starts[w[1][0]].append(w)
+    t = _TypeTables(jobs, opts, [None] * (prefix_to + 1), suffix_choice)
+    out = {}
+    P = np.zeros(1)
+    for k in range(prefix_to + 1):
+        for key, hit_idx, c, hit_opts in sorted(starts.get(k, ()), key=lambda w: w[1][-1]):
+            out[key] = _solve_group(t, P, suffix(hit_idx[-1] + 1), hit_idx, c, hit_opts)
+        if k < prefix_to:
+            P, t.prefix_choice[k + 1] = _fold_full(P, *opts[k], cap)
+    return out
 
 
 def _back_prefix(t: _TypeTables, k: int, c: int, out: dict) -> None:
-    """Counts of jobs 0..k-1 from prefix[k] at capacity c."""
+    """Counts of jobs 0..k-1 from the prefix table over them at capacity c."""
     for i in range(k, 0, -1):
-        c = min(c, len(t.prefix[i]) - 1)
+        c = min(c, len(t.prefix_choice[i]) - 1)
         y = int(t.opts[i - 1][0][t.prefix_choice[i][c]])
         out[t.jobs[i - 1].id] = y
         c -= y
 
 
 def _back_suffix(t: _TypeTables, k: int, c: int, out: dict) -> None:
-    """Counts of jobs k..m-1 from suffix[k] at capacity c."""
+    """Counts of jobs k..m-1 from the suffix table over them at capacity c."""
     for i in range(k, len(t.jobs)):
-        c = min(c, len(t.suffix[i]) - 1)
+        c = min(c, len(t.suffix_choice[i]) - 1)
         y = int(t.opts[i][0][t.suffix_choice[i][c]])
         out[t.jobs[i].id] = y
         c -= y
 
 
-def _solve_group(t: _TypeTables, hit_idx: list[int], cap: int, hit_opts: dict) -> tuple[float, dict]:
-    """Optimum of one GPU type when jobs ``hit_idx`` (type order) are hit and capacity is ``cap``."""
+def _solve_group(t: _TypeTables, P: np.ndarray, S: np.ndarray, hit_idx: list[int], cap: int,
+                 hit_opts: dict) -> tuple[float, dict]:
+    """Optimum of one GPU type when jobs ``hit_idx`` (type order, a..b) are hit and capacity is ``cap``,
+    from P = P_a and S = S_{b+1}."""
     out: dict[str, int] = {}
-    m = len(t.jobs)
-    if not hit_idx:
-        value = _at(t.prefix[m], cap)
-        if np.isfinite(value):
-            _back_prefix(t, m, cap, out)
-        return value, out
     a, b = min(hit_idx), max(hit_idx)
-    V = t.prefix[a][: cap + 1]
+    V = P[: cap + 1]
     span = []
     for i in range(a, b + 1):
         y, g = hit_opts[i] if i in hit_opts else t.opts[i]
         V, ch = _fold_full(V, y, g, cap)
         span.append((V, ch, y))
-    S = t.suffix[b + 1]
     c = np.arange(cap + 1)
     total = V[np.minimum(c, len(V) - 1)] + S[np.minimum(cap - c, len(S) - 1)]
     best = int(np.argmax(total))
@@ -508,9 +531,9 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
             cores, work = _cores(opts, work, capacity)
             kept += sum(len(y) for y, _ in cores)
             tables += 1
-            tt = _tables(js, cores, capacity, max(w[1][0] for w in work), min(w[1][-1] for w in work) + 1)
+            solved = _solve_on_tables(js, cores, capacity, work)
             for key, hit_idx, cap, hit_opts in work:
-                v, part = _solve_group(tt, hit_idx, cap, hit_opts)
+                v, part = solved[key]
                 answers[key] = _add(answers[key], (v, part) if np.isfinite(v) else (None, _no_fit(js, t, cap)))
     for key, members in groups.items():
         value, counts = answers[key]

@@ -18,10 +18,13 @@ server and of every process under it (the fork server and the warm worker) is re
 sum of their RSS (which counts pages a forked worker shares with its parent twice) and the sum of
 their PSS (each shared page divided among the processes that map it: the memory they hold together);
 the peaks are reported. Bounded: each warm run stops at 120 s (16,384) or 900 s (131,072), each
-request loop at that time too. ``--quick``: 16,384 GPUs, one round (about 2 minutes).
+request loop at that time too. ``--quick``: 16,384 GPUs, two rounds (about 2 minutes on a quiet
+machine, 3 on a loaded one).
 
 Prints and writes JSON (``--json``) with, per size and mode, the time to warm, request count,
-p50/p99/max of the cold requests, peak RSS and PSS, and the load average at start and end.
+p50/p99/max of the cold requests, peak RSS and PSS, and the load average at start and end; and per
+size a summary: the medians over rounds of p50 and p99 with warm contingency and without, their
+ratios, every time to warm and the peak memory.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -143,14 +147,14 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int) -> d
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="16,384 GPUs, one round")
+    ap.add_argument("--quick", action="store_true", help="16,384 GPUs, two rounds")
     ap.add_argument("--sizes", default="16384,131072")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--interval", type=float, default=0.25)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     sizes = [16384] if a.quick else [int(s) for s in a.sizes.split(",")]
-    rounds = 1 if a.quick else min(max(a.rounds, 1), 5)
+    rounds = 2 if a.quick else min(max(a.rounds, 1), 5)
     out = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()} (shared)",
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": os.getloadavg(),
            "interval_s": a.interval, "runs": []}
@@ -167,6 +171,17 @@ def main() -> None:
             print(f"  {json.dumps(o)}", file=sys.stderr)
             out["runs"] += [{"gpus": gpus, "round": r + 1, **w}, {"gpus": gpus, "round": r + 1, **o}]
     out["load_end"] = os.getloadavg()
+    out["summary"] = {}
+    for gpus in sizes:
+        rs = [r for r in out["runs"] if r["gpus"] == gpus]
+        pick = {m: [r for r in rs if r["mode"] == m] for m in ("warm", "off")}
+        med = {f"{m}_{q}_ms": statistics.median(r[f"{q}_ms"] for r in pick[m]) for m in pick for q in ("p50", "p99")}
+        out["summary"][str(gpus)] = {
+            **med, "p50_warm_over_off": med["warm_p50_ms"] / med["off_p50_ms"],
+            "p99_warm_over_off": med["warm_p99_ms"] / med["off_p99_ms"],
+            "time_to_warm_s": [r["time_to_warm_s"] for r in pick["warm"]],
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in pick["warm"]),
+            "peak_pss_mib": max(r["peak_pss_mib"] for r in pick["warm"])}
     text = json.dumps(out, indent=2)
     print(text)
     if a.json:

@@ -19,7 +19,16 @@ failure's own rules (:func:`_job_options`). Per D_run and GPU type:
     opt = max_c  (P_a (+) span)[c] + S_{b+1}[C' - c]          (O(C) per group)
 
   The tables are built on Lagrangian cores (:func:`_cores`): options that no
-  group's optimum can use, by the bound gap of every group, are dropped first.
+  group's optimum can use, by the bound gap of every group, are dropped first,
+  and in bounded memory (:func:`_solve_on_tables`): every table's choices are
+  kept for the trace-back, but of the values only the current prefix table and
+  every sqrt(m)-th suffix table (a block of suffix tables is rebuilt when a
+  group needs one).
+
+For the whole answers of the service, :func:`node_classes` groups the nodes
+whose failures are one up to swapping the two nodes (same type, size, failed
+GPUs and jobs with their GPUs), and :func:`relabel_plan` turns one node's plan
+into another's of its class.
 
 A pinned job on a failed node, or jobs that may not suspend no longer fitting,
 make the failure infeasible: it is listed under ``infeasible`` with the reason.

@@ -37,6 +37,10 @@ from unicron_plan.service.store import Store
 #: Whole answers are precomputed for at most this many classes of nodes, largest first (the index
 #: covers every node).
 MAX_PRECOMPUTED_CLASSES = 4096
+#: A request stops the warm worker only while the worker was stopped for less than this share of the
+#: last STOP_WINDOW seconds: under back-to-back requests it still runs about half of the time.
+STOP_SHARE = 0.5
+STOP_WINDOW = 2.0
 
 
 class Conflict(Exception):
@@ -92,7 +96,8 @@ class Coordinator:
         self.warm_pids: list[int] = []  # the warm worker processes started (tests, diagnostics)
         self._warm_pid: int | None = None  # the running one
         self._pause_lock = threading.Lock()
-        self._solving = 0  # requests solving now (the warm worker is stopped while any is)
+        self._solving = 0  # requests solving now (the warm worker is stopped while any is, within STOP_SHARE)
+        self._stops: list[list] = []  # [start, end or None] of the worker's recent stops (monotonic)
         if contingency:
             self._worker = threading.Thread(target=self._contingency_loop, name="contingency", daemon=True)
             self._worker.start()
@@ -139,15 +144,30 @@ class Coordinator:
         would); it continues when the last request is done. Nested uses count once."""
         with self._pause_lock:
             self._solving += 1
-            if self._solving == 1 and self._warm_pid is not None:
-                _signal(self._warm_pid, "SIGSTOP")
+            if self._solving == 1:
+                self._stop_worker()
         try:
             yield
         finally:
             with self._pause_lock:
                 self._solving -= 1
-                if self._solving == 0 and self._warm_pid is not None:
-                    _signal(self._warm_pid, "SIGCONT")
+                if self._solving == 0 and self._stops and self._stops[-1][1] is None:
+                    self._stops[-1][1] = time.monotonic()
+                    if self._warm_pid is not None:
+                        _signal(self._warm_pid, "SIGCONT")
+
+    def _stop_worker(self) -> None:
+        """Stop the warm worker (caller holds the pause lock) unless it was stopped for STOP_SHARE of the
+        last STOP_WINDOW seconds already, so that it finishes under any stream of requests."""
+        if self._warm_pid is None:
+            return
+        now = time.monotonic()
+        since = now - STOP_WINDOW
+        self._stops = [s for s in self._stops if s[1] is None or s[1] > since]
+        stopped = sum((s[1] if s[1] is not None else now) - max(s[0], since) for s in self._stops)
+        if stopped < STOP_SHARE * STOP_WINDOW:
+            _signal(self._warm_pid, "SIGSTOP")
+            self._stops.append([now, None])
 
     def _stored_text(self, state: st.State, data: Any) -> bytes | None:
         """The precomputed answer to ``data`` on ``state`` as JSON text, or None (module docstring)."""
@@ -418,8 +438,9 @@ class Coordinator:
         self.warm_pids.append(proc.pid)
         with self._pause_lock:
             self._warm_pid = proc.pid
+            self._stops = []
             if self._solving:
-                _signal(proc.pid, "SIGSTOP")
+                self._stop_worker()
         try:
             while not self._moved_on(snapshot):
                 if not receiver.poll(0.05):

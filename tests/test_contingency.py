@@ -359,3 +359,16 @@ def test_node_classes_relabelled_plans_are_optimal_on_random_instances():
 def test_node_classes_relabelled_plans_are_optimal_on_generated_instances(seed):
     doc = generate_instance(seed, gpus=512, jobs=10, nodes_per_rack=8, demand=1.4, failed_nodes=0)
     assert _check_node_classes(doc) > 32  # 64 nodes in far fewer classes
+
+
+def test_fingerprint_ignores_name_event_and_reference_only():
+    doc = generate_instance(2, gpus=128, jobs=3, failed_nodes=1)
+    plain = contingency.fingerprint(api.load_instance(dict(doc, event=None)))
+    renamed = dict(doc, name="other")
+    assert contingency.fingerprint(api.load_instance(renamed)) == plain
+    changed = copy.deepcopy(doc)
+    changed["jobs"][0]["weight"] = changed["jobs"][0].get("weight", 1.0) + 1.0
+    assert contingency.fingerprint(api.load_instance(changed)) != plain
+    moved = copy.deepcopy(doc)
+    moved["cluster"]["nodes"][0]["rack"] = "elsewhere"
+    assert contingency.fingerprint(api.load_instance(moved)) != plain

@@ -114,13 +114,13 @@ def test_back_to_back_requests_stop_the_worker_only_part_of_the_time(tmp_path):
             time.sleep(0.01)
         pid = coord._warm_pid
         states = []
-        end = time.monotonic() + 4
+        end = time.monotonic() + 5
         while time.monotonic() < end and coord._warm_pid == pid:
             with coord._worker_paused():
                 time.sleep(0.25)
                 states.append(_state(pid) if _alive(pid) else "gone")
         assert states[0] == "T"
-        assert sum(s == "T" for s in states) <= 0.5 * len(states) + 2
+        assert sum(s == "T" for s in states) <= 0.75 * len(states) + 2
         assert any(s not in ("T", "gone") for s in states)
     finally:
         coord.close()

@@ -38,8 +38,8 @@ from unicron_plan.service.store import Store
 #: covers every node).
 MAX_PRECOMPUTED_CLASSES = 4096
 #: A request stops the warm worker only while the worker was stopped for less than this share of the
-#: last STOP_WINDOW seconds: under back-to-back requests it still runs about half of the time.
-STOP_SHARE = 0.5
+#: last STOP_WINDOW seconds: under back-to-back requests it still runs about a quarter of the time.
+STOP_SHARE = 0.75
 STOP_WINDOW = 2.0
 
 

@@ -82,3 +82,72 @@ def test_job_horizon_needs_node_mtbf():
     inst["cost"] = {"expected_run_seconds": 3600.0, "horizon": "job"}
     with pytest.raises(InvalidInstanceError, match="cost"):
         load_instance(inst)
+
+
+def _with_event_kind(seed: int, horizon: str | None) -> dict:
+    """A random instance whose event is its failure, a repair of its failed GPUs, or none (by seed)."""
+    inst = _with_horizon(seed, horizon)
+    which = seed % 3
+    if which == 1:
+        failed = [{"node": n["id"], "gpu": g} for n in inst["cluster"]["nodes"] for g in n["failed_gpus"]]
+        if failed:
+            inst["event"] = {"kind": "repair", "repaired_gpus": failed}
+        else:
+            inst.pop("event", None)
+    elif which == 2:
+        inst.pop("event", None)
+    return inst
+
+
+def test_event_horizon_dp_matches_brute_force_and_validates():
+    kinds = set()
+    for seed in range(300):
+        inst = load_instance(_with_event_kind(seed, "event"))
+        kinds.add(None if inst.event is None else inst.event.kind)
+        plan, brute = solve(inst), solve(inst, solver="brute")
+        assert _same(plan.objective, brute.objective), seed
+        assert plan.status.solution == "optimal" and plan.bound == plan.objective
+        report = validate_plan(inst, plan)
+        assert report.valid, (seed, report.problems)
+    assert kinds == {None, "failure", "repair"}
+
+
+def test_event_horizon_is_the_cluster_horizon_after_a_failure_and_the_jobs_otherwise():
+    seen = {"cluster": 0, "job": 0}
+    for seed in range(150):
+        data = _with_event_kind(seed, "event")
+        inst = load_instance(data)
+        same_as = "cluster" if inst.event is not None and inst.event.kind == "failure" else "job"
+        seen[same_as] += 1
+        other = load_instance(data | {"cost": data["cost"] | {"horizon": same_as}})
+        a, b = build_problem(inst), build_problem(other)
+        assert [j.d_trans for j in a.jobs] == [j.d_trans for j in b.jobs], seed
+        assert _same(solve(inst).objective, solve(other).objective), seed
+    assert min(seen.values()) > 20
+
+
+def test_event_horizon_needs_node_mtbf():
+    inst = _with_horizon(0, "event")
+    inst["cost"] = {"expected_run_seconds": 3600.0, "horizon": "event"}
+    with pytest.raises(InvalidInstanceError, match="cost"):
+        load_instance(inst)
+
+
+@pytest.mark.parametrize("horizon", ["job", "event"])
+def test_contingency_plans_equal_the_solve_of_each_failure(horizon):
+    # The contingency table is built from the state before any failure; each of its plans must be the
+    # optimum of that failure solved directly, whose transitions are charged with the horizon after it.
+    from unicron_plan.plan.contingency import build_contingency
+    from unicron_plan.schema.instance import Event
+
+    checked = 0
+    for seed in range(40):
+        data = _with_horizon(seed, horizon)
+        data.pop("event", None)
+        inst = load_instance(data)
+        index = build_contingency(inst)
+        for entry in index["failures"].values():
+            failed = inst.model_copy(update={"event": Event(kind="failure", failed_nodes=entry["failed_nodes"])})
+            assert _same(entry["objective"], solve(failed).objective), (seed, entry["failed_nodes"])
+            checked += 1
+    assert checked > 40

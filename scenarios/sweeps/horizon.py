@@ -1,17 +1,26 @@
 """Run chosen points of ``horizon.yaml`` with the sweep's own seeds, then its table and plot.
 
-    python scenarios/sweeps/horizon.py run OUT.jsonl [--gpus 128,1024] [--rate 6332.5] [--seeds 20] [--workers 1] [--start R]
-    python scenarios/sweeps/horizon.py report OUT.jsonl [--plot docs/simulation-horizon.png]
+    python scenarios/sweeps/horizon.py run OUT.jsonl [--gpus 128,1024] [--rate 6332.5] [--horizon event,job]
+                                                     [--seeds 20] [--workers 2] [--start R]
+    python scenarios/sweeps/horizon.py report FILE.jsonl [FILE.jsonl ...] [--plot docs/simulation-horizon.png]
 
-``run`` appends one JSON line per finished run (point index, seed, weighted TFLOP per policy), so
-a long run can be stopped and resumed (finished runs are skipped); seeds are those
-``unicron-plan sweep`` gives the same point (``unicron_plan.simulate.sweep.seeds_of``).
-``report`` prints, per point, unicron / each policy: mean, 95% interval, wins out of seeds.
+``run`` appends one JSON line per finished run: the point's parameters (``gpus``,
+``node_mtbf_hours``, ``horizon``), the seed and the weighted TFLOP of every policy, so a long run
+can be stopped and resumed (finished runs are skipped). The horizons of one size and rate share
+their seeds (a paired comparison): those ``unicron-plan sweep`` gives the grid point with the
+grid's first horizon (``unicron_plan.simulate.sweep.seeds_of``). Only ``unicron`` depends on the
+horizon (the other policies never read it: greedy and equal-share ignore the objective), so each
+seed runs the other six policies once and ``unicron`` once per horizon.
+``report`` reads any number of such files (lines of the older format, which named only the
+point's index in the grid of ``LEGACY_GRID``, are read through that grid) and prints, per size,
+rate and horizon, unicron / each policy: mean, 95% interval, wins out of seeds; then, on the
+seeds the horizons share, each horizon's unicron against the others'.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -21,6 +30,10 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 from unicron_plan.io import read_json  # noqa: E402
 from unicron_plan.simulate import sweep as sw  # noqa: E402
+
+#: The grid the lines without parameters were written under: (GPUs, node MTBF h, horizon) per index.
+LEGACY_GRID = [(g, r, h) for g, r, h in itertools.product((128, 1024, 16384, 131072), (6332.5, 1000.0),
+                                                         ("cluster", "job"))]
 
 
 def _points():
@@ -32,84 +45,142 @@ def _gpus(point) -> int:
     return int(Path(point["scenario"]).stem.split("-")[2])
 
 
+def _key(gpus: int, rate: float, horizon: str) -> tuple:
+    return int(gpus), float(rate), str(horizon)
+
+
+def read_runs(paths) -> dict[tuple, dict[int, dict]]:
+    """(GPUs, node MTBF h, horizon) -> seed -> weighted TFLOP per policy, from every file (a later line
+    for the same point and seed replaces an earlier one)."""
+    runs: dict[tuple, dict[int, dict]] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if "horizon" in r:
+                key = _key(r["gpus"], r["node_mtbf_hours"], r["horizon"])
+            else:
+                key = _key(*LEGACY_GRID[r["point"]])
+            runs.setdefault(key, {})[int(r["seed"])] = r["weighted_tflop"]
+    return runs
+
+
+def _task(data: dict, horizons: list[str], policies: list[str], seed: int) -> dict[str, dict]:
+    """One seed: the policies other than unicron once, unicron under each horizon."""
+    others = [p for p in policies if p != "unicron"]
+    shared = sw.run_task(sw.patched(data, {"cost.horizon": horizons[0]}), others, seed) if others else {}
+    out = {}
+    for h in horizons:
+        u = sw.run_task(sw.patched(data, {"cost.horizon": h}), ["unicron"], seed)
+        out[h] = {p: (u["unicron"] if p == "unicron" else shared[p]) for p in policies}
+    return out
+
+
 def run(args) -> None:
     spec, base, points = _points()
-    done = set()
     out = Path(args.out)
+    done = set()
     if out.exists():
-        done = {(r["point"], r["seed"]) for r in map(json.loads, out.read_text().splitlines()) if r}
+        for key, seeds in read_runs([out]).items():
+            done.update((*key, s) for s in seeds)
     gpus = {int(g) for g in args.gpus.split(",")} if args.gpus else None
     rates = {float(r) for r in args.rate.split(",")} if args.rate else None
-    tasks = []  # (replication, point, data, seed)
+    grid_horizons = list(spec.grid.get("cost.horizon", ["event"]))
+    horizons = args.horizon.split(",") if args.horizon else grid_horizons
+    tasks = []  # (replication, gpus, rate, data, seed, horizons to run)
+    seen = set()
     for p, point in enumerate(points):
-        if gpus and _gpus(point) not in gpus or rates and point["failures.node_mtbf_hours"] not in rates:
+        g, rate = _gpus(point), float(point["failures.node_mtbf_hours"])
+        if (g, rate) in seen or gpus and g not in gpus or rates and rate not in rates:
             continue
-        data = sw.patched(sw.base_of(point, base, HERE), {k: v for k, v in point.items() if k != "scenario"})
+        seen.add((g, rate))  # the first horizon's point: its seeds serve every horizon
+        data = sw.patched(sw.base_of(point, base, HERE),
+                          {k: v for k, v in point.items() if k not in ("scenario", "cost.horizon")})
         for r, seed in enumerate(sw.seeds_of(spec.seed, p, min(args.seeds, spec.replications.max))):
-            if (p, seed) not in done and r >= args.start:
-                tasks.append((r, p, data, seed))
+            todo = [h for h in horizons if (g, rate, h, seed) not in done]
+            if todo and r >= args.start:
+                tasks.append((r, g, rate, data, seed, todo))
     tasks.sort(key=lambda t: (t[0], t[1]))  # every point gets its first seeds before any gets its last
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=args.workers) as pool, out.open("a") as f:
-        futures = [(p, seed, pool.submit(sw.run_task, data, spec.policies, seed)) for _, p, data, seed in tasks]
-        for p, seed, fut in futures:
-            f.write(json.dumps({"point": p, "seed": seed, "weighted_tflop": fut.result()}) + "\n")
+        futures = [(r, g, rate, seed, pool.submit(_task, data, todo, spec.policies, seed))
+                   for r, g, rate, data, seed, todo in tasks]
+        for r, g, rate, seed, fut in futures:
+            for h, values in fut.result().items():
+                f.write(json.dumps({"gpus": g, "node_mtbf_hours": rate, "horizon": h, "replication": r,
+                                    "seed": seed, "weighted_tflop": values}) + "\n")
             f.flush()
 
 
+def _cell(s: dict) -> str:
+    lo, hi = s["ci95"]
+    return f"{s['mean']:.5f} [{lo:.5f}, {hi:.5f}] {s['wins']}/{s['n']}"
+
+
 def report(args) -> None:
-    spec, _, points = _points()
-    runs: dict[int, list] = {}
-    for line in Path(args.out).read_text().splitlines():
-        r = json.loads(line)
-        runs.setdefault(r["point"], []).append(r["weighted_tflop"])
-    rows = []
-    for p in sorted(runs):
-        point = points[p]
-        ratios = {name: sw.ratio_stats(runs[p], name) for name in spec.policies if name != "unicron"}
-        rows.append({"gpus": _gpus(point), "node_mtbf_hours": point["failures.node_mtbf_hours"],
-                     "horizon": point["cost.horizon"], "seeds": len(runs[p]), "ratios": ratios})
+    spec, _, _ = _points()
+    runs = read_runs(args.files)
+    order = {h: k for k, h in enumerate(spec.grid.get("cost.horizon", []))}
     others = [n for n in spec.policies if n != "unicron"]
+    rows = []
+    for key in sorted(runs, key=lambda k: (k[0], -k[1], order.get(k[2], 99), k[2])):
+        values = list(runs[key].values())
+        rows.append({"gpus": key[0], "node_mtbf_hours": key[1], "horizon": key[2], "seeds": len(values),
+                     "ratios": {n: sw.ratio_stats(values, n) for n in others}})
     print("| GPUs | node MTBF h | horizon | seeds | " + " | ".join(f"unicron / {n}" for n in others) + " |")
     print("|" + "---|" * (4 + len(others)))
     for r in rows:
-        cells = []
-        for n in others:
-            s = r["ratios"][n]
-            lo, hi = s["ci95"]
-            cells.append(f"{s['mean']:.5f} [{lo:.5f}, {hi:.5f}] {s['wins']}/{s['n']}")
+        cells = [_cell(r["ratios"][n]) for n in others]
         print(f"| {r['gpus']:,} | {r['node_mtbf_hours']:g} | {r['horizon']} | {r['seeds']} | " + " | ".join(cells) + " |")
+    # the horizons against each other, on the seeds they share
+    pairs = []
+    for (g, rate, h), seeds in runs.items():
+        for (g2, rate2, h2), seeds2 in runs.items():
+            if (g2, rate2) == (g, rate) and order.get(h, 99) < order.get(h2, 99):
+                common = sorted(set(seeds) & set(seeds2))
+                if common:
+                    both = [{"unicron": seeds2[s]["unicron"], "other": seeds[s]["unicron"]} for s in common]
+                    pairs.append((g, rate, h2, h, sw.ratio_stats(both, "other")))
+    if pairs:
+        print("\n| GPUs | node MTBF h | unicron under | / unicron under | same seeds: mean [95%] wins/seeds |")
+        print("|---|---|---|---|---|")
+        for g, rate, h2, h, s in sorted(pairs, key=lambda p: (p[0], -p[1], order.get(p[2], 99), order.get(p[3], 99))):
+            print(f"| {g:,} | {rate:g} | {h2} | {h} | {_cell(s)} |")
     if args.plot:
-        plot(rows, args.plot)
+        plot(rows, args.plot, [h for h in sorted(order, key=order.get)])
 
 
-def plot(rows, path) -> None:
-    """unicron / greedy (mean, 95% interval) against cluster size, per horizon and failure rate."""
+def plot(rows, path, horizons) -> None:
+    """unicron / greedy (mean, 95% interval) against cluster size, per failure rate, one line per horizon."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=False)
-    for ax, name in zip(axes, ("greedy", "equal-share")):
-        for (hz, rate), marker in zip([(h, r) for r in (6332.5, 1000) for h in ("cluster", "job")], "osDv"):
-            sel = sorted((r for r in rows if r["horizon"] == hz and r["node_mtbf_hours"] == rate),
+    rates = sorted({r["node_mtbf_hours"] for r in rows}, reverse=True)
+    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4), squeeze=False)
+    shift = {h: 0.9 + 0.2 * k / max(len(horizons) - 1, 1) for k, h in enumerate(horizons)}
+    for ax, rate in zip(axes[0], rates):
+        for h, marker in zip(horizons, "osD^v"):
+            sel = sorted((r for r in rows if r["horizon"] == h and r["node_mtbf_hours"] == rate),
                          key=lambda r: r["gpus"])
+            sel = [r for r in sel if r["ratios"]["greedy"]["n"] > 1]
             if not sel:
                 continue
-            xs = [r["gpus"] * (0.93 if hz == "cluster" else 1.07) for r in sel]
-            ys = [r["ratios"][name]["mean"] for r in sel]
-            err = [[y - r["ratios"][name]["ci95"][0] for y, r in zip(ys, sel)],
-                   [r["ratios"][name]["ci95"][1] - y for y, r in zip(ys, sel)]]
-            ax.errorbar(xs, ys, yerr=err, marker=marker, capsize=3, linestyle="-",
-                        label=f"horizon {hz}, node MTBF {rate:g} h")
+            xs = [r["gpus"] * shift[h] for r in sel]
+            ys = [r["ratios"]["greedy"]["mean"] for r in sel]
+            err = [[y - r["ratios"]["greedy"]["ci95"][0] for y, r in zip(ys, sel)],
+                   [r["ratios"]["greedy"]["ci95"][1] - y for y, r in zip(ys, sel)]]
+            ax.errorbar(xs, ys, yerr=err, marker=marker, capsize=3, linestyle="-", label=f"horizon {h}")
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("GPUs")
-        ax.set_ylabel(f"unicron / {name} (mean, 95% CI)")
+        ax.set_ylabel("unicron / greedy (mean, 95% interval)")
+        ax.set_title(f"node MTBF {rate:g} h")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     from unicron_plan.io import save_figure_atomic
 
@@ -122,13 +193,14 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("out")
-    r.add_argument("--gpus", default=None)
-    r.add_argument("--rate", default=None)
+    r.add_argument("--gpus", default=None, help="sizes to run, e.g. 128,1024 (default: all of the grid)")
+    r.add_argument("--rate", default=None, help="node MTBF hours to run, e.g. 6332.5 (default: all)")
+    r.add_argument("--horizon", default=None, help="horizons to run, e.g. event,job (default: the grid's)")
     r.add_argument("--seeds", type=int, default=20)
     r.add_argument("--workers", type=int, default=1)
     r.add_argument("--start", type=int, default=0, help="first replication to run (a second process can take later ones)")
     p = sub.add_parser("report")
-    p.add_argument("out")
+    p.add_argument("files", nargs="+")
     p.add_argument("--plot", default=None)
     args = ap.parse_args()
     run(args) if args.cmd == "run" else report(args)

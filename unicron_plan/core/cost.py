@@ -11,6 +11,9 @@ With ``cost.horizon: "job"`` D_trans_i is the job's own times its horizon scale
 nodes_i / H (:func:`horizon_scale`, docs/model.md "Planning horizon"): the
 term is G_i with job i's own horizon T_i = node MTBF / nodes_i in place of
 D_run, scaled by D_run / T_i so that every job's term is in the same units.
+``"event"`` uses the cluster's D_run after an event that takes capacity away
+(a failure, a job arrival) and the job's own horizon after one that returns it
+(a repair, a job exit) or with no event.
 
 moved_i: the job keeps its count but not its previous per-node split
 (:func:`is_moved`); a move restarts the job, so it pays its transition.
@@ -35,20 +38,46 @@ def d_run_seconds(instance: Instance, nodes_in_service: int) -> float:
     return float(cost.node_mtbf_hours) * 3600.0 / max(nodes_in_service, 1)
 
 
-def horizon_scale(instance: Instance, nodes_held: int, nodes_in_service: int) -> float:
+#: Event kinds after which ``cost.horizon: "event"`` values choices over the job's own horizon:
+#: they return capacity (or there is no event); the others (failure, job arrival) take it away.
+RETURNING_EVENTS = frozenset({"repair", "job_exit"})
+
+
+def job_horizon_after(horizon: str | None, event_kind: str | None) -> bool:
+    """Whether ``cost.horizon`` = ``horizon`` charges transitions on each job's own horizon after an
+    event of ``event_kind`` (None: no event): always for ``"job"``; for ``"event"`` after an event that
+    returns capacity or none (docs/model.md, "Planning horizon"); never for ``"cluster"``."""
+    if horizon == "job":
+        return True
+    return horizon == "event" and (event_kind is None or event_kind in RETURNING_EVENTS)
+
+
+def uses_job_horizon(instance: Instance) -> bool:
+    """:func:`job_horizon_after` for the instance's own horizon and event."""
+    return job_horizon_after(instance.cost.horizon, None if instance.event is None else instance.event.kind)
+
+
+_OWN_EVENT = object()
+
+
+def horizon_scale(instance: Instance, nodes_held: int, nodes_in_service: int, event_kind=_OWN_EVENT) -> float:
     """D_run / T_i for a job on ``nodes_held`` nodes: 1 for the cluster horizon (the default, and always
     with ``expected_run_seconds``); nodes_held / H for ``cost.horizon: "job"`` (T_i = node MTBF / nodes_held,
-    at least one node; H at least 1)."""
-    if instance.cost.horizon != "job":
+    at least one node; H at least 1); for ``"event"`` the one or the other by the kind of the instance's
+    event, or of ``event_kind`` when given (None: no event; :func:`job_horizon_after`)."""
+    kind = (None if instance.event is None else instance.event.kind) if event_kind is _OWN_EVENT else event_kind
+    if not job_horizon_after(instance.cost.horizon, kind):
         return 1.0
     return max(nodes_held, 1) / max(nodes_in_service, 1)
 
 
-def job_transition_seconds(instance: Instance, job: Job, split: dict[str, int], nodes_in_service: int) -> float:
+def job_transition_seconds(instance: Instance, job: Job, split: dict[str, int], nodes_in_service: int,
+                           event_kind=_OWN_EVENT) -> float:
     """The D_trans the objective charges ``job`` (previous per-node split ``split``): its D_trans
-    (:func:`d_trans_seconds`) x :func:`horizon_scale` of the nodes it holds."""
+    (:func:`d_trans_seconds`) x :func:`horizon_scale` of the nodes it holds (after the instance's event,
+    or after an event of ``event_kind`` when given)."""
     held = len(split) - list(split.values()).count(0)
-    return d_trans_seconds(instance, job) * horizon_scale(instance, held, nodes_in_service)
+    return d_trans_seconds(instance, job) * horizon_scale(instance, held, nodes_in_service, event_kind)
 
 
 def d_trans_seconds(instance: Instance, job: Job) -> float:

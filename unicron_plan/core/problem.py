@@ -365,7 +365,7 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     hit = np.asarray([state.hit[job.id] for job in instance.jobs], dtype=bool).reshape(m)
     exiting = np.asarray([job.id in state.exiting for job in instance.jobs], dtype=bool).reshape(m)
     f_x = [0.0 if x == 0 else float(cost.waf(job.weight, tables[job.id][x])) for job, x in zip(instance.jobs, x_list)]
-    if instance.cost.horizon == "job":  # each job's D_trans scaled by its horizon (docs/model.md)
+    if cost.uses_job_horizon(instance):  # each job's D_trans scaled by its horizon (docs/model.md)
         h = state.nodes_in_service()
         d_trans = [cost.job_transition_seconds(instance, job, state.previous.get(job.id, {}), h)
                    for job in instance.jobs]

@@ -360,12 +360,13 @@ def _shrunk_value(opts, hit_opts, counts: list, values: list, cap: int) -> float
 
 
 def _job_options(job: JobTerms, schema_job, counts: np.ndarray, f: np.ndarray, d_run: float,
-                 hit: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Pareto (counts, gains) of one job at ``d_run``, hit or not, under its count rules (tp,
-    pinned, and hysteresis for an unhit job only): what ``tabulate`` gives it in that failure."""
+                 hit: bool, d_trans: float) -> tuple[np.ndarray, np.ndarray]:
+    """Pareto (counts, gains) of one job at ``d_run`` and charged D_trans ``d_trans``, hit or not, under
+    its count rules (tp, pinned, and hysteresis for an unhit job only): what ``tabulate`` gives it in
+    that failure."""
     from unicron_plan.solvers.dp import pareto_arrays
 
-    gains = np.asarray(cost.gain(f, counts, job.x, job.f_x, hit, d_run, job.d_trans), dtype=float)
+    gains = np.asarray(cost.gain(f, counts, job.x, job.f_x, hit, d_run, d_trans), dtype=float)
     keep = constraints.allowed_mask(schema_job, counts, gains, job.x, hit, job.f_x, d_run)
     return pareto_arrays(counts[keep], gains[keep])
 
@@ -490,6 +491,7 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
                     pinned_on[nid].append(j.id)
 
     groups: dict[tuple, list[tuple[str, list[str]]]] = defaultdict(list)
+    h_after: dict[float, int] = {}  # D_run -> nodes in service after the failure (one-to-one)
     for key, failed in candidates:
         lost = defaultdict(int)
         out_of_service = 0
@@ -499,6 +501,7 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
                 lost[h.gpu_type] += h.healthy_after
                 out_of_service += h.healthy_after > 0
         d_run = cost.d_run_seconds(base, in_service - out_of_service)
+        h_after[d_run] = in_service - out_of_service
         hit = frozenset(jid for n in failed for jid in jobs_on.get(n, ()))
         caps = tuple(sorted((t, problem.capacity[t] - lost.get(t, 0)) for t in problem.capacity))
         held = tuple(sorted({jid for n in failed for jid in pinned_on.get(n, ())}))
@@ -517,7 +520,11 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
         for t, js in by_type.items():
             capacity = problem.capacity[t]
             raw = [_raw_counts(prepared, j, capacity) for j in js]
-            opts = [_job_options(j, base.jobs[j.index], *raw[i], d_run, False) for i, j in enumerate(js)]
+            # each job's D_trans as charged after a failure that leaves h_after[d_run] nodes in service
+            # (its horizon scale, docs/model.md "Planning horizon"; the base problem has no event)
+            dt = [cost.job_transition_seconds(base, base.jobs[j.index], state.previous.get(j.id, {}),
+                                              h_after[d_run], event_kind="failure") for j in js]
+            opts = [_job_options(j, base.jobs[j.index], *raw[i], d_run, False, dt[i]) for i, j in enumerate(js)]
             hit_cache: dict[int, tuple] = {}
             plain: dict[int, list] = defaultdict(list)  # capacity -> groups that hit no job of this type
             work = []  # (group key, hit indices, capacity, hit options)
@@ -529,7 +536,7 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
                     continue
                 for i in hit_idx:
                     if i not in hit_cache:
-                        hit_cache[i] = _job_options(js[i], base.jobs[js[i].index], *raw[i], d_run, True)
+                        hit_cache[i] = _job_options(js[i], base.jobs[js[i].index], *raw[i], d_run, True, dt[i])
                 work.append((key, hit_idx, cap, {i: hit_cache[i] for i in hit_idx}))
             total += sum(len(y) for y, _ in opts)
             for cap, members in plain.items():

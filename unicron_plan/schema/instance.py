@@ -431,13 +431,15 @@ class Cost(StrictModel):
                     "or expected_run_seconds.")
     default_transition_seconds: Optional[float] = Field(default=None, ge=0,
         description="D_trans of jobs without transition_seconds (>= 0).")
-    horizon: Optional[Literal["cluster", "job"]] = Field(
+    horizon: Optional[Literal["cluster", "job", "event"]] = Field(
         default=None,
         description="How long a plan's choice for a job is valued against its transition (docs/model.md, "
                     "'Planning horizon'): 'cluster' (the default here, Unicron's objective) the expected time "
                     "to the next failure anywhere in the cluster, D_run, for every job; 'job' the expected "
                     "time to the next failure of the job's own nodes, node MTBF / nodes held, which scales "
-                    "the job's transition penalty by nodes held / H. 'job' needs node_mtbf_hours.")
+                    "the job's transition penalty by nodes held / H; 'event' 'cluster' after a failure or a "
+                    "job arrival, 'job' after a repair, a job exit or with no event. 'job' and 'event' need "
+                    "node_mtbf_hours.")
     derive_transition_seconds: bool = Field(
         default=False,
         description="When true, jobs that name a model and give no transition_seconds get D_trans from "
@@ -448,9 +450,9 @@ class Cost(StrictModel):
     def _exactly_one_horizon(self) -> "Cost":
         if (self.expected_run_seconds is None) == (self.node_mtbf_hours is None):
             raise ValueError("give exactly one of 'expected_run_seconds' or 'node_mtbf_hours'")
-        if self.horizon == "job" and self.node_mtbf_hours is None:
-            raise ValueError("horizon 'job' needs node_mtbf_hours (expected_run_seconds is one horizon "
-                             "for every job)")
+        if self.horizon in ("job", "event") and self.node_mtbf_hours is None:
+            raise ValueError(f"horizon {self.horizon!r} needs node_mtbf_hours (expected_run_seconds is one "
+                             "horizon for every job)")
         return self
 
 

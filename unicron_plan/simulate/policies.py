@@ -7,9 +7,10 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
 - ``unicron``: in-band detection; SEV1 -> the planner's optimal re-plan
   (v1 Instance -> problem -> exact DP -> placement), SEV2 -> restart the
   process (D_trans), SEV3 -> reattempt in place; re-plans on every capacity
-  change, valuing each job's choice over its own horizon (node MTBF / nodes
-  held, ``cost.horizon: "job"``) or the paper's D_run = node MTBF x 3600 / H
-  (``"cluster"``).
+  change, valuing each job's choice over the paper's D_run = node MTBF x 3600
+  / H after a failure and over the job's own horizon (node MTBF / nodes held)
+  after a repair (``cost.horizon: "event"``, the default), or over one of the
+  two always (``"cluster"``, ``"job"``).
 - ``greedy`` and ``equal-share``: the same detection and severity handling,
   but their own allocation rule (ignoring transition cost), so that the gap to
   ``unicron`` isolates the planner.
@@ -45,7 +46,7 @@ from unicron_plan.simulate.trace import SimEvent
 
 #: The planner policies' horizon when the scenario gives none (docs/model.md, "Planning horizon";
 #: chosen by the horizon sweep, docs/simulation.md).
-DEFAULT_HORIZON = "job"
+DEFAULT_HORIZON = "event"
 
 
 @functools.lru_cache(maxsize=1)

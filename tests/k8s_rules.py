@@ -14,7 +14,10 @@ Sources (repository, file, function):
   on ``spec.runPolicy.schedulingPolicy.queue`` (pkg/apis/kubeflow.org/v1/common_types.go), the gang
   of pkg/controller.v1/common/job.go (the PodGroup's minMember is ``schedulingPolicy.minAvailable``) and
   the elastic range (pkg/controller.v1/pytorch/elastic.go gives torchrun ``PET_NNODES=min:max``,
-  hpa.go the HPA's range: the Worker replicas must lie in it).
+  hpa.go the HPA's range: the Worker replicas must lie in it). On update ``validatePyTorchJob`` checks
+  the run policy's changes and the new spec as on create, nothing of the pod templates against the
+  old ones: a template's node affinity (where the export pins a job's nodes and so its GPU type)
+  may change; the controller applies it to the pods it creates from then on.
 - DLRover: intelligent-machine-learning/dlrover, go/elasticjob/api/v1alpha1/elasticjob_types.go (the
   fields of ``ElasticJobSpec``; the structural CRD prunes any other) and
   go/elasticjob/config/crd/bases/elastic.iml.github.io_elasticjobs.yaml.

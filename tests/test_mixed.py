@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from unicron_plan.tools.mixedgen import large_mixed, mixed_instance
+from unicron_plan.tools.mixedgen import KINDS, kind_args, large_mixed, mixed_instance
 from unicron_plan import load_instance, solve, validate_plan
 from unicron_plan.core.problem import build_problem
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError
@@ -159,6 +159,30 @@ def test_time_limit_returns_a_valid_bound():
     assert plan.bound >= plan.objective
     if plan.status.solution != "optimal":
         assert plan.status.termination == "time_limit" and plan.gap is not None
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), kind=st.sampled_from(KINDS), jobs=st.integers(4, 8),
+       gpus=st.sampled_from([256, 512, 1024]))
+def test_mixed_agrees_with_highs_on_every_generated_kind(seed, kind, jobs, gpus):
+    inst = load_instance(large_mixed(seed, gpus, 4, jobs, counts_per_job=6, **kind_args(kind)))
+    plan = solve(inst, solver="dp")
+    assert plan.status.solution == "optimal" and plan.bound == plan.objective
+    assert validate_plan(inst, plan).valid
+    ref = solve(inst, solver="milp")
+    assert ref.status.solution == "optimal"
+    assert math.isclose(ref.objective, plan.objective, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def test_stopped_search_keeps_a_valid_bound(monkeypatch):
+    """A search cut short (one node, two subgradient steps) returns a plan and a bound around the optimum."""
+    problem = build_problem(load_instance(large_mixed(2, 16384, 4, 128, curves="linear-step")))
+    _, _, best, proven, stopped, stats = mixed.solve_types(problem)
+    assert not stopped and proven == best and stats["nodes"] > 1
+    monkeypatch.setattr(mixed, "MAX_NODES", 1)
+    monkeypatch.setattr(mixed, "LAGRANGE_STEPS", 2)
+    _, _, value, bound, stopped, _ = mixed.solve_types(problem)
+    assert stopped and value <= best * (1 + 1e-12) and bound >= best * (1 - 1e-12) and bound > value
 
 
 def test_large_mixed_exact_and_agrees_with_highs():

@@ -60,3 +60,13 @@ def test_what_slurm_did_by_itself_is_drift():
     assert events == [] and "n4" in drift[0]
     running = _inst(jobs=_inst()["jobs"] + [{"id": "3", "current": {"gpus": 8, "nodes": ["n4"]}}])
     assert "job 3" in _events(_inst(), running)[1][0]
+
+
+def test_node_order_is_not_drift():
+    """The coordinator lists a job's nodes as the plan placed them (n9, n10), the import sorts
+    them as strings (n10, n9): the same set is no drift; another set is."""
+    coord = _inst(jobs=[{"id": "1", "current": {"gpus": 16, "nodes": ["n3", "n4"]}}])
+    slurm = _inst(jobs=[{"id": "1", "current": {"gpus": 16, "nodes": ["n4", "n3"]}}])
+    assert _events(coord, slurm) == ([], [])
+    other = _inst(jobs=[{"id": "1", "current": {"gpus": 16, "nodes": ["n2", "n3"]}}])
+    assert "job 1" in _events(coord, other)[1][0]

@@ -328,3 +328,57 @@ def test_exported_script_carries_the_plan_out_and_is_harmless_twice(slurm_env, t
     assert r.returncode == 0, r.stderr
     assert not log.exists() or log.read_text() == "", log.read_text()   # nothing to do the second time
     assert differences(plan_doc, *SlurmCli().read()) == []
+
+
+#: A job that may run on H100 or A100 nodes: untyped GPUs, a matching-OR constraint on the node
+#: features naming the types (Slurm never mixes them), the types and a table per type in its comment.
+MIXED = ("unicron-plan: weight=1 gpu-types=h100,a100 throughput.h100=8:100,16:195 "
+         "throughput.a100=8:35,16:68,24:100,32:130")
+
+
+def _types_of(nodes: set) -> set:
+    out = _sh("sinfo", "-h", "-N", "-o", "%N %G")
+    gres = dict(line.split() for line in out.splitlines())
+    return {gres[n].split(":")[1] for n in nodes}
+
+
+def test_failure_on_an_h100_node_moves_a_job_to_idle_a100_nodes(slurm_env, tmp_path):
+    """Mixed fleet (n1-n8 H100, n9-n12 A100): a job allowed both types runs on one H100 node, an
+    H100-only job of weight 2 on the seven others. The H100 node fails: taking an H100 node from
+    the heavier job is not worth it, four idle A100 nodes are (130 > 100 TFLOP/s, one restart), so
+    the plan moves the job to A100 (its gpu_type), the agent carries it out with its node list
+    alone, and Slurm runs it on the four A100 nodes; the H100-only job stays where it is."""
+    if _types_of({"n1", "n12"}) != {"h100", "a100"}:
+        pytest.fail("the testbed has no A100 nodes (n9-n12): remove its state directory and run "
+                    "scripts/slurm-testbed up again")
+    _reset()
+    heavy = _submit(7, 2)
+    _wait_running([heavy])
+    free = ({f"n{i}" for i in range(1, 9)} - set(_slurm_view()[0][str(heavy)][1])).pop()
+    out = _sh("sbatch", "--parsable", "-N", "1", "-w", free, "--gres=gpu:8", "--constraint=[h100|a100]",
+              "--comment", MIXED, "-o", "/dev/null", "--wrap", "sleep 3600")
+    mixed = int(out.strip().split(";")[0])
+    _wait_running([mixed])
+    srv = Server(tmp_path / "coord").start()
+    try:
+        agent = _agent(srv.url, tmp_path / "agent")
+        assert agent.run_once()["status"] == "in-sync"
+        before = _slurm_view()[0]
+        assert before[str(mixed)] == (8, {free})
+        elapsed, result, down, plan, jobs, failed = _fail_a_node(srv, agent, mixed)
+        entry = {pj["id"]: pj for pj in plan["jobs"]}
+        assert entry[str(mixed)]["gpu_type"] == "a100" and entry[str(mixed)]["gpus"] == 32, entry
+        assert plan["status"]["termination"] == "optimal"
+        assert jobs[str(mixed)] == (32, {"n9", "n10", "n11", "n12"})
+        assert _types_of(jobs[str(mixed)][1]) == {"a100"}
+        assert jobs[str(heavy)] == before[str(heavy)]                      # the H100-only job keeps its nodes
+        assert entry[str(heavy)]["gpu_type"] == "h100" and entry[str(heavy)]["action"] == "keep"
+        place = [c for c in result["commands"] if c[:3] == ["scontrol", "update", f"JobId={mixed}"]
+                 and any(a.startswith("ReqNodeList=") for a in c)]
+        assert place == [["scontrol", "update", f"JobId={mixed}", "NumNodes=4-4", "ReqNodeList=n[9-12]"]], result
+        state = __import__("httpx").get(srv.url + "/v1/state", timeout=30).json()["instance"]
+        coord_job = next(j for j in state["jobs"] if j["id"] == str(mixed))
+        assert coord_job["throughput"]["gpu_type"] == "a100"             # the coordinator knows its new type
+        assert agent.run_once()["status"] == "in-sync"                   # and Slurm agrees with it
+    finally:
+        srv.stop()

@@ -279,7 +279,8 @@ class SlurmAgent:
             pending = (state.get("instance") or {}).get("event")
             return {"status": "pending-plan" if pending else "in-sync", "drift": drift}
         if self.cfg.mode == "propose":
-            steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason)
+            steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
+                                 gpu_map=self.cfg.gpu_map)
             out = self.cfg.state_dir / f"proposal-{plan['plan_id']}"
             out.mkdir(parents=True, exist_ok=True, mode=0o700)
             (out / "plan.json").write_text(json.dumps(plan, indent=1))
@@ -326,7 +327,8 @@ class SlurmAgent:
             if s_jobs[jid]["current"]["gpus"]:
                 drift.append(f"job {jid}: runs on {s_jobs[jid]['current']['nodes']} but the coordinator has no such job")
         for jid in set(c_jobs) & set(s_jobs):
-            if c_jobs[jid]["current"] != s_jobs[jid]["current"]:
+            c_cur, s_cur = c_jobs[jid]["current"], s_jobs[jid]["current"]
+            if c_cur["gpus"] != s_cur["gpus"] or sorted(c_cur["nodes"]) != sorted(s_cur["nodes"]):  # a set
                 drift.append(f"job {jid}: Slurm shows {s_jobs[jid]['current']}, the coordinator "
                              f"{c_jobs[jid]['current']}")
         if drift:
@@ -354,7 +356,8 @@ class SlurmAgent:
             self.log({"drift": [msg]})
             return {"status": "drift", "plan_id": plan["plan_id"], "drift": [msg]}
         nodes_doc, jobs_doc = self.cli.read()
-        steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason)
+        steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
+                                 gpu_map=self.cfg.gpu_map)
         carry_out(steps, self.cli)
         deadline = time.monotonic() + self.cfg.verify_seconds
         while True:

@@ -91,15 +91,23 @@ def export_k8s(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan so
                                                                         "deleted (recommended)."),
                fmt: K8sFormat = typer.Option(K8sFormat.json, "--format", help="json or yaml (the change list) "
                                                                               "or kubectl (a shell script)."),
+               nodes: Optional[Path] = typer.Option(None, "--nodes", help="The nodes file given to import: each "
+                                                                          "plan node's GPU product is checked against "
+                                                                          "the job's templates, and a Volcano job's "
+                                                                          "placement label is removed from every node "
+                                                                          "outside the plan."),
+               gpu_type: Optional[list[str]] = _GPU_TYPE, gpu_map: Optional[Path] = _GPU_MAP,
                out: Optional[Path] = _OUT):
     """The changes (merge patches, new objects, pod deletions) that carry out PLAN on Kubernetes."""
     from unicron_plan.api import load_plan
+    from unicron_plan.integrations.common import load_gpu_map
     from unicron_plan.integrations.k8s import export_k8s as run, render_kubectl
     from unicron_plan.io import dumps, emit, read_json
 
+    gmap = load_gpu_map(gpu_type or [], str(gpu_map) if gpu_map else None)
     notes: list[str] = []
     changes = run(load_plan(plan), [(read_json(j), str(j)) for j in jobs], read_json(pods) if pods else None,
-                  notes=notes)
+                  notes=notes, nodes_doc=read_json(nodes) if nodes else None, gpu_map=gmap)
     if fmt is K8sFormat.yaml:
         import yaml
 
@@ -120,6 +128,7 @@ def export_slurm(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan 
                                                                             "(drained nodes left alone; without it the "
                                                                             "script reads each reason when it runs)."),
                  reason: str = typer.Option("unicron-plan: failed", "--reason", help="Added to the reason of the nodes the plan drains."),
+                 gpu_type: Optional[list[str]] = _GPU_TYPE, gpu_map: Optional[Path] = _GPU_MAP,
                  out: Optional[Path] = _OUT):
     """The scontrol commands that carry out PLAN on Slurm, as a shell script (each step guarded
     by the cluster's state, so that running it again is harmless)."""
@@ -127,10 +136,12 @@ def export_slurm(plan: Path = typer.Argument(..., help="Plan JSON (unicron-plan 
     from unicron_plan.extras import require
 
     require("hostlist", "export slurm")
+    from unicron_plan.integrations.common import load_gpu_map
     from unicron_plan.integrations.slurm import export_slurm as run, render_script
     from unicron_plan.io import emit, read_json
 
-    steps = run(load_plan(plan), read_json(jobs), read_json(nodes) if nodes else None, reason=reason)
+    gmap = load_gpu_map(gpu_type or [], str(gpu_map) if gpu_map else None)
+    steps = run(load_plan(plan), read_json(jobs), read_json(nodes) if nodes else None, reason=reason, gpu_map=gmap)
     emit(render_script(steps), out)
 
 

@@ -57,9 +57,15 @@ def items_of(doc: Any, source: str, key: str = "items") -> list:
 
 # --- GPU types -------------------------------------------------------------------------------
 
-#: GPU feature discovery's ``nvidia.com/gpu.product`` values (NVIDIA's product names with
-#: spaces as dashes) and Slurm gres type names, normalised, to the library's GPU types.
-#: Only products whose memory and interconnect match the library's entry are listed.
+#: The one table from GPU product names to the library's GPU types (models/gpus.json), for
+#: both adapters: GPU feature discovery's ``nvidia.com/gpu.product`` label values and Slurm
+#: gres type names, normalised (:func:`normalize_product`). GPU feature discovery writes the
+#: NVML device name with every space replaced by '-' and '-SHARED' appended when the GPU is
+#: time-sliced (NVIDIA/k8s-device-plugin, internal/lm/resource.go, ``productLabel``): NVML's
+#: "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA B200" become
+#: NVIDIA-A100-SXM4-80GB, NVIDIA-H100-80GB-HBM3, NVIDIA-H200, NVIDIA-B200. Only products whose
+#: memory and interconnect match the library's entry are listed (an A100 40GB or a PCIe H100 is
+#: not an ``a100``/``h100`` of the library: map it with --gpu-type after checking).
 BUILTIN_GPU_PRODUCTS: dict[str, str] = {
     "nvidia-a100-sxm4-80gb": "a100",
     "a100-sxm4-80gb": "a100",
@@ -72,6 +78,7 @@ BUILTIN_GPU_PRODUCTS: dict[str, str] = {
     "nvidia-h800-80gb-hbm3": "h800",
     "nvidia-h200": "h200",
     "nvidia-h200-141gb-hbm3e": "h200",
+    "nvidia-b200": "b200",
 }
 
 
@@ -140,6 +147,46 @@ def gpu_type_entry(name: str) -> dict[str, float]:
 # --- planning fields -------------------------------------------------------------------------
 
 _TABLE_PAIR = re.compile(r"^\s*([1-9][0-9]{0,7})\s*:\s*([0-9.eE+-]+)\s*$")
+#: A GPU product or type name as the planning fields write it (``h100``, ``NVIDIA-A100-SXM4-80GB``).
+_TYPE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
+#: Most GPU types one job may list (``gpu-types``, ``throughput.TYPE`` keys).
+MAX_JOB_TYPES = 16
+_TYPE_LIST = re.compile(rf"{_TYPE_NAME}(,{_TYPE_NAME}){{0,{MAX_JOB_TYPES - 1}}}")
+_TYPE_TABLE_KEY = re.compile(rf"throughput\.({_TYPE_NAME})")
+
+
+def _parse_table(value: Any) -> Any:
+    """A JSON object ``{"8": 1100, ...}`` or the short form ``8:1100,16:2150``."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("{"):
+        from unicron_plan.io import parse_json
+
+        try:
+            return parse_json(text, "throughput")
+        except InvalidInstanceError as exc:
+            raise ValueError(exc.message) from None
+    table = {}
+    for part in text.split(","):
+        m = _TABLE_PAIR.match(part)
+        if not m:
+            raise ValueError(f"{part!r} is not GPUS:TFLOPS (e.g. 8:1100,16:2150)")
+        table[m.group(1)] = float(m.group(2))
+    return table
+
+
+class _Table(BaseModel):
+    """One throughput table (the form of ``throughput``), for the per-type keys."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    table: dict[str, float]
+
+    @field_validator("table", mode="before")
+    @classmethod
+    def _form(cls, value: Any) -> Any:
+        return _parse_table(value)
 
 
 class PlanFields(BaseModel):
@@ -155,6 +202,7 @@ class PlanFields(BaseModel):
     seq_len: Optional[int] = Field(default=None, ge=1, alias="seq-len")
     recompute: Optional[str] = None
     gpu_type: Optional[str] = Field(default=None, alias="gpu-type")
+    gpu_types: Optional[list[str]] = Field(default=None, alias="gpu-types")
     tp: Optional[int] = Field(default=None, ge=1)
     pinned: Optional[bool] = None
     same_rack: Optional[bool] = Field(default=None, alias="same-rack")
@@ -162,39 +210,53 @@ class PlanFields(BaseModel):
     min_gain_fraction: Optional[float] = Field(default=None, ge=0, alias="min-gain-fraction")
     transition_seconds: Optional[float] = Field(default=None, ge=0, alias="transition-seconds")
 
+    #: ``throughput.TYPE`` keys: the table of each GPU type (a product or type name, as written)
+    type_tables: dict[str, dict[str, float]] = Field(default_factory=dict, exclude=True)
+
     @field_validator("throughput", mode="before")
     @classmethod
     def _table(cls, value: Any) -> Any:
-        """A JSON object ``{"8": 1100, ...}`` or the short form ``8:1100,16:2150``."""
+        return _parse_table(value)
+
+    @field_validator("gpu_types", mode="before")
+    @classmethod
+    def _types(cls, value: Any) -> Any:
+        """``h100,a100``: at most MAX_JOB_TYPES names of letters, digits, '_', '.', '-', each once."""
         if not isinstance(value, str):
             return value
-        text = value.strip()
-        if text.startswith("{"):
-            from unicron_plan.io import parse_json
-
-            try:
-                return parse_json(text, "throughput")
-            except InvalidInstanceError as exc:
-                raise ValueError(exc.message) from None
-        table = {}
-        for part in text.split(","):
-            m = _TABLE_PAIR.match(part)
-            if not m:
-                raise ValueError(f"{part!r} is not GPUS:TFLOPS (e.g. 8:1100,16:2150)")
-            table[m.group(1)] = float(m.group(2))
-        return table
+        if not _TYPE_LIST.fullmatch(value):
+            raise ValueError(f"not a comma-separated list of at most {MAX_JOB_TYPES} GPU type names "
+                             "(letters, digits, '_', '.', '-'; e.g. h100,a100)")
+        names = value.split(",")
+        if len(set(names)) != len(names):
+            raise ValueError("a GPU type is listed twice")
+        return names
 
 
-PLAN_KEYS = tuple(f.alias or name for name, f in PlanFields.model_fields.items())
+PLAN_KEYS = tuple(f.alias or name for name, f in PlanFields.model_fields.items() if name != "type_tables")
 
 
 def parse_plan_fields(raw: dict[str, str], obj: str, where: str) -> PlanFields:
     """Validate a job's planning fields; ``where(key)`` renders the field path of a key."""
     if "weight" not in raw:
         raise object_error(obj, where("weight"), "missing (every planned job needs a weight)")
+    raw = dict(raw)
+    tables: dict[str, dict[str, float]] = {}
+    for key in [k for k in raw if k.startswith("throughput.")]:
+        m = _TYPE_TABLE_KEY.fullmatch(key)
+        if m is None:
+            raise object_error(obj, where(key), "not throughput.TYPE (TYPE: letters, digits, '_', '.', '-')")
+        if len(tables) == MAX_JOB_TYPES:
+            raise object_error(obj, where(key), f"more than {MAX_JOB_TYPES} per-type throughput tables")
+        try:
+            tables[m.group(1)] = _Table.model_validate({"table": raw.pop(key)}).table
+        except ValidationError as exc:
+            msg = exc.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")
+            raise object_error(obj, where(key), msg) from None
     for key in raw:
         if key not in PLAN_KEYS:
-            raise object_error(obj, where(key), f"unknown planning field; known: {', '.join(PLAN_KEYS)}")
+            raise object_error(obj, where(key), f"unknown planning field; known: {', '.join(PLAN_KEYS)}, "
+                                                "throughput.TYPE")
     try:
         pf = PlanFields.model_validate(raw)
     except ValidationError as exc:
@@ -203,8 +265,10 @@ def parse_plan_fields(raw: dict[str, str], obj: str, where: str) -> PlanFields:
         name = PlanFields.model_fields[key].alias or key if key in PlanFields.model_fields else key
         msg = err["msg"].removeprefix("Value error, ")
         raise object_error(obj, where(name), f"{raw.get(name, '')!r}: {msg}") from None
-    if (pf.throughput is None) == (pf.model is None):
-        raise object_error(obj, where("throughput"), "give exactly one of 'throughput' (a table) or 'model' "
+    pf.type_tables = tables
+    if (pf.throughput is None and not tables) == (pf.model is None):
+        raise object_error(obj, where("throughput"), "give exactly one of 'throughput' (a table; or one "
+                                                     "'throughput.TYPE' per GPU type) or 'model' "
                                                      "(with 'global-batch' and 'seq-len')")
     if pf.model is not None and (pf.global_batch is None or pf.seq_len is None):
         raise object_error(obj, where("model"), "a model needs 'global-batch' and 'seq-len' too")
@@ -237,7 +301,10 @@ class JobState:
     gpus: int = 0
     nodes: list[str] = field(default_factory=list)
     granularity: int = 1          # GPUs that move together on a node (a pod's, a Slurm node's)
-    requested_type: Optional[tuple[str, str]] = None  # (GPU product, field path) the job asks for
+    #: The library GPU types the job may run on, in the order given (its pod template's node affinity,
+    #: its Slurm comment or typed gres request), and the field they came from; None: any type.
+    allowed: Optional[list[str]] = None
+    allowed_where: str = ""
 
 
 @dataclass
@@ -258,20 +325,80 @@ class Cost:
         return out
 
 
-def _job_gpu_type(job: JobState, node_types: dict[str, str], all_types: set[str], gpu_map: GpuMap) -> str:
-    if job.fields.gpu_type is not None:
-        return gpu_map.resolve(job.fields.gpu_type, job.obj, job.where("gpu-type"))
+def job_types(job: JobState, node_types: dict[str, str], all_types: set[str], gpu_map: GpuMap) -> list[str]:
+    """The GPU types the job may be planned on, the one it runs on now first: a running job's is
+    the type of its nodes (one: a job never mixes types), a queued job's its ``gpu-type``, else the
+    first type it allows that the cluster has. The others are the types it allows that the cluster
+    has nodes of (none when ``allowed`` is None: then the job keeps its type)."""
+    allowed = job.allowed
     types = {node_types[n] for n in job.nodes}
     if len(types) > 1:
         raise object_error(job.obj, "current nodes", f"the job runs on GPU types {sorted(types)}; a job uses one type")
+    named = (gpu_map.resolve(job.fields.gpu_type, job.obj, job.where("gpu-type"))
+             if job.fields.gpu_type is not None else None)
     if types:
-        return types.pop()
-    if job.requested_type is not None:
-        return gpu_map.resolve(job.requested_type[0], job.obj, job.requested_type[1])
-    if len(all_types) == 1:
-        return next(iter(all_types))
-    raise object_error(job.obj, job.where("gpu-type"), "missing: the job runs nowhere and the cluster has "
-                                                       f"several GPU types ({', '.join(sorted(all_types))})")
+        current = types.pop()
+        if named is not None and named != current:
+            raise object_error(job.obj, job.where("gpu-type"), f"{job.fields.gpu_type!r}: the job runs on "
+                                                               f"{current} nodes")
+    elif named is not None:
+        current = named
+    elif allowed:
+        current = next((t for t in allowed if t in all_types), allowed[0])
+    elif len(all_types) == 1:
+        current = next(iter(all_types))
+    else:
+        raise object_error(job.obj, job.where("gpu-type"), "missing: the job runs nowhere and the cluster has "
+                                                           f"several GPU types ({', '.join(sorted(all_types))})")
+    if allowed is None:
+        return [current]
+    if current not in allowed:
+        raise object_error(job.obj, job.allowed_where, f"the job {'runs on' if job.nodes else 'names'} {current}, "
+                                                       f"which it does not allow ({', '.join(allowed)})")
+    return [current] + [t for t in allowed if t != current and t in all_types]
+
+
+def _throughput(job: JobState, types: list[str], gpu_map: GpuMap) -> dict:
+    """The instance's ``throughput`` of a job planned on ``types`` (the current one first): one
+    table, or ``by_type`` with a table per type (``throughput.TYPE``), or a model (``gpu_types``)."""
+    f = job.fields
+    current = types[0]
+    if f.model is not None:
+        if f.type_tables:
+            key = next(iter(f.type_tables))
+            raise object_error(job.obj, job.where(f"throughput.{key}"), "goes without 'model'")
+        out = {"gpu_type": current, "model": f.model, "global_batch": f.global_batch, "seq_len": f.seq_len,
+               **({"recompute": f.recompute} if f.recompute is not None else {})}
+        if len(types) > 1:
+            out["gpu_types"] = list(types)
+        return out
+    tables: dict[str, dict[str, float]] = {}
+    for key, table in f.type_tables.items():
+        gtype = gpu_map.resolve(key, job.obj, job.where(f"throughput.{key}"))
+        if gtype in tables:
+            raise object_error(job.obj, job.where(f"throughput.{key}"), f"a second table of GPU type {gtype}")
+        if job.allowed is not None and gtype not in job.allowed:
+            raise object_error(job.obj, job.where(f"throughput.{key}"),
+                               f"{gtype} is not a GPU type the job may run on ({', '.join(job.allowed)}; "
+                               f"from {job.allowed_where})")
+        tables[gtype] = table
+    if len(types) == 1:
+        if f.throughput is not None and current in tables:
+            raise object_error(job.obj, job.where(f"throughput.{current}"), "give 'throughput' or "
+                                                                            f"'throughput.{current}', not both")
+        table = f.throughput if f.throughput is not None else tables.get(current)
+        if table is None:
+            raise object_error(job.obj, job.where(f"throughput.{current}"), f"missing: the job runs on {current}")
+        return {"gpu_type": current, "tflops": table}
+    if f.throughput is not None:
+        raise object_error(job.obj, job.where("throughput"), f"the job may run on {', '.join(types)}: give one "
+                                                             "'throughput.TYPE' table per type instead")
+    missing = [t for t in types if t not in tables]
+    if missing:
+        raise object_error(job.obj, job.where(f"throughput.{missing[0]}"),
+                           f"missing: the job may run on {', '.join(types)} ({job.allowed_where}), "
+                           f"so it needs a table per type")
+    return {"gpu_type": current, "by_type": {t: tables[t] for t in types}}
 
 
 def build_instance(name: str, nodes: list[NodeState], jobs: list[JobState], cost: Cost,
@@ -296,14 +423,11 @@ def build_instance(name: str, nodes: list[NodeState], jobs: list[JobState], cost
         elif n.lost_gpus:
             failed_gpus += [{"node": n.id, "gpu": g} for g in range(n.gpus - n.lost_gpus, n.gpus)]
     inst_jobs = []
+    declared = set(all_types)
     for job in jobs:
         f = job.fields
-        gtype = _job_gpu_type(job, node_types, all_types, gpu_map)
-        if f.throughput is not None:
-            tp = {"gpu_type": gtype, "tflops": f.throughput}
-        else:
-            tp = {"gpu_type": gtype, "model": f.model, "global_batch": f.global_batch, "seq_len": f.seq_len,
-                  **({"recompute": f.recompute} if f.recompute is not None else {})}
+        tp = _throughput(job, job_types(job, node_types, all_types, gpu_map), gpu_map)
+        declared.add(tp["gpu_type"])  # a queued job's type may have no node yet
         tensor = math.lcm(f.tp or 1, job.granularity)
         entry = {"id": job.id, "weight": f.weight, "throughput": tp,
                  "current": {"gpus": job.gpus, "nodes": sorted(job.nodes)}}
@@ -315,7 +439,7 @@ def build_instance(name: str, nodes: list[NodeState], jobs: list[JobState], cost
                 entry[key] = value
         inst_jobs.append(entry)
     doc = {"schema_version": "1", "name": name,
-           "cluster": {"gpu_types": {t: gpu_type_entry(t) for t in sorted(all_types)}, "nodes": inst_nodes},
+           "cluster": {"gpu_types": {t: gpu_type_entry(t) for t in sorted(declared)}, "nodes": inst_nodes},
            "jobs": inst_jobs, "cost": cost.to_json()}
     if isolation != "node":
         doc["isolation"] = isolation

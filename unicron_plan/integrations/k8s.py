@@ -23,8 +23,8 @@ from pydantic import Field, field_validator
 
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.integrations.common import (MAX_OBJECTS, Cost, GpuMap, JobState, Lenient, NodeState,
-                                              build_instance, items_of, object_error, parse_object,
-                                              parse_plan_fields)
+                                              build_instance, items_of, normalize_product, object_error,
+                                              parse_object, parse_plan_fields)
 
 GPU = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -169,8 +169,38 @@ class Pod(Lenient):
     status: PodStatus = Field(default_factory=PodStatus)
 
 
+class SelectorRequirement(Lenient):
+    """One ``matchExpressions`` entry of a node selector term."""
+
+    key: str
+    operator: str
+    values: list[str] = Field(default_factory=list, max_length=1024)
+
+
+class SelectorTerm(Lenient):
+    matchExpressions: list[SelectorRequirement] = Field(default_factory=list, max_length=256)
+
+
+class RequiredNodeSelector(Lenient):
+    nodeSelectorTerms: list[SelectorTerm] = Field(default_factory=list, max_length=256)
+
+
+class NodeAffinity(Lenient):
+    requiredDuringSchedulingIgnoredDuringExecution: Optional[RequiredNodeSelector] = None
+
+
+class Affinity(Lenient):
+    nodeAffinity: Optional[NodeAffinity] = None
+
+
+class TemplateSpec(PodSpec):
+    """A job template's pod spec: also its required node affinity (where GPU types are allowed)."""
+
+    affinity: Optional[Affinity] = None
+
+
 class PodTemplate(Lenient):
-    spec: PodSpec
+    spec: TemplateSpec
 
 
 class ReplicaSpec(Lenient):
@@ -307,7 +337,7 @@ class K8sJob:
     #                               wants Worker >= 1; a Volcano or DLRover job needs its workers too)
     fixed_replicas: bool = False  # the controller cannot change the scaled type's replicas at all
     placement_label: Optional[tuple[str, str]] = None  # Volcano: the node label (key, value) its GPU tasks select
-    product: Optional[tuple[str, str]] = None  # the scaled template's nodeSelector GPU product, and its path
+    products: list["ProductRule"] = field(default_factory=list)  # each GPU template's rule on the GPU product
     pods: list[Pod] = field(default_factory=list)
 
     @property
@@ -334,6 +364,77 @@ class K8sJob:
         if extra % self.gpus_per_pod or extra // self.gpus_per_pod < self.min_replicas:
             return False
         return not self.fixed_replicas or extra // self.gpus_per_pod == self.replicas
+
+
+@dataclass
+class ProductRule:
+    """What one pod template says about the GPU product of its nodes: its ``nodeSelector`` value
+    and, per term of its required node affinity, the ``In`` and ``NotIn`` values on
+    ``nvidia.com/gpu.product`` (``ins`` None: the term has no ``In`` on it). ``declared``: the
+    template restricts the product (a nodeSelector value, or every term an In or NotIn on it)."""
+
+    path: str
+    selector: Optional[str] = None
+    terms: list[tuple[Optional[list[str]], list[str]]] = field(default_factory=list)
+    declared: bool = False
+
+
+def product_rule(spec: TemplateSpec, path: str, label: str) -> ProductRule:
+    """The template's rule on ``nvidia.com/gpu.product`` (Gt/Lt on it are bad input)."""
+    rule = ProductRule(path=path, selector=spec.nodeSelector.get(PRODUCT_LABEL))
+    required = spec.affinity and spec.affinity.nodeAffinity and \
+        spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+    restricted = bool(required and required.nodeSelectorTerms)
+    for t, term in enumerate(required.nodeSelectorTerms if required else []):
+        ins: Optional[list[str]] = None
+        notins: list[str] = []
+        constrained = False
+        for e, req in enumerate(term.matchExpressions):
+            if req.key != PRODUCT_LABEL:
+                continue
+            where = f"{path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution" \
+                    f".nodeSelectorTerms[{t}].matchExpressions[{e}]"
+            if req.operator == "In":
+                ins = [v for v in req.values if ins is None or v in ins]
+                constrained = True
+            elif req.operator == "NotIn":
+                notins += req.values
+                constrained = True
+            elif req.operator == "DoesNotExist":
+                ins, constrained = [], True
+            elif req.operator != "Exists":
+                raise object_error(label, f"{where}.operator", f"{req.operator!r} on {PRODUCT_LABEL}: the GPU "
+                                                               "types are read from In, NotIn, Exists, DoesNotExist")
+        restricted = restricted and constrained
+        rule.terms.append((ins, notins))
+    rule.declared = rule.selector is not None or restricted
+    return rule
+
+
+def allowed_types(rules: list[ProductRule], cluster: set[str], gpu_map: GpuMap, label: str) -> Optional[list[str]]:
+    """The library GPU types every GPU template of a job admits, in the order written (the first
+    template's), or None when no template restricts the product. A product no node of the cluster
+    carries (every node's label is mapped at import) is skipped: no node matches it."""
+    def known(value: str) -> Optional[str]:
+        return gpu_map.table.get(normalize_product(value))
+
+    out: Optional[list[str]] = None
+    for rule in rules:
+        if not rule.declared:
+            continue
+        types: list[str] = []
+        for ins, notins in rule.terms or [(None, [])]:
+            base = [known(v) for v in ins] if ins is not None else sorted(cluster)
+            out_of = {known(v) for v in notins}
+            types += [t for t in base if t is not None and t not in out_of and t not in types]
+        if rule.selector is not None:
+            sel = gpu_map.resolve(rule.selector, label, f'{rule.path}.nodeSelector["{PRODUCT_LABEL}"]')
+            types = [sel] if sel in types or not rule.terms else []
+        out = types if out is None else [t for t in out if t in types]
+    if out is not None and not out:
+        raise object_error(label, f"{rules[0].path}.affinity", f"the pod templates admit no GPU type of the "
+                                                               f"library on {PRODUCT_LABEL}")
+    return out
 
 
 def _replica_sets(job) -> list[tuple[str, int, PodSpec, str]]:
@@ -408,7 +509,6 @@ def parse_job(raw: Any, index: int, source: str) -> K8sJob:
         raise object_error(label, f"{where}.{scaled}", "missing: the replica type that scales")
     g = per_pod[scaled]
     path, template, replicas = next((p, spec, r) for n, r, spec, p in sets if n == scaled)
-    product = template.nodeSelector.get(PRODUCT_LABEL)
     if g == 0:
         raise object_error(label, f'{path}.containers[*].resources.limits["{GPU}"]',
                            "the scaled replica type asks for no GPU")
@@ -424,7 +524,8 @@ def parse_job(raw: Any, index: int, source: str) -> K8sJob:
     k8s_job = K8sJob(key=key, raw=raw, obj=job, name=job.metadata.name,
                      namespace=job.metadata.namespace or "default", label=label, scaled=scaled,
                      gpus_per_pod=g, fixed_gpus=fixed, replicas=replicas, gpu_types=gpu_types,
-                     product=(product, f'{path}.nodeSelector["{PRODUCT_LABEL}"]') if product else None)
+                     products=[product_rule(spec, p, label) for n, _, spec, p in sorted(
+                         sets, key=lambda s: s[0] != scaled) if per_pod[n]])
     if key == VOLCANO:
         k8s_job.placement_label = _placement_label(label, sets, list(gpu_types))
         task = next(t for t in job.spec.tasks if t.name == scaled)
@@ -530,6 +631,7 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
         states[st.id] = st
 
     jobs = parse_jobs(jobs_doc, "jobs")
+    cluster_types = {st.gpu_type for st in states.values()}
     by_label: dict[tuple[str, str, str], K8sJob] = {}
     for j in jobs:
         by_label[(JOB_LABELS[j.key], j.namespace, j.name)] = j
@@ -539,8 +641,17 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
         ann = j.obj.metadata.annotations
         raw = {k[len(ANNOTATION_PREFIX):]: v for k, v in ann.items() if k.startswith(ANNOTATION_PREFIX)}
         where = (lambda key: f'metadata.annotations["{ANNOTATION_PREFIX}{key}"]')
-        job_state[j.id] = JobState(id=j.id, obj=j.label, fields=parse_plan_fields(raw, j.label, where),
-                                   where=where, granularity=j.gpus_per_pod, requested_type=j.product)
+        fields = parse_plan_fields(raw, j.label, where)
+        if fields.gpu_types is not None:
+            raise object_error(j.label, where("gpu-types"), "not read on Kubernetes: the GPU types a job may run "
+                                                            f"on are its pod template's node affinity on {PRODUCT_LABEL}")
+        js = JobState(id=j.id, obj=j.label, fields=fields, where=where, granularity=j.gpus_per_pod)
+        js.allowed = allowed_types(j.products, cluster_types, gpu_map, j.label)
+        if js.allowed is not None:
+            rule = next(r for r in j.products if r.declared)
+            js.allowed_where = (f'{rule.path}.nodeSelector["{PRODUCT_LABEL}"]' if rule.selector is not None else
+                                f"{rule.path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
+        job_state[j.id] = js
     for label, pod in _live_pods(pods_doc):
         g = pod_gpus(pod.spec, label, "spec")
         node = pod.spec.nodeName
@@ -572,17 +683,21 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
 
 
 def _limit_counts(job: K8sJob, state: JobState) -> None:
-    """Tell the planner what the job's controller can run: its throughput table keeps only the
-    counts made of its fixed replicas and at least ``min_replicas`` pods of the scaled type (all
-    of them when the controller cannot change that count), and the count it runs now."""
-    table = state.fields.throughput
-    if table is None:
-        return  # a model-named job: its counts come from the model (docs/integrations.md)
-    kept = {k: v for k, v in table.items() if int(k) == state.gpus or job.allowed_gpus(int(k))}
-    if not kept:
-        raise object_error(job.label, state.where("throughput"),
-                           f"no GPU count of the table can run on this job's controller ({job.counts_rule()})")
-    state.fields.throughput = kept
+    """Tell the planner what the job's controller can run: each throughput table (one per GPU type
+    when it has several) keeps only the counts made of its fixed replicas and at least
+    ``min_replicas`` pods of the scaled type (all of them when the controller cannot change that
+    count), and the count it runs now."""
+    def limit(table: dict[str, float], key: str) -> dict[str, float]:
+        kept = {k: v for k, v in table.items() if int(k) == state.gpus or job.allowed_gpus(int(k))}
+        if not kept:
+            raise object_error(job.label, state.where(key),
+                               f"no GPU count of the table can run on this job's controller ({job.counts_rule()})")
+        return kept
+
+    if state.fields.throughput is not None:
+        state.fields.throughput = limit(state.fields.throughput, "throughput")
+    state.fields.type_tables = {t: limit(table, f"throughput.{t}") for t, table in state.fields.type_tables.items()}
+    # a model-named job: its counts come from the model (docs/integrations.md)
 
 
 # --- export -----------------------------------------------------------------------------------
@@ -603,9 +718,33 @@ def _limit_counts(job: K8sJob, state: JobState) -> None:
 # - Kueue (kubernetes-sigs/kueue, pkg/controller/jobframework): a job labelled
 #   kueue.x-k8s.io/queue-name is suspended and admitted by Kueue alone.
 
-def _affinity(nodes: list[str]) -> dict:
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": sorted(nodes)}]}]}}}
+def _raw_template_spec(job: K8sJob, rtype: str) -> dict:
+    """The pod spec of one replica type's template, as the job object holds it."""
+    specs = job.raw["spec"]["pytorchReplicaSpecs" if job.key == PYTORCH else "replicaSpecs"]
+    return specs[rtype]["template"]["spec"]
+
+
+def _affinity(template_spec: dict, nodes: list[str]) -> dict:
+    """The template's node affinity pinned to ``nodes``: every required term keeps its expressions
+    (the GPU product's among them) and its matchFields, its ``kubernetes.io/hostname`` expression
+    becomes ``In`` the plan's nodes (a merge patch replaces the term list as a whole, so it is
+    written whole). Preferred terms and pod (anti-)affinity are left to the merge."""
+    aff = template_spec.get("affinity") or {}
+    required = (aff.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    pin = {"key": HOSTNAME, "operator": "In", "values": sorted(nodes)}
+    terms = []
+    for term in required.get("nodeSelectorTerms") or [{}]:
+        kept = [e for e in term.get("matchExpressions") or [] if e.get("key") != HOSTNAME]
+        terms.append({**term, "matchExpressions": kept + [pin]})
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def _admits(rule: ProductRule, value: str) -> bool:
+    """Whether a template with ``rule`` lets a pod onto a node whose product label is ``value``
+    (as Kubernetes matches it: exact values; a term's other expressions are not judged here)."""
+    if rule.selector is not None and rule.selector != value:
+        return False
+    return not rule.terms or any((ins is None or value in ins) and value not in notins for ins, notins in rule.terms)
 
 
 def _entry(api: str, kind: str, namespace: str, name: str, patch_type: str, patch: Any) -> dict:
@@ -692,11 +831,49 @@ def _node_name(name: str, where: str) -> str:
         raise InvalidInstanceError(where, f"{name!r}: a node name {exc}") from None
 
 
-def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[str]] = None) -> list[dict]:
+def _node_products(nodes_doc: Any) -> dict[str, tuple[str, Optional[str], dict[str, str]]]:
+    """Node name -> (label, GPU product label value, labels) of ``kubectl get nodes -o json``."""
+    out = {}
+    for i, raw in enumerate(items_of(nodes_doc, "nodes")):
+        meta = raw.get("metadata") if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict) else {}
+        label = f"Node {meta['name'] if isinstance(meta.get('name'), str) else f'items[{i}]'}"
+        node = parse_object(Node, raw, label)
+        out[node.metadata.name] = (label, node.metadata.labels.get(PRODUCT_LABEL), node.metadata.labels)
+    return out
+
+
+def _check_type(job: K8sJob, pj, k: int, placement: dict[str, int], gpu_map: GpuMap,
+                nodes: Optional[dict[str, tuple[str, Optional[str], dict[str, str]]]]) -> None:
+    """The plan's GPU type of the job is one its templates admit (the export never changes which
+    types a job allows, and Volcano does not let an update change its templates); with the nodes
+    file, every plan node's product label is one each GPU template admits, exactly as Kubernetes
+    matches it, so the controller's new pods can land there."""
+    if pj.gpu_type is not None:
+        allowed = allowed_types(job.products, set(gpu_map.types), gpu_map, job.label)
+        if allowed is not None and pj.gpu_type not in allowed:
+            raise object_error(job.label, f"plan jobs[{k}].gpu_type", (
+                f"{pj.gpu_type!r}: its pod templates admit {', '.join(allowed)} on {PRODUCT_LABEL}"))
+    for node in placement if nodes is not None else ():
+        if node not in nodes:
+            raise object_error(job.label, f"plan jobs[{k}].placement", f"node {node!r} is not in the nodes file")
+        value = nodes[node][1]
+        for rule in job.products:
+            if rule.declared and (value is None or not _admits(rule, value)):
+                raise object_error(job.label, f"plan jobs[{k}].placement", (
+                    f"node {node} ({PRODUCT_LABEL}={value}) is not admitted by {rule.path}'s node selection"))
+
+
+def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[str]] = None,
+               nodes_doc: Any = None, gpu_map: Optional[GpuMap] = None) -> list[dict]:
     """The changes of every job whose allocation the plan changes, in the order to apply them:
     node labels, patches and new objects first, then pod deletions (so replacements see the new
-    placement). What the export leaves to another controller (Kueue) is appended to ``notes``."""
+    placement). What the export leaves to another controller (Kueue) is appended to ``notes``.
+    With ``nodes_doc`` (``kubectl get nodes -o json``) every plan node's GPU product is checked
+    against the job's templates, and a Volcano job's placement label is removed from every node
+    outside the plan that carries it (not only from the nodes its pods leave)."""
     notes = notes if notes is not None else []
+    gpu_map = gpu_map or GpuMap()
+    nodes = _node_products(nodes_doc) if nodes_doc is not None else None
     jobs = {j.id: j for j in parse_jobs(jobs_doc, "jobs")}
     if pods_doc is not None:
         by_label = {(JOB_LABELS[j.key], j.namespace, j.name): j for j in jobs.values()}
@@ -737,6 +914,7 @@ def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[s
             if g % job.gpus_per_pod:
                 raise object_error(job.label, f"plan jobs[{k}].placement", f"{g} GPUs on node {node} are not "
                                                                            f"whole pods of {job.gpus_per_pod} GPUs")
+        _check_type(job, pj, k, placement, gpu_map, nodes)
         resumed = False
         if job.kueue and _suspended(job):
             notes.append(f"{job.label}: the plan resumes it, and Kueue admits it (label {KUEUE_QUEUE_LABEL}="
@@ -750,7 +928,7 @@ def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[s
             changes.append(_pytorch_patch(job, placement, replicas, resumed))
             deletions += [_delete(job, p) for p in _pods_to_delete(job, placement, _replicas_of(job, replicas))]
         elif job.key == VOLCANO:
-            labels += _placement_labels(job, placement)
+            labels += _placement_labels(job, placement, nodes)
             if resumed:
                 changes.append(_command(job, "ResumeJob"))
             patch = _volcano_patch(job, replicas)
@@ -778,14 +956,14 @@ def _replicas_of(job: K8sJob, replicas: int) -> dict[str, int]:
 def _pytorch_patch(job: K8sJob, placement: dict[str, int], replicas: int, resumed: bool) -> dict:
     """Worker replicas, the GPU replica types' node affinity (CPU-only types untouched), the
     elastic range widened to the new count, the gang minimum following it, and the resumption."""
-    aff = _affinity(list(placement))
     specs: dict[str, Any] = {}
     old_total = new_total = 0
     for rtype, rs in job.obj.spec.pytorchReplicaSpecs.items():
         new = replicas if rtype == job.scaled else rs.replicas
         old_total, new_total = old_total + rs.replicas, new_total + new
         if rtype in job.gpu_types:
-            specs[rtype] = {"template": {"spec": {"affinity": aff}}}
+            specs[rtype] = {"template": {"spec": {"affinity": _affinity(_raw_template_spec(job, rtype),
+                                                                        list(placement))}}}
             if rtype == job.scaled:
                 specs[rtype]["replicas"] = replicas
     spec: dict[str, Any] = {"pytorchReplicaSpecs": specs}
@@ -829,14 +1007,17 @@ def _volcano_patch(job: K8sJob, replicas: int) -> dict:
     return _entry(job.raw["apiVersion"], "Job", job.namespace, job.name, "json", ops)
 
 
-def _placement_labels(job: K8sJob, placement: dict[str, int]) -> list[dict]:
+def _placement_labels(job: K8sJob, placement: dict[str, int], nodes: Optional[dict] = None) -> list[dict]:
     """Node label patches that place a Volcano job's GPU pods: its placement label on the plan's
-    nodes, and off the nodes its pods leave (Volcano does not let an update change the templates)."""
+    nodes, and off the nodes its pods leave, and with the nodes file off every other node that
+    carries it (Volcano does not let an update change the templates)."""
     assert job.placement_label is not None
     key, value = job.placement_label
     out = [_entry("v1", "Node", "", node, "merge", {"metadata": {"labels": {key: value}}})
            for node in sorted(placement)]
-    left = sorted({p.spec.nodeName for p in job.pods if p.spec.nodeName} - set(placement))
+    left = {p.spec.nodeName for p in job.pods if p.spec.nodeName}
+    left |= {n for n, (_, _, labels) in (nodes or {}).items() if key in labels}
+    left = sorted(left - set(placement))
     out += [_entry("v1", "Node", "", node, "merge", {"metadata": {"labels": {key: None}}}) for node in left]
     return out
 
@@ -845,7 +1026,8 @@ def _dlrover_changes(job: K8sJob, placement: dict[str, int], replicas: int, resu
     """The worker template's affinity (and the resumption), then a manual ScalePlan."""
     api = job.raw["apiVersion"]
     rtype = job.scaled
-    spec: dict[str, Any] = {"replicaSpecs": {rtype: {"template": {"spec": {"affinity": _affinity(list(placement))}}}}}
+    aff = _affinity(_raw_template_spec(job, rtype), list(placement))
+    spec: dict[str, Any] = {"replicaSpecs": {rtype: {"template": {"spec": {"affinity": aff}}}}}
     if resumed:
         spec["suspend"] = False
     out = [_entry(api, "ElasticJob", job.namespace, job.name, "merge", {"spec": spec})]

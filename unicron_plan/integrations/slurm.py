@@ -20,7 +20,8 @@ from pydantic import Field, field_validator, model_validator
 
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.integrations.common import (Cost, GpuMap, JobState, Lenient, NodeState, build_instance,
-                                              items_of, object_error, parse_object, parse_plan_fields)
+                                              items_of, job_types, normalize_product, object_error, parse_object,
+                                              parse_plan_fields)
 
 FAILED_FLAGS = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING"})
 HOLDING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "RESIZING"})
@@ -320,6 +321,7 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
         states[node.name] = NodeState(id=node.name, gpu_type=gpu_map.resolve(product, obj, "gres"), gpus=gpus,
                                       rack=rack, failed=bool(FAILED_FLAGS & node.flags))
     node_size: dict[str, set[int]] = {}
+    node_types = {n: st.gpu_type for n, st in states.items()}
     for st in states.values():
         node_size.setdefault(st.gpu_type, set()).add(st.gpus)
 
@@ -357,21 +359,44 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
         elif holds:
             raise object_error(obj, "gres_detail", "no GPU found (tres_alloc_str, gres_detail, tres_per_node): "
                                                    "a planned job holds GPUs")
-        asked = _TRES_GPU.fullmatch(job.tres_per_node.strip())
-        if asked:
-            js.requested_type = (asked.group(1), "tres_per_node")
-        gtype = (gpu_map.resolve(pf.gpu_type, obj, where("gpu-type")) if pf.gpu_type else
-                 states[names[0]].gpu_type if names else
-                 gpu_map.resolve(asked.group(1), obj, "tres_per_node") if asked else
-                 next(iter(node_size)) if len(node_size) == 1 else None)
-        if gtype in node_size:
-            sizes = node_size[gtype]
-            if len(sizes) > 1:
-                raise object_error(obj, "nodes", f"the {gtype} nodes have {sorted(sizes)} GPUs; whole-node "
-                                                 "planning needs one size per GPU type")
+        _allowed_types(js, job, obj, gpu_map)
+        types = job_types(js, node_types, set(node_size), gpu_map)
+        sizes = set().union(*(node_size.get(t, set()) for t in types))
+        if len(sizes) > 1:
+            raise object_error(obj, "nodes", f"the {'/'.join(types)} nodes have {sorted(sizes)} GPUs; whole-node "
+                                             "planning needs one node size for the GPU types of a job")
+        if sizes:
             js.granularity = next(iter(sizes))
         jobs.append(js)
     return build_instance(name, list(states.values()), jobs, cost, gpu_map)
+
+
+def _allowed_types(js: JobState, job: SlurmJob, obj: str, gpu_map: GpuMap) -> None:
+    """The GPU types a planned job may run on: its comment's ``gpu-types=h100,a100``, else the type
+    of a typed gres request (``--gres=gpu:h100:8``), else any (the type it runs on now, kept).
+
+    Slurm 22.05 does not change the GPU type of a pending job's request: after ``scontrol update
+    JobId=ID TresPerNode=gres:gpu:a100:8`` (or ``Gres=gpu:a100:8``) of a job submitted with
+    ``gpu:h100:8`` the job is never runnable (BadConstraints, checked on the testbed), and an
+    untyped request cannot be updated to a typed one. So a job that may change type requests
+    untyped GPUs (``--gres=gpu:8``); the export moves it with its node list, and a matching-OR
+    constraint on node features (``--constraint='[h100|a100]'``) keeps Slurm itself from mixing
+    types when it schedules the job."""
+    asked = _TRES_GPU.fullmatch(job.tres_per_node.strip())
+    typed = gpu_map.resolve(asked.group(1), obj, "tres_per_node") if asked else None
+    if js.fields.gpu_types is not None:
+        js.allowed = [gpu_map.resolve(t, obj, js.where("gpu-types")) for t in js.fields.gpu_types]
+        js.allowed_where = js.where("gpu-types")
+        if len(set(js.allowed)) != len(js.allowed):
+            raise object_error(obj, js.allowed_where, "two names of one GPU type")
+        if typed is not None and js.allowed != [typed]:
+            raise object_error(obj, "tres_per_node", (
+                f"{job.tres_per_node!r} asks for {asked.group(1)} GPUs, but the comment allows "
+                f"{', '.join(js.allowed)}: Slurm does not change a pending job's GPU type, so submit it "
+                f"with untyped GPUs (--gres=gpu:{asked.group(2)}) and a matching-OR constraint "
+                f"(--constraint='[{'|'.join(js.fields.gpu_types)}]')"))
+    elif typed is not None:
+        js.allowed, js.allowed_where = [typed], "tres_per_node"
 
 
 def _per_node(job: SlurmJob, names: list[str], total: int, obj: str) -> list[int]:
@@ -443,10 +468,34 @@ def append_reason(current: str, reason: str) -> str:
     return f"{current}; {reason}"
 
 
-def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unicron-plan: failed") -> list[Step]:
+def _check_type(job: SlurmJob, obj: str, pj, planned: list[str], nodes: dict[str, SlurmNode],
+                gpu_map: GpuMap) -> None:
+    """A job moves to another GPU type by its node list alone, so its request must not name
+    another type (Slurm does not change it, see :func:`_allowed_types`), and with the nodes file
+    every planned node's gres is of the plan's type."""
+    if pj.gpu_type is None:
+        return
+    asked = _TRES_GPU.fullmatch(job.tres_per_node.strip())
+    if asked and gpu_map.table.get(normalize_product(asked.group(1)), pj.gpu_type) != pj.gpu_type:
+        raise object_error(obj, "tres_per_node", f"{job.tres_per_node!r}: the plan moves the job to "
+                                                 f"{pj.gpu_type}, and Slurm does not change the GPU type of a "
+                                                 "job's request (submit it with untyped GPUs, --gres=gpu:N)")
+    for name in planned:
+        node = nodes.get(name)
+        if node is not None:
+            product = gpu_gres(node.gres, f"Node {name}", "gres")[0]
+            if product is not None and gpu_map.table.get(normalize_product(product)) != pj.gpu_type:
+                raise object_error(obj, "plan", f"node {name} has {product} GPUs; the plan runs the job on "
+                                                f"{pj.gpu_type}")
+
+
+def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unicron-plan: failed",
+                 gpu_map: Optional[GpuMap] = None) -> list[Step]:
     """The steps that carry out the plan, in order: drain the plan's drained nodes (their
     reasons kept), hold the pending jobs the plan keeps idle, free GPUs (shrink, suspend,
-    requeue the jobs that move or grow), then place the moved, grown and resumed jobs."""
+    requeue the jobs that move, to another GPU type too, or grow), then place the moved,
+    grown and resumed jobs."""
+    gpu_map = gpu_map or GpuMap()
     jobs = {str(j.job_id): (j, obj) for j, obj in parse_jobs(jobs_doc)}
     nodes: dict[str, SlurmNode] = {}
     if nodes_doc is not None:
@@ -478,6 +527,7 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
             elif "PENDING" in flags and not job.held:
                 holds.append(Step("hold", job=job.job_id))
             continue
+        _check_type(job, obj, pj, planned, nodes, gpu_map)
         per = {p.gpus for p in pj.placement}
         if len(per) > 1:
             raise object_error(obj, "plan", f"per-node GPUs {sorted(per)} differ; Slurm gives a job the same "

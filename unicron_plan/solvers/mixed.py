@@ -13,8 +13,11 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
 3. Type fixing: a plan worth v has sum_i (m_i - reduced gain of its option) <= UB - v, so job i
    can use type t in a plan worth >= LB only if UB - (m_i - r_it) >= LB, with r_it the best
    reduced gain of a count > 0 on t. Types that fail are removed.
-4. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
-   branch and bound on the type of an undecided job (best bound first); each node repeats 1-3
+4. A tighter bound at each node: relax "one type per job" with multipliers pi_i and solve every
+   type exactly with the DP (:meth:`_Search._dual`); subgradient steps on pi, their step doubled
+   after 3 improving steps and halved after 3 stalls; each relaxed plan, repaired, is tried.
+5. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
+   branch and bound on the type of an undecided job (best bound first); each node repeats 1-4
    on its restricted types. ``optimal`` only when the best plan meets the largest open bound.
 
 Under a deadline the best plan found comes back ``feasible`` with the largest open bound.
@@ -285,16 +288,17 @@ class _Search:
             shifted[lead] = 0.0
             keep = lead | (shifted > 0)
             kept = np.add.reduceat(keep.astype(np.int64), starts)
-            cuts = np.cumsum(kept)[:-1]
-            ky, kg = np.split(flat_y[keep], cuts), np.split(shifted[keep], cuts)
+            ends = np.cumsum(kept)
+            ky, kg = flat_y[keep], shifted[keep]
             for k in np.flatnonzero(kept > 1).tolist():  # a pair with only its 0 adds nothing
-                p = pairs[k]
-                per_type.setdefault(int(model.pair_type[p]), []).append((jobs[k], p, (ky[k], kg[k]), True))
+                p, b = pairs[k], int(ends[k])
+                a = b - int(kept[k])
+                per_type.setdefault(int(model.pair_type[p]), []).append((jobs[k], p, (ky[a:b], kg[a:b]), True))
         use = np.zeros(model.m)
         took = {}
         for t, items in per_type.items():
             opts = [it[2] for it in items]
-            if sum(int(y[0]) for y, _ in opts) > model.cap[t]:
+            if sum(int(opt[0][0]) for _, _, opt in fixed.get(t, ())) > model.cap[t]:  # undecided ones start at 0
                 return None
             stats: dict = {}
             counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline)
@@ -309,7 +313,7 @@ class _Search:
         """Subgradient steps on the multipliers of :meth:`_dual`; (best bound, its multipliers,
         the last use counts); each solution, repaired to one type per job, is tried as a plan."""
         undecided = np.asarray([len(p) > 1 for p in live])
-        best_pi, theta, stall = pi.copy(), 1.0, 0
+        best_pi, theta, stall, run = pi.copy(), 1.0, 0, 0
         use = None
         prepared = self._prepare_dual(live)
         if prepared is None:
@@ -322,10 +326,12 @@ class _Search:
             if got is None:
                 return -math.inf, pi, None
             value, use, took = got
-            if value < ub:
-                ub, best_pi, stall = value, pi.copy(), 0
+            if value < ub:  # steps that keep improving grow, steps that stall shrink
+                ub, best_pi, stall, run = value, pi.copy(), 0, run + 1
+                if run >= 3:
+                    theta, run = theta * 2, 0
             else:
-                stall += 1
+                stall, run = stall + 1, 0
                 if stall >= 3:
                     theta, stall = theta / 2, 0
             if step % 4 == 0:

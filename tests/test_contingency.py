@@ -302,3 +302,73 @@ def test_an_index_changed_after_its_check_is_not_trusted():
     index["failures"] = {**index["failures"], "node:n00005": {**index["failures"]["node:n00005"], "plan": 7}}
     with pytest.raises(InvalidInstanceError):  # a new top-level value is checked again
         api.solve(failed, contingency=index)
+
+
+def _solved_or_refused(doc: dict, failed: list[str]):
+    """The fresh plan of the failure, or the kind of error that refuses it."""
+    from unicron_plan.errors import InvalidInstanceError
+
+    try:
+        return api.solve(api.load_instance(_with_failure(doc, failed)))
+    except (InfeasibleError, InvalidInstanceError) as exc:
+        return type(exc)
+
+
+def _check_node_classes(doc: dict) -> int:
+    """Every node of a class answered by its representative's plan relabelled: the plan validates for that
+    node's failure and its objective is the fresh optimum (or both failures are refused alike).
+    Returns how many relabelled plans were checked."""
+    from unicron_plan.plan.contingency import node_classes, relabel_plan
+
+    inst = api.load_instance(doc)
+    order = {n["id"]: k for k, n in enumerate(doc["cluster"]["nodes"])}
+    classes = node_classes(inst)
+    assert sorted(n for c in classes for n in c) == sorted(order)
+    checked = 0
+    for members in classes:
+        rep = _solved_or_refused(doc, [members[0]])
+        for b in members[1:]:
+            fresh = _solved_or_refused(doc, [b])
+            if isinstance(rep, type):
+                assert fresh is rep, (members[0], b)
+                continue
+            plan = relabel_plan(rep.model_dump(mode="json", exclude_none=True), members[0], b, order)
+            report = api.validate_plan(_with_failure(doc, [b]), plan)
+            assert report.valid, (members[0], b, report.problems)
+            assert plan["objective"] == pytest.approx(fresh.objective, rel=1e-9, abs=1e-6), (members[0], b)
+            assert plan["drained_nodes"] == fresh.drained_nodes
+            checked += 1
+    return checked
+
+
+def test_node_classes_relabelled_plans_are_optimal_on_random_instances():
+    # every constraint kind (pinned, tp, max_nodes, same_rack, churn), failed GPUs, two GPU types, D_run
+    rng = np.random.default_rng(5)
+    checked = 0
+    for _ in range(80):
+        doc = random_instance(rng, max_nodes=10, max_jobs=3, gpu_types=int(rng.integers(1, 3)),
+                              mtbf=bool(rng.integers(0, 2)))
+        if rng.random() < 0.6:
+            doc = add_constraints(rng, doc, node_level=True, churn=True, p=0.4)
+        doc.pop("event", None)
+        checked += _check_node_classes(doc)
+    assert checked > 25
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_node_classes_relabelled_plans_are_optimal_on_generated_instances(seed):
+    doc = generate_instance(seed, gpus=512, jobs=10, nodes_per_rack=8, demand=1.4, failed_nodes=0)
+    assert _check_node_classes(doc) > 32  # 64 nodes in far fewer classes
+
+
+def test_fingerprint_ignores_name_event_and_reference_only():
+    doc = generate_instance(2, gpus=128, jobs=3, failed_nodes=1)
+    plain = contingency.fingerprint(api.load_instance(dict(doc, event=None)))
+    renamed = dict(doc, name="other")
+    assert contingency.fingerprint(api.load_instance(renamed)) == plain
+    changed = copy.deepcopy(doc)
+    changed["jobs"][0]["weight"] = changed["jobs"][0].get("weight", 1.0) + 1.0
+    assert contingency.fingerprint(api.load_instance(changed)) != plain
+    moved = copy.deepcopy(doc)
+    moved["cluster"]["nodes"][0]["rack"] = "elsewhere"
+    assert contingency.fingerprint(api.load_instance(moved)) != plain

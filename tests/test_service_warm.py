@@ -101,3 +101,26 @@ def test_the_worker_is_stopped_while_a_request_solves(tmp_path):
         _wait_answers(coord)  # and it still finishes
     finally:
         coord.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
+def test_back_to_back_requests_stop_the_worker_only_part_of_the_time(tmp_path):
+    # a stream of requests with no gap between them must not starve the warm stages
+    coord = Coordinator(tmp_path / "s")
+    try:
+        coord.put_cluster(_base("jagged-16384-128jobs.json"))
+        deadline = time.monotonic() + 60
+        while coord._warm_pid is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pid = coord._warm_pid
+        states = []
+        end = time.monotonic() + 5
+        while time.monotonic() < end and coord._warm_pid == pid:
+            with coord._worker_paused():
+                time.sleep(0.25)
+                states.append(_state(pid) if _alive(pid) else "gone")
+        assert states[0] == "T"
+        assert sum(s == "T" for s in states) <= 0.75 * len(states) + 2
+        assert any(s not in ("T", "gone") for s in states)
+    finally:
+        coord.close()

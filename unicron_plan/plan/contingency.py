@@ -19,7 +19,16 @@ failure's own rules (:func:`_job_options`). Per D_run and GPU type:
     opt = max_c  (P_a (+) span)[c] + S_{b+1}[C' - c]          (O(C) per group)
 
   The tables are built on Lagrangian cores (:func:`_cores`): options that no
-  group's optimum can use, by the bound gap of every group, are dropped first.
+  group's optimum can use, by the bound gap of every group, are dropped first,
+  and in bounded memory (:func:`_solve_on_tables`): every table's choices are
+  kept for the trace-back, but of the values only the current prefix table and
+  every sqrt(m)-th suffix table (a block of suffix tables is rebuilt when a
+  group needs one).
+
+For the whole answers of the service, :func:`node_classes` groups the nodes
+whose failures are one up to swapping the two nodes (same type, size, failed
+GPUs and jobs with their GPUs), and :func:`relabel_plan` turns one node's plan
+into another's of its class.
 
 A pinned job on a failed node, or jobs that may not suspend no longer fitting,
 make the failure infeasible: it is listed under ``infeasible`` with the reason.
@@ -57,13 +66,12 @@ DIRECT_GROUPS = 4  # per D_run and GPU type, at most this many groups that hit j
 
 
 def fingerprint(instance: Instance) -> str:
-    """sha256 of the instance without its name, event and reference: what a plan depends on."""
-    import json
+    """sha256 of the instance without its name, event and reference: what a plan depends on.
 
-    data = instance.model_dump(mode="json", exclude_none=True)
-    for key in ("name", "event", "reference"):
-        data.pop(key, None)
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)  # C encoder: fast
+    The instance is encoded by pydantic's compiled serializer (fields in the schema's order, tables
+    in their own order): for tables of half a million counts, sorting every key in Python's encoder
+    took seconds."""
+    text = instance.model_dump_json(exclude={"name", "event", "reference"}, exclude_none=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -94,7 +102,54 @@ def candidate_failures(instance: Instance, racks: bool = False) -> list[tuple[st
     return out
 
 
-def _fold_full(V: np.ndarray, y: np.ndarray, g: np.ndarray, cap: int):
+def node_classes(instance: Instance, previous: dict[str, dict[str, int]] | None = None) -> list[list[str]]:
+    """The nodes whose single failures are one up to renaming, largest class first, each in cluster order.
+
+    Two nodes are in one class when they have the same GPU type, GPUs and failed GPUs and hold the
+    same jobs with the same GPUs each (``previous``: every job's GPUs per node, as
+    ``core.problem.prepare`` keeps them; derived here when not given) and, when a job asks for
+    ``same_rack``, sit in the same rack. Swapping two such nodes maps the instance onto itself but
+    for node order and racks, which no objective term or constraint reads except ``same_rack``: the
+    failure of one has as its optimal plans those of the other's failure with the two nodes swapped
+    (:func:`relabel_plan`).
+    """
+    if previous is None:
+        from unicron_plan.core.problem import prepare
+
+        previous = prepare(instance).previous
+    held: dict[str, list] = defaultdict(list)
+    for jid, split in previous.items():
+        for nid, g in split.items():
+            if g > 0:
+                held[nid].append((jid, g))
+    racks = any(j.same_rack for j in instance.jobs)
+    classes: dict[tuple, list[str]] = {}
+    for n in instance.cluster.nodes:
+        key = (n.gpu_type, n.gpus, tuple(sorted(n.failed_gpus)), n.rack if racks else None,
+               tuple(sorted(held.get(n.id, ()))))
+        classes.setdefault(key, []).append(n.id)
+    return sorted(classes.values(), key=len, reverse=True)  # stable: ties stay in cluster order
+
+
+def relabel_plan(plan: dict, a: str, b: str, order: dict[str, int]) -> dict:
+    """The plan (JSON form) of the failure of ``a`` made the plan of ``b``'s failure, ``a`` and ``b``
+    being of one :func:`node_classes` class: the two nodes swapped wherever a node is named, lists
+    kept in cluster order (``order``: node id -> position). Changes ``plan`` in place and returns it."""
+    swap = {a: b, b: a}
+    for job in plan["jobs"]:
+        if a in job["nodes"] or b in job["nodes"]:
+            job["nodes"] = sorted((swap.get(n, n) for n in job["nodes"]), key=order.__getitem__)
+            job["placement"] = sorted(({**p, "node": swap.get(p["node"], p["node"])} for p in job["placement"]),
+                                      key=lambda p: order[p["node"]])
+    if plan.get("drained_nodes"):
+        plan["drained_nodes"] = sorted((swap.get(n, n) for n in plan["drained_nodes"]), key=order.__getitem__)
+    options = plan.get("solver", {}).get("options") or {}
+    if options.get("contingency_key") == f"node:{a}":
+        options["contingency_key"] = f"node:{b}"
+    return plan
+
+
+def _fold_full(V: np.ndarray, y: np.ndarray, g: np.ndarray, cap: int, want_choice: bool = True):
     """Max-plus fold of one job onto V (at-most semantics, plateau beyond its end), up to cap.
 
     The DP's windowed fold (compiled when built) over the whole range 0..min(cap, len(V) - 1 + y[-1]).
@@ -103,77 +158,100 @@ def _fold_full(V: np.ndarray, y: np.ndarray, g: np.ndarray, cap: int):
 
     n_old = len(V) - 1
     n_new = min(cap, n_old + int(y[-1]))
-    return _fold(V[: n_new + 1], 0, min(n_old, n_new), y, g, 0, n_new, True)
-
-
-def _at(V: np.ndarray, c: int) -> float:
-    return float(V[min(c, len(V) - 1)])
+    return _fold(V[: n_new + 1], 0, min(n_old, n_new), y, g, 0, n_new, want_choice)
 
 
 @dataclass
 class _TypeTables:
-    """Prefix and suffix DP tables of one GPU type at one D_run."""
+    """The choices of the prefix and suffix DP tables of one GPU type at one D_run (their values are
+    kept only where a group meets them: :func:`_solve_on_tables`)."""
 
     jobs: list  # JobTerms of this type, in order
     opts: list  # Pareto (counts, gains) per job, not hit
-    prefix: list  # prefix[k]: values over jobs 0..k-1
-    prefix_choice: list  # prefix_choice[k]: job k-1's option index, for prefix[k]
-    suffix: list  # suffix[k]: values over jobs k..m-1
-    suffix_choice: list  # suffix_choice[k]: job k's option index, for suffix[k]
+    prefix_choice: list  # prefix_choice[k]: job k-1's option index in the table over jobs 0..k-1
+    suffix_choice: list  # suffix_choice[k]: job k's option index in the table over jobs k..m-1
 
 
-def _tables(jobs, opts, cap: int, prefix_to: int | None = None, suffix_from: int = 0) -> _TypeTables:
-    """The prefix tables P_0..P_prefix_to and suffix tables S_suffix_from..S_m (all by default):
-    only the ones some group meets."""
+def _solve_on_tables(jobs, opts, cap: int, work: list, block: int | None = None) -> dict:
+    """{group key: (value, counts)} of the groups of ``work`` (key, hit indices, capacity, hit options)
+    by prefix tables P_a and suffix tables S_{b+1} (module docstring), in bounded memory.
+
+    Every table's choices are kept (one small integer per capacity, for the trace-back), but values
+    only where needed: the prefix tables are swept upwards and each group is solved when its P_a is
+    the current one; of the suffix tables (built downwards first) every ``block``-th is kept, and a
+    block of them is rebuilt from the one above when a group needs one of it. So at 1,024 jobs the
+    values held are about 3 sqrt(1,024) tables instead of 2,048, for one more fold per suffix table.
+    """
     m = len(jobs)
-    prefix_to = m if prefix_to is None else prefix_to
-    prefix, prefix_choice = [np.zeros(1)], [None]
-    for k in range(prefix_to):
-        V, ch = _fold_full(prefix[-1], *opts[k], cap)
-        prefix.append(V)
-        prefix_choice.append(ch)
-    suffix, suffix_choice = [None] * (m + 1), [None] * (m + 1)
-    suffix[m] = np.zeros(1)
+    block = block or max(16, int(np.sqrt(m)))
+    prefix_to = max(w[1][0] for w in work)
+    suffix_from = min(w[1][-1] for w in work) + 1
+    suffix_choice = [None] * (m + 1)
+    kept = {m: np.zeros(1)}
+    V = kept[m]
     for k in range(m - 1, suffix_from - 1, -1):
-        suffix[k], suffix_choice[k] = _fold_full(suffix[k + 1], *opts[k], cap)
-    return _TypeTables(jobs, opts, prefix, prefix_choice, suffix, suffix_choice)
+        V, suffix_choice[k] = _fold_full(V, *opts[k], cap)
+        if k % block == 0 or k == suffix_from:
+            kept[k] = V
+    del V
+    near: dict[int, np.ndarray] = {}  # the suffix tables of the block last rebuilt
+
+    def suffix(k: int) -> np.ndarray:
+        if k in kept:
+            return kept[k]
+        if k not in near:
+            near.clear()
+            top = min(m, (k // block + 1) * block)
+            W = kept[top]
+            for i in range(top - 1, max(k // block * block, suffix_from) - 1, -1):
+                W, _ = _fold_full(W, *opts[i], cap, want_choice=False)
+                near[i] = W
+        return near[k]
+
+    starts: dict[int, list] = defaultdict(list)
+    for w in work:
+        starts[w[1][0]].append(w)
+    t = _TypeTables(jobs, opts, [None] * (prefix_to + 1), suffix_choice)
+    out = {}
+    P = np.zeros(1)
+    for k in range(prefix_to + 1):
+        for key, hit_idx, c, hit_opts in sorted(starts.get(k, ()), key=lambda w: w[1][-1]):
+            out[key] = _solve_group(t, P, suffix(hit_idx[-1] + 1), hit_idx, c, hit_opts)
+        if k < prefix_to:
+            P, t.prefix_choice[k + 1] = _fold_full(P, *opts[k], cap)
+    return out
 
 
 def _back_prefix(t: _TypeTables, k: int, c: int, out: dict) -> None:
-    """Counts of jobs 0..k-1 from prefix[k] at capacity c."""
+    """Counts of jobs 0..k-1 from the prefix table over them at capacity c."""
     for i in range(k, 0, -1):
-        c = min(c, len(t.prefix[i]) - 1)
+        c = min(c, len(t.prefix_choice[i]) - 1)
         y = int(t.opts[i - 1][0][t.prefix_choice[i][c]])
         out[t.jobs[i - 1].id] = y
         c -= y
 
 
 def _back_suffix(t: _TypeTables, k: int, c: int, out: dict) -> None:
-    """Counts of jobs k..m-1 from suffix[k] at capacity c."""
+    """Counts of jobs k..m-1 from the suffix table over them at capacity c."""
     for i in range(k, len(t.jobs)):
-        c = min(c, len(t.suffix[i]) - 1)
+        c = min(c, len(t.suffix_choice[i]) - 1)
         y = int(t.opts[i][0][t.suffix_choice[i][c]])
         out[t.jobs[i].id] = y
         c -= y
 
 
-def _solve_group(t: _TypeTables, hit_idx: list[int], cap: int, hit_opts: dict) -> tuple[float, dict]:
-    """Optimum of one GPU type when jobs ``hit_idx`` (type order) are hit and capacity is ``cap``."""
+def _solve_group(t: _TypeTables, P: np.ndarray, S: np.ndarray, hit_idx: list[int], cap: int,
+                 hit_opts: dict) -> tuple[float, dict]:
+    """Optimum of one GPU type when jobs ``hit_idx`` (type order, a..b) are hit and capacity is ``cap``,
+    from P = P_a and S = S_{b+1}."""
     out: dict[str, int] = {}
-    m = len(t.jobs)
-    if not hit_idx:
-        value = _at(t.prefix[m], cap)
-        if np.isfinite(value):
-            _back_prefix(t, m, cap, out)
-        return value, out
     a, b = min(hit_idx), max(hit_idx)
-    V = t.prefix[a][: cap + 1]
+    V = P[: cap + 1]
     span = []
     for i in range(a, b + 1):
         y, g = hit_opts[i] if i in hit_opts else t.opts[i]
         V, ch = _fold_full(V, y, g, cap)
         span.append((V, ch, y))
-    S = t.suffix[b + 1]
     c = np.arange(cap + 1)
     total = V[np.minimum(c, len(V) - 1)] + S[np.minimum(cap - c, len(S) - 1)]
     best = int(np.argmax(total))
@@ -329,11 +407,15 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
         _solve_groups(base, prepared, problem, candidates, results, bar, stats)
     bar.close()
     failures, infeasible, plans, plan_ids = {}, {}, {}, {}
+    ids = [j.id for j in problem.jobs]
+    seen: dict[int, tuple] = {}  # id of a counts dict (one per group) -> its vector
     for fkey, (failed, value, counts) in results.items():
         if value is None:
             infeasible[fkey] = {"failed_nodes": sorted(failed), "reason": counts}
             continue
-        vector = tuple(counts[j.id] for j in problem.jobs)
+        vector = seen.get(id(counts))
+        if vector is None:
+            vector = seen[id(counts)] = tuple(map(counts.__getitem__, ids))
         if vector not in plan_ids:
             plan_ids[vector] = f"p{len(plan_ids):05d}"
             plans[plan_ids[vector]] = {"counts": {j.id: counts[j.id] for j in problem.jobs}}
@@ -468,9 +550,9 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
             cores, work = _cores(opts, work, capacity)
             kept += sum(len(y) for y, _ in cores)
             tables += 1
-            tt = _tables(js, cores, capacity, max(w[1][0] for w in work), min(w[1][-1] for w in work) + 1)
+            solved = _solve_on_tables(js, cores, capacity, work)
             for key, hit_idx, cap, hit_opts in work:
-                v, part = _solve_group(tt, hit_idx, cap, hit_opts)
+                v, part = solved[key]
                 answers[key] = _add(answers[key], (v, part) if np.isfinite(v) else (None, _no_fit(js, t, cap)))
     for key, members in groups.items():
         value, counts = answers[key]

@@ -7,10 +7,11 @@ to the log, and only then made visible and answered.
 Warm contingency has two stages, both in a worker process, stopped while a
 request solves (watched by a background thread that stops it and starts over whenever the
 applied state changes): the contingency index of the state (new counts for
-every single-node and rack failure, each equivalence class of nodes solved
-once), then, node by node, the whole answer to "node X fails" (placed and
-validated by the same :func:`unicron_plan.api.solve`, stored compressed here
-as it comes). An event that is exactly such a failure, arriving while
+every single-node and rack failure, each equivalence class of failures solved
+once), then, class by class of nodes, the whole answer to "node X fails" (placed
+and validated by the same :func:`unicron_plan.api.solve` for one node of the
+class, stored compressed here as it comes; the class's other nodes get it with
+the two nodes swapped). An event that is exactly such a failure, arriving while
 nothing is pending on the same applied state, is answered from the stored
 answer; anything else is solved (with the index where it applies).
 """
@@ -33,8 +34,13 @@ from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.service import state as st
 from unicron_plan.service.store import Store
 
-#: Whole answers are precomputed for at most this many nodes (the index covers every node).
-MAX_PRECOMPUTED_NODES = 4096
+#: Whole answers are precomputed for at most this many classes of nodes, largest first (the index
+#: covers every node).
+MAX_PRECOMPUTED_CLASSES = 4096
+#: A request stops the warm worker only while the worker was stopped for less than this share of the
+#: last STOP_WINDOW seconds: under back-to-back requests it still runs about a quarter of the time.
+STOP_SHARE = 0.75
+STOP_WINDOW = 2.0
 
 
 class Conflict(Exception):
@@ -76,8 +82,10 @@ class Coordinator:
         self._contingency_on = contingency
         self._cv = threading.Condition()
         self._index: tuple[int, dict | None] | None = None  # (base_version, index or None on failure)
-        # (base_version, {node id: zlib(JSON plan)}, nodes to do): answers to single-node failures
-        self._answers: tuple[int, dict[str, bytes], int] | None = None
+        # (base_version, {node id: its class's representative}, {representative: zlib(JSON plan)},
+        # nodes to do): answers to single-node failures, one per class of nodes
+        self._answers: tuple[int, dict[str, str], dict[str, bytes], int] | None = None
+        self._order: tuple[int, dict[str, int]] | None = None  # (base_version, node id -> cluster position)
         self._fingerprint: tuple[int, str] | None = None  # (base_version, fingerprint of the base)
         self._prepared_base = None  # (base_version, core.problem.prepare of the base, or None)
         self._closed = False
@@ -88,7 +96,8 @@ class Coordinator:
         self.warm_pids: list[int] = []  # the warm worker processes started (tests, diagnostics)
         self._warm_pid: int | None = None  # the running one
         self._pause_lock = threading.Lock()
-        self._solving = 0  # requests solving now (the warm worker is stopped while any is)
+        self._solving = 0  # requests solving now (the warm worker is stopped while any is, within STOP_SHARE)
+        self._stops: list[list] = []  # [start, end or None] of the worker's recent stops (monotonic)
         if contingency:
             self._worker = threading.Thread(target=self._contingency_loop, name="contingency", daemon=True)
             self._worker.start()
@@ -135,15 +144,30 @@ class Coordinator:
         would); it continues when the last request is done. Nested uses count once."""
         with self._pause_lock:
             self._solving += 1
-            if self._solving == 1 and self._warm_pid is not None:
-                _signal(self._warm_pid, "SIGSTOP")
+            if self._solving == 1:
+                self._stop_worker()
         try:
             yield
         finally:
             with self._pause_lock:
                 self._solving -= 1
-                if self._solving == 0 and self._warm_pid is not None:
-                    _signal(self._warm_pid, "SIGCONT")
+                if self._solving == 0 and self._stops and self._stops[-1][1] is None:
+                    self._stops[-1][1] = time.monotonic()
+                    if self._warm_pid is not None:
+                        _signal(self._warm_pid, "SIGCONT")
+
+    def _stop_worker(self) -> None:
+        """Stop the warm worker (caller holds the pause lock) unless it was stopped for STOP_SHARE of the
+        last STOP_WINDOW seconds already, so that it finishes under any stream of requests."""
+        if self._warm_pid is None:
+            return
+        now = time.monotonic()
+        since = now - STOP_WINDOW
+        self._stops = [s for s in self._stops if s[1] is None or s[1] > since]
+        stopped = sum((s[1] if s[1] is not None else now) - max(s[0], since) for s in self._stops)
+        if stopped < STOP_SHARE * STOP_WINDOW:
+            _signal(self._warm_pid, "SIGSTOP")
+            self._stops.append([now, None])
 
     def _stored_text(self, state: st.State, data: Any) -> bytes | None:
         """The precomputed answer to ``data`` on ``state`` as JSON text, or None (module docstring)."""
@@ -154,8 +178,26 @@ class Coordinator:
             answers = self._answers
         if answers is None or answers[0] != state.base_version:
             return None
-        packed = answers[1].get(node)
-        return None if packed is None else zlib.decompress(packed)
+        rep = answers[1].get(node)
+        if rep is None:
+            return None
+        text = zlib.decompress(answers[2][rep])
+        if rep == node:
+            return text
+        from unicron_plan.plan.contingency import relabel_plan
+
+        plan = relabel_plan(json.loads(text), rep, node, self._node_order(state))
+        return json.dumps(plan, separators=(",", ":"), allow_nan=False).encode()
+
+    def _node_order(self, state: st.State) -> dict[str, int]:
+        """Node id -> position in the applied cluster, once per base version."""
+        with self._cv:
+            kept = self._order
+        if kept is None or kept[0] != state.base_version:
+            kept = (state.base_version, {n.id: k for k, n in enumerate(state.base.cluster.nodes)})
+            with self._cv:
+                self._order = kept
+        return kept[1]
 
     def _stored_answer(self, state: st.State, data: Any) -> dict | None:
         text = self._stored_text(state, data)
@@ -352,9 +394,8 @@ class Coordinator:
         with self._cv:
             answers = self._answers
         if answers is None or self.state.base is None or answers[0] != self.state.base_version:
-            return {"done": 0, "total": 0 if self.state.base is None else
-                    min(len(self.state.base.cluster.nodes), MAX_PRECOMPUTED_NODES)}
-        return {"done": len(answers[1]), "total": answers[2]}
+            return {"done": 0, "total": 0 if self.state.base is None else len(self.state.base.cluster.nodes)}
+        return {"done": len(answers[1]), "total": answers[3]}
 
     # ------------------------------------------------------------------ warm contingency
     def _contingency_loop(self) -> None:
@@ -385,11 +426,11 @@ class Coordinator:
             # pickling the models while request threads wait for the interpreter lock)
             text = snapshot.base.model_dump_json(exclude_none=True)
             proc = ctx.Process(target=_warm_process, args=(sender, text, snapshot.revision, snapshot.base_version,
-                                                           self.solver, MAX_PRECOMPUTED_NODES),
+                                                           self.solver, MAX_PRECOMPUTED_CLASSES),
                                name="unicron-warm", daemon=True)
             proc.start()
         except (OSError, ValueError, RuntimeError):
-            for message in _warm_messages(snapshot, self.solver, MAX_PRECOMPUTED_NODES,
+            for message in _warm_messages(snapshot, self.solver, MAX_PRECOMPUTED_CLASSES,
                                           lambda: self._moved_on(snapshot)):
                 self._publish(snapshot, message, start)
             return
@@ -397,8 +438,9 @@ class Coordinator:
         self.warm_pids.append(proc.pid)
         with self._pause_lock:
             self._warm_pid = proc.pid
+            self._stops = []
             if self._solving:
-                _signal(proc.pid, "SIGSTOP")
+                self._stop_worker()
         try:
             while not self._moved_on(snapshot):
                 if not receiver.poll(0.05):
@@ -425,7 +467,8 @@ class Coordinator:
         return self._closed or self.state.base_version != snapshot.base_version
 
     def _publish(self, snapshot: st.State, message: tuple, start: float) -> None:
-        """One message of the warm stages: ("index", index, digest, nodes to do) or ("answer", node, zlib JSON)."""
+        """One message of the warm stages: ("index", index, digest, nodes to do) or
+        ("answer", representative, its class, zlib JSON)."""
         if message[0] == "index":
             _, index, digest, total = message
             self.metrics.contingency_build.observe(time.perf_counter() - start)
@@ -433,12 +476,14 @@ class Coordinator:
                 self._index = (snapshot.base_version, index)
                 self._fingerprint = None if digest is None else (snapshot.base_version, digest)
                 if index is not None:
-                    self._answers = (snapshot.base_version, {}, total)
+                    self._answers = (snapshot.base_version, {}, {}, total)
         elif message[0] == "answer":
             with self._cv:
                 answers = self._answers
             if answers is not None and answers[0] == snapshot.base_version:
-                answers[1][message[1]] = message[2]
+                _, rep, members, packed = message
+                answers[2][rep] = packed
+                answers[1].update(dict.fromkeys(members, rep))
 
     def wait_contingency(self, timeout: float = 60.0) -> bool:
         """Block until the index of the current state is built (tests and benchmarks)."""
@@ -506,7 +551,7 @@ def _start_process_server() -> None:
 
 
 def _warm_process(sender, base_json: str, revision: int, base_version: int, solver: str | None,
-                  max_nodes: int) -> None:
+                  max_classes: int) -> None:
     """A warm worker: send every message of :func:`_warm_messages`, then "done". It runs at the
     service's own priority (a lower one starved it on a busy machine); requests are protected by
     stopping it while they solve (:meth:`Coordinator._worker_paused`)."""
@@ -515,7 +560,7 @@ def _warm_process(sender, base_json: str, revision: int, base_version: int, solv
 
         snapshot = st.State(base=Instance.model_validate_json(base_json), revision=revision,
                             base_version=base_version)
-        for message in _warm_messages(snapshot, solver, max_nodes, lambda: False):
+        for message in _warm_messages(snapshot, solver, max_classes, lambda: False):
             sender.send(message)
         sender.send(("done",))
     except (BrokenPipeError, EOFError, OSError):  # the coordinator stopped listening: the state moved on
@@ -524,40 +569,38 @@ def _warm_process(sender, base_json: str, revision: int, base_version: int, solv
         sender.close()
 
 
-def _warm_messages(snapshot: st.State, solver: str | None, max_nodes: int, stop):
+def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, stop):
     """The warm stages of ``snapshot`` as messages: ("index", index or None, fingerprint, nodes to do),
-    then ("answer", node, zlib JSON plan) for each single-node failure that has a plan (module
-    docstring). The index solves each equivalence class of nodes once; each node's answer is that
-    plan placed and validated by :func:`unicron_plan.api.solve`, as a cold request would be."""
+    then ("answer", representative, its class, zlib JSON plan) for each class of nodes
+    (:func:`unicron_plan.plan.contingency.node_classes`, largest first) whose representative's failure
+    has a plan. The index solves each equivalence class of failures once; the answer of a class is
+    its representative's plan, placed and validated by :func:`unicron_plan.api.solve` as a cold
+    request would be; the other nodes of the class are answered with it relabelled
+    (:func:`unicron_plan.plan.contingency.relabel_plan`)."""
     from unicron_plan import api
     from unicron_plan.core.problem import prepare
-    from unicron_plan.plan.contingency import build_contingency, fingerprint
+    from unicron_plan.plan.contingency import build_contingency, fingerprint, node_classes
 
     try:
         index = build_contingency(snapshot.base)
         digest = fingerprint(snapshot.base)
+        prepared = prepare(snapshot.base)
+        classes = node_classes(snapshot.base, prepared.previous)[:max_classes]
     except Exception:  # e.g. a cluster the planner rejects: events are solved instead
         yield ("index", None, None, 0)
         return
-    nodes = [n.id for n in snapshot.base.cluster.nodes][:max_nodes]
-    yield ("index", index, digest, len(nodes))
-    try:
-        prepared = prepare(snapshot.base)
-    except Exception:
-        prepared = None
+    yield ("index", index, digest, sum(map(len, classes)))
     base = replace(snapshot, failed={}, whole=frozenset(), exits=(), arrivals=())
-    for nid in nodes:
+    for members in classes:
         if stop():
             return
         try:
-            after, _ = st.record_event(base, {"kind": "failure", "failed_nodes": [nid]})
+            after, _ = st.record_event(base, {"kind": "failure", "failed_nodes": [members[0]]}, prepared.nodes)
             plan = api.solve(st.planning_instance(after), solver=solver, contingency=index,
                              instance_fingerprint=digest, prepared=prepared)
         except Exception:  # e.g. the node has failed already: such events are solved when they come
             continue
-        text = json.dumps(plan.model_dump(mode="json", exclude_none=True), separators=(",", ":"),
-                          allow_nan=False)
-        yield ("answer", nid, zlib.compress(text.encode(), 1))
+        yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))
         time.sleep(0)  # in-thread: let request threads in between answers
 
 

@@ -250,3 +250,20 @@ def test_service_plans_and_applies_a_type_move(tmp_path):
 def api_valid(plan: dict, c) -> bool:
     inst = c.get("/v1/state").json()["instance"]
     return validate_plan(inst, {k: v for k, v in plan.items() if k not in ("plan_id", "revision")}).valid
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mixed_contingency_solved_once_per_class_equals_a_solve_of_every_failure(seed):
+    from unicron_plan.plan.contingency import build_contingency
+
+    raw = mixed_instance(seed, types=3, jobs=4)
+    index = build_contingency(load_instance(raw), racks=True)
+    nodes = [n["id"] for n in raw["cluster"]["nodes"]]
+    assert {f"node:{n}" for n in nodes} <= set(index["failures"]) | set(index["infeasible"])
+    assert index["stats"]["groups"] < len(index["failures"]) + len(index["infeasible"])  # classes were shared
+    for key, entry in index["failures"].items():
+        raw_e = copy.deepcopy(raw)
+        raw_e["event"] = {"kind": "failure", "failed_nodes": entry["failed_nodes"]}
+        fresh = solve(load_instance(raw_e), solver="milp")
+        assert fresh.status.solution == "optimal"
+        assert math.isclose(entry["objective"], fresh.objective, rel_tol=1e-9, abs_tol=1e-6), key

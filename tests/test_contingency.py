@@ -251,7 +251,11 @@ def test_a_stored_plan_that_is_not_optimal_is_not_used():
     assert good.solver.name == "contingency" and good.objective == pytest.approx(fresh.objective, rel=1e-12)
 
 
-_SMALL = [p for p in library_instances() if p.stat().st_size < 2_000_000]
+# The 16,384-GPU mixed-fleet instance runs alone in a few seconds, but after the other instances in
+# one test process its rack failures took minutes (not yet explained); its contingency is checked in
+# a process of its own by test_mixed_contingency_of_the_16384_gpu_library_instance below.
+_LARGE_MIXED = "mixed-jagged-16384-4types-32jobs"
+_SMALL = [p for p in library_instances() if p.stat().st_size < 2_000_000 and p.stem != _LARGE_MIXED]
 
 
 @pytest.mark.parametrize("racks", [False, True])
@@ -372,3 +376,16 @@ def test_fingerprint_ignores_name_event_and_reference_only():
     moved = copy.deepcopy(doc)
     moved["cluster"]["nodes"][0]["rack"] = "elsewhere"
     assert contingency.fingerprint(api.load_instance(moved)) != plain
+
+
+def test_mixed_contingency_of_the_16384_gpu_library_instance(tmp_path):
+    import subprocess
+    import sys
+
+    path = next(p for p in library_instances() if p.stem == _LARGE_MIXED)
+    out = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "contingency", str(path), "--out", str(tmp_path),
+                          "-q", "--racks"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    index = read_contingency(tmp_path)
+    inst = api.load_instance(path)
+    assert set(index["failures"]) | set(index["infeasible"]) == {k for k, _ in candidate_failures(inst, True)}

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from dp_speed import build_plain, write_options  # this folder: the plain DP and its inputs
 
 from unicron_plan import api
 from unicron_plan.tools.adversarial import KINDS
@@ -32,31 +32,11 @@ from unicron_plan.tools.generate import generate_instance
 from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import dp
 
-HERE = Path(__file__).resolve().parent
-
-
-def build_plain(tmp: Path) -> Path:
-    """Compile the plain DP reference (gcc -O3)."""
-    exe = tmp / "plain_dp"
-    subprocess.run(["gcc", "-O3", "-o", str(exe), str(HERE / "plain_dp.c"), "-lm"], check=True)
-    return exe
-
 
 def plain_dp(exe: Path, problem, tmp: Path) -> tuple[float, float]:
     """(objective, seconds of the DP loops) of the compiled plain DP, summed over GPU types."""
     obj, secs = 0.0, 0.0
-    for gtype, cap in problem.capacity.items():
-        jobs = problem.jobs_of_type(gtype)
-        if not jobs:
-            continue
-        path = tmp / "options.bin"
-        with open(path, "wb") as f:
-            np.array([cap, len(jobs)], dtype=np.int64).tofile(f)
-            for j in jobs:
-                y, g = dp.pareto_options(j)
-                np.array([len(y)], dtype=np.int64).tofile(f)
-                y.astype(np.int64).tofile(f)
-                g.astype(np.float64).tofile(f)
+    for path in write_options(problem, tmp):
         out = subprocess.run([str(exe), str(path)], check=True, capture_output=True, text=True).stdout.split()
         obj += float(out[0])
         secs += float(out[1])

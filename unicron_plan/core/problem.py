@@ -87,15 +87,15 @@ class Problem:
             t = moved.get(j.id)
             if t is not None:
                 jobs[k] = next(a for a in self.alternatives[j.id] if a.gpu_type == t)
-                if idle is not None:  # the GPUs it leaves on its old type are idle now
+                if idle is not None:  # the GPUs it leaves on its old type are idle now (listed where not 0)
                     for nid, g in previous[j.id].items():
-                        if idle.setdefault(nid, 0) + g:
-                            idle[nid] += g
+                        v = idle.get(nid, 0) + g
+                        if v:
+                            idle[nid] = v
                         else:
-                            del idle[nid]
+                            idle.pop(nid, None)
                 previous[j.id] = {}
-        state = dataclasses.replace(self.state, previous=previous)
-        state.idle = idle
+        state = dataclasses.replace(self.state, previous=previous, idle=idle)
         return dataclasses.replace(self, jobs=jobs, state=state)
 
     def jobs_of_type(self, gpu_type: str) -> list[JobTerms]:

@@ -121,16 +121,22 @@ def scenario(name: str, description: str, nodes: int, jobs: list[tuple[str, str,
                          for k in range(nodes)]}
     job_list = [{"id": jid, "weight": w, "throughput": {"gpu_type": "a800", "tflops": perf_table(model, cap, whole_nodes) if perf else table(model, cap, 256, whole_nodes)},
                  "current": {"gpus": 0, "nodes": []}} for jid, model, w, cap in jobs]
-    # Time 0: the planner's optimum for the healthy cluster.
+    for job, pj, (_, model, _, _) in zip(job_list, at_time_zero(name, cluster, job_list), jobs):
+        smallest = min(int(c) for c in job["throughput"]["tflops"])
+        job["transition_seconds"] = derived_d_trans(model, pj.gpus or smallest)
+    return with_failures(name, description, cluster, job_list)
+
+
+def at_time_zero(name: str, cluster: dict, job_list: list[dict]) -> list:
+    """Time 0: the planner's optimum for the healthy cluster; each job's ``current`` is set from it.
+    Returns the plan's jobs, in ``job_list``'s order."""
     inst = {"schema_version": "1", "name": name, "cluster": cluster, "jobs": job_list,
             "cost": {"node_mtbf_hours": round(faultdata.LLAMA3_NODE_MTBF_HOURS, 1),
                      "default_transition_seconds": 600.0}}
     plan = api.solve(inst)
-    for job, pj, (_, model, _, _) in zip(job_list, plan.jobs, jobs):
+    for job, pj in zip(job_list, plan.jobs):
         job["current"] = {"gpus": pj.gpus, "nodes": pj.nodes}
-        smallest = min(int(c) for c in job["throughput"]["tflops"])
-        job["transition_seconds"] = derived_d_trans(model, pj.gpus or smallest)
-    return with_failures(name, description, cluster, job_list)
+    return plan.jobs
 
 
 def with_failures(name: str, description: str, cluster: dict, job_list: list[dict]) -> dict:
@@ -160,13 +166,8 @@ def mixed_scenario(name: str, description: str, nodes: int, jobs: list[tuple[str
     job_list = [{"id": jid, "weight": w,
                  "throughput": {"gpu_type": types[0], "by_type": {t: perf_table(model, cap, True, t) for t in types}},
                  "current": {"gpus": 0, "nodes": []}} for jid, model, w, cap in jobs]
-    inst = {"schema_version": "1", "name": name, "cluster": cluster, "jobs": job_list,
-            "cost": {"node_mtbf_hours": round(faultdata.LLAMA3_NODE_MTBF_HOURS, 1),
-                     "default_transition_seconds": 600.0}}
-    plan = api.solve(inst)
-    for job, pj, (_, model, _, _) in zip(job_list, plan.jobs, jobs):
+    for job, pj, (_, model, _, _) in zip(job_list, at_time_zero(name, cluster, job_list), jobs):
         job["throughput"]["gpu_type"] = pj.gpu_type
-        job["current"] = {"gpus": pj.gpus, "nodes": pj.nodes}
         smallest = min(int(c) for c in job["throughput"]["by_type"][pj.gpu_type])
         job["transition_seconds"] = derived_d_trans(model, pj.gpus or smallest, pj.gpu_type)
     return with_failures(name, description, cluster, job_list)

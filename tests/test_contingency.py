@@ -389,3 +389,21 @@ def test_mixed_contingency_of_the_16384_gpu_library_instance(tmp_path):
     index = read_contingency(tmp_path)
     inst = api.load_instance(path)
     assert set(index["failures"]) | set(index["infeasible"]) == {k for k, _ in candidate_failures(inst, True)}
+
+
+def test_failure_key_with_the_nodes_by_id_is_the_same_key():
+    from unicron_plan.plan.contingency import failure_key
+
+    inst = api.load_instance(ROOT / "instances" / "cluster-1024-rack-failure.json")
+    by_id = {n.id: n for n in inst.cluster.nodes}
+    racks: dict = {}
+    for n in inst.cluster.nodes:
+        racks.setdefault(n.rack, []).append(n.id)
+    first, second = list(racks.values())[:2]
+    sets = [[first[0]], first, list(reversed(first)), first[:-1], first + [second[0]], [first[0], second[0]],
+            second, [first[0], first[0]]]
+    keys = [failure_key(s, inst) for s in sets]
+    rack = f"rack:{inst.cluster.nodes[0].rack}"
+    assert keys[:3] == [f"node:{first[0]}", rack, rack]
+    assert keys[3:6] == [None, None, None] and keys[6].startswith("rack:") and keys[7] == f"node:{first[0]}"
+    assert [failure_key(s, inst, by_id) for s in sets] == keys

@@ -758,7 +758,7 @@ def proven_optimal(problem, counts: dict[str, int]) -> bool:
             continue
         value = 0.0
         for j in jobs:
-            at = int(np.searchsorted(j.counts, counts[j.id]))
+            at = int(j.counts.searchsorted(counts[j.id]))
             if at >= len(j.counts) or int(j.counts[at]) != counts[j.id]:
                 return False
             value += float(j.gains[at])

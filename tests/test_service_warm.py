@@ -144,6 +144,10 @@ def test_the_worker_runs_at_the_lowest_cpu_priority(tmp_path):
                     pass
             time.sleep(0.01)
         assert seen == WARM_NICENESS == 19
+        from multiprocessing import forkserver
+
+        server = forkserver._forkserver._forkserver_pid  # workers are forked from it: it is lowered too
+        assert server and os.getpriority(os.PRIO_PROCESS, server) == WARM_NICENESS
         assert os.getpriority(os.PRIO_PROCESS, 0) < WARM_NICENESS  # the service itself is not lowered
     finally:
         coord.close()

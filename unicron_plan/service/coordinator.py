@@ -433,6 +433,8 @@ class Coordinator:
                                                            self.solver, MAX_PRECOMPUTED_CLASSES),
                                name="unicron-warm", daemon=True)
             proc.start()
+            if ctx.get_start_method() == "forkserver":
+                _lower_process_server()  # (a fork server started again by ``start``)
         except (OSError, ValueError, RuntimeError):
             for message in _warm_messages(snapshot, self.solver, MAX_PRECOMPUTED_CLASSES,
                                           lambda: self._moved_on(snapshot)):
@@ -551,8 +553,24 @@ def _start_process_server() -> None:
             from multiprocessing import forkserver
 
             forkserver.ensure_running()
+            _lower_process_server()
     except (OSError, ValueError, RuntimeError):
         pass  # workers are then started (or the stages run in-thread) when a cluster comes
+
+
+def _lower_process_server() -> None:
+    """Give the fork server the warm worker's priority, so that a worker has it from its first
+    instruction (its start-up, before :func:`_warm_process` runs, re-imports the service's main module)."""
+    import os
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if pid:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, pid) < WARM_NICENESS:
+                os.setpriority(os.PRIO_PROCESS, pid, WARM_NICENESS)
+        except (AttributeError, OSError):
+            pass
 
 
 def _warm_process(sender, base_json: str, revision: int, base_version: int, solver: str | None,

@@ -4,8 +4,8 @@ Every plan comes from :meth:`Coordinator.solve`, the one call of
 :func:`unicron_plan.api.solve`. Changes are serialised by one lock, committed
 to the log, and only then made visible and answered.
 
-Warm contingency has two stages, both in a worker process, stopped while a
-request solves (watched by a background thread that stops it and starts over whenever the
+Warm contingency has two stages, both in a worker process at the lowest CPU priority, stopped
+while a request solves (watched by a background thread that stops it and starts over whenever the
 applied state changes): the contingency index of the state (new counts for
 every single-node and rack failure, each equivalence class of failures solved
 once), then, class by class of nodes, the whole answer to "node X fails" (placed

@@ -226,3 +226,55 @@ def test_a_cold_request_reuses_the_prepared_cluster(tmp_path, monkeypatch):
         assert {"check_instance", "resolve_tables"} <= set(calls)  # (the counting sees a whole check)
         fresh.pop("solver")
         assert _plan_of(r.json()) == fresh
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
+def test_the_worker_is_stopped_from_an_events_body_until_its_plan_is_sent(tmp_path):
+    import asyncio
+
+    from unicron_plan.service.app import create_app
+
+    app = create_app(tmp_path / "s")
+    coord = app.state.coordinator
+    try:
+        base = _base("jagged-2048-32jobs.json")
+        coord.put_cluster(base)
+        deadline = time.monotonic() + 60
+        while coord._warm_pid is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pid = coord._warm_pid
+        body = ('{"kind": "failure", "failed_nodes": ["%s", "%s"]}' % (
+            base["cluster"]["nodes"][0]["id"], base["cluster"]["nodes"][-1]["id"])).encode()
+        seen = {}
+
+        async def exchange():
+            chunks = [{"type": "http.request", "body": body[:10], "more_body": True},
+                      {"type": "http.request", "body": body[10:], "more_body": False}]
+
+            async def receive():
+                if chunks:
+                    seen.setdefault("while reading", []).append(coord._solving)
+                    return chunks.pop(0)
+                await asyncio.sleep(3600)
+
+            async def send(message):
+                if message["type"] == "http.response.body":
+                    # a stop is open (the state may read R until the stopped worker is next scheduled)
+                    seen.setdefault("while sending", []).append(
+                        coord._solving > 0 and bool(coord._stops) and coord._stops[-1][1] is None)
+
+            scope = {"type": "http", "method": "POST", "path": "/v1/events", "raw_path": b"/v1/events",
+                     "query_string": b"dry_run=true", "headers": [(b"content-type", b"application/json")],
+                     "http_version": "1.1", "scheme": "http", "server": ("127.0.0.1", 80),
+                     "client": ("127.0.0.1", 1), "root_path": "", "app": app}
+            await app(scope, receive, send)
+
+        asyncio.run(exchange())
+        time.sleep(0.2)
+        assert seen["while reading"] == [0, 0]  # not while the body arrives
+        assert seen["while sending"] and all(seen["while sending"])  # stopped until the plan is sent
+        assert coord._solving == 0
+        if _alive(pid) and coord._warm_pid == pid:
+            assert _state(pid) != "T"  # and continued after
+    finally:
+        coord.close()

@@ -139,6 +139,11 @@ class Coordinator:
             self.metrics.solver_time.observe(time.perf_counter() - start)
         return plan
 
+    def worker_paused(self):
+        """The warm worker stopped for as long as the block runs (the whole HTTP exchange of an event:
+        reading the body, solving, encoding and sending the plan), within STOP_SHARE."""
+        return self._worker_paused()
+
     @contextlib.contextmanager
     def _worker_paused(self):
         """While any request is solving (and encoding its plan), the warm worker process is stopped

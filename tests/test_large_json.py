@@ -1,0 +1,106 @@
+"""The reader's path for large texts (io.parse_json without the per-object hook, duplicate keys found
+by counting members against the colons the text writes) gives exactly what the hooked parse gives:
+the same value, and on bad input the same error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from unicron_plan import io
+from unicron_plan.errors import InvalidInstanceError
+
+KEYS = st.text(alphabet=st.sampled_from('ab:{}[]"\\,\u00e9 '), max_size=4)
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20),
+                    st.floats(allow_nan=False, allow_infinity=False), KEYS)
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=12),
+                                                       st.dictionaries(KEYS, inner, max_size=12)),
+                      max_leaves=40)
+
+
+def _hooked(text: str):
+    """The reader's result on the small-text path: (value, None) or (None, error message)."""
+    try:
+        return io.parse_json(text), None
+    except InvalidInstanceError as exc:
+        return None, str(exc)
+
+
+def _large(text: str):
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(io, "LARGE_TEXT_BYTES", 0)  # every text takes the large-text path
+        return _hooked(text)
+
+
+def _with_duplicate(text: str) -> str:
+    """``text`` with the first member of its first non-empty object written twice (values 1, 2)."""
+    value = json.loads(text)
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict) and v:
+            key = next(iter(v))
+            del v[key]
+            v["\u2603"] = None  # a stand-in, replaced in the text by the two members
+            return json.dumps(value).replace('"\\u2603": null', f"{json.dumps(key)}: 1, {json.dumps(key)}: 2")
+        stack.extend(v.values() if isinstance(v, dict) else v if isinstance(v, list) else [])
+    return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=VALUES, indent=st.sampled_from([None, 1]), ensure_ascii=st.booleans())
+def test_large_path_gives_the_hooked_value(value, indent, ensure_ascii):
+    text = json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
+    small = _hooked(text)
+    assert small == (value, None)
+    assert _large(text) == small
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.dictionaries(KEYS, VALUES, min_size=1, max_size=6))
+def test_large_path_refuses_a_duplicate_key_as_the_hooked_parse(value):
+    text = _with_duplicate(json.dumps(value))
+    small = _hooked(text)
+    assert small[0] is None and "duplicate key" in small[1]
+    assert _large(text) == small
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": NaN}', '{"a": [1, 2], "b": -Infinity}', '{"a": ' + "9" * 200 + "}", '{"a": 1,}', '{"a": "\\"}',
+    '{"a": {"b": 1, "b": 2}, "c": NaN}', '[' * 70 + ']' * 70, '{"a": "x:y", "a": 1}', '{"x\\":": 1, "x\\":": 2}',
+])
+def test_large_path_errors_are_the_hooked_ones(text):
+    small = _hooked(text)
+    assert small[0] is None
+    assert _large(text) == small
+
+
+def test_a_large_table_with_a_repeated_count_is_refused():
+    """A real large text (over LARGE_TEXT_BYTES): a throughput table whose key appears twice."""
+    table = ", ".join(f'"{c}": {150.0 * c}' for c in range(1, 60_000))
+    text = '{"jobs": [{"tflops": {' + table + ', "17": 1.0}}]}'
+    assert len(text) >= io.LARGE_TEXT_BYTES
+    with pytest.raises(InvalidInstanceError, match="duplicate key '17'"):
+        io.parse_json(text, "big.json")
+    fine = '{"jobs": [{"tflops": {' + table + '}}]}'
+    assert len(io.parse_json(fine)["jobs"][0]["tflops"]) == 59_999
+
+
+def test_members_counts_every_object_member():
+    assert io._members({"a": [{"b": 1, "c": {}}] * 20, "d": list(range(20))}) == 2 + 20 * 2
+
+
+def test_a_colon_inside_a_string_takes_the_hooked_parse(monkeypatch):
+    """Colons inside strings make the counts differ: the hooked parse decides (same value)."""
+    calls = []
+    real = io._loads
+    monkeypatch.setattr(io, "_loads", lambda text, hook: calls.append(hook) or real(text, hook))
+    monkeypatch.setattr(io, "LARGE_TEXT_BYTES", 0)
+    assert io.parse_json('{"a:b": [1, "c:d"]}') == {"a:b": [1, "c:d"]}
+    assert calls == [False, True]
+    calls.clear()
+    assert io.parse_json('{"a": [1, "c"]}') == {"a": [1, "c"]}
+    assert calls == [False]

@@ -1,6 +1,8 @@
-"""The reader's path for large texts (io.parse_json without the per-object hook, duplicate keys found
-by counting members against the colons the text writes) gives exactly what the hooked parse gives:
-the same value, and on bad input the same error."""
+"""The reader's and writer's fast paths give exactly what the plain ones give.
+
+Reading: the path for large texts (io.parse_json without the per-object hook, duplicate keys found
+by counting members against the colons of the text) gives the hooked parse's value, and on bad
+input its error. Writing: io.dumps gives json.dumps(indent=2, sort_keys=True) byte for byte."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import ROOT
 from unicron_plan import io
 from unicron_plan.errors import InvalidInstanceError
 
@@ -104,3 +107,39 @@ def test_a_colon_inside_a_string_takes_the_hooked_parse(monkeypatch):
     calls.clear()
     assert io.parse_json('{"a": [1, "c"]}') == {"a": [1, "c"]}
     assert calls == [False]
+
+
+def _reference(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+FLAT = st.dictionaries(KEYS, SCALARS, min_size=1, max_size=4)
+PLAN_LIKE = st.recursive(
+    SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=6), st.dictionaries(KEYS, inner, max_size=6),
+                                     st.lists(FLAT, max_size=6), st.tuples(inner, inner),
+                                     st.dictionaries(st.integers(0, 3), inner, max_size=2)),
+    max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=PLAN_LIKE)
+def test_dumps_is_json_dumps_indented(value):
+    assert io.dumps(value) == _reference(value)
+
+
+def test_dumps_of_a_plan_is_json_dumps_indented():
+    from unicron_plan import api
+
+    plan = api.solve(ROOT / "instances" / "jagged-16384-128jobs.json")
+    data = plan.model_dump(mode="json", exclude_none=True)
+    assert sum(len(j["placement"]) for j in data["jobs"]) > 1000  # the lists of flat objects are used
+    assert io.dumps(plan) == _reference(data)
+
+
+@pytest.mark.parametrize("value", [float("nan"), [{"a": 1, "b": float("inf")}, {"c": 2}], {"a": -float("inf")},
+                                   [1.0, float("nan")]])
+def test_dumps_refuses_what_json_dumps_refuses(value):
+    with pytest.raises(ValueError, match="Out of range float"):
+        _reference(value)
+    with pytest.raises(ValueError, match="Out of range float"):
+        io.dumps(value)

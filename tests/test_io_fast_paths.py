@@ -143,3 +143,19 @@ def test_dumps_refuses_what_json_dumps_refuses(value):
         _reference(value)
     with pytest.raises(ValueError, match="Out of range float"):
         io.dumps(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(table=st.dictionaries(
+    st.integers(1, 25).flatmap(lambda n: st.integers(10 ** (n - 1), 10 ** n - 1)).map(str),
+    st.floats(0, 1e12), min_size=1, max_size=12))
+def test_table_arrays_leave_out_the_counts_the_table_leaves_out(table):
+    """Keys of more than MAX_COUNT_DIGITS digits (even beyond int64) are left out of the arrays (they
+    can never be chosen); the rest ascending."""
+    from unicron_plan.schema.instance import MAX_COUNT_DIGITS, Throughput
+
+    tp = Throughput.model_validate({"gpu_type": "H100", "tflops": table})
+    counts, tflops = tp.table_arrays()
+    expected = sorted((int(k), v) for k, v in table.items() if len(k) <= MAX_COUNT_DIGITS)
+    assert counts.tolist() == [c for c, _ in expected]
+    assert tflops.tolist() == [v for _, v in expected]

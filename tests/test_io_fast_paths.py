@@ -127,13 +127,17 @@ def test_dumps_is_json_dumps_indented(value):
     assert io.dumps(value) == _reference(value)
 
 
-def test_dumps_of_a_plan_is_json_dumps_indented():
+def test_dumps_of_a_plan_is_json_dumps_indented(monkeypatch):
     from unicron_plan import api
 
     plan = api.solve(ROOT / "instances" / "jagged-16384-128jobs.json")
     data = plan.model_dump(mode="json", exclude_none=True)
-    assert sum(len(j["placement"]) for j in data["jobs"]) > 1000  # the lists of flat objects are used
+    written = []  # placements written by the C encoder (the fast path is taken, not only correct)
+    real = io._flat_objects
+    monkeypatch.setattr(io, "_flat_objects", lambda items, indent: written.append(real(items, indent)) or written[-1])
     assert io.dumps(plan) == _reference(data)
+    placed = sum(len(j["placement"]) for j in data["jobs"] if len(j["placement"]) >= 2)
+    assert placed > 1000 and sum(text.count("{") for text in written if text) == placed
 
 
 @pytest.mark.parametrize("value", [float("nan"), [{"a": 1, "b": float("inf")}, {"c": 2}], {"a": -float("inf")},

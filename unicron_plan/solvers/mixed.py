@@ -15,7 +15,12 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
    reduced gain of a count > 0 on t. Types that fail are removed.
 4. A tighter bound at each node: relax "one type per job" with multipliers pi_i and solve every
    type exactly with the DP (:meth:`_Search._dual`); subgradient steps on pi, their step doubled
-   after 3 improving steps and halved after 3 stalls; each relaxed plan, repaired, is tried.
+   after 3 improving steps and halved after 3 stalls; each relaxed plan, repaired, is tried. Then
+   column generation (:meth:`_Search._colgen`): a master LP over every type plan the DP returned
+   (one row per undecided job, one per type), its duals kept in a box around the best pi that
+   shrinks while the bound stalls, gives the next pi; its solution, each job on the type of its
+   largest share and every type re-solved by the DP, is tried as a plan. Near-linear curves,
+   whose bound the subgradient alone leaves about 1e-5 above the optimum, close at the root.
 5. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
    branch and bound on the type of an undecided job (best bound first); each node repeats 1-4
    on its restricted types. ``optimal`` only when the best plan meets the largest open bound.
@@ -40,6 +45,9 @@ MAX_NODES = 100_000  # branch-and-bound nodes before the search stops with a bou
 MU_STEPS = 120  # cutting-plane steps for the capacity multipliers (at most)
 MU_TOL = 1e-7  # ... stopped when UB is within this fraction of its minimum
 LAGRANGE_STEPS = 40  # subgradient steps per node on the one-type-per-job multipliers
+COLGEN_STEPS = 40  # column-generation steps per node after them
+BOX = 0.01  # half-width of the multipliers' box, a fraction of their mean at the node's start
+SHRINK = 0.7  # the box's factor after a step that does not lower the bound
 
 
 def available() -> bool:
@@ -183,6 +191,7 @@ class _Model:
         counts = [0] * self.m
         value = bound = 0.0
         timed_out = False
+        columns = []  # each type's plan: (type, jobs with a count > 0, their gains)
         for t, jobs in by_type.items():
             opts = [self.options[chosen[i]] for i in jobs]
             if sum(int(y[0]) for y, _ in opts) > self.cap[t]:
@@ -197,7 +206,14 @@ class _Model:
                 bound += max(float(stats.get("ub", v)), v)
             else:
                 bound += v
-        return counts, value, bound, timed_out
+            rows = tuple(i for i, y in zip(jobs, part) if y > 0)
+            columns.append((t, rows, math.fsum(self.gain(chosen[i], counts[i]) for i in rows)))
+        return counts, value, bound, timed_out, columns
+
+    def gain(self, pair: int, y: int) -> float:
+        """The gain of count ``y`` (one of its Pareto options) on ``pair``."""
+        ys, gs = self.options[pair]
+        return float(gs[int(np.searchsorted(ys, y))])
 
 
 class _Search:
@@ -215,6 +231,8 @@ class _Search:
         # y > 0 options of every pair (Pareto among themselves, so also after a shift of their gains)
         self.positive = [(y[1:], g[1:]) if len(y) and y[0] == 0 else (y, g) for y, g in model.options]
         self.z = np.where(np.isfinite(model.zero), model.zero, 0.0)
+        #: every type plan seen (a DP of :meth:`_dual`, a plan tried): (type, jobs with a count > 0) -> their gains
+        self.pool: dict[tuple[int, tuple[int, ...]], float] = {(t, ()): 0.0 for t in range(len(model.types))}
         self.eq = ~np.isfinite(model.zero)  # may not suspend: "on exactly one type"
 
     def _lb(self) -> float:
@@ -224,7 +242,9 @@ class _Search:
         got = self.model.solve_assignment(chosen, self.deadline)
         if got is None:
             return
-        counts, value, bound, timed_out = got
+        counts, value, bound, timed_out, columns = got
+        for t, rows, v in columns:
+            self.pool[(t, rows)] = v
         if timed_out:
             self.timed_out = True
             self.open_bound = max(self.open_bound, bound)
@@ -296,17 +316,25 @@ class _Search:
                 per_type.setdefault(int(model.pair_type[p]), []).append((jobs[k], p, (ky[a:b], kg[a:b]), True))
         use = np.zeros(model.m)
         took = {}
+        columns = []
         for t, items in per_type.items():
             opts = [it[2] for it in items]
             if sum(int(opt[0][0]) for _, _, opt in fixed.get(t, ())) > model.cap[t]:  # undecided ones start at 0
                 return None
             stats: dict = {}
             counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline)
-            total += max(value, float(stats.get("ub", value))) if stats.get("timed_out") else value
+            exact = not stats.get("timed_out")
+            total += value if exact else max(value, float(stats.get("ub", value)))
+            rows, gains = [], []
             for (i, p, _, undecided), c in zip(items, counts):
-                if c > 0 and undecided:
-                    use[i] += 1
-                    took[i] = p
+                if c > 0:
+                    rows.append(i)
+                    gains.append(model.gain(p, c))
+                    if undecided:
+                        use[i] += 1
+                        took[i] = p
+            if exact:  # the type's plan, a column of the master (:meth:`_colgen`)
+                self.pool[(t, tuple(rows))] = math.fsum(gains)
         return total, use, took
 
     def _lagrange(self, allowed, live, pi, ub, steps):
@@ -349,6 +377,138 @@ class _Search:
             pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
         return ub, best_pi, use
 
+    def _colgen(self, allowed, live, pi, ub, steps):
+        """The bound of :meth:`_dual` minimised by column generation. The master LP is over the type
+        plans in the pool (every DP of :meth:`_dual`, every plan tried, at this node or another, when
+        this node allows it): one convexity row per type, one row per undecided job (used on at most
+        one type, exactly one when it may not suspend). Its duals are the next multipliers, kept in a
+        box around the best ones found: a job row may also be over-used at the box's upper end and
+        sold at its lower end (BoxStep); the box follows each lower bound and shrinks after a step
+        without one. Every evaluation is an exact DP per type, so every bound is valid whatever the
+        LP does. Stops when the bound meets the best plan or after ``steps``. Each step repairs the
+        master's solution (each job on the type of its largest share) into a plan and tries it.
+        Returns (best bound, its multipliers, per job 1 - its largest share, or None)."""
+        import highspy
+
+        from unicron_plan.solvers.milp import _silence_highs_banner
+
+        model = self.model
+        prepared = self._prepare_dual(live)
+        if prepared is None:
+            return -math.inf, pi, None
+        fixed, undecided = prepared[0], prepared[-1]
+        if not len(undecided):
+            return ub, pi, None
+        T, nu = len(model.types), len(undecided)
+        row_of = np.full(model.m, -1, dtype=np.int64)
+        row_of[undecided] = np.arange(nu)
+        ok = np.zeros((model.m, T), dtype=bool)
+        for i, ps in enumerate(live):
+            ok[i, model.pair_type[ps]] = True
+        fixed_z = np.zeros(T)
+        fixed_eq = np.zeros(T, dtype=np.int64)
+        for t, items in fixed.items():
+            fixed_z[t] = sum(self.z[i] for i, _, _ in items)
+            fixed_eq[t] = sum(bool(self.eq[i]) for i, _, _ in items)
+        base = float(prepared[1] + self.z[undecided].sum())  # const + sum z: the master's value is on top
+        unit = max(abs(ub - base), 1.0) / nu
+        big = 1e6  # a unit-scaled penalty far above any multiplier of a feasible master
+        _silence_highs_banner()
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+        eq = self.eq[undecided]
+        inf = highspy.kHighsInf
+        n_rows = nu + T
+        h.addRows(n_rows, np.r_[np.where(eq, 1.0, -inf), np.ones(T)], np.ones(n_rows), 0,
+                  np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
+        # a box around the best multipliers (BoxStep): a job row may be over-used at a price of its
+        # upper end and sold at its lower end, so the master's duals stay in the box; a type row
+        # may be left unmet at a prohibitive price
+        for k in range(nu):
+            h.addCol(big, 0.0, inf, 1, np.asarray([k], dtype=np.int32), np.asarray([-1.0]))
+            h.addCol(0.0, 0.0, inf, 1, np.asarray([k], dtype=np.int32), np.asarray([1.0]))
+        for t in range(T):
+            h.addCol(big, 0.0, inf, 1, np.asarray([nu + t], dtype=np.int32), np.asarray([1.0]))
+        n_art = h.getNumCol()
+        over, under = np.arange(0, 2 * nu, 2, dtype=np.int32), np.arange(1, 2 * nu, 2, dtype=np.int32)
+        width = max(float(np.abs(pi[undecided]).mean()), unit) * BOX
+
+        def box(c):
+            hi = c[undecided] + width
+            lo = c[undecided] - width
+            lo = np.where(eq, lo, np.maximum(lo, 0.0))
+            h.changeColsCost(nu, over, hi / unit)
+            h.changeColsCost(nu, under, -lo / unit)
+        cols: list[tuple[int, float, np.ndarray]] = []  # (type, master value, its undecided rows)
+        done = 0
+
+        def add_new() -> list[tuple[int, float, np.ndarray]]:
+            nonlocal done
+            new = []
+            keys = list(self.pool.items())[done:]
+            done += len(keys)
+            for (t, rows), v in keys:
+                r = np.asarray(rows, dtype=np.int64)
+                if not ok[r, t].all():
+                    continue
+                und = row_of[r]
+                fix = r[und < 0]
+                if int(self.eq[fix].sum()) != fixed_eq[t]:  # a job that may not suspend is missing
+                    continue
+                und = und[und >= 0]
+                value = v - float(self.z[undecided[und]].sum()) + fixed_z[t] - float(self.z[fix].sum())
+                idx = np.r_[und, nu + t].astype(np.int32)
+                h.addCol(-value / unit, 0.0, inf, len(idx), idx, np.ones(len(idx)))
+                cols.append((t, value, und))
+                new.append((t, value, und))
+            return new
+
+        center, best_pi, x_off = pi.copy(), pi.copy(), None
+        pi_eval = pi.copy()
+        box(center)
+        for step in range(steps):
+            if self._expired():
+                break
+            got = self._dual(prepared, pi_eval)
+            self.lagrange_steps += 1
+            if got is None:
+                return -math.inf, pi, None
+            value, _, took = got
+            if value < ub - self.tol:  # a serious step: the box follows
+                ub, best_pi, center = value, pi_eval.copy(), pi_eval.copy()
+                box(center)
+            elif step:
+                width *= SHRINK
+                box(center)
+            add_new()
+            if ub - self._lb() <= self.tol:
+                break
+            h.run()
+            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+                break
+            sol = h.getSolution()
+            lam = np.asarray(sol.col_value)[n_art:]
+            dual = -np.asarray(sol.row_dual) * unit
+            share = np.zeros((nu, T))
+            for (t, _, r), v in zip(cols, lam):
+                if v > 1e-9 and len(r):
+                    share[r, t] += v
+            x_off = np.zeros(model.m)
+            x_off[undecided] = 1.0 - share.max(axis=1)
+            chosen = [live[i][0] if live[i] else model.pairs_of[i][0] for i in range(model.m)]
+            for k, i in enumerate(undecided.tolist()):
+                by_type = {int(model.pair_type[p]): p for p in live[i]}
+                top = max(by_type, key=lambda t: share[k, t])
+                chosen[i] = by_type[top] if share[k, top] > 0 else took.get(i, live[i][0])
+            self._try(chosen)
+            add_new()
+            if ub - self._lb() <= self.tol:
+                break
+            pi_eval = np.zeros(model.m)
+            pi_eval[undecided] = np.where(eq, dual[:nu], np.maximum(dual[:nu], 0.0))
+        return ub, best_pi, x_off
+
     def run(self) -> None:
         model = self.model
         root = np.ones(len(model.pair_job), dtype=bool)
@@ -385,6 +545,8 @@ class _Search:
             else:
                 pi = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
             ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS)
+            if ub > self._lb() + self.tol:
+                ub, pi, use = self._colgen(allowed, live, pi, ub, COLGEN_STEPS)
             if ub <= self._lb() + self.tol:
                 continue
             if self._expired():
@@ -393,7 +555,7 @@ class _Search:
 
             def conflict(i):  # used twice or not at all by the relaxation first, then the closest types
                 vals = sorted((r[p] for p in live[i]), reverse=True)
-                off = 0 if use is None else abs(1 - use[i])
+                off = 0 if use is None else use[i]
                 return (-off, vals[0] - vals[1])
             i = min(undecided, key=conflict)
             for p in live[i]:

@@ -44,10 +44,12 @@ REL_TOL = 1e-9
 MAX_NODES = 100_000  # branch-and-bound nodes before the search stops with a bound and a gap
 MU_STEPS = 120  # cutting-plane steps for the capacity multipliers (at most)
 MU_TOL = 1e-7  # ... stopped when UB is within this fraction of its minimum
-LAGRANGE_STEPS = 40  # subgradient steps per node on the one-type-per-job multipliers
+LAGRANGE_STEPS = 20  # subgradient steps at the root on the one-type-per-job multipliers
+CHILD_STEPS = 0  # ... at a node other than the root
 COLGEN_STEPS = 40  # column-generation steps per node after them
 BOX = 0.01  # half-width of the multipliers' box, a fraction of their mean at the node's start
 SHRINK = 0.7  # the box's factor after a step that does not lower the bound
+FLOOR_GAP = 1e-3  # column generation stops when the bound can fall by less than this part of the gap
 
 
 def available() -> bool:
@@ -181,6 +183,16 @@ class _Model:
                 break
             mu = np.clip(sol[:T], 0.0, 1.0) * top
         return best_mu
+
+    def solve_type(self, t: int, jobs: list[int], chosen: list[int], deadline: float | None):
+        """(value, counts, timed out) of type ``t``'s exact DP over ``jobs`` on their pairs ``chosen[i]``,
+        or None when they do not fit."""
+        opts = [self.options[chosen[i]] for i in jobs]
+        if sum(int(y[0]) for y, _ in opts) > self.cap[t]:
+            return None
+        stats: dict = {}
+        part, v = dp.solve_options(opts, int(self.cap[t]), stats, deadline=deadline)
+        return v, part, bool(stats.get("timed_out"))
 
     def solve_assignment(self, chosen: list[int], deadline: float | None):
         """Each job on the type of its pair ``chosen[i]``: every type's exact DP.
@@ -387,7 +399,7 @@ class _Search:
         without one. Every evaluation is an exact DP per type, so every bound is valid whatever the
         LP does. Stops when the bound meets the best plan or after ``steps``. Each step repairs the
         master's solution (each job on the type of its largest share) into a plan and tries it.
-        Returns (best bound, its multipliers, per job 1 - its largest share, or None)."""
+        Returns (best bound, its multipliers, per job its share off its largest type, or None)."""
         import highspy
 
         from unicron_plan.solvers.milp import _silence_highs_banner
@@ -433,6 +445,7 @@ class _Search:
         n_art = h.getNumCol()
         over, under = np.arange(0, 2 * nu, 2, dtype=np.int32), np.arange(1, 2 * nu, 2, dtype=np.int32)
         width = max(float(np.abs(pi[undecided]).mean()), unit) * BOX
+        box_edges: list = [None, None]
 
         def box(c):
             hi = c[undecided] + width
@@ -440,6 +453,7 @@ class _Search:
             lo = np.where(eq, lo, np.maximum(lo, 0.0))
             h.changeColsCost(nu, over, hi / unit)
             h.changeColsCost(nu, under, -lo / unit)
+            box_edges[:] = [hi, lo]
         cols: list[tuple[int, float, np.ndarray]] = []  # (type, master value, its undecided rows)
         done = 0
 
@@ -490,24 +504,90 @@ class _Search:
             sol = h.getSolution()
             lam = np.asarray(sol.col_value)[n_art:]
             dual = -np.asarray(sol.row_dual) * unit
+            # the master's value is the least the cutting-plane model of the bound takes in the box; when
+            # it meets the bound at the box's centre and no multiplier sits on the box's edge, the centre
+            # minimises the (convex) bound: stop; on the edge, the box grows instead
+            floor = base - h.getInfo().objective_function_value * unit
+            if ub - floor <= max(self.tol, FLOOR_GAP * (ub - self._lb())):
+                hi, lo = box_edges
+                edge = (np.abs(dual[:nu] - hi) <= 1e-9 * unit) | ((np.abs(dual[:nu] - lo) <= 1e-9 * unit) & (lo > 0))
+                if not edge.any():
+                    break
+                width *= 4
+                box(center)
             share = np.zeros((nu, T))
             for (t, _, r), v in zip(cols, lam):
                 if v > 1e-9 and len(r):
                     share[r, t] += v
             x_off = np.zeros(model.m)
-            x_off[undecided] = 1.0 - share.max(axis=1)
-            chosen = [live[i][0] if live[i] else model.pairs_of[i][0] for i in range(model.m)]
-            for k, i in enumerate(undecided.tolist()):
-                by_type = {int(model.pair_type[p]): p for p in live[i]}
-                top = max(by_type, key=lambda t: share[k, t])
-                chosen[i] = by_type[top] if share[k, top] > 0 else took.get(i, live[i][0])
-            self._try(chosen)
+            x_off[undecided] = share.sum(axis=1) - share.max(axis=1)
+            self._try(self._rounded(live, undecided, share, took))
             add_new()
             if ub - self._lb() <= self.tol:
                 break
             pi_eval = np.zeros(model.m)
             pi_eval[undecided] = np.where(eq, dual[:nu], np.maximum(dual[:nu], 0.0))
+        if ub - self._lb() > self.tol and cols and not self._expired():
+            # the master without its box: a solution of the relaxation itself, repaired and improved
+            h.changeColsCost(nu, over, np.full(nu, big))
+            h.changeColsCost(nu, under, np.zeros(nu))
+            h.run()
+            if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+                lam = np.asarray(h.getSolution().col_value)[n_art:]
+                share = np.zeros((nu, T))
+                for (t, _, r), v in zip(cols, lam):
+                    if v > 1e-9 and len(r):
+                        share[r, t] += v
+                spread = share.sum(axis=1) - share.max(axis=1)
+                x_off = np.zeros(model.m)
+                x_off[undecided] = spread
+                chosen = self._rounded(live, undecided, share, took)
+                self._improve(chosen, live, undecided[spread > 1e-6].tolist())
         return ub, best_pi, x_off
+
+    def _rounded(self, live, undecided, share, took) -> list[int]:
+        """A pair per job: a decided job's own, an undecided one's on the type of its largest share
+        (``share``: per undecided job and type), the type ``took`` names when it has none."""
+        model = self.model
+        chosen = [live[i][0] if live[i] else model.pairs_of[i][0] for i in range(model.m)]
+        for k, i in enumerate(undecided.tolist()):
+            by_type = {int(model.pair_type[p]): p for p in live[i]}
+            top = max(by_type, key=lambda t: share[k, t])
+            chosen[i] = by_type[top] if share[k, top] > 0 else took.get(i, live[i][0])
+        return chosen
+
+    def _improve(self, chosen: list[int], live, candidates: list[int]) -> None:
+        """Local search from the plan ``chosen``: move one of ``candidates`` to another type it may
+        use while that raises the value (the two types re-solved by the DP each time); every plan
+        reached is tried."""
+        model = self.model
+        chosen = list(chosen)
+        per: dict[int, float] = {}
+        for t in range(len(model.types)):
+            got = model.solve_type(t, [i for i, p in enumerate(chosen) if model.pair_type[p] == t], chosen, self.deadline)
+            if got is None:
+                return
+            per[t] = got[0]
+        better = True
+        while better and not self._expired():
+            better = False
+            for i in candidates:
+                a = int(model.pair_type[chosen[i]])
+                for p in live[i]:
+                    b = int(model.pair_type[p])
+                    if b == a:
+                        continue
+                    trial = list(chosen)
+                    trial[i] = p
+                    ga = model.solve_type(a, [j for j, q in enumerate(trial) if model.pair_type[q] == a], trial,
+                                          self.deadline)
+                    gb = model.solve_type(b, [j for j, q in enumerate(trial) if model.pair_type[q] == b], trial,
+                                          self.deadline)
+                    if ga is None or gb is None or ga[0] + gb[0] <= per[a] + per[b] + self.tol:
+                        continue
+                    chosen, per[a], per[b], better = trial, ga[0], gb[0], True
+                    a = b
+        self._try(chosen)
 
     def run(self) -> None:
         model = self.model
@@ -544,7 +624,8 @@ class _Search:
                 pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
             else:
                 pi = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
-            ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS)
+            # subgradient steps at the root; a child starts from its parent's multipliers and columns
+            ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS if self.nodes == 1 else CHILD_STEPS)
             if ub > self._lb() + self.tol:
                 ub, pi, use = self._colgen(allowed, live, pi, ub, COLGEN_STEPS)
             if ub <= self._lb() + self.tol:
@@ -553,7 +634,7 @@ class _Search:
                 self.open_bound = max(self.open_bound, ub, *(-h[0] for h in heap))
                 return
 
-            def conflict(i):  # used twice or not at all by the relaxation first, then the closest types
+            def conflict(i):  # the job the relaxation spreads most over types first, then the closest types
                 vals = sorted((r[p] for p in live[i]), reverse=True)
                 off = 0 if use is None else use[i]
                 return (-off, vals[0] - vals[1])

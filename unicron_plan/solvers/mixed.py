@@ -14,16 +14,19 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
    can use type t in a plan worth >= LB only if UB - (m_i - r_it) >= LB, with r_it the best
    reduced gain of a count > 0 on t. Types that fail are removed.
 4. A tighter bound at each node: relax "one type per job" with multipliers pi_i and solve every
-   type exactly with the DP (:meth:`_Search._dual`); subgradient steps on pi, their step doubled
-   after 3 improving steps and halved after 3 stalls; each relaxed plan, repaired, is tried. Then
-   column generation (:meth:`_Search._colgen`): a master LP over every type plan the DP returned
-   (one row per undecided job, one per type), its duals kept in a box around the best pi that
-   shrinks while the bound stalls, gives the next pi; its solution, each job on the type of its
-   largest share and every type re-solved by the DP, is tried as a plan. Near-linear curves,
-   whose bound the subgradient alone leaves about 1e-5 above the optimum, close at the root.
+   type exactly with the DP (:meth:`_Search._dual`). At the root, subgradient steps on pi first
+   (their step doubled after 3 improving steps, halved after 3 stalls; each relaxed plan,
+   repaired, is tried). Then, at every node (a child from its parent's pi), column generation
+   (:meth:`_Search._colgen`): a master LP over every type plan the DPs returned so far (one row
+   per undecided job, one per type), its duals kept in a box around the best pi that shrinks
+   while the bound stalls, gives the next pi. The master's solution, each job on the type of its
+   largest share and every type re-solved by the DP, is tried as a plan at every step; at the
+   end the master without its box, so rounded, is improved by moving the jobs it splits between
+   types (:meth:`_Search._improve`).
 5. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
-   branch and bound on the type of an undecided job (best bound first); each node repeats 1-4
-   on its restricted types. ``optimal`` only when the best plan meets the largest open bound.
+   branch and bound on the type of the undecided job the master splits most over types (ties:
+   whose two best types are closest), best bound first; each node repeats 1-4 on its restricted
+   types. ``optimal`` only when the best plan meets the largest open bound.
 6. Symmetry. Jobs with the same options on the same types (and the same constraints) are
    interchangeable: permuting their (type, count) among them keeps a plan's value and every
    type's load. So some optimum has, among each such group in job order, the jobs that run

@@ -15,8 +15,8 @@ from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import mixed
 from unicron_plan.tools.mixedgen import KINDS, kind_args, large_mixed
 
-#: 16,384 GPUs x 4 types x 128 jobs, near-linear curves: the subgradient alone stopped 1e-5 short of
-#: closing after 30 s (31 nodes); HiGHS proves its optimum in about 10 s
+#: 16,384 GPUs x 4 types x 128 jobs, near-linear curves: the subgradient alone left a gap of 1e-5 at a
+#: 5 s limit (31 nodes), still open at 10 s; HiGHS proves its optimum in about 10 s
 NEAR_LINEAR_OPEN = (19, 16384, 4, 128)
 
 

@@ -58,6 +58,7 @@ CHILD_STEPS = 0  # ... at a node other than the root
 COLGEN_STEPS = 40  # column-generation steps per node after them
 BOX = 0.01  # half-width of the multipliers' box, a fraction of their mean at the node's start
 SHRINK = 0.7  # the box's factor after a step that does not lower the bound
+IMPROVE_JOBS = 32  # local search moves the jobs the master splits most, at most this many
 FLOOR_GAP = 1e-3  # column generation stops when the bound can fall by less than this part of the gap
 
 
@@ -569,7 +570,9 @@ class _Search:
                 x_off = np.zeros(model.m)
                 x_off[undecided] = spread
                 chosen = self._rounded(live, undecided, share, took)
-                self._improve(chosen, live, undecided[spread > 1e-6].tolist())
+                split = np.flatnonzero(spread > 1e-6)
+                split = split[np.argsort(-spread[split], kind="stable")][:IMPROVE_JOBS]
+                self._improve(chosen, live, undecided[split].tolist())
         return ub, best_pi, x_off
 
     def _rounded(self, live, undecided, share, took) -> list[int]:
@@ -602,7 +605,7 @@ class _Search:
                 a = int(model.pair_type[chosen[i]])
                 for p in live[i]:
                     b = int(model.pair_type[p])
-                    if b == a:
+                    if b == a or self._expired():
                         continue
                     trial = list(chosen)
                     trial[i] = p

@@ -33,9 +33,12 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
    first, on non-decreasing type indices, and the suspended ones last. Each node keeps only the
    types that order allows, and branching takes a group's first undecided job: a group of k
    jobs on two types is searched as its k + 1 splits, not 2^k assignments.
-7. Probing. After the steps of 4 at the root, each undecided job's types are tried one at a time with
+7. Probing (at the root, when some jobs are interchangeable and rule 8 will run). After the
+   steps of 4, each undecided job's types are tried one at a time with
    the node's multipliers (the bound of 4 with the job on that type); a type whose bound cannot
    beat the best plan is dropped before branching.
+8. The root's integer program (the same condition, at most IP_VARIABLES choices left): the types
+   and counts left go to HiGHS, interchangeable jobs merged into counts (:meth:`_Search._exact_ip`).
 
 Under a deadline the best plan found comes back ``feasible`` with the largest open bound.
 """
@@ -275,6 +278,7 @@ class _Search:
         self.lagrange_steps = 0
         self.timed_out = False
         self.probed: dict = {}
+        self.grouped = bool((model.sym_prev >= 0).any())  # rules 7-8 run only with interchangeable jobs
         self.ip_runs = 0
         self.tol = REL_TOL * model.scale
         # y > 0 options of every pair (Pareto among themselves, so also after a shift of their gains)
@@ -671,7 +675,7 @@ class _Search:
                 ub, pi, use = self._colgen(allowed, live, pi, ub, COLGEN_STEPS)
             if ub <= self._lb() + self.tol:
                 continue
-            if self.nodes == 1 and 0 < self._choices(live) <= IP_VARIABLES:  # rules 7 and 8, at the root
+            if self.nodes == 1 and self.grouped and 0 < self._choices(live) <= IP_VARIABLES:  # rules 7-8, root
                 live = self._probe(live, pi)
                 if live is None:
                     continue

@@ -69,6 +69,15 @@ FLOOR_GAP = 1e-3  # column generation stops when the bound can fall by less than
 IP_VARIABLES = 50_000  # rule 8: the root's remaining choices go to HiGHS up to this many (0: never)
 
 
+def _lp(deadline: float | None):
+    """A silent one-thread HiGHS object for the LPs here, made as the IP backends make theirs: the
+    process-wide scheduler set for one thread, after any HiGHS run abandoned at a deadline ends."""
+    from unicron_plan.solvers import milp
+
+    milp._wait_for_abandoned(SolverOptions(deadline=deadline))
+    return milp._highs(1)
+
+
 def available() -> bool:
     """numpy and highspy (HiGHS), both dependencies of the package."""
     return True
@@ -177,8 +186,6 @@ class _Model:
         """The mu >= 0 that minimises UB(mu), the LP dual of the capacities over the allowed envelopes:
         UB is convex and piecewise linear in T variables, minimised by Kelley's cutting planes (a
         master LP of T + 1 variables per step, HiGHS) until UB is within MU_TOL of the master's lower bound."""
-        from unicron_plan.solvers.milp import _silence_highs_banner
-
         import highspy
 
         T = len(self.types)
@@ -193,15 +200,12 @@ class _Model:
         top = np.zeros(T)  # above the steepest envelope slope a type's demand is 0: UB only grows
         np.maximum.at(top, self.htype[sel], np.maximum(slope, 0.0))
         top = top + 1.0
-        _silence_highs_banner()
         mu = np.zeros(T)
         best_mu, best = mu, math.inf
         cols = np.arange(T + 1, dtype=np.int32)
         unit = None  # values in units of UB(0), multipliers in units of their box: coefficients near 1
         # master: min theta s.t. theta >= value_k + sub_k (mu - mu_k), 0 <= mu <= top (scaled), one row per step
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
+        h = _lp(None)
         inf = highspy.kHighsInf
         h.addVars(T + 1, np.r_[np.zeros(T), -inf], np.r_[np.ones(T), inf])
         h.changeColsCost(T + 1, cols, np.r_[np.zeros(T), 1.0])
@@ -278,6 +282,7 @@ class _Search:
         self.lagrange_steps = 0
         self.timed_out = False
         self.probed: dict = {}
+        self.master_failed = False  # the last column generation's master LP did not solve
         self.grouped = bool((model.sym_prev >= 0).any())  # rules 7-8 run only with interchangeable jobs
         self.ip_runs = 0
         self.tol = REL_TOL * model.scale
@@ -443,8 +448,6 @@ class _Search:
         Returns (best bound, its multipliers, per job its share off its largest type, or None)."""
         import highspy
 
-        from unicron_plan.solvers.milp import _silence_highs_banner
-
         model = self.model
         prepared = self._prepare_dual(live)
         if prepared is None:
@@ -466,10 +469,7 @@ class _Search:
         base = float(prepared[1] + self.z[undecided].sum())  # const + sum z: the master's value is on top
         unit = max(abs(ub - base), 1.0) / nu
         big = 1e6  # a unit-scaled penalty far above any multiplier of a feasible master
-        _silence_highs_banner()
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
+        h = _lp(self.deadline)
         eq = self.eq[undecided]
         inf = highspy.kHighsInf
         n_rows = nu + T
@@ -541,6 +541,7 @@ class _Search:
                 break
             h.run()
             if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+                self.master_failed = True
                 break
             sol = h.getSolution()
             lam = np.asarray(sol.col_value)[n_art:]
@@ -672,7 +673,10 @@ class _Search:
             # subgradient steps at the root; a child starts from its parent's multipliers and columns
             ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS if self.nodes == 1 else CHILD_STEPS)
             if ub > self._lb() + self.tol:
+                self.master_failed = False
                 ub, pi, use = self._colgen(allowed, live, pi, ub, COLGEN_STEPS)
+                if self.master_failed and ub > self._lb() + self.tol:  # no LP: the subgradient's steps instead
+                    ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS)
             if ub <= self._lb() + self.tol:
                 continue
             if self.nodes == 1 and self.grouped and 0 < self._choices(live) <= IP_VARIABLES:  # rules 7-8, root

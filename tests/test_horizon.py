@@ -154,7 +154,8 @@ def test_contingency_plans_equal_the_solve_of_each_failure(horizon):
 
 
 def test_only_unicron_reads_the_horizon():
-    # scenarios/sweeps/horizon.py runs the other policies once per seed for every horizon
+    # scenarios/sweeps/horizon.py runs the other policies once per seed for every horizon label
+    # (cost.horizon, and the planner's node MTBF of the "-sev1" labels)
     import copy
 
     from simfixtures import stressed_128
@@ -163,9 +164,11 @@ def test_only_unicron_reads_the_horizon():
     base = stressed_128(mtbf=300.0, hours=120.0)
     others = ["megatron", "oobleck", "varuna", "bamboo", "greedy", "equal-share"]
     runs = []
-    for h in ("cluster", "job", "event"):
+    for h, mtbf in (("cluster", None), ("job", None), ("event", None), ("event", 300.0 / 0.3664)):
         sc = copy.deepcopy(base)
         sc.setdefault("cost", {})["horizon"] = h
+        if mtbf is not None:
+            sc["cost"]["node_mtbf_hours"] = mtbf
         runs.append(run_task(sc, others + ["unicron"], 3))
     assert all({p: r[p] for p in others} == {p: runs[0][p] for p in others} for r in runs)
     assert len({r["unicron"] for r in runs}) > 1  # the horizon does move unicron here

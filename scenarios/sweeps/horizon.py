@@ -1,7 +1,8 @@
 """Run chosen points of ``horizon.yaml`` with the sweep's own seeds, then its table and plot.
 
     python scenarios/sweeps/horizon.py run OUT.jsonl [--gpus 128,1024] [--rate 6332.5] [--horizon event,job]
-                                                     [--seeds 20] [--workers 2] [--start R] [--reuse FILE ...]
+                                                     [--seeds 20] [--workers 2] [--start R]
+                                                     [--reuse FILE ...] [--known-only]
     python scenarios/sweeps/horizon.py report FILE.jsonl [FILE.jsonl ...] [--plot docs/simulation-horizon.png]
     python scenarios/sweeps/horizon.py lifetimes --gpus 16384 --rate 6332.5 --horizon job [--seeds 5]
 
@@ -130,6 +131,8 @@ def run(args) -> None:
                           {k: v for k, v in point.items() if k not in ("scenario", "cost.horizon")})
         for r, seed in enumerate(sw.seeds_of(spec.seed, p, min(args.seeds, spec.replications.max))):
             todo = [h for h in horizons if (g, rate, h, seed) not in done]
+            if args.known_only and (g, rate, seed) not in known:
+                continue
             if todo and r >= args.start:
                 tasks.append((r, g, rate, data, seed, todo))
     tasks.sort(key=lambda t: (t[0], t[1]))  # every point gets its first seeds before any gets its last
@@ -181,7 +184,8 @@ def report(args) -> None:
         for g, rate, h2, h, s in sorted(pairs, key=lambda p: (p[0], -p[1], order.get(p[2], 99), order.get(p[3], 99))):
             print(f"| {g:,} | {rate:g} | {h2} | {h} | {_cell(s)} |")
     if args.plot:
-        plot(rows, args.plot, [h for h in sorted(order, key=order.get)])
+        labels = sorted({r["horizon"] for r in rows}, key=lambda h: (order.get(h, 99), h))
+        plot(rows, args.plot, labels)
 
 
 def plot(rows, path, horizons) -> None:
@@ -279,6 +283,8 @@ def main() -> None:
     r.add_argument("--start", type=int, default=0, help="first replication to run (a second process can take later ones)")
     r.add_argument("--reuse", nargs="*", default=[],
                    help="result files whose runs of the same seed give the policies other than unicron")
+    r.add_argument("--known-only", action="store_true",
+                   help="run only the seeds whose other policies' values are known (a paired ablation)")
     p = sub.add_parser("report")
     p.add_argument("files", nargs="+")
     p.add_argument("--plot", default=None)

@@ -18,8 +18,9 @@ and only ``unicron`` runs. A horizon label ``H-sev1`` runs ``cost.horizon: H`` w
 node MTBF that of the failures that re-plan (node MTBF / SEV1 share; docs/model.md).
 ``report`` reads any number of such files (lines of the older format, which named only the
 point's index in the grid of ``LEGACY_GRID``, are read through that grid) and prints, per size,
-rate and horizon, unicron / each policy: mean, 95% interval, wins out of seeds; then, on the
-seeds the horizons share, each horizon's unicron against the others'.
+rate and horizon, unicron / each policy: mean, 95% interval, wins out of seeds; then, per size and
+rate, the default horizon's unicron against greedy and its closest baseline with the paper's cluster
+horizon beside it; then, on the seeds the horizons share, each horizon's unicron against the others'.
 ``lifetimes`` replays the first seeds of one size and rate with unicron alone and reports how long
 an allocation the planner gave a job lasted (until the job's next change, or the end of the run),
 by the event of the re-plan that gave it and whether that event hit the job.
@@ -169,6 +170,23 @@ def report(args) -> None:
     for r in rows:
         cells = [_cell(r["ratios"][n]) for n in others]
         print(f"| {r['gpus']:,} | {r['node_mtbf_hours']:g} | {r['horizon']} | {r['seeds']} | " + " | ".join(cells) + " |")
+    # the simulator's default horizon against greedy and its closest baseline, the paper's beside it
+    from unicron_plan.simulate.policies import DEFAULT_HORIZON
+
+    by = {(r["gpus"], r["node_mtbf_hours"], r["horizon"]): r for r in rows}
+    sizes = sorted({(r["gpus"], r["node_mtbf_hours"]) for r in rows}, key=lambda k: (k[0], -k[1]))
+    baselines = [n for n in others if n != "greedy"]
+    print(f"\n| GPUs | node MTBF h | seeds | unicron ({DEFAULT_HORIZON}) / greedy | "
+          f"unicron ({DEFAULT_HORIZON}) / closest baseline | unicron (cluster, the paper's) / greedy |")
+    print("|---|---|---|---|---|---|")
+    for g, rate in sizes:
+        d, c = by.get((g, rate, DEFAULT_HORIZON)), by.get((g, rate, "cluster"))
+        if d is None:
+            continue
+        near = min(baselines, key=lambda n: d["ratios"][n]["mean"])
+        paper = f"{_cell(c['ratios']['greedy'])}" if c else "not run"
+        print(f"| {g:,} | {rate:g} | {d['seeds']} | {_cell(d['ratios']['greedy'])} | "
+              f"{near}: {_cell(d['ratios'][near])} | {paper} |")
     # the horizons against each other, on the seeds they share
     pairs = []
     for (g, rate, h), seeds in runs.items():

@@ -267,3 +267,68 @@ def test_mixed_contingency_solved_once_per_class_equals_a_solve_of_every_failure
         fresh = solve(load_instance(raw_e), solver="milp")
         assert fresh.status.solution == "optimal"
         assert math.isclose(entry["objective"], fresh.objective, rel_tol=1e-9, abs_tol=1e-6), key
+
+
+def _with_copies(raw: dict, copies: int, seed: int) -> dict:
+    """``raw`` with ``copies`` queued copies of a job that may use several types (interchangeable jobs)."""
+    raw = copy.deepcopy(raw)
+    src = next((j for j in raw["jobs"] if "by_type" in j["throughput"] and len(j["throughput"]["by_type"]) > 1),
+               raw["jobs"][0])
+    for k in range(copies):
+        job = copy.deepcopy(src)
+        job["id"] = f"copy{k}"
+        job["current"] = {"gpus": 0, "nodes": []}
+        job.pop("pinned", None)
+        job["throughput"]["gpu_type"] = sorted(job["throughput"].get("by_type", {job["throughput"]["gpu_type"]: 0}))[
+            seed % len(job["throughput"].get("by_type", [0]))]
+        raw["jobs"].append(job)
+    return raw
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), types=st.integers(2, 3), jobs=st.integers(1, 2), copies=st.integers(2, 3),
+       constraints=st.booleans())
+def test_interchangeable_jobs_agree_with_brute_force(seed, types, jobs, copies, constraints):
+    """The search that orders interchangeable jobs' types still finds the optimum (brute force)."""
+    inst = load_instance(_with_copies(mixed_instance(seed, types=types, jobs=jobs, nodes_per_type=2,
+                                                     constraints=constraints), copies, seed))
+    best, _ = _outcome(inst, "brute")
+    got, plan = _outcome(inst, "dp")
+    assert _same(got, best)
+    if plan is not None:
+        assert plan.status.solution == "optimal" and plan.bound == plan.objective
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), types=st.integers(2, 3), copies=st.integers(3, 6))
+def test_interchangeable_jobs_agree_with_highs(seed, types, copies):
+    inst = load_instance(_with_copies(mixed_instance(seed, types=types, jobs=3, nodes_per_type=4), copies, seed))
+    got, _ = _outcome(inst, "dp")
+    ref, plan = _outcome(inst, "milp")
+    assert _same(got, ref)
+
+
+def test_interchangeable_jobs_are_found_and_searched_in_order():
+    """Queued copies of one job form one chain of interchangeable jobs; jobs that differ in anything the
+    count-level problem sees (their current count, a constraint) do not join it."""
+    raw = _with_copies(mixed_instance(5, types=2, jobs=2, nodes_per_type=4), 4, 0)
+    raw["jobs"][-1]["min_gain_fraction"] = 0.1  # a constraint: no longer interchangeable
+    problem = build_problem(load_instance(raw))
+    model = mixed._Model(problem)
+    ids = [j.id for j in problem.jobs]
+    prev = {ids[i]: (ids[p] if p >= 0 else None) for i, p in enumerate(model.sym_prev.tolist())}
+    assert prev["copy1"] == "copy0" and prev["copy2"] == "copy1"
+    assert prev["copy0"] is None and prev["copy3"] is None
+    # the order: once copy0 may only run on its later type (or suspend), copy1 and copy2 may not use the earlier one
+    search = mixed._Search(model, None)
+    live = [list(ps) for ps in model.pairs_of]
+    i0, i1, i2 = ids.index("copy0"), ids.index("copy1"), ids.index("copy2")
+    late = max(model.pairs_of[i0], key=lambda p: model.pair_type[p])
+    live[i0] = [late]
+    out = search._ordered(live)
+    low = int(model.pair_type[late])
+    assert all(int(model.pair_type[p]) >= low for p in out[i1] + out[i2])
+    live = [list(ps) for ps in model.pairs_of]
+    live[i0] = []  # copy0 suspends: so do the copies after it
+    out = search._ordered(live)
+    assert out[i1] == [] and out[i2] == []

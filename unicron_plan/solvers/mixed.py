@@ -19,6 +19,12 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
 5. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
    branch and bound on the type of an undecided job (best bound first); each node repeats 1-4
    on its restricted types. ``optimal`` only when the best plan meets the largest open bound.
+6. Symmetry. Jobs with the same options on the same types (and the same constraints) are
+   interchangeable: permuting their (type, count) among them keeps a plan's value and every
+   type's load. So some optimum has, among each such group in job order, the jobs that run
+   first, on non-decreasing type indices, and the suspended ones last. Each node keeps only the
+   types that order allows, and branching takes a group's first undecided job: a group of k
+   jobs on two types is searched as its k + 1 splits, not 2^k assignments.
 
 Under a deadline the best plan found comes back ``feasible`` with the largest open bound.
 """
@@ -88,6 +94,24 @@ class _Model:
         scale = float(np.abs(self.hg).max()) if len(self.hg) else 0.0
         finite = np.abs(zero[np.isfinite(zero)])
         self.scale = max(scale, float(finite.max()) if len(finite) else 0.0) * max(self.m, 1) + 1.0
+        self.sym_prev = self._symmetric_predecessors()
+
+    def _symmetric_predecessors(self) -> np.ndarray:
+        """For each job, the previous job (by index) it is interchangeable with, or -1.
+
+        Two jobs are interchangeable when they have the same options (counts and gains) on the same
+        types and the same constraints and change status: swapping their (type, count) keeps every
+        plan's value and every type's load, so some optimum lists their types in non-decreasing order
+        with the suspended ones last (module docstring, rule 6)."""
+        prev = np.full(self.m, -1, dtype=np.int64)
+        last: dict[tuple, int] = {}
+        for i, alts in enumerate(self.terms):
+            key = tuple((jt.gpu_type, jt.tp, jt.pinned, jt.max_nodes, jt.same_rack, jt.min_gain_fraction,
+                         jt.exiting, jt.off_type, jt.x, jt.hit, y.tobytes(), np.asarray(g, dtype=float).tobytes())
+                        for jt, (y, g) in zip(alts, (self.options[p] for p in self.pairs_of[i])))
+            prev[i] = last.get(key, -1)
+            last[key] = i
+        return prev
 
     def reduced(self, mu: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """(r per pair: best reduced gain of a count > 0, -inf when none or not allowed;
@@ -374,7 +398,9 @@ class _Search:
                 continue
             # type fixing (module docstring, rule 3): with this node's own UB(mu), whose deficits it uses
             allowed = allowed & (m_i[model.pair_job] - r <= ub_lp - self._lb() + self.tol)
-            live = [[p for p in pairs if allowed[p]] for pairs in model.pairs_of]
+            live = self._ordered([[p for p in pairs if allowed[p]] for pairs in model.pairs_of])
+            allowed = np.zeros_like(allowed)
+            allowed[[p for ps in live for p in ps]] = True
             undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
             if not undecided:
                 self._try(self._choice(r, allowed, False))
@@ -396,11 +422,33 @@ class _Search:
                 off = 0 if use is None else abs(1 - use[i])
                 return (-off, vals[0] - vals[1])
             i = min(undecided, key=conflict)
+            k = int(model.sym_prev[i])  # of interchangeable jobs, the first undecided one (rule 6)
+            while k >= 0:
+                if len(live[k]) > 1:
+                    i = k
+                k = int(model.sym_prev[k])
             for p in live[i]:
                 child = allowed.copy()
                 child[[q for q in model.pairs_of[i] if q != p]] = False
                 heapq.heappush(heap, (-ub, counter, child, pi))
                 counter += 1
+
+    def _ordered(self, live: list[list[int]]) -> list[list[int]]:
+        """The allowed pairs per job with the order of interchangeable jobs imposed (rule 6): a job
+        after one that must suspend (no pair left, and allowed to suspend) suspends too; a job after
+        one whose types are all at least t keeps only its types >= t."""
+        model = self.model
+        for b in range(model.m):
+            a = int(model.sym_prev[b])
+            if a < 0 or not live[b]:
+                continue
+            if not live[a]:
+                if not self.eq[b]:
+                    live[b] = []
+                continue
+            low = min(int(model.pair_type[p]) for p in live[a])
+            live[b] = [p for p in live[b] if int(model.pair_type[p]) >= low]
+        return live
 
     def _expired(self) -> bool:
         if self.deadline is not None and time.perf_counter() >= self.deadline:

@@ -177,6 +177,7 @@ def test_mixed_agrees_with_highs_on_every_generated_kind(seed, kind, jobs, gpus)
 def test_stopped_search_keeps_a_valid_bound(monkeypatch):
     """A search cut short (one node, two subgradient steps) returns a plan and a bound around the optimum."""
     problem = build_problem(load_instance(large_mixed(2, 16384, 4, 128, curves="linear-step")))
+    monkeypatch.setattr(mixed, "IP_VARIABLES", 0)  # the branching's own stop, without the hand-over to HiGHS
     _, _, best, proven, stopped, stats = mixed.solve_types(problem)
     assert not stopped and proven == best and stats["nodes"] > 1
     monkeypatch.setattr(mixed, "MAX_NODES", 1)
@@ -332,3 +333,37 @@ def test_interchangeable_jobs_are_found_and_searched_in_order():
     live[i0] = []  # copy0 suspends: so do the copies after it
     out = search._ordered(live)
     assert out[i1] == [] and out[i2] == []
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), types=st.integers(2, 3), jobs=st.integers(2, 4), copies=st.integers(0, 2))
+def test_branch_and_bound_alone_agrees_with_brute_force(seed, types, jobs, copies):
+    """With the hand-over to HiGHS off (rule 8), the search's own branching proves the same optimum."""
+    raw = mixed_instance(seed, types=types, jobs=jobs, nodes_per_type=2)
+    inst = load_instance(_with_copies(raw, copies, seed) if copies else raw)
+    best, _ = _outcome(inst, "brute")
+    old = mixed.IP_VARIABLES
+    mixed.IP_VARIABLES = 0
+    try:
+        got, plan = _outcome(inst, "dp")
+    finally:
+        mixed.IP_VARIABLES = old
+    assert _same(got, best)
+    if plan is not None:
+        assert plan.status.solution == "optimal" and plan.bound == plan.objective
+        assert (plan.solver.options or {}).get("ip_runs", 0) == 0
+
+
+def test_grouped_integer_program_closes_a_simulator_repair():
+    """A repair in the 16,384-GPU H100/A100 simulation: 40 jobs in 12 groups of interchangeable jobs,
+    whose root leaves a gap the branching needed over a hundred nodes to close; the grouped integer
+    program of the types left closes it at the root, with the same optimum as HiGHS on the full model."""
+    from pathlib import Path
+
+    inst = load_instance(json.loads((Path(__file__).parent / "data" / "mixed-repair-16384-h100-a100.json").read_text()))
+    plan = solve(inst, solver="dp")
+    assert plan.status.solution == "optimal" and plan.bound == plan.objective
+    assert plan.solver.options["nodes"] == 1 and plan.solver.options["ip_runs"] == 1
+    ref = solve(inst, solver="milp")
+    assert ref.status.solution == "optimal"
+    assert math.isclose(ref.objective, plan.objective, rel_tol=1e-9)

@@ -312,12 +312,16 @@ class Throughput(StrictModel):
             self._arrays = (counts, tflops)
         if self._arrays is None:
             table = self.tflops
-            if table and max(map(len, table)) > MAX_COUNT_DIGITS:  # never chosen: left out
-                table = {k: v for k, v in table.items() if len(k) <= MAX_COUNT_DIGITS}
-            # The keys are checked decimal strings: one parse of them all in C.
+            # The keys are checked decimal strings without leading zeros: one parse of them all in
+            # C. A key of more than MAX_COUNT_DIGITS digits is never chosen and is left out: it is
+            # exactly a count of at least 10**MAX_COUNT_DIGITS (one too large for int64 reads as
+            # its largest value).
             counts = np.fromstring(",".join(table), dtype=np.int64, sep=",") if table \
                 else np.zeros(0, dtype=np.int64)
             tflops = np.fromiter(table.values(), dtype=float, count=len(table))
+            if len(counts) and counts.max() > MAX_COMPACT_COUNT:
+                fits = counts <= MAX_COMPACT_COUNT
+                counts, tflops = counts[fits], tflops[fits]
             order = np.argsort(counts, kind="stable")
             counts, tflops = counts[order], tflops[order]
             counts.flags.writeable = tflops.flags.writeable = False

@@ -25,6 +25,9 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
    first, on non-decreasing type indices, and the suspended ones last. Each node keeps only the
    types that order allows, and branching takes a group's first undecided job: a group of k
    jobs on two types is searched as its k + 1 splits, not 2^k assignments.
+7. Probing. After the subgradient steps, each undecided job's types are tried one at a time with
+   the node's multipliers (the bound of 4 with the job on that type); a type whose bound cannot
+   beat the best plan is dropped before branching.
 
 Under a deadline the best plan found comes back ``feasible`` with the largest open bound.
 """
@@ -46,6 +49,7 @@ MAX_NODES = 100_000  # branch-and-bound nodes before the search stops with a bou
 MU_STEPS = 120  # cutting-plane steps for the capacity multipliers (at most)
 MU_TOL = 1e-7  # ... stopped when UB is within this fraction of its minimum
 LAGRANGE_STEPS = 40  # subgradient steps per node on the one-type-per-job multipliers
+IP_VARIABLES = 50_000  # rule 8: the root's remaining choices go to HiGHS up to this many (0: never)
 
 
 def available() -> bool:
@@ -104,12 +108,15 @@ class _Model:
         plan's value and every type's load, so some optimum lists their types in non-decreasing order
         with the suspended ones last (module docstring, rule 6)."""
         prev = np.full(self.m, -1, dtype=np.int64)
+        self.sym_class = np.arange(self.m, dtype=np.int64)  # the first job of each job's group
         last: dict[tuple, int] = {}
         for i, alts in enumerate(self.terms):
             key = tuple((jt.gpu_type, jt.tp, jt.pinned, jt.max_nodes, jt.same_rack, jt.min_gain_fraction,
                          jt.exiting, jt.off_type, jt.x, jt.hit, y.tobytes(), np.asarray(g, dtype=float).tobytes())
                         for jt, (y, g) in zip(alts, (self.options[p] for p in self.pairs_of[i])))
             prev[i] = last.get(key, -1)
+            if prev[i] >= 0:
+                self.sym_class[i] = self.sym_class[prev[i]]
             last[key] = i
         return prev
 
@@ -235,6 +242,8 @@ class _Search:
         self.nodes = 0
         self.lagrange_steps = 0
         self.timed_out = False
+        self.probed: dict = {}
+        self.ip_runs = 0
         self.tol = REL_TOL * model.scale
         # y > 0 options of every pair (Pareto among themselves, so also after a shift of their gains)
         self.positive = [(y[1:], g[1:]) if len(y) and y[0] == 0 else (y, g) for y, g in model.options]
@@ -287,7 +296,7 @@ class _Search:
         ys = [np.concatenate([[0], self.positive[p][0]]) for p in pairs]
         gs = [np.concatenate([[0.0], self.positive[p][1]]) for p in pairs]
         sizes = np.asarray([len(y) for y in ys], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if pairs else np.zeros(0, dtype=np.int64)
         flat_y = np.concatenate(ys) if ys else np.zeros(0, dtype=np.int64)
         flat_g = np.concatenate(gs) if gs else np.zeros(0)
         owner = np.repeat(np.asarray(jobs, dtype=np.int64), sizes)
@@ -413,6 +422,18 @@ class _Search:
             ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS)
             if ub <= self._lb() + self.tol:
                 continue
+            if self.nodes == 1 and 0 < self._choices(live) <= IP_VARIABLES:  # rules 7 and 8, at the root
+                live = self._probe(live, pi)
+                if live is None:
+                    continue
+                if self._exact_ip(live):
+                    return
+            allowed = np.zeros_like(allowed)
+            allowed[[p for ps in live for p in ps]] = True
+            undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
+            if not undecided:
+                self._try(self._choice(r, allowed, False))
+                continue
             if self._expired():
                 self.open_bound = max(self.open_bound, ub, *(-h[0] for h in heap))
                 return
@@ -430,8 +451,99 @@ class _Search:
             for p in live[i]:
                 child = allowed.copy()
                 child[[q for q in model.pairs_of[i] if q != p]] = False
-                heapq.heappush(heap, (-ub, counter, child, pi))
+                heapq.heappush(heap, (-min(ub, self.probed.get((i, p), ub)), counter, child, pi))
                 counter += 1
+
+    def _choices(self, live: list[list[int]]) -> int:
+        """How many (job, type, count > 0) choices are left: the size of rule 8's integer program."""
+        return sum(len(self.positive[p][0]) for ps in live for p in ps)
+
+    def _exact_ip(self, live: list[list[int]]) -> bool:
+        """Rule 8: the types and Pareto counts left at the root as an integer program, solved by HiGHS
+        to a zero gap (the caller keeps it to IP_VARIABLES (job, type, count) choices). Its plan is re-solved per type by the
+        DP (so its value is the DP's) and kept if better. True when the best plan then meets HiGHS's
+        bound: no plan can beat it (the types dropped before could not), so the search is over."""
+        from unicron_plan.solvers import ipmodel, milp
+
+        model = self.model
+        if self._expired():
+            return False
+        form = ipmodel.Formulation(model.problem, node_level=False)
+        # Interchangeable jobs with the same types left form one group, its variables counting how
+        # many of them run on a type at a count (no symmetric copies for HiGHS to branch over).
+        groups: dict[tuple, list[int]] = {}
+        for i, ps in enumerate(live):
+            groups.setdefault((int(model.sym_class[i]), tuple(int(model.pair_type[p]) for p in ps)), []).append(i)
+        meaning: list[tuple[list[int], int, int]] = []  # variable -> (its group's jobs, type, count)
+        per_type: list[dict[int, int]] = [{} for _ in model.types]
+        const = 0.0
+        for jobs in groups.values():
+            i, k = jobs[0], len(jobs)
+            z = 0.0 if self.eq[i] else float(self.z[i])  # suspending: the job's constant, none of its variables
+            const += z * k
+            one = {}
+            for p in live[i]:
+                y, g = self.positive[p]
+                t = int(model.pair_type[p])
+                for count, gain in zip(y.tolist(), g.tolist()):
+                    v = form.var(f"n_{i}_{t}_{count}", 0, k)
+                    form.objective[v] = float(gain) - z
+                    meaning.append((jobs, t, int(count)))
+                    one[v] = 1
+                    per_type[t][v] = int(count)
+            if one:
+                form.row(one, lo=k if self.eq[i] else None, hi=k)
+            elif self.eq[i]:
+                return False
+        for t, coefs in enumerate(per_type):
+            if coefs:
+                form.row(coefs, hi=int(model.cap[t]))
+        result, values = milp._call_highs(form, SolverOptions(deadline=self.deadline, threads=1))
+        self.ip_runs += 1
+        if result["termination"] == "infeasible":  # no plan in what is left: the best plan is optimal
+            return self.best is not None
+        if result["termination"] != "optimal" or values is None:
+            return False
+        chosen = [ps[0] if ps else model.pairs_of[i][0] for i, ps in enumerate(live)]
+        given: dict[int, int] = {}  # jobs of each group handed a type so far
+        for v, x in enumerate(values):
+            jobs, t, _ = meaning[v]
+            for _ in range(int(round(x))):
+                at = given.get(jobs[0], 0)
+                if at < len(jobs):
+                    i = jobs[at]
+                    chosen[i] = next(p for p in live[i] if int(model.pair_type[p]) == t)
+                    given[jobs[0]] = at + 1
+        self._try(chosen)
+        return const + float(result["bound"]) <= self._lb() + self.tol
+
+    def _probe(self, live: list[list[int]], pi: np.ndarray) -> list[list[int]] | None:
+        """Rule 7: each undecided job's types, each tried alone under the node's multipliers ``pi``; a type
+        whose bound (:meth:`_dual` with the job on it) cannot beat the best plan is dropped. Returns the
+        types left (the order of rule 6 imposed again), or None when the node cannot beat the best plan."""
+        changed = False
+        self.probed = {}  # (job, pair) -> the bound with the job on that pair's type
+        for i in range(self.model.m):
+            if len(live[i]) < 2:
+                continue
+            keep = []
+            for p in live[i]:
+                if self._expired():
+                    return live
+                trial = list(live)
+                trial[i] = [p]
+                prepared = self._prepare_dual(trial)
+                got = None if prepared is None else self._dual(prepared, pi)
+                self.lagrange_steps += 1
+                if got is not None and got[0] > self._lb() + self.tol:
+                    keep.append(p)
+                    self.probed[i, p] = got[0]
+            if len(keep) < len(live[i]):
+                changed = True
+                if not keep and self.eq[i]:
+                    return None
+                live[i] = keep
+        return self._ordered(live) if changed else live
 
     def _ordered(self, live: list[list[int]]) -> list[list[int]]:
         """The allowed pairs per job with the order of interchangeable jobs imposed (rule 6): a job
@@ -488,7 +600,7 @@ def solve_types(problem: Problem, deadline: float | None = None) -> tuple[dict[s
     for j, y, p in zip(problem.jobs, counts, chosen):
         types[j.id] = model.types[int(model.pair_type[p])] if y > 0 else j.gpu_type
     bound = max(value, search.open_bound)
-    stats = {"nodes": search.nodes, "lagrange_steps": search.lagrange_steps, "types": len(model.types),
+    stats = {"nodes": search.nodes, "lagrange_steps": search.lagrange_steps, "ip_runs": search.ip_runs, "types": len(model.types),
              "pairs": int(len(model.pair_job)), "envelope_points": int(len(model.hy))}
     return ({j.id: int(y) for j, y in zip(problem.jobs, counts)}, types, value, bound,
             search.timed_out or bound > value + search.tol, stats)

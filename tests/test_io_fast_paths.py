@@ -1,0 +1,165 @@
+"""The reader's and writer's fast paths give exactly what the plain ones give.
+
+Reading: the path for large texts (io.parse_json without the per-object hook, duplicate keys found
+by counting members against the colons of the text) gives the hooked parse's value, and on bad
+input its error. Writing: io.dumps gives json.dumps(indent=2, sort_keys=True) byte for byte."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT
+from unicron_plan import io
+from unicron_plan.errors import InvalidInstanceError
+
+KEYS = st.text(alphabet=st.sampled_from('ab:{}[]"\\,\u00e9 '), max_size=4)
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20),
+                    st.floats(allow_nan=False, allow_infinity=False), KEYS)
+VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=12),
+                                                       st.dictionaries(KEYS, inner, max_size=12)),
+                      max_leaves=40)
+
+
+def _hooked(text: str):
+    """The reader's result on the small-text path: (value, None) or (None, error message)."""
+    try:
+        return io.parse_json(text), None
+    except InvalidInstanceError as exc:
+        return None, str(exc)
+
+
+def _large(text: str):
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(io, "LARGE_TEXT_BYTES", 0)  # every text takes the large-text path
+        return _hooked(text)
+
+
+def _with_duplicate(text: str) -> str:
+    """``text`` with the first member of its first non-empty object written twice (values 1, 2)."""
+    value = json.loads(text)
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict) and v:
+            key = next(iter(v))
+            del v[key]
+            v["\u2603"] = None  # a stand-in, replaced in the text by the two members
+            return json.dumps(value).replace('"\\u2603": null', f"{json.dumps(key)}: 1, {json.dumps(key)}: 2")
+        stack.extend(v.values() if isinstance(v, dict) else v if isinstance(v, list) else [])
+    return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=VALUES, indent=st.sampled_from([None, 1]), ensure_ascii=st.booleans())
+def test_large_path_gives_the_hooked_value(value, indent, ensure_ascii):
+    text = json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
+    small = _hooked(text)
+    assert small == (value, None)
+    assert _large(text) == small
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.dictionaries(KEYS, VALUES, min_size=1, max_size=6))
+def test_large_path_refuses_a_duplicate_key_as_the_hooked_parse(value):
+    text = _with_duplicate(json.dumps(value))
+    small = _hooked(text)
+    assert small[0] is None and "duplicate key" in small[1]
+    assert _large(text) == small
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": NaN}', '{"a": [1, 2], "b": -Infinity}', '{"a": ' + "9" * 200 + "}", '{"a": 1,}', '{"a": "\\"}',
+    '{"a": {"b": 1, "b": 2}, "c": NaN}', '[' * 70 + ']' * 70, '{"a": "x:y", "a": 1}', '{"x\\":": 1, "x\\":": 2}',
+])
+def test_large_path_errors_are_the_hooked_ones(text):
+    small = _hooked(text)
+    assert small[0] is None
+    assert _large(text) == small
+
+
+def test_a_large_table_with_a_repeated_count_is_refused():
+    """A real large text (over LARGE_TEXT_BYTES): a throughput table whose key appears twice."""
+    table = ", ".join(f'"{c}": {150.0 * c}' for c in range(1, 60_000))
+    text = '{"jobs": [{"tflops": {' + table + ', "17": 1.0}}]}'
+    assert len(text) >= io.LARGE_TEXT_BYTES
+    with pytest.raises(InvalidInstanceError, match="duplicate key '17'"):
+        io.parse_json(text, "big.json")
+    fine = '{"jobs": [{"tflops": {' + table + '}}]}'
+    assert len(io.parse_json(fine)["jobs"][0]["tflops"]) == 59_999
+
+
+def test_members_counts_every_object_member():
+    assert io._members({"a": [{"b": 1, "c": {}}] * 20, "d": list(range(20))}) == 2 + 20 * 2
+
+
+def test_a_colon_inside_a_string_takes_the_hooked_parse(monkeypatch):
+    """Colons inside strings make the counts differ: the hooked parse decides (same value)."""
+    calls = []
+    real = io._loads
+    monkeypatch.setattr(io, "_loads", lambda text, hook: calls.append(hook) or real(text, hook))
+    monkeypatch.setattr(io, "LARGE_TEXT_BYTES", 0)
+    assert io.parse_json('{"a:b": [1, "c:d"]}') == {"a:b": [1, "c:d"]}
+    assert calls == [False, True]
+    calls.clear()
+    assert io.parse_json('{"a": [1, "c"]}') == {"a": [1, "c"]}
+    assert calls == [False]
+
+
+def _reference(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+FLAT = st.dictionaries(KEYS, SCALARS, min_size=1, max_size=4)
+PLAN_LIKE = st.recursive(
+    SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=6), st.dictionaries(KEYS, inner, max_size=6),
+                                     st.lists(FLAT, max_size=6), st.tuples(inner, inner),
+                                     st.dictionaries(st.integers(0, 3), inner, max_size=2)),
+    max_leaves=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=PLAN_LIKE)
+def test_dumps_is_json_dumps_indented(value):
+    assert io.dumps(value) == _reference(value)
+
+
+def test_dumps_of_a_plan_is_json_dumps_indented(monkeypatch):
+    from unicron_plan import api
+
+    plan = api.solve(ROOT / "instances" / "jagged-16384-128jobs.json")
+    data = plan.model_dump(mode="json", exclude_none=True)
+    written = []  # placements written by the C encoder (the fast path is taken, not only correct)
+    real = io._flat_objects
+    monkeypatch.setattr(io, "_flat_objects", lambda items, indent: written.append(real(items, indent)) or written[-1])
+    assert io.dumps(plan) == _reference(data)
+    placed = sum(len(j["placement"]) for j in data["jobs"] if len(j["placement"]) >= 2)
+    assert placed > 1000 and sum(text.count("{") for text in written if text) == placed
+
+
+@pytest.mark.parametrize("value", [float("nan"), [{"a": 1, "b": float("inf")}, {"c": 2}], {"a": -float("inf")},
+                                   [1.0, float("nan")]])
+def test_dumps_refuses_what_json_dumps_refuses(value):
+    with pytest.raises(ValueError, match="Out of range float"):
+        _reference(value)
+    with pytest.raises(ValueError, match="Out of range float"):
+        io.dumps(value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(table=st.dictionaries(
+    st.integers(1, 25).flatmap(lambda n: st.integers(10 ** (n - 1), 10 ** n - 1)).map(str),
+    st.floats(0, 1e12), min_size=1, max_size=12))
+def test_table_arrays_leave_out_the_counts_the_table_leaves_out(table):
+    """Keys of more than MAX_COUNT_DIGITS digits (even beyond int64) are left out of the arrays (they
+    can never be chosen); the rest ascending."""
+    from unicron_plan.schema.instance import MAX_COUNT_DIGITS, Throughput
+
+    tp = Throughput.model_validate({"gpu_type": "H100", "tflops": table})
+    counts, tflops = tp.table_arrays()
+    expected = sorted((int(k), v) for k, v in table.items() if len(k) <= MAX_COUNT_DIGITS)
+    assert counts.tolist() == [c for c, _ in expected]
+    assert tflops.tolist() == [v for _, v in expected]

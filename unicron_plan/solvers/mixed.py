@@ -270,6 +270,9 @@ class _Model:
         return float(gs[int(np.searchsorted(ys, y))])
 
 
+_EXPIRED = object()  # what a dual step returns once the deadline has passed
+
+
 class _Search:
     """The branch and bound of the module docstring over allowed (job, type) pairs."""
 
@@ -395,6 +398,13 @@ class _Search:
                 self.pool[(t, tuple(rows))] = math.fsum(gains)
         return total, use, took
 
+    def _counted_dual(self, prepared, pi):
+        """One step of a dual method: :meth:`_dual` at ``pi``, counted; ``_EXPIRED`` once the deadline passed."""
+        if self._expired():
+            return _EXPIRED
+        self.lagrange_steps += 1
+        return self._dual(prepared, pi)
+
     def _lagrange(self, allowed, live, pi, ub, steps):
         """Subgradient steps on the multipliers of :meth:`_dual`; (best bound, its multipliers,
         the last use counts); each solution, repaired to one type per job, is tried as a plan."""
@@ -405,10 +415,9 @@ class _Search:
         if prepared is None:
             return -math.inf, pi, None
         for step in range(steps):
-            if self._expired():
+            got = self._counted_dual(prepared, pi)
+            if got is _EXPIRED:
                 break
-            got = self._dual(prepared, pi)
-            self.lagrange_steps += 1
             if got is None:
                 return -math.inf, pi, None
             value, use, took = got
@@ -523,10 +532,9 @@ class _Search:
         pi_eval = pi.copy()
         box(center)
         for step in range(steps):
-            if self._expired():
+            got = self._counted_dual(prepared, pi_eval)
+            if got is _EXPIRED:
                 break
-            got = self._dual(prepared, pi_eval)
-            self.lagrange_steps += 1
             if got is None:
                 return -math.inf, pi, None
             value, _, took = got

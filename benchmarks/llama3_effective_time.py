@@ -10,7 +10,8 @@ days) with ONE job over all of it, for 54 days. Its table is ASSUMPTION: 123.16 
 64 GPUs from 8,192 to 16,384, and its D_trans the 175B job's derived 61.8 s. A policy's effective
 training time is its weighted TFLOP over its own healthy rate x the duration, i.e. 1 - its
 downtime hours / duration (what Llama 3's figure measures: the share of time spent training).
-``--quick``: 3 seeds.
+``unicron-sev1`` is unicron with the planner's node MTBF that of the failures that re-plan (node
+MTBF / SEV1 share, docs/model.md "Planning horizon"). ``--quick``: 3 seeds.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ sys.path.insert(0, str(ROOT))
 
 from unicron_plan.io import dumps, read_json, write_atomic  # noqa: E402
 
-POLICIES = ["unicron", "megatron", "megatron+spares", "oobleck", "varuna", "bamboo", "greedy"]
+POLICIES = ["unicron", "unicron-sev1", "megatron", "megatron+spares", "oobleck", "varuna", "bamboo", "greedy"]
 DAYS = 54
 PER_GPU_TFLOPS = 118231.579 / 960  # the 175B job's rate per GPU at 960 GPUs (scenario table)
 SPARE_NODES = 16  # megatron+spares: hot spares, 128 GPUs (0.8% of the cluster)
 
 
-def scenario(spares: int = 0) -> dict:
+def scenario(spares: int = 0, sev1_rate: bool = False) -> dict:
     data = read_json(ROOT / "scenarios" / "gpt3-mix-16384-a800.json")
     nodes = [n["id"] for n in data["cluster"]["nodes"]]
     data["name"] = "llama3-scale-one-job-16384"
@@ -44,6 +45,10 @@ def scenario(spares: int = 0) -> dict:
         "current": {"gpus": 8 * len(nodes), "nodes": nodes}}]
     if spares:
         data["policy_models"] = {"megatron": {"spare_nodes": spares}}
+    if sev1_rate:  # the planner's node MTBF: that of the failures that re-plan (SEV1), docs/model.md
+        f = data["failures"]
+        data["cost"] = {**data.get("cost", {}),
+                        "node_mtbf_hours": f["node_mtbf_hours"] / f["severity_mix"]["sev1"]}
     return data
 
 
@@ -57,10 +62,12 @@ def main() -> None:
 
     seeds = range(3 if args.quick else args.seeds)
     plain, spared = load_scenario(scenario()), load_scenario(scenario(SPARE_NODES))
+    sev1 = load_scenario(scenario(sev1_rate=True))
     rows: dict[str, list] = {p: [] for p in POLICIES}
     failures = []
     for seed in seeds:
-        out = simulate(plain, [p for p in POLICIES if p != "megatron+spares"], seed)["policies"]
+        out = simulate(plain, [p for p in POLICIES if p not in ("megatron+spares", "unicron-sev1")], seed)["policies"]
+        out["unicron-sev1"] = simulate(sev1, ["unicron"], seed)["policies"]["unicron"]
         out["megatron+spares"] = simulate(spared, ["megatron"], seed)["policies"]["megatron"]
         failures.append(out["unicron"]["failures"])
         for p in POLICIES:
@@ -86,14 +93,18 @@ def main() -> None:
         print(f"| {p} | {100 * s['effective_mean']:.2f}% [{100 * s['effective_min']:.2f}, "
               f"{100 * s['effective_max']:.2f}] | {s['detection_h']:.2f} | {s['transition_h']:.2f} | "
               f"{s['sub_healthy_h']:.2f} |")
-    ratios = [u["weighted_tflop"] / g["weighted_tflop"] for u, g in zip(rows["unicron"], rows["greedy"])]
-    wins = sum(r >= 1 - 1e-12 for r in ratios)
-    print(f"unicron / greedy per seed: mean {np.mean(ratios):.6f}, min {min(ratios):.6f}, "
-          f"wins {wins}/{len(ratios)}")
+    versus = {}
+    for u in ("unicron", "unicron-sev1"):
+        ratios = [a["weighted_tflop"] / g["weighted_tflop"] for a, g in zip(rows[u], rows["greedy"])]
+        versus[u] = ratios
+        wins = sum(r >= 1 - 1e-12 for r in ratios)
+        print(f"{u} / greedy per seed: mean {np.mean(ratios):.6f}, min {min(ratios):.6f}, "
+              f"wins {wins}/{len(ratios)}")
     if args.out:
         write_atomic(args.out, dumps({"seeds": list(seeds), "failures_mean": float(np.mean(failures)),
                                      "spare_nodes": SPARE_NODES, "policies": summary,
-                                     "per_seed": rows, "unicron_over_greedy": ratios}) + "\n")
+                                     "per_seed": rows, "unicron_over_greedy": versus["unicron"],
+                                     "unicron_sev1_over_greedy": versus["unicron-sev1"]}) + "\n")
 
 
 if __name__ == "__main__":

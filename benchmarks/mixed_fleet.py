@@ -36,7 +36,7 @@ from pathlib import Path
 
 QUICK = {"sizes": "16384x128", "kinds": "jagged,linear-step,dense,near-linear,queued-linear-step",
          "seeds": 2, "ip_limit": 10.0, "ip_sizes": "16384x128", "ip_seeds": 1,
-         "big": "131072x1024:linear-step:1,131072x1024:jagged:0", "single": 5}
+         "big": "131072x1024:near-linear:0,131072x1024:linear-step:1,131072x1024:jagged:0", "single": 5}
 
 
 def _timed(fn):
@@ -103,7 +103,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="16,384 GPUs x 5 kinds x 2 seeds (HiGHS and CP-SAT on "
-                    "seed 0, 10 s limit), two 131,072-GPU instances, the single-type check: about 3 minutes")
+                    "seed 0, 10 s limit), three 131,072-GPU instances, the single-type check: about 3 minutes")
     ap.add_argument("--sizes", default="16384x128,131072x1024")
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--seeds", type=int, default=3)

@@ -154,7 +154,8 @@ def test_contingency_plans_equal_the_solve_of_each_failure(horizon):
 
 
 def test_only_unicron_reads_the_horizon():
-    # scenarios/sweeps/horizon.py runs the other policies once per seed for every horizon
+    # scenarios/sweeps/horizon.py runs the other policies once per seed for every horizon label
+    # (cost.horizon, and the planner's node MTBF of the "-sev1" labels)
     import copy
 
     from simfixtures import stressed_128
@@ -163,9 +164,51 @@ def test_only_unicron_reads_the_horizon():
     base = stressed_128(mtbf=300.0, hours=120.0)
     others = ["megatron", "oobleck", "varuna", "bamboo", "greedy", "equal-share"]
     runs = []
-    for h in ("cluster", "job", "event"):
+    for h, mtbf in (("cluster", None), ("job", None), ("event", None), ("event", 300.0 / 0.3664)):
         sc = copy.deepcopy(base)
         sc.setdefault("cost", {})["horizon"] = h
+        if mtbf is not None:
+            sc["cost"]["node_mtbf_hours"] = mtbf
         runs.append(run_task(sc, others + ["unicron"], 3))
     assert all({p: r[p] for p in others} == {p: runs[0][p] for p in others} for r in runs)
     assert len({r["unicron"] for r in runs}) > 1  # the horizon does move unicron here
+
+
+def _sweep_tool():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "sweeps" / "horizon.py"
+    spec = importlib.util.spec_from_file_location("horizon_sweep_tool", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sweep_tool_sev1_label_gives_the_planner_the_sev1_failures_mtbf():
+    tool = _sweep_tool()
+    data = {"failures": {"node_mtbf_hours": 1000.0, "severity_mix": {"sev1": 0.25, "sev2": 0.5, "sev3": 0.25}}}
+    assert tool.horizon_patch(data, "event") == {"cost.horizon": "event"}
+    assert tool.horizon_patch(data, "event-sev1") == {"cost.horizon": "event", "cost.node_mtbf_hours": 4000.0}
+
+
+def test_sweep_tool_report_puts_the_default_beside_the_papers_horizon(tmp_path, capsys):
+    import json
+    import types
+
+    tool = _sweep_tool()
+    policies = ["unicron", "megatron", "oobleck", "varuna", "bamboo", "greedy", "equal-share"]
+    lines = []
+    for seed, (event, cluster) in enumerate([(1.01, 0.99), (1.02, 1.0), (1.0, 0.98)]):
+        base = {p: 1.0 for p in policies}
+        for h, u in (("event", event), ("cluster", cluster)):
+            lines.append({"gpus": 128, "node_mtbf_hours": 1000.0, "horizon": h, "replication": seed, "seed": seed,
+                          "weighted_tflop": {**base, "unicron": u}})
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    tool.report(types.SimpleNamespace(files=[str(path)], plot=None))
+    out = capsys.readouterr().out
+    row = next(r for r in out.splitlines() if r.startswith("| 128 | 1000 | 3 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3].startswith("1.01000 [") and cells[3].endswith("3/3")  # event / greedy: mean, all won
+    assert cells[5].startswith("0.99000 [") and cells[5].endswith("1/3")  # cluster / greedy: won on 1 of 3

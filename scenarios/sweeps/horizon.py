@@ -2,6 +2,7 @@
 
     python scenarios/sweeps/horizon.py run OUT.jsonl [--gpus 128,1024] [--rate 6332.5] [--horizon event,job]
                                                      [--seeds 20] [--workers 2] [--start R]
+                                                     [--reuse FILE ...] [--known-only]
     python scenarios/sweeps/horizon.py report FILE.jsonl [FILE.jsonl ...] [--plot docs/simulation-horizon.png]
     python scenarios/sweeps/horizon.py lifetimes --gpus 16384 --rate 6332.5 --horizon job [--seeds 5]
 
@@ -11,11 +12,15 @@ can be stopped and resumed (finished runs are skipped). The horizons of one size
 their seeds (a paired comparison): those ``unicron-plan sweep`` gives the grid point with the
 grid's first horizon (``unicron_plan.simulate.sweep.seeds_of``). Only ``unicron`` depends on the
 horizon (the other policies never read it: greedy and equal-share ignore the objective), so each
-seed runs the other six policies once and ``unicron`` once per horizon.
+seed runs the other six policies once and ``unicron`` once per horizon; with ``--reuse`` (and for
+seeds the output file already holds under another horizon) their values are taken from those runs
+and only ``unicron`` runs. A horizon label ``H-sev1`` runs ``cost.horizon: H`` with the planner's
+node MTBF that of the failures that re-plan (node MTBF / SEV1 share; docs/model.md).
 ``report`` reads any number of such files (lines of the older format, which named only the
 point's index in the grid of ``LEGACY_GRID``, are read through that grid) and prints, per size,
-rate and horizon, unicron / each policy: mean, 95% interval, wins out of seeds; then, on the
-seeds the horizons share, each horizon's unicron against the others'.
+rate and horizon, unicron / each policy: mean, 95% interval, wins out of seeds; then, per size and
+rate, the default horizon's unicron against greedy and its closest baseline with the paper's cluster
+horizon beside it; then, on the seeds the horizons share, each horizon's unicron against the others'.
 ``lifetimes`` replays the first seeds of one size and rate with unicron alone and reports how long
 an allocation the planner gave a job lasted (until the job's next change, or the end of the run),
 by the event of the re-plan that gave it and whether that event hit the job.
@@ -70,13 +75,33 @@ def read_runs(paths) -> dict[tuple, dict[int, dict]]:
     return runs
 
 
-def _task(data: dict, horizons: list[str], policies: list[str], seed: int) -> dict[str, dict]:
-    """One seed: the policies other than unicron once, unicron under each horizon."""
+#: A horizon label's suffix that gives the planner the node MTBF of the failures that re-plan (SEV1):
+#: ``event-sev1`` is ``cost.horizon: "event"`` with ``cost.node_mtbf_hours`` = node MTBF / SEV1 share.
+SEV1_SUFFIX = "-sev1"
+
+
+def horizon_patch(data: dict, label: str) -> dict:
+    """The scenario fields a horizon label sets: ``cost.horizon``, and for a ``-sev1`` label the planner's
+    node MTBF, that of SEV1 failures (docs/model.md, "Planning horizon")."""
+    if not label.endswith(SEV1_SUFFIX):
+        return {"cost.horizon": label}
+    f = data["failures"]
+    return {"cost.horizon": label[: -len(SEV1_SUFFIX)],
+            "cost.node_mtbf_hours": float(f["node_mtbf_hours"]) / float(f["severity_mix"]["sev1"])}
+
+
+def _task(data: dict, horizons: list[str], policies: list[str], seed: int,
+          known: dict | None = None) -> dict[str, dict]:
+    """One seed: the policies other than unicron once (or their ``known`` values, which no horizon
+    changes), unicron under each horizon."""
     others = [p for p in policies if p != "unicron"]
-    shared = sw.run_task(sw.patched(data, {"cost.horizon": horizons[0]}), others, seed) if others else {}
+    if known is not None and all(p in known for p in others):
+        shared = {p: known[p] for p in others}
+    else:
+        shared = sw.run_task(sw.patched(data, horizon_patch(data, horizons[0])), others, seed) if others else {}
     out = {}
     for h in horizons:
-        u = sw.run_task(sw.patched(data, {"cost.horizon": h}), ["unicron"], seed)
+        u = sw.run_task(sw.patched(data, horizon_patch(data, h)), ["unicron"], seed)
         out[h] = {p: (u["unicron"] if p == "unicron" else shared[p]) for p in policies}
     return out
 
@@ -85,6 +110,10 @@ def run(args) -> None:
     spec, base, points = _points()
     out = Path(args.out)
     done = set()
+    known: dict[tuple, dict] = {}  # (GPUs, rate, seed) -> every policy's values of a finished run
+    for key, seeds in read_runs([out] * out.exists() + list(args.reuse)).items():
+        for s, values in seeds.items():
+            known[(key[0], key[1], s)] = values
     if out.exists():
         for key, seeds in read_runs([out]).items():
             done.update((*key, s) for s in seeds)
@@ -103,13 +132,15 @@ def run(args) -> None:
                           {k: v for k, v in point.items() if k not in ("scenario", "cost.horizon")})
         for r, seed in enumerate(sw.seeds_of(spec.seed, p, min(args.seeds, spec.replications.max))):
             todo = [h for h in horizons if (g, rate, h, seed) not in done]
+            if args.known_only and (g, rate, seed) not in known:
+                continue
             if todo and r >= args.start:
                 tasks.append((r, g, rate, data, seed, todo))
     tasks.sort(key=lambda t: (t[0], t[1]))  # every point gets its first seeds before any gets its last
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(max_workers=args.workers) as pool, out.open("a") as f:
-        futures = {pool.submit(_task, data, todo, spec.policies, seed): (r, g, rate, seed)
+        futures = {pool.submit(_task, data, todo, spec.policies, seed, known.get((g, rate, seed))): (r, g, rate, seed)
                    for r, g, rate, data, seed, todo in tasks}
         for fut in as_completed(futures):  # written as each finishes: a stopped run keeps them
             r, g, rate, seed = futures[fut]
@@ -139,6 +170,23 @@ def report(args) -> None:
     for r in rows:
         cells = [_cell(r["ratios"][n]) for n in others]
         print(f"| {r['gpus']:,} | {r['node_mtbf_hours']:g} | {r['horizon']} | {r['seeds']} | " + " | ".join(cells) + " |")
+    # the simulator's default horizon against greedy and its closest baseline, the paper's beside it
+    from unicron_plan.simulate.policies import DEFAULT_HORIZON
+
+    by = {(r["gpus"], r["node_mtbf_hours"], r["horizon"]): r for r in rows}
+    sizes = sorted({(r["gpus"], r["node_mtbf_hours"]) for r in rows}, key=lambda k: (k[0], -k[1]))
+    baselines = [n for n in others if n != "greedy"]
+    print(f"\n| GPUs | node MTBF h | seeds | unicron ({DEFAULT_HORIZON}) / greedy | "
+          f"unicron ({DEFAULT_HORIZON}) / closest baseline | unicron (cluster, the paper's) / greedy |")
+    print("|---|---|---|---|---|---|")
+    for g, rate in sizes:
+        d, c = by.get((g, rate, DEFAULT_HORIZON)), by.get((g, rate, "cluster"))
+        if d is None:
+            continue
+        near = min(baselines, key=lambda n: d["ratios"][n]["mean"])
+        paper = f"{_cell(c['ratios']['greedy'])}" if c else "not run"
+        print(f"| {g:,} | {rate:g} | {d['seeds']} | {_cell(d['ratios']['greedy'])} | "
+              f"{near}: {_cell(d['ratios'][near])} | {paper} |")
     # the horizons against each other, on the seeds they share
     pairs = []
     for (g, rate, h), seeds in runs.items():
@@ -154,7 +202,8 @@ def report(args) -> None:
         for g, rate, h2, h, s in sorted(pairs, key=lambda p: (p[0], -p[1], order.get(p[2], 99), order.get(p[3], 99))):
             print(f"| {g:,} | {rate:g} | {h2} | {h} | {_cell(s)} |")
     if args.plot:
-        plot(rows, args.plot, [h for h in sorted(order, key=order.get)])
+        labels = sorted({r["horizon"] for r in rows}, key=lambda h: (order.get(h, 99), h))
+        plot(rows, args.plot, labels)
 
 
 def plot(rows, path, horizons) -> None:
@@ -250,6 +299,10 @@ def main() -> None:
     r.add_argument("--seeds", type=int, default=20)
     r.add_argument("--workers", type=int, default=1)
     r.add_argument("--start", type=int, default=0, help="first replication to run (a second process can take later ones)")
+    r.add_argument("--reuse", nargs="*", default=[],
+                   help="result files whose runs of the same seed give the policies other than unicron")
+    r.add_argument("--known-only", action="store_true",
+                   help="run only the seeds whose other policies' values are known (a paired ablation)")
     p = sub.add_parser("report")
     p.add_argument("files", nargs="+")
     p.add_argument("--plot", default=None)

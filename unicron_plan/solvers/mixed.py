@@ -14,20 +14,31 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
    can use type t in a plan worth >= LB only if UB - (m_i - r_it) >= LB, with r_it the best
    reduced gain of a count > 0 on t. Types that fail are removed.
 4. A tighter bound at each node: relax "one type per job" with multipliers pi_i and solve every
-   type exactly with the DP (:meth:`_Search._dual`); subgradient steps on pi, their step doubled
-   after 3 improving steps and halved after 3 stalls; each relaxed plan, repaired, is tried.
+   type exactly with the DP (:meth:`_Search._dual`). At the root, subgradient steps on pi first
+   (their step doubled after 3 improving steps, halved after 3 stalls; each relaxed plan,
+   repaired, is tried). Then, at every node (a child from its parent's pi), column generation
+   (:meth:`_Search._colgen`): a master LP over every type plan the DPs returned so far (one row
+   per undecided job, one per type), its duals kept in a box around the best pi that shrinks
+   while the bound stalls, gives the next pi. The master's solution, each job on the type of its
+   largest share and every type re-solved by the DP, is tried as a plan at every step; at the
+   end the master without its box, so rounded, is improved by moving the jobs it splits between
+   types (:meth:`_Search._improve`).
 5. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
-   branch and bound on the type of an undecided job (best bound first); each node repeats 1-4
-   on its restricted types. ``optimal`` only when the best plan meets the largest open bound.
+   branch and bound on the type of the undecided job the master splits most over types (ties:
+   whose two best types are closest), best bound first; each node repeats 1-4 on its restricted
+   types. ``optimal`` only when the best plan meets the largest open bound.
 6. Symmetry. Jobs with the same options on the same types (and the same constraints) are
    interchangeable: permuting their (type, count) among them keeps a plan's value and every
    type's load. So some optimum has, among each such group in job order, the jobs that run
    first, on non-decreasing type indices, and the suspended ones last. Each node keeps only the
    types that order allows, and branching takes a group's first undecided job: a group of k
    jobs on two types is searched as its k + 1 splits, not 2^k assignments.
-7. Probing. After the subgradient steps, each undecided job's types are tried one at a time with
+7. Probing (at the root, when some jobs are interchangeable and rule 8 will run). After the
+   steps of 4, each undecided job's types are tried one at a time with
    the node's multipliers (the bound of 4 with the job on that type); a type whose bound cannot
    beat the best plan is dropped before branching.
+8. The root's integer program (the same condition, at most IP_VARIABLES choices left): the types
+   and counts left go to HiGHS, interchangeable jobs merged into counts (:meth:`_Search._exact_ip`).
 
 Under a deadline the best plan found comes back ``feasible`` with the largest open bound.
 """
@@ -48,8 +59,23 @@ REL_TOL = 1e-9
 MAX_NODES = 100_000  # branch-and-bound nodes before the search stops with a bound and a gap
 MU_STEPS = 120  # cutting-plane steps for the capacity multipliers (at most)
 MU_TOL = 1e-7  # ... stopped when UB is within this fraction of its minimum
-LAGRANGE_STEPS = 40  # subgradient steps per node on the one-type-per-job multipliers
+LAGRANGE_STEPS = 40  # subgradient steps at the root on the one-type-per-job multipliers
+CHILD_STEPS = 0  # ... at a node other than the root
+COLGEN_STEPS = 40  # column-generation steps per node after them
+BOX = 0.01  # half-width of the multipliers' box, a fraction of their mean at the node's start
+SHRINK = 0.7  # the box's factor after a step that does not lower the bound
+IMPROVE_JOBS = 32  # local search moves the jobs the master splits most, at most this many
+FLOOR_GAP = 1e-3  # column generation stops when the bound can fall by less than this part of the gap
 IP_VARIABLES = 50_000  # rule 8: the root's remaining choices go to HiGHS up to this many (0: never)
+
+
+def _lp(deadline: float | None):
+    """A silent one-thread HiGHS object for the LPs here, made as the IP backends make theirs: the
+    process-wide scheduler set for one thread, after any HiGHS run abandoned at a deadline ends."""
+    from unicron_plan.solvers import milp
+
+    milp._wait_for_abandoned(SolverOptions(deadline=deadline))
+    return milp._highs(1)
 
 
 def available() -> bool:
@@ -160,8 +186,6 @@ class _Model:
         """The mu >= 0 that minimises UB(mu), the LP dual of the capacities over the allowed envelopes:
         UB is convex and piecewise linear in T variables, minimised by Kelley's cutting planes (a
         master LP of T + 1 variables per step, HiGHS) until UB is within MU_TOL of the master's lower bound."""
-        from unicron_plan.solvers.milp import _silence_highs_banner
-
         import highspy
 
         T = len(self.types)
@@ -176,15 +200,12 @@ class _Model:
         top = np.zeros(T)  # above the steepest envelope slope a type's demand is 0: UB only grows
         np.maximum.at(top, self.htype[sel], np.maximum(slope, 0.0))
         top = top + 1.0
-        _silence_highs_banner()
         mu = np.zeros(T)
         best_mu, best = mu, math.inf
         cols = np.arange(T + 1, dtype=np.int32)
         unit = None  # values in units of UB(0), multipliers in units of their box: coefficients near 1
         # master: min theta s.t. theta >= value_k + sub_k (mu - mu_k), 0 <= mu <= top (scaled), one row per step
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
+        h = _lp(None)
         inf = highspy.kHighsInf
         h.addVars(T + 1, np.r_[np.zeros(T), -inf], np.r_[np.ones(T), inf])
         h.changeColsCost(T + 1, cols, np.r_[np.zeros(T), 1.0])
@@ -205,6 +226,16 @@ class _Model:
             mu = np.clip(sol[:T], 0.0, 1.0) * top
         return best_mu
 
+    def solve_type(self, t: int, jobs: list[int], chosen: list[int], deadline: float | None):
+        """(value, counts, timed out) of type ``t``'s exact DP over ``jobs`` on their pairs ``chosen[i]``,
+        or None when they do not fit."""
+        opts = [self.options[chosen[i]] for i in jobs]
+        if sum(int(y[0]) for y, _ in opts) > self.cap[t]:
+            return None
+        stats: dict = {}
+        part, v = dp.solve_options(opts, int(self.cap[t]), stats, deadline=deadline)
+        return v, part, bool(stats.get("timed_out"))
+
     def solve_assignment(self, chosen: list[int], deadline: float | None):
         """Each job on the type of its pair ``chosen[i]``: every type's exact DP.
         Returns (counts per job, value, bound, timed out) or None when the jobs do not fit."""
@@ -214,6 +245,7 @@ class _Model:
         counts = [0] * self.m
         value = bound = 0.0
         timed_out = False
+        columns = []  # each type's plan: (type, jobs with a count > 0, their gains)
         for t, jobs in by_type.items():
             opts = [self.options[chosen[i]] for i in jobs]
             if sum(int(y[0]) for y, _ in opts) > self.cap[t]:
@@ -228,7 +260,17 @@ class _Model:
                 bound += max(float(stats.get("ub", v)), v)
             else:
                 bound += v
-        return counts, value, bound, timed_out
+            rows = tuple(i for i, y in zip(jobs, part) if y > 0)
+            columns.append((t, rows, math.fsum(self.gain(chosen[i], counts[i]) for i in rows)))
+        return counts, value, bound, timed_out, columns
+
+    def gain(self, pair: int, y: int) -> float:
+        """The gain of count ``y`` (one of its Pareto options) on ``pair``."""
+        ys, gs = self.options[pair]
+        return float(gs[int(np.searchsorted(ys, y))])
+
+
+_EXPIRED = object()  # what a dual step returns once the deadline has passed
 
 
 class _Search:
@@ -243,11 +285,15 @@ class _Search:
         self.lagrange_steps = 0
         self.timed_out = False
         self.probed: dict = {}
+        self.master_failed = False  # the last column generation's master LP did not solve
+        self.grouped = bool((model.sym_prev >= 0).any())  # rules 7-8 run only with interchangeable jobs
         self.ip_runs = 0
         self.tol = REL_TOL * model.scale
         # y > 0 options of every pair (Pareto among themselves, so also after a shift of their gains)
         self.positive = [(y[1:], g[1:]) if len(y) and y[0] == 0 else (y, g) for y, g in model.options]
         self.z = np.where(np.isfinite(model.zero), model.zero, 0.0)
+        #: every type plan seen (a DP of :meth:`_dual`, a plan tried): (type, jobs with a count > 0) -> their gains
+        self.pool: dict[tuple[int, tuple[int, ...]], float] = {(t, ()): 0.0 for t in range(len(model.types))}
         self.eq = ~np.isfinite(model.zero)  # may not suspend: "on exactly one type"
 
     def _lb(self) -> float:
@@ -257,7 +303,9 @@ class _Search:
         got = self.model.solve_assignment(chosen, self.deadline)
         if got is None:
             return
-        counts, value, bound, timed_out = got
+        counts, value, bound, timed_out, columns = got
+        for t, rows, v in columns:
+            self.pool[(t, rows)] = v
         if timed_out:
             self.timed_out = True
             self.open_bound = max(self.open_bound, bound)
@@ -329,18 +377,33 @@ class _Search:
                 per_type.setdefault(int(model.pair_type[p]), []).append((jobs[k], p, (ky[a:b], kg[a:b]), True))
         use = np.zeros(model.m)
         took = {}
+        columns = []
         for t, items in per_type.items():
             opts = [it[2] for it in items]
             if sum(int(opt[0][0]) for _, _, opt in fixed.get(t, ())) > model.cap[t]:  # undecided ones start at 0
                 return None
             stats: dict = {}
             counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline)
-            total += max(value, float(stats.get("ub", value))) if stats.get("timed_out") else value
+            exact = not stats.get("timed_out")
+            total += value if exact else max(value, float(stats.get("ub", value)))
+            rows, gains = [], []
             for (i, p, _, undecided), c in zip(items, counts):
-                if c > 0 and undecided:
-                    use[i] += 1
-                    took[i] = p
+                if c > 0:
+                    rows.append(i)
+                    gains.append(model.gain(p, c))
+                    if undecided:
+                        use[i] += 1
+                        took[i] = p
+            if exact:  # the type's plan, a column of the master (:meth:`_colgen`)
+                self.pool[(t, tuple(rows))] = math.fsum(gains)
         return total, use, took
+
+    def _counted_dual(self, prepared, pi):
+        """One step of a dual method: :meth:`_dual` at ``pi``, counted; ``_EXPIRED`` once the deadline passed."""
+        if self._expired():
+            return _EXPIRED
+        self.lagrange_steps += 1
+        return self._dual(prepared, pi)
 
     def _lagrange(self, allowed, live, pi, ub, steps):
         """Subgradient steps on the multipliers of :meth:`_dual`; (best bound, its multipliers,
@@ -352,10 +415,9 @@ class _Search:
         if prepared is None:
             return -math.inf, pi, None
         for step in range(steps):
-            if self._expired():
+            got = self._counted_dual(prepared, pi)
+            if got is _EXPIRED:
                 break
-            got = self._dual(prepared, pi)
-            self.lagrange_steps += 1
             if got is None:
                 return -math.inf, pi, None
             value, use, took = got
@@ -381,6 +443,203 @@ class _Search:
             pi = pi - theta * max(value - self._lb(), self.tol) / norm * s
             pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
         return ub, best_pi, use
+
+    def _colgen(self, allowed, live, pi, ub, steps):
+        """The bound of :meth:`_dual` minimised by column generation. The master LP is over the type
+        plans in the pool (every DP of :meth:`_dual`, every plan tried, at this node or another, when
+        this node allows it): one convexity row per type, one row per undecided job (used on at most
+        one type, exactly one when it may not suspend). Its duals are the next multipliers, kept in a
+        box around the best ones found: a job row may also be over-used at the box's upper end and
+        sold at its lower end (BoxStep); the box follows each lower bound and shrinks after a step
+        without one. Every evaluation is an exact DP per type, so every bound is valid whatever the
+        LP does. Stops when the bound meets the best plan or after ``steps``. Each step repairs the
+        master's solution (each job on the type of its largest share) into a plan and tries it.
+        Returns (best bound, its multipliers, per job its share off its largest type, or None)."""
+        import highspy
+
+        model = self.model
+        prepared = self._prepare_dual(live)
+        if prepared is None:
+            return -math.inf, pi, None
+        fixed, undecided = prepared[0], prepared[-1]
+        if not len(undecided):
+            return ub, pi, None
+        T, nu = len(model.types), len(undecided)
+        row_of = np.full(model.m, -1, dtype=np.int64)
+        row_of[undecided] = np.arange(nu)
+        ok = np.zeros((model.m, T), dtype=bool)
+        for i, ps in enumerate(live):
+            ok[i, model.pair_type[ps]] = True
+        fixed_z = np.zeros(T)
+        fixed_eq = np.zeros(T, dtype=np.int64)
+        for t, items in fixed.items():
+            fixed_z[t] = sum(self.z[i] for i, _, _ in items)
+            fixed_eq[t] = sum(bool(self.eq[i]) for i, _, _ in items)
+        base = float(prepared[1] + self.z[undecided].sum())  # const + sum z: the master's value is on top
+        unit = max(abs(ub - base), 1.0) / nu
+        big = 1e6  # a unit-scaled penalty far above any multiplier of a feasible master
+        h = _lp(self.deadline)
+        eq = self.eq[undecided]
+        inf = highspy.kHighsInf
+        n_rows = nu + T
+        h.addRows(n_rows, np.r_[np.where(eq, 1.0, -inf), np.ones(T)], np.ones(n_rows), 0,
+                  np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0))
+        # a box around the best multipliers (BoxStep): a job row may be over-used at a price of its
+        # upper end and sold at its lower end, so the master's duals stay in the box; a type row
+        # may be left unmet at a prohibitive price
+        for k in range(nu):
+            h.addCol(big, 0.0, inf, 1, np.asarray([k], dtype=np.int32), np.asarray([-1.0]))
+            h.addCol(0.0, 0.0, inf, 1, np.asarray([k], dtype=np.int32), np.asarray([1.0]))
+        for t in range(T):
+            h.addCol(big, 0.0, inf, 1, np.asarray([nu + t], dtype=np.int32), np.asarray([1.0]))
+        n_art = h.getNumCol()
+        over, under = np.arange(0, 2 * nu, 2, dtype=np.int32), np.arange(1, 2 * nu, 2, dtype=np.int32)
+        width = max(float(np.abs(pi[undecided]).mean()), unit) * BOX
+        box_edges: list = [None, None]
+
+        def box(c):
+            hi = c[undecided] + width
+            lo = c[undecided] - width
+            lo = np.where(eq, lo, np.maximum(lo, 0.0))
+            h.changeColsCost(nu, over, hi / unit)
+            h.changeColsCost(nu, under, -lo / unit)
+            box_edges[:] = [hi, lo]
+        cols: list[tuple[int, float, np.ndarray]] = []  # (type, master value, its undecided rows)
+        done = 0
+
+        def add_new() -> list[tuple[int, float, np.ndarray]]:
+            nonlocal done
+            new = []
+            keys = list(self.pool.items())[done:]
+            done += len(keys)
+            for (t, rows), v in keys:
+                r = np.asarray(rows, dtype=np.int64)
+                if not ok[r, t].all():
+                    continue
+                und = row_of[r]
+                fix = r[und < 0]
+                if int(self.eq[fix].sum()) != fixed_eq[t]:  # a job that may not suspend is missing
+                    continue
+                und = und[und >= 0]
+                value = v - float(self.z[undecided[und]].sum()) + fixed_z[t] - float(self.z[fix].sum())
+                idx = np.r_[und, nu + t].astype(np.int32)
+                h.addCol(-value / unit, 0.0, inf, len(idx), idx, np.ones(len(idx)))
+                cols.append((t, value, und))
+                new.append((t, value, und))
+            return new
+
+        center, best_pi, x_off = pi.copy(), pi.copy(), None
+        pi_eval = pi.copy()
+        box(center)
+        for step in range(steps):
+            got = self._counted_dual(prepared, pi_eval)
+            if got is _EXPIRED:
+                break
+            if got is None:
+                return -math.inf, pi, None
+            value, _, took = got
+            if value < ub - self.tol:  # a serious step: the box follows
+                ub, best_pi, center = value, pi_eval.copy(), pi_eval.copy()
+                box(center)
+            elif step:
+                width *= SHRINK
+                box(center)
+            add_new()
+            if ub - self._lb() <= self.tol:
+                break
+            h.run()
+            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+                self.master_failed = True
+                break
+            sol = h.getSolution()
+            lam = np.asarray(sol.col_value)[n_art:]
+            dual = -np.asarray(sol.row_dual) * unit
+            # the master's value is the least the cutting-plane model of the bound takes in the box; when
+            # it meets the bound at the box's centre and no multiplier sits on the box's edge, the centre
+            # minimises the (convex) bound: stop; on the edge, the box grows instead
+            floor = base - h.getInfo().objective_function_value * unit
+            if ub - floor <= max(self.tol, FLOOR_GAP * (ub - self._lb())):
+                hi, lo = box_edges
+                edge = (np.abs(dual[:nu] - hi) <= 1e-9 * unit) | ((np.abs(dual[:nu] - lo) <= 1e-9 * unit) & (lo > 0))
+                if not edge.any():
+                    break
+                width *= 4
+                box(center)
+            share = np.zeros((nu, T))
+            for (t, _, r), v in zip(cols, lam):
+                if v > 1e-9 and len(r):
+                    share[r, t] += v
+            x_off = np.zeros(model.m)
+            x_off[undecided] = share.sum(axis=1) - share.max(axis=1)
+            self._try(self._rounded(live, undecided, share, took))
+            add_new()
+            if ub - self._lb() <= self.tol:
+                break
+            pi_eval = np.zeros(model.m)
+            pi_eval[undecided] = np.where(eq, dual[:nu], np.maximum(dual[:nu], 0.0))
+        if ub - self._lb() > self.tol and cols and not self._expired():
+            # the master without its box: a solution of the relaxation itself, repaired and improved
+            h.changeColsCost(nu, over, np.full(nu, big))
+            h.changeColsCost(nu, under, np.zeros(nu))
+            h.run()
+            if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+                lam = np.asarray(h.getSolution().col_value)[n_art:]
+                share = np.zeros((nu, T))
+                for (t, _, r), v in zip(cols, lam):
+                    if v > 1e-9 and len(r):
+                        share[r, t] += v
+                spread = share.sum(axis=1) - share.max(axis=1)
+                x_off = np.zeros(model.m)
+                x_off[undecided] = spread
+                chosen = self._rounded(live, undecided, share, took)
+                split = np.flatnonzero(spread > 1e-6)
+                split = split[np.argsort(-spread[split], kind="stable")][:IMPROVE_JOBS]
+                self._improve(chosen, live, undecided[split].tolist())
+        return ub, best_pi, x_off
+
+    def _rounded(self, live, undecided, share, took) -> list[int]:
+        """A pair per job: a decided job's own, an undecided one's on the type of its largest share
+        (``share``: per undecided job and type), the type ``took`` names when it has none."""
+        model = self.model
+        chosen = [live[i][0] if live[i] else model.pairs_of[i][0] for i in range(model.m)]
+        for k, i in enumerate(undecided.tolist()):
+            by_type = {int(model.pair_type[p]): p for p in live[i]}
+            top = max(by_type, key=lambda t: share[k, t])
+            chosen[i] = by_type[top] if share[k, top] > 0 else took.get(i, live[i][0])
+        return chosen
+
+    def _improve(self, chosen: list[int], live, candidates: list[int]) -> None:
+        """Local search from the plan ``chosen``: move one of ``candidates`` to another type it may
+        use while that raises the value (the two types re-solved by the DP each time); every plan
+        reached is tried."""
+        model = self.model
+        chosen = list(chosen)
+        per: dict[int, float] = {}
+        for t in range(len(model.types)):
+            got = model.solve_type(t, [i for i, p in enumerate(chosen) if model.pair_type[p] == t], chosen, self.deadline)
+            if got is None:
+                return
+            per[t] = got[0]
+        better = True
+        while better and not self._expired():
+            better = False
+            for i in candidates:
+                a = int(model.pair_type[chosen[i]])
+                for p in live[i]:
+                    b = int(model.pair_type[p])
+                    if b == a or self._expired():
+                        continue
+                    trial = list(chosen)
+                    trial[i] = p
+                    ga = model.solve_type(a, [j for j, q in enumerate(trial) if model.pair_type[q] == a], trial,
+                                          self.deadline)
+                    gb = model.solve_type(b, [j for j, q in enumerate(trial) if model.pair_type[q] == b], trial,
+                                          self.deadline)
+                    if ga is None or gb is None or ga[0] + gb[0] <= per[a] + per[b] + self.tol:
+                        continue
+                    chosen, per[a], per[b], better = trial, ga[0], gb[0], True
+                    a = b
+        self._try(chosen)
 
     def run(self) -> None:
         model = self.model
@@ -419,10 +678,16 @@ class _Search:
                 pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
             else:
                 pi = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
-            ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS)
+            # subgradient steps at the root; a child starts from its parent's multipliers and columns
+            ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS if self.nodes == 1 else CHILD_STEPS)
+            if ub > self._lb() + self.tol:
+                self.master_failed = False
+                ub, pi, use = self._colgen(allowed, live, pi, ub, COLGEN_STEPS)
+                if self.master_failed and ub > self._lb() + self.tol:  # no LP: the subgradient's steps instead
+                    ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS)
             if ub <= self._lb() + self.tol:
                 continue
-            if self.nodes == 1 and 0 < self._choices(live) <= IP_VARIABLES:  # rules 7 and 8, at the root
+            if self.nodes == 1 and self.grouped and 0 < self._choices(live) <= IP_VARIABLES:  # rules 7-8, root
                 live = self._probe(live, pi)
                 if live is None:
                     continue
@@ -438,9 +703,9 @@ class _Search:
                 self.open_bound = max(self.open_bound, ub, *(-h[0] for h in heap))
                 return
 
-            def conflict(i):  # used twice or not at all by the relaxation first, then the closest types
+            def conflict(i):  # the job the relaxation spreads most over types first, then the closest types
                 vals = sorted((r[p] for p in live[i]), reverse=True)
-                off = 0 if use is None else abs(1 - use[i])
+                off = 0 if use is None else use[i]
                 return (-off, vals[0] - vals[1])
             i = min(undecided, key=conflict)
             k = int(model.sym_prev[i])  # of interchangeable jobs, the first undecided one (rule 6)

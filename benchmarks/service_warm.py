@@ -1,30 +1,41 @@
-"""Time to warm, cold latency during the warm-up, and memory of `unicron-plan serve` at 16,384 and 131,072 GPUs.
+"""Time to warm, cold latency during the warm-up, CPU and memory of `unicron-plan serve` at 16,384 and
+131,072 GPUs.
 
     PYTHONPATH=.:tests python benchmarks/service_warm.py [--quick] [--sizes 16384,131072] [--rounds N]
-        [--interval S] [--json OUT]
+        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--json OUT]
 
-For each size and round, two real `serve` processes on free loopback ports, one after the other:
+Per size and round, two real `serve` processes on free loopback ports, one after the other:
 
 - *warm*: the cluster is uploaded (``PUT /v1/cluster``, the 16,384-GPU library instance
   ``instances/jagged-16384-128jobs.json`` without its event, or ``generate_instance(1, gpus=131072,
   jobs=1024, failed_nodes=0)``); from the start of the upload, *time to warm* is when ``/healthz``
-  says ``ready`` and every single-node failure has its stored answer (``precomputed`` done = total);
-- *off*: the same with ``--no-contingency``, for as long as the warm run took (at most its bound).
+  says ``ready`` and every single-node failure has its stored answer (``precomputed`` done = total).
+  With ``--uploads K`` the same cluster is uploaded K times, each upload as soon as the last one is
+  warm (each is a new applied cluster: the warm-up starts over), so that more requests fall within a
+  warm-up;
+- *off*: the same uploads with ``--no-contingency``, for as long as the warm run took (at most
+  ``--off-seconds``).
 
-Meanwhile one client sends cold requests, one every ``--interval`` seconds (default 0.25): dry-run
-failures of two nodes (seeded; never precomputed, so each is solved), and their latencies are
-recorded (the first 3 after the upload dropped: imports and caches). Every second the memory of the
-server and of every process under it (the fork server and the warm worker) is read from /proc: the
-sum of their RSS (which counts pages a forked worker shares with its parent twice) and the sum of
-their PSS (each shared page divided among the processes that map it: the memory they hold together);
-the peaks are reported. Bounded: each warm run stops at 120 s (16,384) or 900 s (131,072), each
-request loop at that time too. ``--quick``: 16,384 GPUs, two rounds (about 2 minutes on a quiet
-machine, 3 on a loaded one).
+Meanwhile one client sends cold requests, one every ``--interval`` seconds: dry-run failures of two
+nodes (seeded; never precomputed, so each is solved), and their latencies are recorded (the first 3
+after the first upload dropped: imports and caches). Rounds alternate which goes first (warm, off; off,
+warm; ...), so that a change of the machine's load falls on both. Every second the memory of the server and of every process
+under it (the fork server and the warm worker) is read from /proc: the sum of their RSS (which
+counts pages a forked worker shares with its parent twice) and the sum of their PSS (each shared
+page divided among the processes that map it: the memory they hold together); the peaks are
+reported. *Warm-up CPU*: the CPU seconds of the processes under the server (the warm workers, counted
+by the fork server once they end, and the fork server), from before the upload until warm: the work
+of the warm-up, whatever the load. Each warm-up is bounded (``--bound``; default 120 s at 16,384 and
+720 s at 131,072 GPUs), each request loop too.
 
-Prints and writes JSON (``--json``) with, per size and mode, the time to warm, request count,
-p50/p99/max of the cold requests, peak RSS and PSS, and the load average at start and end; and per
-size a summary: the medians over rounds of p50 and p99 with warm contingency and without, their
-ratios, every time to warm and the peak memory.
+``--quick``: 16,384 GPUs, 3 rounds of 3 uploads, a request every 0.1 s (about 2 minutes on a quiet
+machine). ``--sizes 131072``: one round of one upload, a request every 1 s, off for at most 180 s
+(at most about 16 minutes).
+
+Prints and writes JSON (``--json``) with, per size and mode, every time to warm and its warm-up CPU,
+request count, p50/p99/max of the cold requests, peak RSS and PSS, and the load average at start and
+end; and per size a summary: p50 and p99 over all requests of all rounds with warm contingency and
+without, their ratios, every time to warm and the peak memory.
 """
 
 from __future__ import annotations
@@ -33,7 +44,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -46,7 +56,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from servers import Server  # noqa: E402
 
-BOUND = {16384: 120.0, 131072: 900.0}
+BOUND = {16384: 120.0, 131072: 720.0}
+OFF_SECONDS = {16384: 120.0, 131072: 180.0}
+INTERVAL = {16384: 0.25, 131072: 1.0}
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def instance(gpus: int) -> dict:
@@ -73,6 +86,15 @@ def _children() -> dict[int, list[int]]:
     return out
 
 
+def _tree(pid: int) -> list[int]:
+    kids, todo, seen = _children(), [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        todo += kids.get(p, [])
+    return seen
+
+
 def _kib(pid: int, path: str, field: str) -> int:
     try:
         with open(f"/proc/{pid}/{path}") as f:
@@ -86,17 +108,28 @@ def _kib(pid: int, path: str, field: str) -> int:
 
 def memory(pid: int) -> dict:
     """RSS and PSS (MiB) summed over ``pid`` and every process under it, and how many processes."""
-    kids, todo, seen = _children(), [pid], []
-    while todo:
-        p = todo.pop()
-        seen.append(p)
-        todo += kids.get(p, [])
+    seen = _tree(pid)
     return {"processes": len(seen), "rss_mib": sum(_kib(p, "status", "VmRSS") for p in seen) / 1024,
             "pss_mib": sum(_kib(p, "smaps_rollup", "Pss") for p in seen) / 1024}
 
 
-def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int) -> dict:
-    """One server: upload, cold requests every ``interval`` s until warm (or for ``seconds``)."""
+def under_cpu(pid: int) -> float:
+    """CPU seconds of the processes under ``pid`` (not ``pid`` itself), with those of their ended and
+    reaped children: the fork server and the warm workers."""
+    total = 0
+    for p in _tree(pid)[1:]:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / TICK
+
+
+def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uploads: int) -> dict:
+    """One server: ``uploads`` uploads, cold requests every ``interval`` s until each is warm (or for
+    ``seconds`` in all without warm contingency)."""
     rng = np.random.default_rng(seed)
     nodes = [n["id"] for n in inst["cluster"]["nodes"] if not n.get("failed_gpus")]
     args = () if warm else ("--no-contingency", )
@@ -104,88 +137,121 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int) -> d
             httpx.Client(base_url=srv.url, timeout=120) as c:
         peak = memory(srv.proc.pid)
         start = time.monotonic()
-        r = c.put("/v1/cluster", json=inst)
-        if r.status_code != 200:
-            raise RuntimeError(r.text)
-        upload = time.monotonic() - start
-        lat, warm_at, health, last_mem, k = [], None, {}, 0.0, 0
-        next_health = time.monotonic()
-        while time.monotonic() - start < seconds:
-            t0 = time.monotonic()
-            pair = [nodes[int(i)] for i in rng.choice(len(nodes), 2, replace=False)]
-            t = time.perf_counter()
-            r = c.post("/v1/events", params={"dry_run": "true"}, json={"kind": "failure", "failed_nodes": pair})
+        lat, warms, health, last_mem, k = [], [], {}, 0.0, 0
+        load = [os.getloadavg()[0]]
+        for u in range(uploads):
+            cpu0 = under_cpu(srv.proc.pid) if warm else 0.0
+            began = time.monotonic()
+            r = c.put("/v1/cluster", json=inst)
             if r.status_code != 200:
                 raise RuntimeError(r.text)
-            if k >= 3:
-                lat.append(time.perf_counter() - t)
-            k += 1
-            now = time.monotonic()
-            if now - last_mem >= 1.0:
-                m = memory(srv.proc.pid)
-                peak = {key: max(peak[key], m[key]) for key in m}
-                last_mem = now
-            if warm and now >= next_health:
-                health = c.get("/healthz").json()
-                done = health["precomputed"]
-                if health["contingency"] != "building" and done["done"] >= done["total"]:
-                    warm_at = time.monotonic() - start
-                    break
-                next_health = now + 0.5
-            time.sleep(max(0.0, interval - (time.monotonic() - t0)))
+            warm_at = index_at = None
+            next_health = time.monotonic()
+            stop = began + seconds if warm else start + seconds * (u + 1) / uploads
+            while time.monotonic() < stop:
+                t0 = time.monotonic()
+                pair = [nodes[int(i)] for i in rng.choice(len(nodes), 2, replace=False)]
+                t = time.perf_counter()
+                r = c.post("/v1/events", params={"dry_run": "true"},
+                           json={"kind": "failure", "failed_nodes": pair})
+                if r.status_code != 200:
+                    raise RuntimeError(r.text)
+                if k >= 3:
+                    lat.append(time.perf_counter() - t)
+                k += 1
+                now = time.monotonic()
+                if now - last_mem >= 1.0:
+                    m = memory(srv.proc.pid)
+                    peak = {key: max(peak[key], m[key]) for key in m}
+                    last_mem = now
+                if warm and now >= next_health:
+                    health = c.get("/healthz").json()
+                    done = health["precomputed"]
+                    if index_at is None and health["contingency"] == "ready":
+                        index_at = now - began
+                    if health["contingency"] != "building" and done["done"] >= done["total"]:
+                        warm_at = now - began
+                        break
+                    next_health = now + 0.25
+                time.sleep(max(0.0, interval - (time.monotonic() - t0)))
+            if warm:
+                time.sleep(0.3)  # the worker ends and is counted by the fork server
+                warms.append({"time_to_warm_s": warm_at, "index_ready_s": index_at,
+                              "warm_up_cpu_s": under_cpu(srv.proc.pid) - cpu0,
+                              "precomputed": health.get("precomputed")})
+            load.append(os.getloadavg()[0])
         m = memory(srv.proc.pid)
         peak = {key: max(peak[key], m[key]) for key in m}
         x = np.asarray(lat) * 1e3
-        return {"mode": "warm" if warm else "off", "upload_s": upload, "time_to_warm_s": warm_at,
-                "ran_s": time.monotonic() - start, "health": health, "requests": len(lat),
+        return {"mode": "warm" if warm else "off", "uploads": warms, "ran_s": time.monotonic() - start,
+                "requests": len(lat), "latencies_ms": [round(v, 3) for v in x.tolist()],
                 "p50_ms": float(np.percentile(x, 50)) if len(x) else None,
                 "p99_ms": float(np.percentile(x, 99)) if len(x) else None,
-                "max_ms": float(x.max()) if len(x) else None,
+                "max_ms": float(x.max()) if len(x) else None, "load_1min": load,
                 "peak_rss_mib": peak["rss_mib"], "peak_pss_mib": peak["pss_mib"],
                 "processes_at_peak": peak["processes"]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="16,384 GPUs, two rounds")
+    ap.add_argument("--quick", action="store_true", help="16,384 GPUs, 3 rounds of 3 uploads, every 0.1 s")
     ap.add_argument("--sizes", default="16384,131072")
-    ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--interval", type=float, default=0.25)
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--uploads", type=int, default=None)
+    ap.add_argument("--interval", type=float, default=None, help="seconds between cold requests")
+    ap.add_argument("--bound", type=float, default=None, help="longest warm-up waited for (seconds)")
+    ap.add_argument("--off-seconds", type=float, default=None, help="longest run without warm contingency")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     sizes = [16384] if a.quick else [int(s) for s in a.sizes.split(",")]
-    rounds = 2 if a.quick else min(max(a.rounds, 1), 5)
     out = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()} (shared)",
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": os.getloadavg(),
-           "interval_s": a.interval, "runs": []}
+           "runs": []}
     for gpus in sizes:
         if gpus not in BOUND:
             raise SystemExit(f"--sizes: {gpus} is not 16384 or 131072")
+        quick = a.quick and gpus == 16384
+        rounds = min(max(a.rounds or (3 if quick else 1), 1), 5)
+        uploads = min(max(a.uploads or (3 if quick else 1), 1), 10)
+        interval = a.interval or (0.1 if quick else INTERVAL[gpus])
+        bound = min(a.bound or BOUND[gpus], 1800.0)
         inst = instance(gpus)
+        ran = None  # how long the last warm run took: the next off run lasts as long
         for r in range(rounds):
-            print(f"{gpus} GPUs, round {r + 1}: warm ...", file=sys.stderr)
-            w = run(inst, True, BOUND[gpus], a.interval, seed=r)
-            print(f"  {json.dumps(w)}", file=sys.stderr)
-            print(f"{gpus} GPUs, round {r + 1}: off ...", file=sys.stderr)
-            o = run(inst, False, min(w["ran_s"], BOUND[gpus]), a.interval, seed=r)
-            print(f"  {json.dumps(o)}", file=sys.stderr)
-            out["runs"] += [{"gpus": gpus, "round": r + 1, **w}, {"gpus": gpus, "round": r + 1, **o}]
+            order = (True, False) if r % 2 == 0 or ran is None else (False, True)
+            for warm in order:
+                name = "warm" if warm else "off"
+                print(f"{gpus} GPUs, round {r + 1}: {name} ...", file=sys.stderr)
+                if warm:
+                    res = run(inst, True, bound, interval, seed=r, uploads=uploads)
+                    ran = res["ran_s"]
+                else:
+                    res = run(inst, False, min(ran, a.off_seconds or OFF_SECONDS[gpus]), interval, seed=r,
+                              uploads=uploads)
+                short = {k: v for k, v in res.items() if k != "latencies_ms"}
+                print(f"  {json.dumps(short)}", file=sys.stderr)
+                out["runs"].append({"gpus": gpus, "round": r + 1, "interval_s": interval, **res})
     out["load_end"] = os.getloadavg()
     out["summary"] = {}
     for gpus in sizes:
         rs = [r for r in out["runs"] if r["gpus"] == gpus]
         pick = {m: [r for r in rs if r["mode"] == m] for m in ("warm", "off")}
-        med = {f"{m}_{q}_ms": statistics.median(r[f"{q}_ms"] for r in pick[m]) for m in pick for q in ("p50", "p99")}
+        lat = {m: np.asarray([v for r in pick[m] for v in r["latencies_ms"]]) for m in pick}
+        q = {f"{m}_{name}_ms": float(np.percentile(lat[m], p)) for m in lat for name, p in (("p50", 50), ("p99", 99))}
+        ups = [u for r in pick["warm"] for u in r["uploads"]]
         out["summary"][str(gpus)] = {
-            **med, "p50_warm_over_off": med["warm_p50_ms"] / med["off_p50_ms"],
-            "p99_warm_over_off": med["warm_p99_ms"] / med["off_p99_ms"],
-            "time_to_warm_s": [r["time_to_warm_s"] for r in pick["warm"]],
+            **q, "requests": {m: len(lat[m]) for m in lat},
+            "p50_warm_over_off": q["warm_p50_ms"] / q["off_p50_ms"],
+            "p99_ms_per_round": {m: [round(r["p99_ms"], 1) for r in pick[m]] for m in pick},
+            "p99_warm_over_off": q["warm_p99_ms"] / q["off_p99_ms"],
+            "time_to_warm_s": [u["time_to_warm_s"] for u in ups],
+            "warm_up_cpu_s": [round(u["warm_up_cpu_s"], 2) for u in ups],
             "peak_rss_mib": max(r["peak_rss_mib"] for r in pick["warm"]),
-            "peak_pss_mib": max(r["peak_pss_mib"] for r in pick["warm"])}
-    text = json.dumps(out, indent=2)
-    print(text)
+            "peak_pss_mib": max(r["peak_pss_mib"] for r in pick["warm"]),
+            "load_1min": [min(v for r in rs for v in r["load_1min"]), max(v for r in rs for v in r["load_1min"])]}
+    print(json.dumps(out["summary"], indent=2))
     if a.json:
-        Path(a.json).write_text(text + "\n")
+        Path(a.json).write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

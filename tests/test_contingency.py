@@ -389,3 +389,47 @@ def test_mixed_contingency_of_the_16384_gpu_library_instance(tmp_path):
     index = read_contingency(tmp_path)
     inst = api.load_instance(path)
     assert set(index["failures"]) | set(index["infeasible"]) == {k for k, _ in candidate_failures(inst, True)}
+
+
+def test_failure_key_with_the_nodes_by_id_is_the_same_key():
+    from unicron_plan.plan.contingency import failure_key
+
+    inst = api.load_instance(ROOT / "instances" / "cluster-1024-rack-failure.json")
+    by_id = {n.id: n for n in inst.cluster.nodes}
+    racks: dict = {}
+    for n in inst.cluster.nodes:
+        racks.setdefault(n.rack, []).append(n.id)
+    first, second = list(racks.values())[:2]
+    sets = [[first[0]], first, list(reversed(first)), first[:-1], first + [second[0]], [first[0], second[0]],
+            second, [first[0], first[0]]]
+    keys = [failure_key(s, inst) for s in sets]
+    rack = f"rack:{inst.cluster.nodes[0].rack}"
+    assert keys[:3] == [f"node:{first[0]}", rack, rack]
+    assert keys[3:6] == [None, None, None] and keys[6].startswith("rack:") and keys[7] == f"node:{first[0]}"
+    assert [failure_key(s, inst, by_id) for s in sets] == keys
+
+
+def test_a_stored_plan_with_a_count_the_job_does_not_allow_is_not_used():
+    doc = generate_instance(4, gpus=256, jobs=6, failed_nodes=0)
+    index = build_contingency(api.load_instance(doc))
+    failed = _with_failure(doc, ["n00005"])
+    fresh = api.solve(api.load_instance(failed))
+    entry = index["failures"]["node:n00005"]
+    problem = build_problem(api.load_instance(failed))
+    for change in ("between", "beyond", "missing job"):
+        counts = dict(index["plans"][entry["plan"]]["counts"])
+        job = next(j for j in problem.jobs if len(j.counts) > 1)
+        allowed = job.counts.tolist()
+        if change == "between":  # a count between two allowed ones
+            counts[job.id] = next(c for c in range(allowed[-1]) if c not in allowed)
+        elif change == "beyond":
+            counts[job.id] = allowed[-1] + 1
+        else:
+            del counts[job.id]
+        bad = copy.deepcopy(index)
+        bad["plans"]["edited"] = {"counts": counts}
+        bad["failures"]["node:n00005"] = {**entry, "plan": "edited"}
+        plan = api.solve(api.load_instance(failed), contingency=bad)
+        assert plan.solver.name == "dp"
+        assert "does not allow" in plan.solver.options["contingency_fallback"], change
+        assert plan.objective == pytest.approx(fresh.objective, rel=1e-12)

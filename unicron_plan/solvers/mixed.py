@@ -667,13 +667,11 @@ class _Search:
             # type fixing (module docstring, rule 3): with this node's own UB(mu), whose deficits it uses
             allowed = allowed & (m_i[model.pair_job] - r <= ub_lp - self._lb() + self.tol)
             live = self._ordered([[p for p in pairs if allowed[p]] for pairs in model.pairs_of])
-            allowed = np.zeros_like(allowed)
-            allowed[[p for ps in live for p in ps]] = True
+            allowed = self._mask(live)
             undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
-            if not undecided:
-                self._try(self._choice(r, allowed, False))
-                continue
             self._try(self._choice(r, allowed, False))
+            if not undecided:
+                continue
             if self.nodes > 1:
                 pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
             else:
@@ -693,12 +691,11 @@ class _Search:
                     continue
                 if self._exact_ip(live):
                     return
-            allowed = np.zeros_like(allowed)
-            allowed[[p for ps in live for p in ps]] = True
-            undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
-            if not undecided:
-                self._try(self._choice(r, allowed, False))
-                continue
+                allowed = self._mask(live)
+                undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
+                if not undecided:
+                    self._try(self._choice(r, allowed, False))
+                    continue
             if self._expired():
                 self.open_bound = max(self.open_bound, ub, *(-h[0] for h in heap))
                 return
@@ -716,8 +713,15 @@ class _Search:
             for p in live[i]:
                 child = allowed.copy()
                 child[[q for q in model.pairs_of[i] if q != p]] = False
+                # a root probe's bound holds for every node below the root with job i on p's type
                 heapq.heappush(heap, (-min(ub, self.probed.get((i, p), ub)), counter, child, pi))
                 counter += 1
+
+    def _mask(self, live: list[list[int]]) -> np.ndarray:
+        """The allowed (job, type) pairs as a mask over every pair, from the pairs left per job."""
+        allowed = np.zeros(len(self.model.pair_job), dtype=bool)
+        allowed[[p for ps in live for p in ps]] = True
+        return allowed
 
     def _choices(self, live: list[list[int]]) -> int:
         """How many (job, type, count > 0) choices are left: the size of rule 8's integer program."""

@@ -227,12 +227,17 @@ def test_pinned_job_on_the_failed_node_is_listed_infeasible(tmp_path):
     assert read_contingency(tmp_path)["infeasible"] == index["infeasible"]  # finite JSON, read back
 
 
-def test_a_stored_plan_that_is_not_optimal_is_not_used():
+def _stored_single_failure():
+    """(contingency index, the instance with node n00005 failed, its fresh plan, the index's entry for
+    that failure) on a generated 256-GPU cluster: what the tests of edited stored plans start from."""
     doc = generate_instance(4, gpus=256, jobs=6, failed_nodes=0)
     index = build_contingency(api.load_instance(doc))
     failed = _with_failure(doc, ["n00005"])
-    fresh = api.solve(api.load_instance(failed))
-    entry = index["failures"]["node:n00005"]
+    return index, failed, api.solve(api.load_instance(failed)), index["failures"]["node:n00005"]
+
+
+def test_a_stored_plan_that_is_not_optimal_is_not_used():
+    index, failed, fresh, entry = _stored_single_failure()
     # A worse plan that fits: the stored counts with one running job suspended; its stored objective
     # made to match, as an edited or stale index would.
     problem = build_problem(api.load_instance(failed))
@@ -410,11 +415,7 @@ def test_failure_key_with_the_nodes_by_id_is_the_same_key():
 
 
 def test_a_stored_plan_with_a_count_the_job_does_not_allow_is_not_used():
-    doc = generate_instance(4, gpus=256, jobs=6, failed_nodes=0)
-    index = build_contingency(api.load_instance(doc))
-    failed = _with_failure(doc, ["n00005"])
-    fresh = api.solve(api.load_instance(failed))
-    entry = index["failures"]["node:n00005"]
+    index, failed, fresh, entry = _stored_single_failure()
     problem = build_problem(api.load_instance(failed))
     for change in ("between", "beyond", "missing job"):
         counts = dict(index["plans"][entry["plan"]]["counts"])

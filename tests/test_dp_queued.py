@@ -65,3 +65,38 @@ def test_tiny_queued_instance_matches_brute_force():
     doc = generate_instance(2, gpus=48, jobs=3, nodes_per_rack=2, curves="queued-linear-step", failed_nodes=1)
     problem = build_problem(api.load_instance(doc))
     assert _same(dp.solve(problem).objective, brute.solve(problem).objective)
+
+
+def _plain_dp(options, cap: int) -> float:
+    """max sum g_i(y_i) s.t. sum y_i <= cap, one GPU per state (the reference)."""
+    best = np.zeros(cap + 1)
+    for y, g in options:
+        new = np.full(cap + 1, -np.inf)
+        for c, v in zip(y.tolist(), g.tolist()):
+            if c <= cap:
+                new[c:] = np.maximum(new[c:], best[: cap + 1 - c] + v)
+        best = new
+    return float(best.max())
+
+
+@settings(max_examples=80, deadline=None)
+@given(step=st.sampled_from([2, 3, 4, 8, 16]), cap=st.integers(8, 600), n=st.integers(2, 10),
+       seed=st.integers(0, 10**6), prune=st.booleans())
+def test_whole_node_counts_are_folded_on_node_units_and_match_the_plain_dp(step, cap, n, seed, prune):
+    rng = np.random.default_rng(seed)
+    options = []
+    for _ in range(n):
+        ks = np.unique(rng.integers(1, max(2, 2 * cap // (step * n)) + 1, size=6))
+        y = np.concatenate([[0], step * ks]).astype(np.int64)
+        g = np.concatenate([[0.0], np.cumsum(rng.uniform(0.5, 9, size=len(ks)))])  # jagged per GPU
+        options.append(dp.pareto_arrays(y, g))
+    stats: dict = {}
+    counts, value = dp.solve_options(options, cap, stats, prune=prune)
+    assert _same(value, _plain_dp(options, cap))
+    assert sum(counts) <= cap and all(c % step == 0 for c in counts)
+    assert _same(value, sum(float(g[list(y).index(c)]) for (y, g), c in zip(options, counts)))
+    if not stats["early_exit"]:
+        common = int(np.gcd.reduce(np.concatenate([y for y, _ in options])))
+        assert stats["count_step"] == common
+        if "max_width" in stats:  # the states of a pass are node units, not GPUs
+            assert stats["max_width"] <= cap // common + 1

@@ -12,6 +12,8 @@ What makes it fast, every rule exact (docs/performance.md has the proofs):
    Reachable capacity: every plan uses a multiple of the gcd of all allowed counts,
    so C is cut to the largest such multiple (the bounds below are then tighter, and
    with equal values per GPU a greedy plan filling it meets the bound at once).
+   Count step: when that gcd g exceeds 1 (whole nodes), the DP runs on units of g GPUs,
+   C // g states instead of C, and its counts are multiplied back.
 3. Lagrangian bound: for the LP multiplier lam >= 0 of the capacity (from the
    jobs' concave envelopes), any plan's value is at most
    UB = lam C + sum_i m_i with m_i = max_y G_i(y) - lam y, and a plan using
@@ -487,6 +489,19 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
         stats.update(early_exit=True, kept=m)
         return top_y, float(sum(float(g[-1]) for _, g in options))
     joined = joined if joined is not None else _join(options)
+    step = int(np.gcd.reduce(joined.y)) if len(joined.y) else 0
+    if step > 1:  # every count a multiple of ``step`` (whole nodes): the same DP on step-GPU units
+        scaled = [(y // step, g) for y, g in options]
+        counts, value = solve_options(scaled, capacity // step, stats, prune, deadline,
+                                      _Joined(joined.y // step, joined.g, joined.off))
+        if "reachable" in stats:
+            stats["reachable"] *= step
+        elif capacity // step * step < capacity:
+            stats["reachable"] = capacity // step * step
+        if "lam" in stats:
+            stats["lam"] /= step
+        stats["count_step"] = step
+        return [c * step for c in counts], value
     reach = reachable_capacity(joined.y, capacity)
     if reach < capacity:  # no plan uses more than ``reach`` GPUs: solving for it is the same problem
         stats["reachable"] = reach

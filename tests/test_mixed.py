@@ -369,3 +369,69 @@ def test_grouped_integer_program_closes_a_simulator_repair():
     ref = solve(inst, solver="milp")
     assert ref.status.solution == "optimal"
     assert math.isclose(ref.objective, plan.objective, rel_tol=1e-9)
+
+
+def _after_h3_applied() -> dict:
+    """The mixed library cluster after the failure of H100 node h3 and its optimal plan were applied:
+    h3 down as a whole, llm-b moved to the A100s (what a coordinator holds after the first apply)."""
+    raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
+    plan = solve(load_instance(raw))
+    base = copy.deepcopy(raw)
+    base.pop("event")
+    base.pop("reference")
+    for node in base["cluster"]["nodes"]:
+        if node["id"] == "h3":
+            node["failed_gpus"] = list(range(node["gpus"]))
+    planned = {j.id: j for j in plan.jobs}
+    for job in base["jobs"]:
+        pj = planned[job["id"]]
+        job["current"] = {"gpus": pj.gpus, "nodes": list(pj.nodes)}
+        if pj.gpu_type != job["throughput"]["gpu_type"]:
+            job["throughput"] = {"gpu_type": pj.gpu_type, "by_type": job["throughput"]["by_type"]}
+    return base
+
+
+def test_mixed_contingency_leaves_out_a_node_already_down():
+    # A node down as a whole cannot fail again (that event is bad input): the index has no key for it
+    # (nor for its rack), instead of the whole build failing on it; every other failure is exact.
+    from unicron_plan.plan.contingency import build_contingency
+
+    base = _after_h3_applied()
+    index = build_contingency(load_instance(base), racks=True)
+    assert set(index["failures"]) | set(index["infeasible"]) == {
+        "node:h0", "node:h1", "node:h2", "node:a0", "node:a1", "node:a2", "node:a3", "rack:rack-a"}
+    for key, entry in index["failures"].items():
+        raw_e = dict(base, event={"kind": "failure", "failed_nodes": entry["failed_nodes"]})
+        fresh = solve(load_instance(raw_e), solver="brute")
+        assert math.isclose(entry["objective"], fresh.objective, rel_tol=1e-9), key
+        used = solve(load_instance(raw_e), contingency=index)
+        assert used.solver.name == "contingency", (key, used.solver.options)
+
+
+def test_service_keeps_warm_contingency_after_a_node_failure_is_applied(tmp_path):
+    # After the first applied failure of a whole node, the coordinator's warm contingency is built for
+    # the new cluster (it was "off": the build failed on the down node) and answers the next failure.
+    from unicron_plan.service.coordinator import Coordinator
+
+    raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
+    base = copy.deepcopy(raw)
+    event = base.pop("event")
+    base.pop("reference")
+    coord = Coordinator(tmp_path / "s")
+    try:
+        coord.put_cluster(base)
+        assert coord.wait_contingency(120)
+        plan = coord.post_event(event)
+        coord.apply(plan["plan_id"])
+        assert coord.wait_contingency(120), coord.contingency_status()
+        deadline = time.monotonic() + 120
+        while coord.precomputed_status()["done"] < 7 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert coord.precomputed_status() == {"done": 7, "total": 7}  # every node but the down h3
+        ev = {"kind": "failure", "failed_nodes": ["a2"]}
+        served = coord.post_event(ev, dry_run=True)
+        assert served["solver"]["name"] == "contingency"
+        fresh = solve(dict(_after_h3_applied(), event=ev))
+        assert served["objective"] == pytest.approx(fresh.objective, rel=1e-12)
+    finally:
+        coord.close()

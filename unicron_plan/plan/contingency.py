@@ -608,8 +608,12 @@ def _mixed_contingency(base: Instance, racks: bool, start: float) -> dict:
     # One solve per class of nodes whose failures are one problem up to renaming (node_classes): the
     # index stores counts, types and objectives, which renaming does not change.
     representative = {nid: cls[0] for cls in node_classes(base, prepared.previous) for nid in cls}
+    # A node down as a whole cannot fail again (such an event is bad input): no key names it.
+    down = {n.id for n in base.cluster.nodes if len(n.failed_gpus) == n.gpus}
     failures, infeasible, plans, plan_ids, solved = {}, {}, {}, {}, 0
     for key, failed in candidate_failures(base, racks):
+        if down.intersection(failed):
+            continue
         if key.startswith("node:") and representative[failed[0]] != failed[0]:
             same = f"node:{representative[failed[0]]}"  # solved already: classes list cluster order
             if same in failures:

@@ -612,8 +612,8 @@ def _lower_priority() -> None:
 def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, stop):
     """The warm stages of ``snapshot`` as messages: ("index", index or None, fingerprint, nodes to do),
     then ("answer", representative, its class, zlib JSON plan) for each class of nodes
-    (:func:`unicron_plan.plan.contingency.node_classes`, largest first) whose representative's failure
-    has a plan. The index solves each equivalence class of failures once; the answer of a class is
+    (:func:`unicron_plan.plan.contingency.node_classes`, largest first; not nodes already down as a
+    whole, which cannot fail again) whose representative's failure has a plan. The index solves each equivalence class of failures once; the answer of a class is
     its representative's plan, placed and validated by :func:`unicron_plan.api.solve` as a cold
     request would be; the other nodes of the class are answered with it relabelled
     (:func:`unicron_plan.plan.contingency.relabel_plan`)."""
@@ -625,7 +625,8 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
         index = build_contingency(snapshot.base)
         digest = fingerprint(snapshot.base)
         prepared = prepare(snapshot.base)
-        classes = node_classes(snapshot.base, prepared.previous)[:max_classes]
+        down = {n.id for n in snapshot.base.cluster.nodes if len(n.failed_gpus) == n.gpus}
+        classes = [c for c in node_classes(snapshot.base, prepared.previous) if c[0] not in down][:max_classes]
     except Exception:  # e.g. a cluster the planner rejects: events are solved instead
         yield ("index", None, None, 0)
         return

@@ -435,3 +435,27 @@ def test_service_keeps_warm_contingency_after_a_node_failure_is_applied(tmp_path
         assert served["objective"] == pytest.approx(fresh.objective, rel=1e-12)
     finally:
         coord.close()
+
+
+@pytest.mark.parametrize("throughput,field", [
+    ({"gpu_type": "h100", "by_type": {"h100": {"8": 3000.0}, "v100": {"8": 900.0}}}, "job.throughput.by_type.v100"),
+    ({"gpu_type": "v100", "tflops": {"8": 1.0}}, "job.throughput.gpu_type"),
+    ({"gpu_type": "b200", "by_type": {"h100": {"8": 3000.0}}}, "job.throughput"),
+    ({"gpu_type": "h100", "model": "gpt3-13b", "global_batch": 1024, "seq_len": 2048,
+      "gpu_types": ["h100", "b200"]}, "job.throughput.gpu_types"),
+])
+def test_service_new_job_errors_name_the_bodys_field(tmp_path, throughput, field):
+    # A queued job's bad GPU types are reported as the request body's fields (``job.``), whichever
+    # check finds them, never as the cluster's ``jobs[N]``.
+    from fastapi.testclient import TestClient
+
+    from unicron_plan.service.app import create_app
+
+    base = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
+    base.pop("event")
+    c = TestClient(create_app(tmp_path / "state", contingency=False))
+    assert c.put("/v1/cluster", json=base).status_code == 200
+    job = {"id": "q", "weight": 1.0, "throughput": throughput, "current": {"gpus": 0, "nodes": []}}
+    r = c.post("/v1/jobs", json=job)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"].startswith(field + ":"), r.json()

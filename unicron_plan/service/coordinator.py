@@ -284,9 +284,8 @@ class Coordinator:
             prepared = prepare(state.base)
             build_problem(state.base, prepared)
         except InvalidInstanceError as exc:
-            last = f"jobs[{len(state.base.jobs) - 1}]"
-            if field is not None and exc.field.startswith(last):
-                raise InvalidInstanceError(field + exc.field[len(last):], exc.message) from None
+            if field is not None:
+                raise st.as_new_job(exc, len(state.base.jobs) - 1) from None
             raise
         with self._cv:
             self._prepared_base = (state.base_version, prepared)

@@ -192,8 +192,20 @@ def add_job(state: State, data: Any) -> tuple[State, Job]:
         raise InvalidInstanceError("job.current", "a new job is queued: current.gpus 0 and no nodes")
     if any(j.id == job.id for j in base.jobs):
         raise InvalidInstanceError("job.id", f"{job.id!r} is already a job of the cluster")
-    new_base = _check(base.model_copy(update={"jobs": [*base.jobs, job]}))
+    try:
+        new_base = _check(base.model_copy(update={"jobs": [*base.jobs, job]}))
+    except InvalidInstanceError as exc:
+        raise as_new_job(exc, len(base.jobs)) from None
     return replace(state, base=new_base, base_version=state.base_version + 1), job
+
+
+def as_new_job(exc: InvalidInstanceError, index: int) -> InvalidInstanceError:
+    """``exc`` about the cluster whose job ``index`` is the one ``POST /v1/jobs`` adds, naming that job's
+    fields as its body's (``job.throughput...``, not ``jobs[N].throughput...``)."""
+    last = f"jobs[{index}]"
+    if exc.field == last or exc.field.startswith((last + ".", last + "[")):
+        return InvalidInstanceError("job" + exc.field[len(last):], exc.message)
+    return exc
 
 
 def remove_job(state: State, job_id: str) -> State:

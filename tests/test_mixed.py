@@ -459,3 +459,31 @@ def test_service_new_job_errors_name_the_bodys_field(tmp_path, throughput, field
     r = c.post("/v1/jobs", json=job)
     assert r.status_code == 422, r.text
     assert r.json()["error"].startswith(field + ":"), r.json()
+
+
+@pytest.mark.parametrize("patch, line", [
+    (lambda j: j["throughput"]["by_type"].update({"a100": {}}),
+     "error: jobs[0].throughput.by_type.a100: the table is empty: give at least one GPU count"),
+    (lambda j: j["throughput"].update({"tflops": {}}),
+     "error: jobs[0].throughput.tflops: the table is empty: give at least one GPU count"),
+    (lambda j: j.update(throughput={"gpu_type": "h100", "model": "gpt3-13b", "global_batch": 1024, "seq_len": 2048,
+                                    "gpu_types": ["h100", "a100", "h100"]}),
+     "error: jobs[0].throughput.gpu_types[2]: 'h100' is listed twice"),
+    (lambda j: j["throughput"]["by_type"].update({"v100": {"16": 1.0}}),
+     "error: jobs[0].throughput.by_type.v100: 'v100' is not in cluster.gpu_types (a100, h100)"),
+    (lambda j: j["throughput"].update({"gpu_type": "a100"}),
+     "error: jobs[0].current.nodes[0]: node 'h0' has GPU type 'h100', the job runs on 'a100'"),
+])
+def test_cli_bad_mixed_input_is_one_line_naming_the_field(tmp_path, patch, line):
+    # Exit 2 and exactly this line: an empty table says so (not "key ''"), a list index joins its field.
+    from typer.testing import CliRunner
+
+    from unicron_plan.cli import app
+
+    raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
+    patch(raw["jobs"][0])
+    path = tmp_path / "in.json"
+    path.write_text(json.dumps(raw))
+    res = CliRunner().invoke(app, ["solve", str(path)])
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.strip() == line

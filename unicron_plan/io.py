@@ -324,7 +324,7 @@ def validation_error_to_invalid(exc: ValidationError, prefix: str = "") -> Inval
         # Model-level validators name sub-fields themselves, e.g. "failed_gpus[2]: ...".
         if ": " in msg and msg.split(": ", 1)[0].replace("[", "").replace("]", "").replace("_", "").replace(".", "").isalnum():
             sub, msg = msg.split(": ", 1)
-            path = f"{path}.{sub}" if path != "(top level)" else sub
+            path = sub if path == "(top level)" else f"{path}{sub}" if sub.startswith("[") else f"{path}.{sub}"
     if err["type"] not in ("missing", "extra_forbidden") and "input" in err:
         value = err["input"]
         if not isinstance(value, (dict, list)):

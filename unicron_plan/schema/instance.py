@@ -136,7 +136,10 @@ class CompactTable(StrictModel):
 
 def _check_count_table(table: dict[str, float]) -> None:
     """Keys are decimal GPU counts, values are not negative (ValueError naming the key). One pass
-    in C over all keys joined: only ASCII digits, none empty, none with a leading zero."""
+    in C over all keys joined: only ASCII digits, none empty, none with a leading zero. An empty table
+    is refused (as the compact form's empty arrays are)."""
+    if not table:
+        raise ValueError("the table is empty: give at least one GPU count")
     joined = ",".join(table)
     if not joined.isascii() or joined.translate(_NOT_DIGITS) or joined.count(",") != len(table) - 1 \
             or ",," in f",{joined}," or ",0" in f",{joined}":

@@ -487,3 +487,13 @@ def test_cli_bad_mixed_input_is_one_line_naming_the_field(tmp_path, patch, line)
     res = CliRunner().invoke(app, ["solve", str(path)])
     assert res.exit_code == 2 and res.stdout == ""
     assert res.stderr.strip() == line
+
+
+def test_summary_shows_each_jobs_gpu_type_on_a_mixed_fleet_only():
+    from unicron_plan.plan.report import summary_table
+
+    table = summary_table(solve(load_instance("instances/mixed-h100-failure-a100-idle.json")))
+    cols = {c.header: list(c._cells) for c in table.columns}
+    assert dict(zip(cols["job"], cols["GPU type"])) == {"llm-a": "h100", "llm-b": "a100", "llm-c": "a100"}
+    single = summary_table(solve(load_instance("instances/tiny-one-job-two-nodes.json")))
+    assert "GPU type" not in [c.header for c in single.columns]

@@ -96,7 +96,8 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
                                           "plan when the event matches one (validated first; otherwise "
                                           "solve afresh and say why on stderr)."),
           summary: bool = typer.Option(False, "--summary", help="Also print a table of the plan "
-                                                                "(job, action, GPUs, nodes, WAF, penalty) on stderr."),
+                                                                "(job, action, GPUs, GPU type on a mixed fleet, nodes, WAF, "
+                                                                "penalty) on stderr."),
           quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress spinner on stderr."),
           timings: bool = typer.Option(False, "--timings", help="Also print, on stderr as JSON, the seconds "
                                                                 "from the process's start at the end of each phase.")):

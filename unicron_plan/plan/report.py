@@ -7,16 +7,21 @@ from unicron_plan.text import shown
 
 
 def summary_table(plan: Plan):
-    """A rich Table: one row per job with its action, GPUs before and after, nodes, WAF and penalty."""
+    """A rich Table: one row per job with its action, GPUs before and after, nodes, WAF and penalty; on a
+    fleet of several GPU types also the type each job runs on under the plan."""
     from rich.table import Table
 
     table = Table(title=f"{shown(plan.instance, 60)}: {plan.status.solution} ({plan.solver.name}), "
                         f"objective {plan.objective:.6g} TFLOP, bound {plan.bound:.6g} TFLOP (weighted useful work)")
-    for col in ("job", "action", "GPUs before", "GPUs after", "nodes", "WAF TFLOP/s", "penalty TFLOP"):
-        table.add_column(col, justify="left" if col in ("job", "action", "nodes") else "right")
+    types = len(plan.capacity or {}) > 1 or len({j.gpu_type for j in plan.jobs}) > 1
+    cols = ("job", "action", "GPUs before", "GPUs after", *(("GPU type",) if types else ()), "nodes",
+            "WAF TFLOP/s", "penalty TFLOP")
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("job", "action", "GPU type", "nodes") else "right")
     for j in plan.jobs:
         nodes = ", ".join(shown(n, 24) for n in j.nodes[:6]) + (f" (+{len(j.nodes) - 6})" if len(j.nodes) > 6 else "")
-        table.add_row(shown(j.id, 40), j.action, str(j.previous_gpus), str(j.gpus), nodes or "-",
+        table.add_row(shown(j.id, 40), j.action, str(j.previous_gpus), str(j.gpus),
+                      *((shown(j.gpu_type or "-", 24),) if types else ()), nodes or "-",
                       f"{j.waf_tflops:.6g}", f"{j.transition_penalty:.6g}")
     return table
 

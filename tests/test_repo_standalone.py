@@ -151,3 +151,76 @@ def test_license_file_matches_the_declared_license():
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["license"]
     text = (ROOT / "LICENSE").read_text()
     assert declared == "MIT" and text.startswith("MIT License") and "WITHOUT WARRANTY OF ANY KIND" in text
+
+
+def _readme_rows() -> list[tuple[str, str]]:
+    """(command words after 'unicron-plan', the usage) of every row of the README's command table."""
+    rows = []
+    for m in re.finditer(r"^\| `unicron-plan ([^`]*)` \|", _readme(), re.M):
+        usage = m.group(1).replace("\\|", "|")
+        words = re.match(r"[a-z][a-z0-9 -]*?(?= [A-Z\[(-]|$)", usage)
+        rows.append((words.group(0) if words else usage, usage))
+    return rows
+
+
+def test_readme_command_rows_name_only_options_the_commands_have():
+    import typer.main
+
+    from unicron_plan.cli import full_app
+
+    root = typer.main.get_command(full_app())
+    checked = 0
+    for words, usage in _readme_rows():
+        cmd = root
+        for w in words.split():
+            cmd = cmd.commands[w] if hasattr(cmd, "commands") and w in cmd.commands else cmd
+        known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
+        for opt in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", usage):
+            assert opt in known, (words, opt)
+            checked += 1
+    assert checked >= 30
+
+
+@pytest.mark.parametrize("words,files", [
+    ("import k8s", {"N.json": "examples/k8s/mixed/nodes.json", "P.json": "examples/k8s/mixed/pods.json",
+                    "J.json": "examples/k8s/mixed/pytorchjobs.json"}),
+    ("import slurm", {"N.json": "examples/slurm/mixed/sinfo-22.05.json",
+                      "J.json": "examples/slurm/mixed/squeue-22.05.json"}),
+])
+def test_readme_import_rows_required_parts_are_enough_to_run(words, files, tmp_path):
+    # The row without its [optional] parts, each (A | B) as A, runs on the mixed-fleet examples.
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from unicron_plan.cli import full_app
+
+    usage = dict(reversed(_readme_rows()))[words]  # its first row
+    usage = re.sub(r"\[[^\]]*\]", "", usage)
+    usage = re.sub(r"\(([^|)]*)\|[^)]*\)", r"\1", usage)
+    args = [files.get(a, a) for a in shlex.split(usage)]
+    args = ["36000" if a == "S" else a for a in args] + ["--out", str(tmp_path / "i.json")]
+    res = CliRunner().invoke(full_app(), [str(ROOT / a) if a.startswith("examples/") else a for a in args])
+    assert res.exit_code == 0, (args, res.output)
+    assert json.loads((tmp_path / "i.json").read_text())["jobs"]
+
+
+def test_options_the_docs_give_a_value_take_one():
+    # `--opt VALUE` in README.md and docs/*.md names an option that takes a value in some command
+    # (a flag such as simulate's --json written with a FILE would mislead).
+    import typer.main
+
+    from unicron_plan.cli import full_app
+
+    def walk(cmd):
+        yield cmd
+        for sub in getattr(cmd, "commands", {}).values():
+            yield from walk(sub)
+
+    valued = {o for cmd in walk(typer.main.get_command(full_app())) for p in cmd.params
+              if not getattr(p, "is_flag", False) for o in p.opts}
+    found = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        found += [(path.name, m) for m in re.findall(r"`(--[a-z][a-z0-9-]*) [A-Z][A-Z.]*`", path.read_text())]
+    assert len(found) >= 10
+    assert [f for f in found if f[1] not in valued] == []

@@ -160,3 +160,27 @@ def test_a_scenario_grid_key_sweeps_base_scenarios_and_counts_wins(tmp_path):
     for r in res["points"]:
         for name, stats in r["ratios"].items():
             assert 0 <= stats["wins"] <= stats["n"] == 2
+
+
+def _small_scenario(instance: str) -> dict:
+    inst = read_json(ROOT / "instances" / instance)
+    return {"schema_version": "1", "name": inst["name"], "cluster": inst["cluster"], "jobs": inst["jobs"],
+            "cost": {"default_transition_seconds": 600.0}, "duration_hours": 24.0,
+            "failures": {"node_mtbf_hours": 100.0, "repair_hours": {"median": 2.0, "sigma": 0.5},
+                         "severity_mix": {"sev1": 1.0, "sev2": 0.0, "sev3": 0.0}}}
+
+
+@pytest.mark.parametrize("instance,mixed", [("mixed-h100-failure-a100-idle.json", True),
+                                             ("tiny-one-job-two-nodes.json", False)])
+def test_default_policies_add_type_bound_on_a_mixed_fleet_as_simulate_does(instance, mixed):
+    from unicron_plan.simulate.run import default_policies
+
+    base = _small_scenario(instance)
+    spec = {"scenario": "s.json", "grid": {"failures.node_mtbf_hours": [100]}, "seed": 3,
+            "replications": {"min": 2, "max": 2, "batch": 1, "target_half_width": 10}}
+    res = sw.run_sweep(sw.Sweep.model_validate(spec), base, workers=1)
+    assert res["policies"] == default_policies(load_scenario(base))
+    assert ("type-bound" in res["policies"]) is mixed
+    assert set(res["points"][0]["ratios"]) == set(res["policies"]) - {"unicron"}
+    named = sw.run_sweep(sw.Sweep.model_validate(dict(spec, policies=["unicron", "greedy"])), base, workers=1)
+    assert named["policies"] == ["unicron", "greedy"]  # policies the file names are run as named

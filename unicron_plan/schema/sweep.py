@@ -46,9 +46,11 @@ class Sweep(StrictModel):
         description="Dotted path into the scenario (e.g. failures.node_mtbf_hours, "
                     "failures.repair_hours.median, jobs.0.weight) -> the values it takes. "
                     "Points are the product of the lists.")
-    policies: list[str] = Field(default_factory=lambda: ["unicron", "megatron", "oobleck", "varuna", "bamboo",
-                                                        "greedy", "equal-share"], min_length=1, max_length=20,
-                                                            description="Policies compared at each grid point.")
+    policies: list[str] = Field(
+        default_factory=lambda: ["unicron", "megatron", "oobleck", "varuna", "bamboo", "greedy", "equal-share"],
+        min_length=1, max_length=20,
+        description="Policies compared at each grid point (default: these seven, and type-bound when a point's "
+                    "scenario is a mixed fleet).")
     seed: int = Field(default=0, ge=0, le=2**63 - 1, description="Root of numpy.random.SeedSequence.")
     replications: Replications = Field(default_factory=Replications,
         description="Seeds per point: added until the intervals are narrow enough or the maximum is reached.")

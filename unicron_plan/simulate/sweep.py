@@ -156,21 +156,26 @@ def run_sweep(sweep: Sweep, base: dict, backend: str = "process", address: Optio
               workers: int = 2, progress: Optional[Callable[[int], None]] = None,
               root: Optional[Path] = None) -> dict[str, Any]:
     """Run every grid point until its ratios are tight enough; the JSON-ready result. A grid key
-    ``scenario`` lists base scenarios (paths relative to ``root``, the sweep file's folder)."""
+    ``scenario`` lists base scenarios (paths relative to ``root``, the sweep file's folder). Without
+    ``policies`` in the file, a grid with a mixed fleet also runs ``type-bound`` (as ``simulate`` does)."""
+    from unicron_plan.simulate.mixed import default_policies, is_mixed
     from unicron_plan.simulate.run import check_policies, load_scenario
 
     policies = check_policies(sweep.policies)
     points = grid_points(sweep)
-    scenarios = []
+    scenarios, mixed = [], None
     for point in points:
         fields = {k: v for k, v in point.items() if k != SCENARIO_KEY}
         data = patched(base_of(point, base, root), fields)
         try:
-            load_scenario(data)
+            loaded = load_scenario(data)
         except InvalidInstanceError as exc:
             where = ", ".join(f"{k}={v!r}" for k, v in point.items())
             raise InvalidInstanceError(f"grid ({where}): {exc.field}", exc.message) from None
+        mixed = mixed or (loaded if is_mixed(loaded) else None)
         scenarios.append(data)
+    if mixed is not None and "policies" not in sweep.model_fields_set:
+        policies = default_policies(mixed, tuple(policies))
     rep = sweep.replications
     runner = _RayBackend(address, workers) if backend == "ray" else _ProcessBackend(workers)
     runs: list[list[dict[str, float]]] = [[] for _ in points]

@@ -497,3 +497,29 @@ def test_summary_shows_each_jobs_gpu_type_on_a_mixed_fleet_only():
     assert dict(zip(cols["job"], cols["GPU type"])) == {"llm-a": "h100", "llm-b": "a100", "llm-c": "a100"}
     single = summary_table(solve(load_instance("instances/tiny-one-job-two-nodes.json")))
     assert "GPU type" not in [c.header for c in single.columns]
+
+
+def test_instances_readme_says_which_node_fails_and_how_many_jobs_change_type():
+    # The library table's mixed rows: "<type> node ... fails" names the failed node's type and
+    # "<n> jobs change type" the jobs the optimal plan runs on another type than their current one.
+    import re
+    from pathlib import Path
+
+    numbers = {w: k for k, w in enumerate("zero one two three four five six seven eight nine ten".split())}
+    text = Path("instances/README.md").read_text()
+    checked = 0
+    for m in re.finditer(r"^\| (mixed-[a-z0-9-]+) \|(.*)$", text, re.M):
+        raw = json.load(open(f"instances/{m.group(1)}.json"))
+        row = m.group(2)
+        kinds = {n["id"]: n["gpu_type"] for n in raw["cluster"]["nodes"]}
+        said = re.search(r"\b([a-z0-9]+) node (?:[a-z0-9-]+ )?fails", row)
+        if said and "event" in raw:
+            assert {kinds[n] for n in raw["event"]["failed_nodes"]} == {said.group(1)}, m.group(1)
+            checked += 1
+        moved = re.search(r"\b(\w+) jobs? changes? type", row)
+        if moved:
+            plan = solve(load_instance(raw))
+            now = {j["id"]: j["throughput"]["gpu_type"] for j in raw["jobs"]}
+            assert sum(j.gpu_type != now[j.id] for j in plan.jobs) == numbers[moved.group(1)], m.group(1)
+            checked += 1
+    assert checked >= 4

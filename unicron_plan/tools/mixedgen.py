@@ -80,11 +80,11 @@ def kind_args(kind: str) -> dict:
 def large_mixed(seed: int, gpus: int, types: int, jobs: int, gpus_per_node: int = 8, counts_per_job: int = 64,
                 curves: str = "jagged", state: str = "mixed") -> dict:
     """A large mixed fleet: ``gpus`` GPUs split evenly over ``types`` types, every job allowed 2..4 types;
-    a node of the first type fails. ``curves``: ``jagged`` (random counts, near-linear with random
+    the first node of the first running job fails (of that job's type). ``curves``: ``jagged`` (random counts, near-linear with random
     dents), ``linear-step`` (exactly linear on multiples of 8, one slope per type for every job: many
     type choices tie), ``near-linear`` (the same with a relative noise of 1e-9: ties broken by
     amounts far below the transitions) or ``dense`` (every count from 1 to 4x the job's share,
-    near-linear with a relative noise of 1e-6). ``state``: ``mixed`` (a quarter of the jobs queued,
+    near-linear with a relative noise of 1e-6). ``state``: ``mixed`` (each job queued with probability 1/4,
     the others running at their share while it fits), ``queued`` (every job queued: no transition
     term breaks a tie) or ``running`` (every job running while its share fits)."""
     if curves not in CURVES or state not in STATES:

@@ -224,3 +224,17 @@ def test_options_the_docs_give_a_value_take_one():
         found += [(path.name, m) for m in re.findall(r"`(--[a-z][a-z0-9-]*) [A-Z][A-Z.]*`", path.read_text())]
     assert len(found) >= 10
     assert [f for f in found if f[1] not in valued] == []
+
+
+def test_perf_page_lists_every_gpu_type_and_its_default_stack():
+    gpus = json.loads((ROOT / "models" / "gpus.json").read_text())["gpus"]
+    eff = json.loads((ROOT / "models" / "efficiency.json").read_text())
+    text = (ROOT / "docs" / "perf.md").read_text()
+    row = re.search(r"^\| `gpus.json` \| ([a-z0-9, ]+):", text, re.M).group(1)
+    assert sorted(row.split(", ")) == sorted(gpus)
+    for stack in set(eff["default_stack"].values()):
+        m = re.search(rf"^\| {re.escape(stack)} \([^)]*\) \| ([a-z0-9, ]+) \|", text, re.M)
+        assert m, stack
+        assert sorted(m.group(1).split(", ")) == sorted(t for t, s in eff["default_stack"].items() if s == stack)
+    for t in gpus:
+        assert gpus[t]["source"].strip(), t

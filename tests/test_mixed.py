@@ -523,3 +523,26 @@ def test_instances_readme_says_which_node_fails_and_how_many_jobs_change_type():
             assert sum(j.gpu_type != now[j.id] for j in plan.jobs) == numbers[moved.group(1)], m.group(1)
             checked += 1
     assert checked >= 4
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda plan: plan["types"].update({"llm-b": 5}), "types.llm-b"),
+    (lambda plan: plan.update(types=["a100"]), "types"),
+    (lambda plan: plan["counts"].update({"llm-a": 1.5}), "counts.llm-a"),
+])
+def test_malformed_types_in_a_mixed_index_name_the_file_and_field(tmp_path, change, field):
+    from typer.testing import CliRunner
+
+    from unicron_plan.cli import app
+    from unicron_plan.plan.contingency import build_contingency, write_contingency
+
+    path = "instances/mixed-h100-failure-a100-idle.json"
+    index = build_contingency(load_instance(path))
+    key = index["failures"]["node:h3"]["plan"]
+    assert index["plans"][key]["types"] == {"llm-b": "a100"}
+    change(index["plans"][key])
+    written = write_contingency(index, tmp_path)
+    res = CliRunner().invoke(app, ["solve", path, "--contingency", str(tmp_path)])
+    assert res.exit_code == 2 and res.stdout == "", res.output
+    assert res.stderr.startswith(f"error: {written}: plans.{key}.{field}: "), res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

@@ -682,10 +682,15 @@ def read_contingency(source: str | Path) -> dict:
     from unicron_plan.io import read_json
 
     p = Path(source)
-    data = read_json(p / INDEX_FILE if p.is_dir() else p)
+    path = p / INDEX_FILE if p.is_dir() else p
+    data = read_json(path)
     if not isinstance(data, dict) or data.get("kind") != "contingency":
         raise InvalidInstanceError(str(p), "not a contingency index (kind != 'contingency')")
-    return check_index(data, str(p))
+    try:
+        return check_index(data, "index")
+    except InvalidInstanceError as exc:  # named as "FILE: plans.p00001.counts.job", not "DIR.plans..."
+        field = exc.field[len("index."):] if exc.field.startswith("index.") else exc.field
+        raise InvalidInstanceError(f"{path}: {field}", exc.message) from None
 
 
 _CHECKED: list = []  # [the last index dict that passed, its shape]: kept alive, so its id stays its own

@@ -473,6 +473,8 @@ def test_service_new_job_errors_name_the_bodys_field(tmp_path, throughput, field
      "error: jobs[0].throughput.by_type.v100: 'v100' is not in cluster.gpu_types (a100, h100)"),
     (lambda j: j["throughput"].update({"gpu_type": "a100"}),
      "error: jobs[0].current.nodes[0]: node 'h0' has GPU type 'h100', the job runs on 'a100'"),
+    (lambda j: j["throughput"].update({"compact": {"counts": [16], "tflops": [5800.0]}}),
+     "error: jobs[0].throughput: 'by_type' (tables per GPU type, each in the 'tflops' form) goes without 'compact'"),
 ])
 def test_cli_bad_mixed_input_is_one_line_naming_the_field(tmp_path, patch, line):
     # Exit 2 and exactly this line: an empty table says so (not "key ''"), a list index joins its field.

@@ -230,6 +230,8 @@ class Throughput(StrictModel):
         if self.by_type is not None:
             if self.model is not None or self.gpu_types is not None:
                 raise ValueError("'by_type' (tables per GPU type) goes without 'model' and 'gpu_types'")
+            if self.compact is not None:
+                raise ValueError("'by_type' (tables per GPU type, each in the 'tflops' form) goes without 'compact'")
             if self.gpu_type not in self.by_type:
                 raise ValueError(f"gpu_type {self.gpu_type!r} (the type the job runs on now) is not a key "
                                  f"of 'by_type' ({', '.join(sorted(self.by_type))})")

@@ -56,3 +56,25 @@ def test_negative_zero_sigma_simulates(tmp_path):
     r = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "simulate", str(sc), "--json"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("field,value", [("tp", 4), ("max_nodes", 16), ("same_rack", True)])
+@pytest.mark.parametrize("mixed", [False, True])
+def test_node_level_constraints_are_refused_at_load_naming_the_field(tmp_path, field, value, mixed):
+    # The planner policies place counts without tp, max_nodes or same_rack: a scenario setting one is bad
+    # input at load (it used to stop mid-run with a message about --solver, which simulate lacks).
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.simulate import load_scenario
+
+    root = Path(__file__).resolve().parent.parent
+    doc = json.loads(json.dumps(BASE))
+    if mixed:
+        inst = json.loads((root / "instances" / "mixed-h100-failure-a100-idle.json").read_text())
+        doc.update(cluster=inst["cluster"], jobs=inst["jobs"])
+    doc["jobs"][1][field] = value
+    with pytest.raises(InvalidInstanceError) as err:
+        load_scenario(doc)
+    assert err.value.field == f"jobs[1].{field}" and "not simulated" in err.value.message
+    doc["jobs"][1][field] = {"tp": 1, "max_nodes": None, "same_rack": False}[field]  # trivially true: accepted
+    doc["jobs"][1]["pinned"] = True  # a rule the planner policies apply
+    load_scenario(doc)

@@ -225,6 +225,11 @@ def check_scenario(scenario: Scenario) -> None:
     for k, job in enumerate(scenario.jobs):
         if not job.throughput.has_table:
             raise InvalidInstanceError(f"jobs[{k}].throughput", "scenarios need the table form ('tflops' or 'compact')")
+        for name, used in (("tp", (job.tp or 1) > 1), ("max_nodes", job.max_nodes is not None),
+                           ("same_rack", bool(job.same_rack))):
+            if used:  # the planner policies place counts without them: a run would stop at the first that binds
+                raise InvalidInstanceError(f"jobs[{k}].{name}", "node-level constraints (tp above 1, max_nodes, "
+                                           "same_rack) are not simulated; leave it out of the scenario")
     for k, d in enumerate(scenario.failures.domains if scenario.failures is not None else ()):
         _check_error_kind(d.error, f"failures.domains[{k}].error", "sev1")
     for name, m in (scenario.policy_models or {}).items():

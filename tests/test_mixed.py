@@ -423,6 +423,7 @@ def test_service_keeps_warm_contingency_after_a_node_failure_is_applied(tmp_path
         assert coord.wait_contingency(120)
         plan = coord.post_event(event)
         coord.apply(plan["plan_id"])
+        assert coord.precomputed_status()["total"] == 7  # before and after the worker reports: not the down h3
         assert coord.wait_contingency(120), coord.contingency_status()
         deadline = time.monotonic() + 120
         while coord.precomputed_status()["done"] < 7 and time.monotonic() < deadline:

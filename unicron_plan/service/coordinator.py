@@ -87,6 +87,7 @@ class Coordinator:
         # (base_version, {node id: its class's representative}, {representative: zlib(JSON plan)},
         # nodes to do): answers to single-node failures, one per class of nodes
         self._answers: tuple[int, dict[str, str], dict[str, bytes], int] | None = None
+        self._can_fail: tuple[int, int] | None = None  # (base version, its nodes not down as a whole)
         self._order: tuple[int, dict[str, int]] | None = None  # (base_version, node id -> cluster position)
         self._fingerprint: tuple[int, str] | None = None  # (base_version, fingerprint of the base)
         self._prepared_base = None  # (base_version, core.problem.prepare of the base, or None)
@@ -401,8 +402,13 @@ class Coordinator:
         """{"done": answers stored, "total": answers to store} for the current applied state."""
         with self._cv:
             answers = self._answers
-        if answers is None or self.state.base is None or answers[0] != self.state.base_version:
-            return {"done": 0, "total": 0 if self.state.base is None else len(self.state.base.cluster.nodes)}
+        state = self.state
+        if answers is None or state.base is None or answers[0] != state.base_version:
+            if state.base is None:
+                return {"done": 0, "total": 0}
+            if self._can_fail is None or self._can_fail[0] != state.base_version:  # the nodes to answer for
+                self._can_fail = (state.base_version, len(state.base.cluster.nodes) - len(_down_nodes(state.base)))
+            return {"done": 0, "total": self._can_fail[1]}
         return {"done": len(answers[1]), "total": answers[3]}
 
     # ------------------------------------------------------------------ warm contingency
@@ -624,7 +630,7 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
         index = build_contingency(snapshot.base)
         digest = fingerprint(snapshot.base)
         prepared = prepare(snapshot.base)
-        down = {n.id for n in snapshot.base.cluster.nodes if len(n.failed_gpus) == n.gpus}
+        down = _down_nodes(snapshot.base)
         classes = [c for c in node_classes(snapshot.base, prepared.previous) if c[0] not in down][:max_classes]
     except Exception:  # e.g. a cluster the planner rejects: events are solved instead
         yield ("index", None, None, 0)
@@ -642,6 +648,11 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
             continue
         yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))
         time.sleep(0)  # in-thread: let request threads in between answers
+
+
+def _down_nodes(instance) -> set[str]:
+    """The nodes of ``instance`` down as a whole (every GPU in ``failed_gpus``): they cannot fail again."""
+    return {n.id for n in instance.cluster.nodes if len(n.failed_gpus) == n.gpus}
 
 
 def _settle_heap() -> None:

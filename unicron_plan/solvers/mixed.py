@@ -48,6 +48,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -61,11 +62,12 @@ MU_STEPS = 120  # cutting-plane steps for the capacity multipliers (at most)
 MU_TOL = 1e-7  # ... stopped when UB is within this fraction of its minimum
 LAGRANGE_STEPS = 40  # subgradient steps at the root on the one-type-per-job multipliers
 CHILD_STEPS = 0  # ... at a node other than the root
-COLGEN_STEPS = 40  # column-generation steps per node after them
+COLGEN_STEPS = 80  # column-generation steps per node after them
 BOX = 0.01  # half-width of the multipliers' box, a fraction of their mean at the node's start
 SHRINK = 0.7  # the box's factor after a step that does not lower the bound
 IMPROVE_JOBS = 32  # local search moves the jobs the master splits most, at most this many
 FLOOR_GAP = 1e-3  # column generation stops when the bound can fall by less than this part of the gap
+DP_CACHE = 1024  # type DPs of tried plans kept (exact ones, keyed by type and pairs)
 IP_VARIABLES = 50_000  # rule 8: the root's remaining choices go to HiGHS up to this many (0: never)
 
 
@@ -125,6 +127,7 @@ class _Model:
         finite = np.abs(zero[np.isfinite(zero)])
         self.scale = max(scale, float(finite.max()) if len(finite) else 0.0) * max(self.m, 1) + 1.0
         self.sym_prev = self._symmetric_predecessors()
+        self._dp_cache: dict[tuple[int, tuple[int, ...]], tuple] = {}
 
     def _symmetric_predecessors(self) -> np.ndarray:
         """For each job, the previous job (by index) it is interchangeable with, or -1.
@@ -229,12 +232,29 @@ class _Model:
     def solve_type(self, t: int, jobs: list[int], chosen: list[int], deadline: float | None):
         """(value, counts, timed out) of type ``t``'s exact DP over ``jobs`` on their pairs ``chosen[i]``,
         or None when they do not fit."""
-        opts = [self.options[chosen[i]] for i in jobs]
+        got = self._type_dp(t, [chosen[i] for i in jobs], deadline)
+        return None if got is None else (got[1], got[0], got[2])
+
+    def _type_dp(self, t: int, pairs: list[int], deadline: float | None):
+        """(counts, value, timed out, bound) of type ``t``'s exact DP over ``pairs`` (one per job, in
+        job order), or None when they do not fit. Exact answers are kept: a search tries the same
+        type plan many times (plans that differ only on other types)."""
+        key = (t, tuple(pairs))
+        got = self._dp_cache.get(key)
+        if got is not None:
+            return got
+        opts = [self.options[p] for p in pairs]
         if sum(int(y[0]) for y, _ in opts) > self.cap[t]:
             return None
         stats: dict = {}
         part, v = dp.solve_options(opts, int(self.cap[t]), stats, deadline=deadline)
-        return v, part, bool(stats.get("timed_out"))
+        timed_out = bool(stats.get("timed_out"))
+        got = (part, v, timed_out, max(float(stats.get("ub", v)), v) if timed_out else v)
+        if not timed_out and DP_CACHE:
+            if len(self._dp_cache) >= DP_CACHE:
+                self._dp_cache.clear()
+            self._dp_cache[key] = got
+        return got
 
     def solve_assignment(self, chosen: list[int], deadline: float | None):
         """Each job on the type of its pair ``chosen[i]``: every type's exact DP.
@@ -247,21 +267,19 @@ class _Model:
         timed_out = False
         columns = []  # each type's plan: (type, jobs with a count > 0, their gains)
         for t, jobs in by_type.items():
-            opts = [self.options[chosen[i]] for i in jobs]
-            if sum(int(y[0]) for y, _ in opts) > self.cap[t]:
+            got = self._type_dp(t, [chosen[i] for i in jobs], deadline)
+            if got is None:
                 return None
-            stats: dict = {}
-            part, v = dp.solve_options(opts, int(self.cap[t]), stats, deadline=deadline)
+            part, v, late, ub = got
             for i, y in zip(jobs, part):
                 counts[i] = int(y)
             value += v
-            if stats.get("timed_out"):
-                timed_out = True
-                bound += max(float(stats.get("ub", v)), v)
-            else:
-                bound += v
+            bound += ub
+            timed_out |= late
             rows = tuple(i for i, y in zip(jobs, part) if y > 0)
-            columns.append((t, rows, math.fsum(self.gain(chosen[i], counts[i]) for i in rows)))
+            # the plan's own gains: its value less the gains of the jobs it leaves at 0
+            columns.append((t, rows, v - math.fsum(float(self.options[chosen[i]][1][0]) for i, y in zip(jobs, part)
+                                                   if y == 0)))
         return counts, value, bound, timed_out, columns
 
     def gain(self, pair: int, y: int) -> float:
@@ -271,6 +289,22 @@ class _Model:
 
 
 _EXPIRED = object()  # what a dual step returns once the deadline has passed
+
+
+class _Prepared(NamedTuple):
+    """What :meth:`_Search._dual` reuses at every step of one node (:meth:`_Search._prepare_dual`)."""
+
+    fixed: dict  # type -> [(job, pair, options)] of the jobs decided on it
+    least: dict  # type -> the decided jobs' smallest counts added up
+    const: float  # the zero gains of the jobs left without a type
+    pairs: list  # the undecided jobs' pairs ...
+    jobs: list  # ... and their jobs
+    starts: np.ndarray  # each pair's run in the flat arrays, led by a count 0
+    flat_y: np.ndarray
+    flat_g: np.ndarray
+    owner: np.ndarray  # the job of every flat entry
+    lead: np.ndarray  # the count-0 entries
+    undecided: np.ndarray  # the undecided jobs, ascending
 
 
 class _Search:
@@ -351,7 +385,8 @@ class _Search:
         lead = np.zeros(len(flat_y), dtype=bool)
         lead[starts] = True
         undecided = np.asarray(sorted(set(jobs)), dtype=np.int64)
-        return fixed, const, pairs, jobs, starts, flat_y, flat_g, owner, lead, undecided
+        least = {t: sum(int(opt[0][0]) for _, _, opt in items) for t, items in fixed.items()}
+        return _Prepared(fixed, least, const, pairs, jobs, starts, flat_y, flat_g, owner, lead, undecided)
 
     def _dual(self, prepared, pi: np.ndarray):
         """The bound of relaxing "job i on at most (exactly) one type" with multipliers ``pi``:
@@ -361,11 +396,12 @@ class _Search:
         or None when the jobs that may not suspend cannot fit. A DP stopped by the deadline adds
         its own upper bound, so the total stays a bound."""
         model = self.model
-        fixed, const, pairs, jobs, starts, flat_y, flat_g, owner, lead, undecided = prepared
+        fixed, least, const, pairs, jobs, starts, flat_y, flat_g, owner, lead, undecided = prepared
         total = const + float((self.z[undecided] + pi[undecided]).sum())
         per_type = {t: [(i, p, opt, False) for i, p, opt in items] for t, items in fixed.items()}
+        shift = self.z + pi
         if pairs:
-            shifted = flat_g - (self.z + pi)[owner]
+            shifted = flat_g - shift[owner]
             shifted[lead] = 0.0
             keep = lead | (shifted > 0)
             kept = np.add.reduceat(keep.astype(np.int64), starts)
@@ -377,25 +413,27 @@ class _Search:
                 per_type.setdefault(int(model.pair_type[p]), []).append((jobs[k], p, (ky[a:b], kg[a:b]), True))
         use = np.zeros(model.m)
         took = {}
-        columns = []
         for t, items in per_type.items():
             opts = [it[2] for it in items]
-            if sum(int(opt[0][0]) for _, _, opt in fixed.get(t, ())) > model.cap[t]:  # undecided ones start at 0
+            if least.get(t, 0) > model.cap[t]:  # the decided jobs' smallest counts (undecided ones start at 0)
                 return None
             stats: dict = {}
             counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline)
             exact = not stats.get("timed_out")
             total += value if exact else max(value, float(stats.get("ub", value)))
-            rows, gains = [], []
-            for (i, p, _, undecided), c in zip(items, counts):
+            rows = []
+            column = value  # the plan's own gains: the DP's value less the shifts and the decided jobs' zeros
+            for (i, p, opt, free), c in zip(items, counts):
                 if c > 0:
                     rows.append(i)
-                    gains.append(model.gain(p, c))
-                    if undecided:
+                    if free:
                         use[i] += 1
+                        column += shift[i]
                         took[i] = p
+                elif not free:
+                    column -= float(opt[1][0])
             if exact:  # the type's plan, a column of the master (:meth:`_colgen`)
-                self.pool[(t, tuple(rows))] = math.fsum(gains)
+                self.pool[(t, tuple(rows))] = column
         return total, use, took
 
     def _counted_dual(self, prepared, pi):
@@ -461,7 +499,7 @@ class _Search:
         prepared = self._prepare_dual(live)
         if prepared is None:
             return -math.inf, pi, None
-        fixed, undecided = prepared[0], prepared[-1]
+        fixed, undecided = prepared.fixed, prepared.undecided
         if not len(undecided):
             return ub, pi, None
         T, nu = len(model.types), len(undecided)
@@ -475,7 +513,7 @@ class _Search:
         for t, items in fixed.items():
             fixed_z[t] = sum(self.z[i] for i, _, _ in items)
             fixed_eq[t] = sum(bool(self.eq[i]) for i, _, _ in items)
-        base = float(prepared[1] + self.z[undecided].sum())  # const + sum z: the master's value is on top
+        base = float(prepared.const + self.z[undecided].sum())  # const + sum z: the master's value is on top
         unit = max(abs(ub - base), 1.0) / nu
         big = 1e6  # a unit-scaled penalty far above any multiplier of a feasible master
         h = _lp(self.deadline)

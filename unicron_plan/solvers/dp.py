@@ -107,6 +107,24 @@ class _Joined(NamedTuple):
     off: np.ndarray  # int64, m + 1 entries
 
 
+class JoinedOptions:
+    """Options held as one :class:`_Joined` (job j's at ``off[j]:off[j + 1]``), read as a list of
+    (counts, gains) pairs: what :func:`solve_options` takes with ``joined=`` from a caller that
+    builds its options in flat arrays."""
+
+    def __init__(self, y: np.ndarray, g: np.ndarray, off: np.ndarray):
+        self.joined = _Joined(y, g, off)
+
+    def __len__(self) -> int:
+        return len(self.joined.off) - 1
+
+    def __getitem__(self, j):
+        if not 0 <= j < len(self):
+            raise IndexError(j)
+        a, b = int(self.joined.off[j]), int(self.joined.off[j + 1])
+        return self.joined.y[a:b], self.joined.g[a:b]
+
+
 def _join(options: list[tuple[np.ndarray, np.ndarray]]) -> _Joined:
     """The options of every job as one :class:`_Joined`."""
     if not len(options):

@@ -105,3 +105,27 @@ def test_local_search_never_loses_value(seed, kind, jobs):
         return
     assert search.best is not None and search.best[2] >= got[1] - tol
     assert search.best[2] <= opt + tol
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), kind=st.sampled_from(KINDS))
+def test_kept_type_plans_change_nothing_but_the_work(seed, kind):
+    """The search keeps each type's exact DP of the plans it tries: with and without that store it
+    returns the same plan, value and bound, and with it runs fewer DPs."""
+    problem = build_problem(load_instance(large_mixed(seed, 2048, 4, 24, counts_per_job=6, **kind_args(kind))))
+    calls = []
+    real = mixed.dp.solve_options
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mixed.dp, "solve_options", counted)
+        kept = mixed.solve_types(problem)
+        with_store = len(calls)
+        patch.setattr(mixed, "DP_CACHE", 0)
+        calls.clear()
+        fresh = mixed.solve_types(problem)
+    assert kept[:5] == fresh[:5]
+    assert with_store <= len(calls)

@@ -107,13 +107,33 @@ class _Joined(NamedTuple):
     off: np.ndarray  # int64, m + 1 entries
 
 
+class JoinedOptions:
+    """Options held as one :class:`_Joined` (job j's at ``off[j]:off[j + 1]``), read as a list of
+    (counts, gains) pairs: what :func:`solve_options` takes with ``joined=`` from a caller that
+    builds its options in flat arrays."""
+
+    def __init__(self, y: np.ndarray, g: np.ndarray, off: np.ndarray):
+        self.joined = _Joined(y, g, off)
+
+    def __len__(self) -> int:
+        return len(self.joined.off) - 1
+
+    def __getitem__(self, j):
+        if not 0 <= j < len(self):
+            raise IndexError(j)
+        a, b = int(self.joined.off[j]), int(self.joined.off[j + 1])
+        return self.joined.y[a:b], self.joined.g[a:b]
+
+
 def _join(options: list[tuple[np.ndarray, np.ndarray]]) -> _Joined:
     """The options of every job as one :class:`_Joined`."""
-    sizes = np.fromiter((len(y) for y, _ in options), dtype=np.int64, count=len(options))
-    off = np.zeros(len(options) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=off[1:])
-    y = np.concatenate([np.asarray(o[0], dtype=np.int64) for o in options]) if options else np.zeros(0, np.int64)
-    g = np.concatenate([np.asarray(o[1], dtype=np.float64) for o in options]) if options else np.zeros(0)
+    if not len(options):
+        return _Joined(np.zeros(0, np.int64), np.zeros(0), np.zeros(1, dtype=np.int64))
+    ys, gs = zip(*options)
+    off = np.zeros(len(ys) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, ys), dtype=np.int64, count=len(ys)), out=off[1:])
+    y = np.concatenate(ys).astype(np.int64, copy=False)
+    g = np.concatenate(gs).astype(np.float64, copy=False)
     return _Joined(y, g, off)
 
 
@@ -470,6 +490,20 @@ def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
     return {j.id: int(c) for j, c in zip(jobs, counts)}, value
 
 
+class _Scaled:
+    """Options with every count divided by ``step`` (a common divisor), made when read."""
+
+    def __init__(self, options, step: int):
+        self.options, self.step = options, step
+
+    def __len__(self) -> int:
+        return len(self.options)
+
+    def __getitem__(self, i):
+        y, g = self.options[i]
+        return y // self.step, g
+
+
 def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
                   stats: dict | None = None, prune: bool = True,
                   deadline: float | None = None, joined: _Joined | None = None) -> tuple[list[int], float]:
@@ -484,15 +518,15 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     m = len(options)
     if m == 0:
         return [], 0.0
-    top_y = [int(y[-1]) for y, _ in options]
-    if sum(top_y) <= capacity:  # every job at its best count: exact optimum
-        stats.update(early_exit=True, kept=m)
-        return top_y, float(sum(float(g[-1]) for _, g in options))
     joined = joined if joined is not None else _join(options)
+    tops = joined.off[1:] - 1
+    top_y = joined.y[tops]
+    if int(top_y.sum()) <= capacity:  # every job at its best count: exact optimum
+        stats.update(early_exit=True, kept=m)
+        return top_y.tolist(), float(sum(joined.g[tops].tolist()))
     step = int(np.gcd.reduce(joined.y)) if len(joined.y) else 0
     if step > 1:  # every count a multiple of ``step`` (whole nodes): the same DP on step-GPU units
-        scaled = [(y // step, g) for y, g in options]
-        counts, value = solve_options(scaled, capacity // step, stats, prune, deadline,
+        counts, value = _solve_joined(_Scaled(options, step), capacity // step, stats, prune, deadline,
                                       _Joined(joined.y // step, joined.g, joined.off))
         if "reachable" in stats:
             stats["reachable"] *= step
@@ -502,6 +536,11 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
             stats["lam"] /= step
         stats["count_step"] = step
         return [c * step for c in counts], value
+    return _solve_joined(options, capacity, stats, prune, deadline, joined)
+
+
+def _solve_joined(options, capacity: int, stats: dict, prune: bool, deadline: float | None, joined: _Joined):
+    """:func:`solve_options` past its early exit and count step."""
     reach = reachable_capacity(joined.y, capacity)
     if reach < capacity:  # no plan uses more than ``reach`` GPUs: solving for it is the same problem
         stats["reachable"] = reach
@@ -516,9 +555,8 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
             stats["reachable"] = capacity = top
             lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity)
     tol = rounding
-    stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(sum(len(y) for y, _ in options)),
-                 rounding=rounding)
-    best = ([int(options[i][0][k]) for i, k in enumerate(lb_pick)], lb)
+    stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(joined.off[-1]), rounding=rounding)
+    best = (flat.y[flat.off[:-1] + lb_pick].tolist(), lb)
     if lb >= ub - rounding:
         # The greedy plan meets the upper bound up to float rounding: optimal. With equal values per
         # GPU (linear stretches along the envelope), any plan filling the reachable capacity does.

@@ -48,6 +48,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -61,11 +62,12 @@ MU_STEPS = 120  # cutting-plane steps for the capacity multipliers (at most)
 MU_TOL = 1e-7  # ... stopped when UB is within this fraction of its minimum
 LAGRANGE_STEPS = 40  # subgradient steps at the root on the one-type-per-job multipliers
 CHILD_STEPS = 0  # ... at a node other than the root
-COLGEN_STEPS = 40  # column-generation steps per node after them
+COLGEN_STEPS = 80  # column-generation steps per node after them
 BOX = 0.01  # half-width of the multipliers' box, a fraction of their mean at the node's start
 SHRINK = 0.7  # the box's factor after a step that does not lower the bound
 IMPROVE_JOBS = 32  # local search moves the jobs the master splits most, at most this many
 FLOOR_GAP = 1e-3  # column generation stops when the bound can fall by less than this part of the gap
+DP_CACHE = 1024  # type DPs of tried plans kept (exact ones, keyed by type and pairs)
 IP_VARIABLES = 50_000  # rule 8: the root's remaining choices go to HiGHS up to this many (0: never)
 
 
@@ -125,6 +127,7 @@ class _Model:
         finite = np.abs(zero[np.isfinite(zero)])
         self.scale = max(scale, float(finite.max()) if len(finite) else 0.0) * max(self.m, 1) + 1.0
         self.sym_prev = self._symmetric_predecessors()
+        self._dp_cache: dict[tuple[int, tuple[int, ...]], tuple] = {}
 
     def _symmetric_predecessors(self) -> np.ndarray:
         """For each job, the previous job (by index) it is interchangeable with, or -1.
@@ -229,12 +232,29 @@ class _Model:
     def solve_type(self, t: int, jobs: list[int], chosen: list[int], deadline: float | None):
         """(value, counts, timed out) of type ``t``'s exact DP over ``jobs`` on their pairs ``chosen[i]``,
         or None when they do not fit."""
-        opts = [self.options[chosen[i]] for i in jobs]
+        got = self._type_dp(t, [chosen[i] for i in jobs], deadline)
+        return None if got is None else (got[1], got[0], got[2])
+
+    def _type_dp(self, t: int, pairs: list[int], deadline: float | None):
+        """(counts, value, timed out, bound) of type ``t``'s exact DP over ``pairs`` (one per job, in
+        job order), or None when they do not fit. Exact answers are kept: a search tries the same
+        type plan many times (plans that differ only on other types)."""
+        key = (t, tuple(pairs))
+        got = self._dp_cache.get(key)
+        if got is not None:
+            return got
+        opts = [self.options[p] for p in pairs]
         if sum(int(y[0]) for y, _ in opts) > self.cap[t]:
             return None
         stats: dict = {}
         part, v = dp.solve_options(opts, int(self.cap[t]), stats, deadline=deadline)
-        return v, part, bool(stats.get("timed_out"))
+        timed_out = bool(stats.get("timed_out"))
+        got = (part, v, timed_out, max(float(stats.get("ub", v)), v) if timed_out else v)
+        if not timed_out and DP_CACHE:
+            if len(self._dp_cache) >= DP_CACHE:
+                self._dp_cache.clear()
+            self._dp_cache[key] = got
+        return got
 
     def solve_assignment(self, chosen: list[int], deadline: float | None):
         """Each job on the type of its pair ``chosen[i]``: every type's exact DP.
@@ -247,21 +267,19 @@ class _Model:
         timed_out = False
         columns = []  # each type's plan: (type, jobs with a count > 0, their gains)
         for t, jobs in by_type.items():
-            opts = [self.options[chosen[i]] for i in jobs]
-            if sum(int(y[0]) for y, _ in opts) > self.cap[t]:
+            got = self._type_dp(t, [chosen[i] for i in jobs], deadline)
+            if got is None:
                 return None
-            stats: dict = {}
-            part, v = dp.solve_options(opts, int(self.cap[t]), stats, deadline=deadline)
+            part, v, late, ub = got
             for i, y in zip(jobs, part):
                 counts[i] = int(y)
             value += v
-            if stats.get("timed_out"):
-                timed_out = True
-                bound += max(float(stats.get("ub", v)), v)
-            else:
-                bound += v
+            bound += ub
+            timed_out |= late
             rows = tuple(i for i, y in zip(jobs, part) if y > 0)
-            columns.append((t, rows, math.fsum(self.gain(chosen[i], counts[i]) for i in rows)))
+            # the plan's own gains: its value less the gains of the jobs it leaves at 0
+            columns.append((t, rows, v - math.fsum(float(self.options[chosen[i]][1][0]) for i, y in zip(jobs, part)
+                                                   if y == 0)))
         return counts, value, bound, timed_out, columns
 
     def gain(self, pair: int, y: int) -> float:
@@ -271,6 +289,34 @@ class _Model:
 
 
 _EXPIRED = object()  # what a dual step returns once the deadline has passed
+
+
+class _Decided(NamedTuple):
+    """The jobs decided on one type at a node, their options in flat arrays."""
+
+    jobs: np.ndarray  # ascending
+    y: np.ndarray
+    g: np.ndarray
+    sizes: np.ndarray  # options per job
+    zero: np.ndarray  # each job's gain at its smallest count (count 0 when it may suspend)
+    least: int  # their smallest counts added up
+
+
+class _Prepared(NamedTuple):
+    """What :meth:`_Search._dual` reuses at every step of one node (:meth:`_Search._prepare_dual`)."""
+
+    decided: dict  # type -> :class:`_Decided`
+    const: float  # the zero gains of the jobs left without a type
+    pair_ids: np.ndarray  # the undecided jobs' pairs, by type then job ...
+    pair_jobs: np.ndarray  # ... and their jobs
+    spans: dict  # type -> (first pair, end pair, first entry, end entry) of its pairs
+    starts: np.ndarray  # each pair's run in the flat arrays, led by a count 0 ...
+    sizes: np.ndarray  # ... and its length
+    flat_y: np.ndarray
+    flat_g: np.ndarray
+    owner: np.ndarray  # the job of every flat entry
+    lead: np.ndarray  # the count-0 entries
+    undecided: np.ndarray  # the undecided jobs, ascending
 
 
 class _Search:
@@ -325,15 +371,15 @@ class _Search:
 
     def _prepare_dual(self, live: list[list[int]]):
         """What :meth:`_dual` reuses at every step for these allowed types: the decided jobs per type
-        with their options, the constant of the jobs left without a type, and the counts > 0 of the
-        undecided jobs' pairs in flat arrays, each pair's run led by a count 0 (None: infeasible)."""
+        with their options in flat arrays, the constant of the jobs left without a type, and the counts
+        > 0 of the undecided jobs' pairs in flat arrays, each pair's run led by a count 0 (None: infeasible)."""
         model = self.model
         fixed: dict[int, list] = {}
         const = 0.0
         pairs, jobs = [], []
         for i, ps in enumerate(live):
             if len(ps) == 1:
-                fixed.setdefault(int(model.pair_type[ps[0]]), []).append((i, ps[0], model.options[ps[0]]))
+                fixed.setdefault(int(model.pair_type[ps[0]]), []).append((i, ps[0]))
             elif not ps:
                 if self.eq[i]:
                     return None
@@ -341,17 +387,33 @@ class _Search:
             else:
                 pairs += ps
                 jobs += [i] * len(ps)
+        decided = {}
+        for t, items in fixed.items():
+            opts = [model.options[p] for _, p in items]
+            joined = dp._join(opts)
+            decided[t] = _Decided(np.asarray([i for i, _ in items], dtype=np.int64), joined.y, joined.g,
+                                  np.diff(joined.off), joined.g[joined.off[:-1]], int(joined.y[joined.off[:-1]].sum()))
+        order = sorted(range(len(pairs)), key=lambda k: (int(model.pair_type[pairs[k]]), jobs[k]))  # by type
+        pairs, jobs = [pairs[k] for k in order], [jobs[k] for k in order]
         ys = [np.concatenate([[0], self.positive[p][0]]) for p in pairs]
         gs = [np.concatenate([[0.0], self.positive[p][1]]) for p in pairs]
         sizes = np.asarray([len(y) for y in ys], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if pairs else np.zeros(0, dtype=np.int64)
-        flat_y = np.concatenate(ys) if ys else np.zeros(0, dtype=np.int64)
+        ends = np.cumsum(sizes)
+        starts = (ends - sizes).astype(np.int64)
+        flat_y = np.concatenate(ys).astype(np.int64) if ys else np.zeros(0, dtype=np.int64)
         flat_g = np.concatenate(gs) if gs else np.zeros(0)
-        owner = np.repeat(np.asarray(jobs, dtype=np.int64), sizes)
+        pair_ids = np.asarray(pairs, dtype=np.int64)
+        pair_jobs = np.asarray(jobs, dtype=np.int64)
+        pair_types = model.pair_type[pair_ids] if pairs else np.zeros(0, dtype=np.int64)
+        spans = {}  # type -> (first pair, end pair, first entry, end entry) of its undecided pairs
+        for t in np.unique(pair_types).tolist():
+            a, b = (int(x) for x in np.searchsorted(pair_types, [t, t + 1]))
+            spans[t] = (a, b, int(starts[a]), int(ends[b - 1]))
         lead = np.zeros(len(flat_y), dtype=bool)
         lead[starts] = True
         undecided = np.asarray(sorted(set(jobs)), dtype=np.int64)
-        return fixed, const, pairs, jobs, starts, flat_y, flat_g, owner, lead, undecided
+        return _Prepared(decided, const, pair_ids, pair_jobs, spans, starts, sizes, flat_y, flat_g,
+                         np.repeat(pair_jobs, sizes), lead, undecided)
 
     def _dual(self, prepared, pi: np.ndarray):
         """The bound of relaxing "job i on at most (exactly) one type" with multipliers ``pi``:
@@ -361,41 +423,55 @@ class _Search:
         or None when the jobs that may not suspend cannot fit. A DP stopped by the deadline adds
         its own upper bound, so the total stays a bound."""
         model = self.model
-        fixed, const, pairs, jobs, starts, flat_y, flat_g, owner, lead, undecided = prepared
-        total = const + float((self.z[undecided] + pi[undecided]).sum())
-        per_type = {t: [(i, p, opt, False) for i, p, opt in items] for t, items in fixed.items()}
-        if pairs:
-            shifted = flat_g - (self.z + pi)[owner]
-            shifted[lead] = 0.0
-            keep = lead | (shifted > 0)
-            kept = np.add.reduceat(keep.astype(np.int64), starts)
-            ends = np.cumsum(kept)
-            ky, kg = flat_y[keep], shifted[keep]
-            for k in np.flatnonzero(kept > 1).tolist():  # a pair with only its 0 adds nothing
-                p, b = pairs[k], int(ends[k])
-                a = b - int(kept[k])
-                per_type.setdefault(int(model.pair_type[p]), []).append((jobs[k], p, (ky[a:b], kg[a:b]), True))
+        pre = prepared
+        shift = self.z + pi
+        total = pre.const + float(shift[pre.undecided].sum())
+        if len(pre.pair_ids):
+            shifted = pre.flat_g - shift[pre.owner]
+            shifted[pre.lead] = 0.0
+            keep = pre.lead | (shifted > 0)
+            kept = np.add.reduceat(keep.astype(np.int64), pre.starts)
+            live = kept > 1  # a pair with only its 0 adds nothing
+            keep &= np.repeat(live, pre.sizes)
         use = np.zeros(model.m)
         took = {}
-        columns = []
-        for t, items in per_type.items():
-            opts = [it[2] for it in items]
-            if sum(int(opt[0][0]) for _, _, opt in fixed.get(t, ())) > model.cap[t]:  # undecided ones start at 0
+        none = np.zeros(0, dtype=np.int64)
+        for t in sorted(set(pre.decided) | set(pre.spans)):
+            fix = pre.decided.get(t)
+            if fix is not None and fix.least > model.cap[t]:  # undecided jobs start at 0
                 return None
+            parts = [(fix.y, fix.g, fix.sizes)] if fix is not None else []
+            und = none
+            if t in pre.spans:
+                pa, pb, ea, eb = pre.spans[t]
+                und = pa + np.flatnonzero(live[pa:pb])
+                if len(und):
+                    sel = keep[ea:eb]
+                    parts.append((pre.flat_y[ea:eb][sel], shifted[ea:eb][sel], kept[und]))
+            if not parts:
+                continue
+            y, g, sizes = (np.concatenate(a) for a in zip(*parts)) if len(parts) > 1 else parts[0]
+            off = np.zeros(len(sizes) + 1, dtype=np.int64)
+            np.cumsum(sizes, out=off[1:])
+            opts = dp.JoinedOptions(y, g, off)
             stats: dict = {}
-            counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline)
+            counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline, joined=opts.joined)
             exact = not stats.get("timed_out")
             total += value if exact else max(value, float(stats.get("ub", value)))
-            rows, gains = [], []
-            for (i, p, _, undecided), c in zip(items, counts):
-                if c > 0:
-                    rows.append(i)
-                    gains.append(model.gain(p, c))
-                    if undecided:
-                        use[i] += 1
-                        took[i] = p
-            if exact:  # the type's plan, a column of the master (:meth:`_colgen`)
-                self.pool[(t, tuple(rows))] = math.fsum(gains)
+            counts = np.asarray(counts, dtype=np.int64)
+            nf = len(fix.jobs) if fix is not None else 0
+            used = und[counts[nf:] > 0]
+            jobs_used = pre.pair_jobs[used]
+            use[jobs_used] += 1  # a job has one pair per type
+            took.update(zip(jobs_used.tolist(), pre.pair_ids[used].tolist()))
+            if exact:  # the type's plan, a column of the master (:meth:`_colgen`): its own gains, from the
+                # DP's value less the shifts of the undecided jobs and the zero gains of the decided ones left at 0
+                column = value + float(shift[jobs_used].sum())
+                rows = jobs_used
+                if fix is not None:
+                    column -= float(fix.zero[counts[:nf] == 0].sum())
+                    rows = np.sort(np.concatenate([fix.jobs[counts[:nf] > 0], jobs_used]))
+                self.pool[(t, tuple(rows.tolist()))] = column
         return total, use, took
 
     def _counted_dual(self, prepared, pi):
@@ -461,7 +537,7 @@ class _Search:
         prepared = self._prepare_dual(live)
         if prepared is None:
             return -math.inf, pi, None
-        fixed, undecided = prepared[0], prepared[-1]
+        undecided = prepared.undecided
         if not len(undecided):
             return ub, pi, None
         T, nu = len(model.types), len(undecided)
@@ -472,10 +548,10 @@ class _Search:
             ok[i, model.pair_type[ps]] = True
         fixed_z = np.zeros(T)
         fixed_eq = np.zeros(T, dtype=np.int64)
-        for t, items in fixed.items():
-            fixed_z[t] = sum(self.z[i] for i, _, _ in items)
-            fixed_eq[t] = sum(bool(self.eq[i]) for i, _, _ in items)
-        base = float(prepared[1] + self.z[undecided].sum())  # const + sum z: the master's value is on top
+        for t, fix in prepared.decided.items():
+            fixed_z[t] = float(self.z[fix.jobs].sum())
+            fixed_eq[t] = int(self.eq[fix.jobs].sum())
+        base = float(prepared.const + self.z[undecided].sum())  # const + sum z: the master's value is on top
         unit = max(abs(ub - base), 1.0) / nu
         big = 1e6  # a unit-scaled penalty far above any multiplier of a feasible master
         h = _lp(self.deadline)

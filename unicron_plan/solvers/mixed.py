@@ -956,23 +956,22 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
 
     A single-type problem goes to the DP unchanged. With node-level or churn constraints, the
     optimum of the count-level problem is returned when its counts can be placed under them
-    (then it is optimal for the constrained problem too); otherwise SolverUnavailableError.
+    (then it is optimal for the constrained problem too); otherwise the node-level model over
+    types (:mod:`unicron_plan.solvers.mixed_place`) decides, the count-level optimum bounding it.
     """
     if not problem.alternatives:
         return dp.solve(problem, options)
-    deadline = options.deadline if options is not None else None
+    options = options or SolverOptions()
+    deadline = options.deadline
     counts, types, value, bound, stopped, stats = solve_types(problem, deadline)
     placement = None
     limits = _limitations(problem)
     if limits:
-        placement = _place_constrained(problem, counts, types, options or SolverOptions())
+        placement = _place_constrained(problem, counts, types, options)
+        if placement is None:
+            return _solve_node_level(problem, options, bound, stats)
         if placement is PLACED_AT_ASSEMBLY:
             placement = None
-        elif placement is None:
-            raise SolverUnavailableError(
-                f"mixed GPU types with {', '.join(limits)}: the best plan over types and counts cannot be "
-                f"placed under these constraints, and no exact node-level model over several types exists; "
-                f"drop the constraint or list one type for the job")
         stats["backend"] = "mixed+place"
     resolved = problem.with_types(types)
     objective = resolved.objective(counts, placement)
@@ -1015,3 +1014,13 @@ def _place_constrained(problem: Problem, counts, types, options: SolverOptions):
         return None
     left = options.remaining()
     return cpsat.place_constrained(resolved, counts, 5.0 if left is None else min(5.0, left / 2), options.threads)
+
+
+def _solve_node_level(problem: Problem, options: SolverOptions, bound: float, stats: dict) -> RawSolution:
+    """The count-level optimum cannot be placed: the node-level model over types and counts
+    (:func:`unicron_plan.solvers.mixed_place.solve`), bounded by ``bound`` too."""
+    from unicron_plan.solvers import mixed_place
+
+    raw = mixed_place.solve(problem, options, bound=bound)
+    raw.options = {**stats, "count_level_bound": bound, **raw.options, "backend": "mixed+node-level"}
+    return raw

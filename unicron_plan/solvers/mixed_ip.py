@@ -48,11 +48,10 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
     """Solve the model with ``backend`` (``highs`` or ``cbc`` through PuLP, ``cpsat``: OR-Tools)."""
     from unicron_plan.solvers.mixed import _limitations
 
-    limits = _limitations(problem)
-    if limits:
-        raise SolverUnavailableError(
-            f"solver {backend!r} has no node-level model over several GPU types ({', '.join(limits)}); "
-            f"use --solver dp or auto")
+    if _limitations(problem):  # node-level or churn constraints: the node-level model over types
+        from unicron_plan.solvers import mixed_place
+
+        return mixed_place.solve(problem, options, backend)
     options = options or SolverOptions()
     try:
         model, meaning = build(problem, options.deadline)

@@ -81,8 +81,9 @@ def test_stopped_node_level_model_is_feasible_with_the_count_level_bound():
     problem = build_problem(load_instance(inst))
     # The backend gets no time: the keep-or-suspend plan comes back, bounded by the count level.
     options = SolverOptions(time_limit_seconds=60)
-    with mock.patch.object(mixed_place, "_run", lambda m, o, b: (
-            {"termination": "time_limit", "has_solution": False, "bound": math.inf}, None, {})):
+    with mock.patch.object(mixed_place, "_run", lambda m, o, b, s=None: (
+            {"termination": "time_limit", "has_solution": False, "bound": math.inf}, None, {})), \
+            mock.patch.object(mixed_place, "candidate", lambda *a: None):
         raw = mixed_place.solve(problem, options, "cpsat", bound=COUNT_LEVEL)
     assert raw.solution == "feasible" and raw.termination == "time_limit"
     assert raw.bound == pytest.approx(COUNT_LEVEL) and raw.objective < raw.bound

@@ -969,7 +969,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
     if limits:
         placement = _place_constrained(problem, counts, types, options)
         if placement is None:
-            return _solve_node_level(problem, options, bound, stats)
+            return _solve_node_level(problem, options, bound, types, stats)
         if placement is PLACED_AT_ASSEMBLY:
             placement = None
         stats["backend"] = "mixed+place"
@@ -1016,11 +1016,13 @@ def _place_constrained(problem: Problem, counts, types, options: SolverOptions):
     return cpsat.place_constrained(resolved, counts, 5.0 if left is None else min(5.0, left / 2), options.threads)
 
 
-def _solve_node_level(problem: Problem, options: SolverOptions, bound: float, stats: dict) -> RawSolution:
+def _solve_node_level(problem: Problem, options: SolverOptions, bound: float, types: dict[str, str],
+                      stats: dict) -> RawSolution:
     """The count-level optimum cannot be placed: the node-level model over types and counts
-    (:func:`unicron_plan.solvers.mixed_place.solve`), bounded by ``bound`` too."""
+    (:func:`unicron_plan.solvers.mixed_place.solve`), bounded by ``bound`` too, its first
+    candidate the count-level optimum's ``types``."""
     from unicron_plan.solvers import mixed_place
 
-    raw = mixed_place.solve(problem, options, bound=bound)
+    raw = mixed_place.solve(problem, options, bound=bound, types=types)
     raw.options = {**stats, "count_level_bound": bound, **raw.options, "backend": "mixed+node-level"}
     return raw

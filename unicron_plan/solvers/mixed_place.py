@@ -144,42 +144,156 @@ def read(copies: Copies, values) -> tuple[dict[str, int], dict[str, str], dict[s
     return counts, types, placement
 
 
-def _run(model: ipmodel.Formulation, options: SolverOptions, backend: str):
+def hint_values(copies: Copies, problem: Problem, counts: dict[str, int], types: dict[str, str],
+                placement: dict[str, dict[str, int]]) -> list[int] | None:
+    """A plan of the problem (with its placement) as values of the model; None when they break a row."""
+    from unicron_plan.core.cluster import rack_key
+    from unicron_plan.core.constraints import eligible_nodes, stays
+
+    m, state = copies.model, problem.state
+    at = {name: v for v, name in enumerate(m.names)}
+    values = [0] * len(m.names)
+    for j, mine in zip(problem.jobs, copies.copies):
+        y = counts[j.id]
+        chosen = next((c for c in mine if c.gpu_type == types.get(j.id, j.gpu_type)), None) if y > 0 else None
+        if y > 0 and chosen is None:
+            return None
+        for c in mine:
+            ks = np.flatnonzero(c.counts == (y if c is chosen else 0))
+            if not len(ks):
+                return None
+            values[m.z[(c.index, int(ks[0]))]] = 1
+        if chosen is None:
+            continue
+        split = {n: g for n, g in placement.get(j.id, {}).items() if g}
+        used_racks = set()
+        for nid, g in split.items():
+            v = m.b.get((chosen.index, nid))
+            if v is None or g % chosen.tp:
+                return None
+            values[v] = g // chosen.tp
+            if f"u_{chosen.index}_{nid}" in at:
+                values[at[f"u_{chosen.index}_{nid}"]] = 1
+            used_racks.add(rack_key(nid, state.nodes[nid].rack))
+        racks = list(dict.fromkeys(rack_key(n, state.nodes[n].rack) for n in eligible_nodes(copies.expanded, chosen)))
+        for k, rack in enumerate(racks):
+            if rack in used_racks and f"r_{chosen.index}_{k}" in at:
+                values[at[f"r_{chosen.index}_{k}"]] = 1
+        if chosen is mine[0] and chosen.index in m.w and stays(chosen) and y == chosen.x \
+                and split != state.previous.get(j.id, {}):
+            values[m.w[chosen.index]] = 1
+    return values if m.feasible(values) else None
+
+
+#: At most this many seconds (and a quarter of the time left) for each candidate type assignment.
+CANDIDATE_SECONDS = 10.0
+
+
+def candidate(problem: Problem, types: dict[str, str], options: SolverOptions,
+              backend: str | None) -> tuple[dict[str, int], dict[str, str], dict | None, float] | None:
+    """The best plan found with every job on the type ``types`` gives it (the single-type solvers,
+    node level where a constraint binds): (counts, types, placement or None, objective), or None.
+
+    A job on another type than its current one is marked hit there: it has no previous split,
+    and the churn limit counts it changed (also when it suspends: stricter than needed, never
+    looser)."""
+    from unicron_plan.core import cost
+    from unicron_plan.core.constraints import dp_limitations
+    from unicron_plan.errors import UnicronError
+    from unicron_plan.solvers import auto, cpsat, dp, milp
+
+    moved = problem.with_types(types)
+    fixed = dataclasses.replace(moved, alternatives={},
+                                jobs=[dataclasses.replace(j, hit=True) if j.off_type else j for j in moved.jobs])
+    try:
+        if not dp_limitations(fixed):
+            raw = dp.solve(fixed, options)
+        elif backend == "cpsat":
+            raw = cpsat.solve(fixed, options)
+        elif backend == "cbc":
+            raw = milp.solve(fixed, options, "cbc")
+        else:
+            raw = auto.solve(fixed, options)
+    except (UnicronError, DeadlineReached):
+        return None
+    counts = {jid: int(y) for jid, y in raw.counts.items()}
+    chosen = {j.id: (types.get(j.id, j.gpu_type) if counts[j.id] > 0 else j.gpu_type) for j in problem.jobs}
+    resolved = problem.with_types(chosen)
+    if resolved.max_changed_jobs is not None:
+        changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit, j.exiting, j.off_type and counts[j.id] > 0))
+                      for j in resolved.jobs)
+        if changed > resolved.max_changed_jobs:
+            return None
+    return counts, chosen, raw.placement, resolved.objective(counts, raw.placement)
+
+
+def _slice(options: SolverOptions, share: float) -> SolverOptions:
+    """Options ending after ``share`` of the time left, and at most CANDIDATE_SECONDS from now."""
+    import time
+
+    left = options.remaining()
+    span = CANDIDATE_SECONDS if left is None else min(CANDIDATE_SECONDS, share * left)
+    return SolverOptions(threads=options.threads, deadline=time.perf_counter() + span, slowdown=options.slowdown)
+
+
+def _run(model: ipmodel.Formulation, options: SolverOptions, backend: str, start: list | None = None):
     if backend == "cpsat":
         from unicron_plan.solvers import cpsat
 
         return cpsat.run(model, options)
     from unicron_plan.solvers import milp
 
-    result, values = milp.run(model, options, backend)
+    result, values = milp.run(model, options, backend, start=start if backend == "highs" else None)
     return result, values, {"backend": backend, **model.stats()}
 
 
 def default_backend() -> str:
-    """CP-SAT when installed, else HiGHS; SolverUnavailableError without either."""
+    """HiGHS when installed (on generated instances with constraints it proved optimality sooner
+    than CP-SAT: ``benchmarks/mixed_constraints.py``), else CP-SAT; SolverUnavailableError without either."""
     from unicron_plan.solvers import cpsat, milp
 
-    if cpsat.available():
-        return "cpsat"
     if milp.available():
         return "highs"
+    if cpsat.available():
+        return "cpsat"
     from unicron_plan.errors import MissingExtraError
 
     raise MissingExtraError("mixed GPU types with node-level constraints or max_changed_jobs need an IP backend "
-                            "(cpsat or milp): pip install 'unicron-plan[ip]'")
+                            "(milp or cpsat): pip install 'unicron-plan[ip]'")
 
 
 def solve(problem: Problem, options: SolverOptions | None = None, backend: str | None = None,
-          bound: float | None = None) -> RawSolution:
-    """Solve the model with ``backend`` (``cpsat``, ``highs`` or ``cbc``; None: :func:`default_backend`).
+          bound: float | None = None, types: dict[str, str] | None = None) -> RawSolution:
+    """The best plan of the mixed problem under its node-level and churn constraints.
+
+    1. Candidates (each with a quarter of the time left, at most CANDIDATE_SECONDS): every job on
+       the type of ``types`` (the count-level optimum's), then every job on its current type,
+       each solved by the single-type solvers (:func:`candidate`).
+    2. The model of the module docstring with ``backend`` (``cpsat``, ``highs`` or ``cbc``; None:
+       :func:`default_backend`), started from the best candidate, with the time left.
 
     ``bound``: a known upper bound (the count-level optimum), kept when the backend's is weaker.
-    Stopped by the deadline, the best plan found (or the keep-or-suspend plan, whichever is
-    better) comes back ``feasible`` with the bound; InfeasibleError only when the backend proved
-    that no plan exists, or when it found none and nothing else can be kept."""
+    The best plan of 1, 2 and the keep-or-suspend plan comes back, ``optimal`` only when 2 proved
+    it; InfeasibleError only when the backend proved that no plan exists, or when none was found."""
     options = options or SolverOptions()
-    backend = backend or default_backend()
+    chosen_backend, backend = backend, backend or default_backend()
     info: dict = {"model": "mixed types, node level", "backend": backend}
+    if bound is None:
+        from unicron_plan.solvers.mixed import solve_types
+
+        try:  # the count-level optimum over types: an upper bound, and the first candidate's types
+            _, types, _, bound, _, _ = solve_types(problem, options.deadline)
+        except InfeasibleError:
+            pass  # not proven here (it may have been stopped): the model decides
+    best = None  # (counts, types, placement, objective, source)
+    tried = []
+    for assignment in (types, {j.id: j.gpu_type for j in problem.jobs}):
+        if assignment is None or assignment in tried or options.expired():
+            continue
+        tried.append(assignment)
+        found = candidate(problem, assignment, _slice(options, 0.25), chosen_backend)
+        if found is not None and (best is None or found[3] > best[3]):
+            best = (*found, f"candidate {len(tried)}")
     try:
         copies = build(problem, options.deadline)
     except DeadlineReached:
@@ -188,28 +302,37 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str |
         result, values = {"termination": "time_limit", "has_solution": False, "bound": math.inf}, None
         info["stopped"] = "time limit while building"
     else:
-        result, values, more = _run(copies.model, options, backend)
+        start = None
+        if best is not None and best[2] is not None:
+            start = hint_values(copies, problem, *best[:3])
+            if start is not None:
+                copies.model.hint = dict(enumerate(start))
+        result, values, more = _run(copies.model, options, backend, start)
         info.update({k: v for k, v in more.items() if v is not None and k != "backend"})
+        info["started_from"] = "keep-or-suspend" if start is None else best[4]
     if result["termination"] == "infeasible":
         raise InfeasibleError("no choice of GPU types, counts and nodes meets the node-level constraints and "
                               "the churn limit (the solver proved it)")
-    found = values is not None and copies.model.feasible(values)
-    counts = types = placement = None
-    objective = -math.inf
-    if found:
-        counts, types, placement = read(copies, values)
-        objective = problem.with_types(types).objective(counts, placement)
-    proven = found and result["termination"] == "optimal"
+    proven = False
+    if values is not None and copies.model.feasible(values):
+        counts, chosen, placement = read(copies, values)
+        objective = problem.with_types(chosen).objective(counts, placement)
+        proven = result["termination"] == "optimal"
+        if best is None or objective >= best[3] or proven:
+            best = (counts, chosen, placement, objective, "model")
     if not proven:
         kept = ipmodel.keep_or_suspend(problem)
         if kept is not None:
             kept_value = problem.objective(*kept)
-            if kept_value > objective:
-                counts, placement = kept
-                types = {j.id: j.gpu_type for j in problem.jobs}
-                objective, info["fallback"] = kept_value, "keep-or-suspend"
-        if counts is None:
+            if best is None or kept_value > best[3]:
+                best = (kept[0], {j.id: j.gpu_type for j in problem.jobs}, kept[1], kept_value, "keep-or-suspend")
+        if best is None:
             raise InfeasibleError(f"no plan found ({result['termination']}); raise the time limit")
+    counts, chosen, placement, objective, source = best
+    if source != "model":
+        info["plan_from"] = source
+        if source == "keep-or-suspend":
+            info["fallback"] = source
     top = result["bound"] if math.isfinite(result["bound"]) else math.inf
     if bound is not None:
         top = min(top, bound)
@@ -225,4 +348,4 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str |
         info.setdefault("stopped", "time limit")
     return RawSolution(counts=counts, objective=objective, bound=objective if optimal else top,
                        termination=termination, solution="optimal" if optimal else "feasible",
-                       placement=placement, types=types, options=info)
+                       placement=placement, types=chosen, options=info)

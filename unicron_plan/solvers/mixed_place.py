@@ -244,7 +244,8 @@ def _run(model: ipmodel.Formulation, options: SolverOptions, backend: str, start
     from unicron_plan.solvers import milp
 
     result, values = milp.run(model, options, backend, start=start if backend == "highs" else None)
-    return result, values, {"backend": backend, **model.stats()}
+    return result, values, {"backend": backend, **{k: v for k, v in result.items() if k.endswith("_status")},
+                            **model.stats()}
 
 
 def default_backend() -> str:

@@ -455,7 +455,9 @@ class _Search:
             np.cumsum(sizes, out=off[1:])
             opts = dp.JoinedOptions(y, g, off)
             stats: dict = {}
-            counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline, joined=opts.joined)
+            # pricing DPs: their greedy plans are near their optima, and core passes rarely prove them
+            counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline,
+                                             joined=opts.joined, cores=False)
             exact = not stats.get("timed_out")
             total += value if exact else max(value, float(stats.get("ub", value)))
             counts = np.asarray(counts, dtype=np.int64)

@@ -93,6 +93,7 @@ def test_whole_node_counts_are_folded_on_node_units_and_match_the_plain_dp(step,
     stats: dict = {}
     counts, value = dp.solve_options(options, cap, stats, prune=prune)
     assert _same(value, _plain_dp(options, cap))
+    assert _same(dp.solve_options(options, cap, prune=prune, cores=False)[1], value)  # without the core passes
     assert sum(counts) <= cap and all(c % step == 0 for c in counts)
     assert _same(value, sum(float(g[list(y).index(c)]) for (y, g), c in zip(options, counts)))
     if not stats["early_exit"]:

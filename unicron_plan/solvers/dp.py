@@ -506,11 +506,14 @@ class _Scaled:
 
 def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
                   stats: dict | None = None, prune: bool = True,
-                  deadline: float | None = None, joined: _Joined | None = None) -> tuple[list[int], float]:
+                  deadline: float | None = None, joined: _Joined | None = None,
+                  cores: bool = True) -> tuple[list[int], float]:
     """Exact optimum of max sum_i g_i(y_i) s.t. sum y_i <= C over Pareto options (0 first).
 
     ``prune=False`` disables the bound-based rules 3-4 (used as a numerical safety net).
-    ``joined``: :func:`_join` of the options, when the caller has it.
+    ``joined``: :func:`_join` of the options, when the caller has it. ``cores=False`` skips the
+    narrow core passes of rule 4 (for callers whose greedy plan is known to be near the optimum,
+    where those passes find it without proving it).
     A ``deadline`` that passes stops the search: the best known plan (the greedy one, or
     the core optimum when it was reached) is returned and ``stats["timed_out"]`` set.
     """
@@ -527,7 +530,7 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     step = int(np.gcd.reduce(joined.y)) if len(joined.y) else 0
     if step > 1:  # every count a multiple of ``step`` (whole nodes): the same DP on step-GPU units
         counts, value = _solve_joined(_Scaled(options, step), capacity // step, stats, prune, deadline,
-                                      _Joined(joined.y // step, joined.g, joined.off))
+                                      _Joined(joined.y // step, joined.g, joined.off), cores)
         if "reachable" in stats:
             stats["reachable"] *= step
         elif capacity // step * step < capacity:
@@ -536,10 +539,11 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
             stats["lam"] /= step
         stats["count_step"] = step
         return [c * step for c in counts], value
-    return _solve_joined(options, capacity, stats, prune, deadline, joined)
+    return _solve_joined(options, capacity, stats, prune, deadline, joined, cores)
 
 
-def _solve_joined(options, capacity: int, stats: dict, prune: bool, deadline: float | None, joined: _Joined):
+def _solve_joined(options, capacity: int, stats: dict, prune: bool, deadline: float | None, joined: _Joined,
+                  cores: bool = True):
     """:func:`solve_options` past its early exit and count step."""
     reach = reachable_capacity(joined.y, capacity)
     if reach < capacity:  # no plan uses more than ``reach`` GPUs: solving for it is the same problem
@@ -563,14 +567,14 @@ def _solve_joined(options, capacity: int, stats: dict, prune: bool, deadline: fl
         stats["bound_met"] = "greedy"
         return best
     try:
-        return _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline, flat)
+        return _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline, flat, cores)
     except _TimeUp:
         stats["timed_out"] = True
         core = stats.get("core_plan")
         return core if core is not None and core[1] > best[1] else best
 
 
-def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline, flat=None):
+def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline, flat=None, cores=True):
     """Rules 3-4 of the module docstring: the core DP, then the pruned exact DP."""
     if not prune:
         return _attempt(options, red_max, lam, capacity, -math.inf, stats, deadline=deadline, flat=flat)
@@ -588,6 +592,7 @@ def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline
     # Core widths: fractions of the gap, and a few rounding margins (the narrowest core that can
     # prove a plan whose value is within float rounding of the bound).
     deltas = sorted(d for d in {gap / div for div in CORE_DIVISORS} | {4 * tol} if 2 * tol < d < gap)
+    deltas = deltas if cores else []
     full = int(np.count_nonzero(flat.deficit <= gap + tol))  # options the full pass keeps
     kept = [int(np.count_nonzero(flat.deficit <= d)) for d in deltas] + [full]
     for at, delta in enumerate(deltas):

@@ -80,6 +80,33 @@ def _lp(deadline: float | None):
     return milp._highs(1)
 
 
+def _pricing(inputs, cap, deadline):
+    """Each type's exact DP of :meth:`_Search._dual` ((type, decided, undecided, options) per type):
+    (counts, value, stats) per type, in order."""
+    out = []
+    for t, _, _, opts in inputs:
+        stats: dict = {}
+        # pricing DPs: their greedy plans are near their optima, and core passes rarely prove them
+        counts, value = dp.solve_options(opts, int(cap[t]), stats, deadline=deadline, joined=opts.joined,
+                                         cores=False)
+        out.append((counts, value, stats))
+    return out
+
+
+def _solved(h) -> bool:
+    """Run the master LP ``h``; True when it is solved to optimality. A simplex run that ends without
+    a verdict (numerical trouble on a warm basis) is run once more from scratch."""
+    import highspy
+
+    h.run()
+    if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+        return True
+    if h.getModelStatus() == highspy.HighsModelStatus.kUnknown:
+        h.clearSolver()
+        h.run()
+    return h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+
+
 def available() -> bool:
     """numpy and highspy (HiGHS), both dependencies of the package."""
     return True
@@ -436,6 +463,7 @@ class _Search:
         use = np.zeros(model.m)
         took = {}
         none = np.zeros(0, dtype=np.int64)
+        inputs = []  # per type: (type, its decided jobs, its undecided pairs, its DP's options)
         for t in sorted(set(pre.decided) | set(pre.spans)):
             fix = pre.decided.get(t)
             if fix is not None and fix.least > model.cap[t]:  # undecided jobs start at 0
@@ -453,9 +481,8 @@ class _Search:
             y, g, sizes = (np.concatenate(a) for a in zip(*parts)) if len(parts) > 1 else parts[0]
             off = np.zeros(len(sizes) + 1, dtype=np.int64)
             np.cumsum(sizes, out=off[1:])
-            opts = dp.JoinedOptions(y, g, off)
-            stats: dict = {}
-            counts, value = dp.solve_options(opts, int(model.cap[t]), stats, deadline=self.deadline, joined=opts.joined)
+            inputs.append((t, fix, und, dp.JoinedOptions(y, g, off)))
+        for (t, fix, und, _), (counts, value, stats) in zip(inputs, _pricing(inputs, model.cap, self.deadline)):
             exact = not stats.get("timed_out")
             total += value if exact else max(value, float(stats.get("ub", value)))
             counts = np.asarray(counts, dtype=np.int64)
@@ -623,8 +650,7 @@ class _Search:
             add_new()
             if ub - self._lb() <= self.tol:
                 break
-            h.run()
-            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            if not _solved(h):
                 self.master_failed = True
                 break
             sol = h.getSolution()
@@ -657,8 +683,7 @@ class _Search:
             # the master without its box: a solution of the relaxation itself, repaired and improved
             h.changeColsCost(nu, over, np.full(nu, big))
             h.changeColsCost(nu, under, np.zeros(nu))
-            h.run()
-            if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
+            if _solved(h):
                 lam = np.asarray(h.getSolution().col_value)[n_art:]
                 share = np.zeros((nu, T))
                 for (t, _, r), v in zip(cols, lam):

@@ -3,7 +3,6 @@ best plan over types and counts cannot be placed, the node-level model over type
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import math
@@ -20,7 +19,7 @@ from conftest import ROOT
 from unicron_plan import load_instance, solve, validate_plan
 from unicron_plan.core.problem import build_problem
 from unicron_plan.errors import InfeasibleError
-from unicron_plan.solvers import SolverOptions, mixed, mixed_place
+from unicron_plan.solvers import SolverOptions, mixed_place
 from unicron_plan.tools.mixedgen import mixed_instance
 
 AUDIT_PLAN = 313_860_000.0  # llm-a on h0,h1; llm-b 16 GPUs on a1+a3; llm-c 8 on a0 (validated)

@@ -3,7 +3,9 @@
 Binaries z[i,t,k]: job i runs on GPU type t with its k-th allowed count there (y = 0 once, on
 its current type); sum_{t,k} z[i,t,k] = 1 per job; per type sum_{i,k} c_itk z[i,t,k] <= C_t;
 maximise sum G_i^t(c_itk) z[i,t,k]. The same model as :mod:`unicron_plan.solvers.mixed`
-solves by decomposition, built from the same terms, with every count (no pruning).
+solves by decomposition, built from the same terms, with every count (no pruning). With
+node-level constraints or ``max_changed_jobs`` the node-level model over types of
+:mod:`unicron_plan.solvers.mixed_place` runs on the same backend instead.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import math
 
 from unicron_plan.core.problem import Problem, RawSolution
-from unicron_plan.errors import InfeasibleError, SolverUnavailableError
+from unicron_plan.errors import InfeasibleError
 from unicron_plan.solvers import DeadlineReached, SolverOptions, check_deadline
 from unicron_plan.solvers.ipmodel import Formulation, keep_or_suspend
 

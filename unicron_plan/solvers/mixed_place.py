@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from unicron_plan.core.problem import JobTerms, Problem, RawSolution
-from unicron_plan.errors import InfeasibleError, SolverUnavailableError
+from unicron_plan.errors import InfeasibleError
 from unicron_plan.solvers import DeadlineReached, SolverOptions
 from unicron_plan.solvers import ipmodel
 
@@ -250,7 +250,7 @@ def _run(model: ipmodel.Formulation, options: SolverOptions, backend: str, start
 
 def default_backend() -> str:
     """HiGHS when installed (on generated instances with constraints it proved optimality sooner
-    than CP-SAT: ``benchmarks/mixed_constraints.py``), else CP-SAT; SolverUnavailableError without either."""
+    than CP-SAT: ``benchmarks/mixed_constraints.py``), else CP-SAT; MissingExtraError without either."""
     from unicron_plan.solvers import cpsat, milp
 
     if milp.available():

@@ -89,6 +89,19 @@ def test_stopped_node_level_model_is_feasible_with_the_count_level_bound():
     assert raw.options["fallback"] == "keep-or-suspend"
 
 
+def test_stopped_model_returns_the_best_candidate_validated():
+    """The model stops without a plan: the best candidate (types fixed, single-type solvers) comes
+    back through plan assembly and the validator, feasible with the count-level bound."""
+    inst = _reproduction()
+    with mock.patch.object(mixed_place, "_run", lambda m, o, b, s=None: (
+            {"termination": "time_limit", "has_solution": False, "bound": math.inf}, None, {})):
+        plan = solve(inst, time_limit_seconds=30)
+    _check(inst, plan)
+    assert plan.status.solution == "feasible"
+    assert plan.solver.options["plan_from"].startswith("candidate")
+    assert plan.objective >= AUDIT_PLAN and plan.bound == pytest.approx(COUNT_LEVEL)
+
+
 def test_service_answers_the_event_with_the_plan(tmp_path):
     from unicron_plan.service.app import create_app
 
@@ -247,5 +260,8 @@ def test_copy_model_is_exact_on_a_fixed_sample():
         truth = mixed_node_brute(inst)
         raw = mixed_place.solve(problem, SolverOptions(time_limit_seconds=30), "cpsat")
         assert raw.solution == "optimal" and _close(raw.objective, truth[0]), seed
+        if raw.placement is not None:  # the plan read back is a point of the model (the start of a run)
+            assert mixed_place.hint_values(mixed_place.build(problem), problem, raw.counts, raw.types,
+                                           raw.placement) is not None, seed
         seen += 1
     assert seen >= 10

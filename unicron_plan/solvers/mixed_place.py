@@ -288,13 +288,13 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str |
             pass  # not proven here (it may have been stopped): the model decides
     best = None  # (counts, types, placement, objective, source)
     tried = []
-    for assignment in (types, {j.id: j.gpu_type for j in problem.jobs}):
+    for label, assignment in (("count-level types", types), ("current types", {j.id: j.gpu_type for j in problem.jobs})):
         if assignment is None or assignment in tried or options.expired():
             continue
         tried.append(assignment)
         found = candidate(problem, assignment, _slice(options, 0.25), chosen_backend)
         if found is not None and (best is None or found[3] > best[3]):
-            best = (*found, f"candidate {len(tried)}")
+            best = (*found, f"candidate: {label}")
     try:
         copies = build(problem, options.deadline)
     except DeadlineReached:

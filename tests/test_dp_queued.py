@@ -101,3 +101,10 @@ def test_whole_node_counts_are_folded_on_node_units_and_match_the_plain_dp(step,
         assert stats["count_step"] == common
         if "max_width" in stats:  # the states of a pass are node units, not GPUs
             assert stats["max_width"] <= cap // common + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=st.lists(st.integers(0, 4096), max_size=300), step=st.integers(1, 16))
+def test_count_step_is_the_gcd_of_every_count(counts, step):
+    ys = np.asarray(counts, dtype=np.int64) * step
+    assert dp.count_step(ys) == (int(np.gcd.reduce(ys)) if len(ys) else 0)

@@ -252,11 +252,20 @@ def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, 
     return np.concatenate(ys), np.concatenate(gs), np.concatenate(segs)
 
 
+def count_step(counts: np.ndarray) -> int:
+    """The gcd of ``counts`` (0 when there are none or all are 0): of the first few when that is
+    already 1, the usual case, which spares a pass over every count."""
+    if not len(counts):
+        return 0
+    head = int(np.gcd.reduce(counts[:64]))
+    return 1 if head == 1 else int(np.gcd.reduce(counts))
+
+
 def reachable_capacity(counts: np.ndarray, capacity: int) -> int:
     """The largest number of GPUs <= ``capacity`` that the allowed counts can add up to, bounded
     by their gcd: every plan uses a multiple of the gcd of all counts (exact when the counts
     are the multiples of one step and the jobs can fill the capacity)."""
-    g = int(np.gcd.reduce(counts)) if len(counts) else 0
+    g = count_step(counts)
     return capacity if g <= 1 else capacity // g * g
 
 
@@ -527,7 +536,7 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     if int(top_y.sum()) <= capacity:  # every job at its best count: exact optimum
         stats.update(early_exit=True, kept=m)
         return top_y.tolist(), float(sum(joined.g[tops].tolist()))
-    step = int(np.gcd.reduce(joined.y)) if len(joined.y) else 0
+    step = count_step(joined.y)
     if step > 1:  # every count a multiple of ``step`` (whole nodes): the same DP on step-GPU units
         counts, value = _solve_joined(_Scaled(options, step), capacity // step, stats, prune, deadline,
                                       _Joined(joined.y // step, joined.g, joined.off), cores)
@@ -544,11 +553,8 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
 
 def _solve_joined(options, capacity: int, stats: dict, prune: bool, deadline: float | None, joined: _Joined,
                   cores: bool = True):
-    """:func:`solve_options` past its early exit and count step."""
-    reach = reachable_capacity(joined.y, capacity)
-    if reach < capacity:  # no plan uses more than ``reach`` GPUs: solving for it is the same problem
-        stats["reachable"] = reach
-        capacity = reach
+    """:func:`solve_options` past its early exit and count step (the counts' gcd is 1 here, so the
+    capacity is its own multiple of it)."""
     lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity)
     used = int(flat.y[flat.off[:-1] + lb_pick].sum())
     if lb < ub - rounding and used < capacity:

@@ -309,11 +309,6 @@ class _Model:
                                                    if y == 0)))
         return counts, value, bound, timed_out, columns
 
-    def gain(self, pair: int, y: int) -> float:
-        """The gain of count ``y`` (one of its Pareto options) on ``pair``."""
-        ys, gs = self.options[pair]
-        return float(gs[int(np.searchsorted(ys, y))])
-
 
 _EXPIRED = object()  # what a dual step returns once the deadline has passed
 

@@ -122,6 +122,25 @@ def test_validator_rejects_a_type_the_job_may_not_use_and_nodes_of_another_type(
     assert not validate_plan(inst, data).valid
 
 
+def test_validator_keeps_a_leaving_or_pinned_job_on_its_type():
+    raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
+    raw["event"] = {"kind": "job_exit", "jobs": ["llm-a"]}
+    raw["jobs"][1]["pinned"] = True  # llm-b, on h100, may also run on a100
+    inst = load_instance(raw)
+    plan = solve(inst)
+    data = json.loads(plan.model_dump_json())
+    assert validate_plan(inst, data).valid
+    at = {j["id"]: k for k, j in enumerate(data["jobs"])}
+    assert data["jobs"][at["llm-a"]]["gpus"] == 0 and data["jobs"][at["llm-a"]]["gpu_type"] == "h100"
+    data["jobs"][at["llm-a"]]["gpu_type"] = "a100"
+    report = validate_plan(inst, data)
+    assert not report.valid and any("llm-a" in p and "job_exit" in p for p in report.problems)
+    data["jobs"][at["llm-a"]]["gpu_type"] = "h100"
+    data["jobs"][at["llm-b"]].update(gpu_type="a100", gpus=0, placement=[])
+    report = validate_plan(inst, data)
+    assert not report.valid and any("llm-b" in p and "pinned" in p for p in report.problems)
+
+
 @pytest.mark.parametrize("patch, field", [
     (lambda j: j["throughput"]["by_type"].update({"tpu": {"8": 1.0}}), "jobs[0].throughput.by_type.tpu"),
     (lambda j: j["throughput"].update({"gpu_type": "a100"}), "jobs[0].current.nodes"),

@@ -98,7 +98,9 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
                 bad(f"{where}: gpu_type {gtype!r} is not a GPU type the job may run on "
                     f"({', '.join(job.throughput.allowed_types())})")
                 continue
-            if job.pinned and job.id not in state.exiting:
+            if job.id in state.exiting:
+                bad(f"{where}: leaves in the job_exit event, but the plan moves it to GPU type {gtype!r}")
+            elif job.pinned:
                 bad(f"{where}: pinned, but the plan moves it to GPU type {gtype!r}")
             table_y = others[gtype]
         if pj.previous_gpus != x:

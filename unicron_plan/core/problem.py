@@ -98,6 +98,15 @@ class Problem:
         state = dataclasses.replace(self.state, previous=previous, idle=idle)
         return dataclasses.replace(self, jobs=jobs, state=state)
 
+    def churn_holds(self, counts: Mapping[str, int]) -> bool:
+        """Whether ``counts`` (per job, each job on its terms here) changes at most ``max_changed_jobs``
+        jobs; a job running on another GPU type than its current one is changed."""
+        if self.max_changed_jobs is None:
+            return True
+        changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit, j.exiting, j.off_type and counts[j.id] > 0))
+                      for j in self.jobs)
+        return changed <= self.max_changed_jobs
+
     def jobs_of_type(self, gpu_type: str) -> list[JobTerms]:
         """Jobs that run on ``gpu_type``, in instance order."""
         return [j for j in self.jobs if j.gpu_type == gpu_type]

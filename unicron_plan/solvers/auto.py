@@ -16,7 +16,6 @@ The backend that ran is recorded in ``SolverInfo.options["backend"]``.
 from __future__ import annotations
 
 
-from unicron_plan.core import cost
 from unicron_plan.core.constraints import dp_limitations
 from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 from unicron_plan.core.problem import Problem, RawSolution
@@ -52,10 +51,8 @@ def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution 
     counts, value, _, exact = relaxation_bound(problem, options.deadline)
     if not exact or options.expired():  # stopped by the deadline: the backend's fallback answers
         return None
-    if problem.max_changed_jobs is not None:
-        changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit, j.exiting)) for j in problem.jobs)
-        if changed > problem.max_changed_jobs:
-            return None
+    if not problem.churn_holds(counts):
+        return None
     from unicron_plan.solvers.ipmodel import needs_node_level
 
     placement = None  # only the churn limit binds, and it holds: placement.place will do

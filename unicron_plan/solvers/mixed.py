@@ -1017,15 +1017,11 @@ PLACED_AT_ASSEMBLY = object()
 def _place_constrained(problem: Problem, counts, types, options: SolverOptions):
     """The counts on the chosen types placed under every node-level and churn constraint
     (:data:`PLACED_AT_ASSEMBLY` when no node-level constraint binds), or None."""
-    from unicron_plan.core import cost
     from unicron_plan.solvers.ipmodel import needs_node_level
 
     resolved = problem.with_types(types)
-    if resolved.max_changed_jobs is not None:
-        changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit, j.exiting, j.off_type and counts[j.id] > 0))
-                      for j in resolved.jobs)
-        if changed > resolved.max_changed_jobs:
-            return None
+    if not resolved.churn_holds(counts):
+        return None
     if not needs_node_level(resolved):
         return PLACED_AT_ASSEMBLY
     from unicron_plan.solvers import cpsat

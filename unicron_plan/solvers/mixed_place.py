@@ -197,7 +197,6 @@ def candidate(problem: Problem, types: dict[str, str], options: SolverOptions,
     A job on another type than its current one is marked hit there: it has no previous split,
     and the churn limit counts it changed (also when it suspends: stricter than needed, never
     looser)."""
-    from unicron_plan.core import cost
     from unicron_plan.core.constraints import dp_limitations
     from unicron_plan.errors import UnicronError
     from unicron_plan.solvers import auto, cpsat, dp, milp
@@ -219,11 +218,8 @@ def candidate(problem: Problem, types: dict[str, str], options: SolverOptions,
     counts = {jid: int(y) for jid, y in raw.counts.items()}
     chosen = {j.id: (types.get(j.id, j.gpu_type) if counts[j.id] > 0 else j.gpu_type) for j in problem.jobs}
     resolved = problem.with_types(chosen)
-    if resolved.max_changed_jobs is not None:
-        changed = sum(bool(cost.is_changed(counts[j.id], j.x, j.hit, j.exiting, j.off_type and counts[j.id] > 0))
-                      for j in resolved.jobs)
-        if changed > resolved.max_changed_jobs:
-            return None
+    if not resolved.churn_holds(counts):
+        return None
     return counts, chosen, raw.placement, resolved.objective(counts, raw.placement)
 
 

@@ -499,20 +499,6 @@ def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
     return {j.id: int(c) for j, c in zip(jobs, counts)}, value
 
 
-class _Scaled:
-    """Options with every count divided by ``step`` (a common divisor), made when read."""
-
-    def __init__(self, options, step: int):
-        self.options, self.step = options, step
-
-    def __len__(self) -> int:
-        return len(self.options)
-
-    def __getitem__(self, i):
-        y, g = self.options[i]
-        return y // self.step, g
-
-
 def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
                   stats: dict | None = None, prune: bool = True,
                   deadline: float | None = None, joined: _Joined | None = None,
@@ -538,8 +524,8 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
         return top_y.tolist(), float(sum(joined.g[tops].tolist()))
     step = count_step(joined.y)
     if step > 1:  # every count a multiple of ``step`` (whole nodes): the same DP on step-GPU units
-        counts, value = _solve_joined(_Scaled(options, step), capacity // step, stats, prune, deadline,
-                                      _Joined(joined.y // step, joined.g, joined.off), cores)
+        scaled = JoinedOptions(joined.y // step, joined.g, joined.off)
+        counts, value = _solve_joined(scaled, capacity // step, stats, prune, deadline, scaled.joined, cores)
         if "reachable" in stats:
             stats["reachable"] *= step
         elif capacity // step * step < capacity:

@@ -17,7 +17,7 @@ from functools import lru_cache
 from unicron_plan.core.problem import build_problem
 
 
-def _splits(total: int, caps: list[int], unit: int):
+def splits(total: int, caps: list[int], unit: int):
     """Every vector a (a[n] multiple of unit, a[n] <= caps[n]) summing to total."""
     ranges = [range(0, c // unit * unit + 1, unit) for c in caps]
     for combo in itertools.product(*ranges):
@@ -27,7 +27,7 @@ def _splits(total: int, caps: list[int], unit: int):
 
 def node_brute(instance) -> tuple[float, dict[str, int]] | None:
     """(optimal objective, counts) of the node-level problem, or None when infeasible."""
-    problem = _problem(instance)
+    problem = problem_without_precheck(instance)
     state = problem.state
     nodes = [n for n in state.nodes.values() if not n.drained and n.healthy_after > 0]
     names = [n.id for n in nodes]
@@ -52,7 +52,7 @@ def node_brute(instance) -> tuple[float, dict[str, int]] | None:
                     and g < (1 + job.min_gain_fraction) * stay:
                 continue
             caps = [n.healthy_after if n.gpu_type == job.throughput.gpu_type else 0 for n in nodes]
-            for a in _splits(c, caps, tp):
+            for a in splits(c, caps, tp):
                 used = [k for k, v in enumerate(a) if v]
                 if job.max_nodes is not None and len(used) > job.max_nodes:
                     continue
@@ -72,6 +72,16 @@ def node_brute(instance) -> tuple[float, dict[str, int]] | None:
             opts = []
         options.append(opts)
     limit = instance.max_changed_jobs if instance.max_changed_jobs is not None else len(options)
+    found = combine(options, tuple(n.healthy_after for n in nodes), limit)
+    if found is None:
+        return None
+    return found[0], {j.id: c for j, c in zip(instance.jobs, found[1])}
+
+
+def combine(options, free: tuple[int, ...], limit: int) -> tuple[float, tuple] | None:
+    """(best total gain, a count per job) of one option per job, an option being (gain, changed 0/1,
+    GPUs per node, count), within the GPUs ``free`` per node and at most ``limit`` changed jobs
+    (exhaustive, memoised on the GPUs left and the jobs changed so far), or None when none fits."""
 
     @lru_cache(maxsize=None)
     def best(i: int, free: tuple[int, ...], changed: int):
@@ -82,17 +92,15 @@ def node_brute(instance) -> tuple[float, dict[str, int]] | None:
             if changed + ch > limit or any(v > f for v, f in zip(a, free)):
                 continue
             rest, counts = best(i + 1, tuple(f - v for f, v in zip(free, a)), changed + ch)
-            if g + rest > top:
+            if counts is not None and g + rest > top:
                 top, arg = g + rest, (c,) + counts
         return top, arg
 
-    value, counts = best(0, tuple(n.healthy_after for n in nodes), 0)
-    if counts is None:
-        return None
-    return value, {j.id: c for j, c in zip(instance.jobs, counts)}
+    value, counts = best(0, free, 0)
+    return None if counts is None else (value, counts)
 
 
-def _problem(instance):
+def problem_without_precheck(instance):
     """build_problem without its infeasibility precheck (the brute force finds infeasibility itself)."""
     from unittest import mock
 

@@ -3,10 +3,8 @@ best plan over types and counts cannot be placed, the node-level model over type
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
-from functools import lru_cache
 from unittest import mock
 
 import numpy as np
@@ -15,6 +13,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from brute_nodes import combine, problem_without_precheck, splits
 from conftest import ROOT
 from unicron_plan import load_instance, solve, validate_plan
 from unicron_plan.core.problem import build_problem
@@ -119,18 +118,11 @@ def test_service_answers_the_event_with_the_plan(tmp_path):
 # --- brute force over types, counts and per-node splits ------------------------------------------
 
 
-def _splits(total: int, caps: list[int], unit: int):
-    for combo in itertools.product(*[range(0, c // unit * unit + 1, unit) for c in caps]):
-        if sum(combo) == total:
-            yield combo
-
-
 def mixed_node_brute(instance) -> tuple[float, dict] | None:
     """(optimum, counts) over every job's (GPU type, count, split over nodes), or None: the rules
     re-derived from the instance (max_nodes, same_rack, tp, pinned, the stay rule, the churn limit),
     the allowed counts and terms from each job's ``JobTerms`` (one per type)."""
-    with mock.patch("unicron_plan.core.constraints.precheck", lambda p: None):
-        problem = build_problem(instance)
+    problem = problem_without_precheck(instance)
     state = problem.state
     nodes = [n for n in state.nodes.values() if not n.drained and n.healthy_after > 0]
     racks = [n.rack if n.rack is not None else ("node", n.id) for n in nodes]
@@ -147,7 +139,7 @@ def mixed_node_brute(instance) -> tuple[float, dict] | None:
             for c in a.counts.tolist():
                 if c == 0:
                     continue
-                for s in _splits(c, caps, tp):
+                for s in splits(c, caps, tp):
                     used = [k for k, v in enumerate(s) if v]
                     if job.max_nodes is not None and len(used) > job.max_nodes:
                         continue
@@ -165,24 +157,10 @@ def mixed_node_brute(instance) -> tuple[float, dict] | None:
                     opts.append((a.gain_of(c), int(off or c != x or hit), s, c))
         options.append(opts)
     limit = instance.max_changed_jobs if instance.max_changed_jobs is not None else len(options)
-
-    @lru_cache(maxsize=None)
-    def best(i, free, changed):
-        if i == len(options):
-            return 0.0, ()
-        top, arg = -math.inf, None
-        for g, ch, s, c in options[i]:
-            if changed + ch > limit or any(v > f for v, f in zip(s, free)):
-                continue
-            rest, counts = best(i + 1, tuple(f - v for f, v in zip(free, s)), changed + ch)
-            if counts is not None and g + rest > top:
-                top, arg = g + rest, (c,) + counts
-        return top, arg
-
-    value, counts = best(0, tuple(n.healthy_after for n in nodes), 0)
-    if counts is None:
+    found = combine(options, tuple(n.healthy_after for n in nodes), limit)
+    if found is None:
         return None
-    return value, dict(zip([j.id for j in instance.jobs], counts))
+    return found[0], dict(zip([j.id for j in instance.jobs], found[1]))
 
 
 def constrained_mixed(seed: int, types: int, jobs: int) -> dict:

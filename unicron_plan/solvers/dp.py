@@ -212,7 +212,8 @@ def _upper_hull_loop(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.array(hy, dtype=np.int64), np.array(hg)
 
 
-def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, joined: _Joined | None = None):
+def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, joined: _Joined | None = None,
+                 hint: np.ndarray | None = None):
     """Concave envelopes of every job's options at once: (y, g, job) of the vertices, job by job.
 
     Compiled when built (each job's monotone chain, as :func:`_upper_hull_loop`). Otherwise
@@ -220,9 +221,14 @@ def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, 
     neighbours within its job (such a point is no vertex, and dropping non-vertices leaves
     the envelope unchanged); points left after ``passes`` go through the sequential loop.
     One set of numpy calls for all jobs instead of one per job. ``joined``: :func:`_join` of the
-    options, when the caller has it.
+    options, when the caller has it. ``hint``: a mask over the joined options holding every vertex of
+    every job's envelope (a caller that knows them); the envelopes are then built from those alone.
     """
     y, g, off = joined if joined is not None else _join(options)
+    if hint is not None:
+        sub = np.flatnonzero(hint)
+        hy, hg, seg = _upper_hulls(options, passes, _Joined(y[sub], g[sub], np.searchsorted(sub, off)))
+        return hy, hg, seg
     if NATIVE_HULL is not None:  # every job's monotone chain in one compiled call
         keep = np.zeros(len(y), dtype=np.uint8)
         stack = np.empty(len(y), dtype=np.int64)
@@ -252,6 +258,20 @@ def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, 
     return np.concatenate(ys), np.concatenate(gs), np.concatenate(segs)
 
 
+def envelope_mask(joined: _Joined) -> np.ndarray:
+    """A mask over the joined options holding every vertex of every job's concave envelope (the
+    ``hull_hint`` of :func:`solve_options`): exactly the vertices when compiled, else every option."""
+    if NATIVE_HULL is None:
+        return np.ones(len(joined.y), dtype=bool)
+    y = np.ascontiguousarray(joined.y, dtype=np.int64)
+    g = np.ascontiguousarray(joined.g, dtype=np.float64)
+    off = np.ascontiguousarray(joined.off, dtype=np.int64)
+    keep = np.zeros(len(y), dtype=np.uint8)
+    stack = np.empty(max(len(y), 1), dtype=np.int64)
+    NATIVE_HULL(len(off) - 1, off.ctypes.data, y.ctypes.data, g.ctypes.data, stack.ctypes.data, keep.ctypes.data)
+    return keep.view(bool)
+
+
 def count_step(counts: np.ndarray) -> int:
     """The gcd of ``counts`` (0 when there are none or all are 0): of the first few when that is
     already 1, the usual case, which spares a pass over every count."""
@@ -275,12 +295,12 @@ def lp_multiplier(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     return _lp(options, capacity, joined)[0]
 
 
-def _lp(options, capacity: int, joined: _Joined | None = None):
+def _lp(options, capacity: int, joined: _Joined | None = None, hint: np.ndarray | None = None):
     """(:func:`lp_multiplier`, the envelopes or None when there are none: their vertices (y, g, job),
     then their segments (first vertex, length, slope) and the segments' order by decreasing slope)."""
     if not options:
         return 0.0, None
-    hy, hg, seg = _upper_hulls(options, joined=joined)
+    hy, hg, seg = _upper_hulls(options, joined=joined, hint=hint)
     within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k: vertex within[k] to within[k] + 1, one job
     n = hy[within + 1] - hy[within]
     s = (hg[within + 1] - hg[within]) / n
@@ -412,11 +432,11 @@ def _fold(V: np.ndarray, L: int, U: int, y: np.ndarray, g: np.ndarray, L2: int, 
     return new, choice
 
 
-def _bounds(options, joined: _Joined, capacity: int):
+def _bounds(options, joined: _Joined, capacity: int, hint: np.ndarray | None = None):
     """(lam, the options flattened, each job's m_i, UB, the greedy plan's option indices, its value,
-    the float margin) at ``capacity``: rule 3 of the module docstring."""
+    the float margin) at ``capacity``: rule 3 of the module docstring. ``hint``: see :func:`_upper_hulls`."""
     m = len(options)
-    lam, hull = _lp(options, capacity, joined)
+    lam, hull = _lp(options, capacity, joined, hint)
     flat, red_max = _flatten(options, lam, joined=joined)
     ub = lam * capacity + math.fsum(red_max)
     key = _option_key(flat, capacity)
@@ -502,13 +522,15 @@ def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
 def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
                   stats: dict | None = None, prune: bool = True,
                   deadline: float | None = None, joined: _Joined | None = None,
-                  cores: bool = True) -> tuple[list[int], float]:
+                  cores: bool = True, hull_hint: np.ndarray | None = None) -> tuple[list[int], float]:
     """Exact optimum of max sum_i g_i(y_i) s.t. sum y_i <= C over Pareto options (0 first).
 
     ``prune=False`` disables the bound-based rules 3-4 (used as a numerical safety net).
     ``joined``: :func:`_join` of the options, when the caller has it. ``cores=False`` skips the
     narrow core passes of rule 4 (for callers whose greedy plan is known to be near the optimum,
-    where those passes find it without proving it).
+    where those passes find it without proving it). ``hull_hint``: a mask over the joined options
+    holding every vertex of every job's concave envelope, when the caller knows them (the
+    envelopes are then built from those alone).
     A ``deadline`` that passes stops the search: the best known plan (the greedy one, or
     the core optimum when it was reached) is returned and ``stats["timed_out"]`` set.
     """
@@ -525,7 +547,8 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     step = count_step(joined.y)
     if step > 1:  # every count a multiple of ``step`` (whole nodes): the same DP on step-GPU units
         scaled = JoinedOptions(joined.y // step, joined.g, joined.off)
-        counts, value = _solve_joined(scaled, capacity // step, stats, prune, deadline, scaled.joined, cores)
+        counts, value = _solve_joined(scaled, capacity // step, stats, prune, deadline, scaled.joined, cores,
+                                      hull_hint)
         if "reachable" in stats:
             stats["reachable"] *= step
         elif capacity // step * step < capacity:
@@ -534,14 +557,14 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
             stats["lam"] /= step
         stats["count_step"] = step
         return [c * step for c in counts], value
-    return _solve_joined(options, capacity, stats, prune, deadline, joined, cores)
+    return _solve_joined(options, capacity, stats, prune, deadline, joined, cores, hull_hint)
 
 
 def _solve_joined(options, capacity: int, stats: dict, prune: bool, deadline: float | None, joined: _Joined,
-                  cores: bool = True):
+                  cores: bool = True, hull_hint: np.ndarray | None = None):
     """:func:`solve_options` past its early exit and count step (the counts' gcd is 1 here, so the
     capacity is its own multiple of it)."""
-    lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity)
+    lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity, hull_hint)
     used = int(flat.y[flat.off[:-1] + lb_pick].sum())
     if lb < ub - rounding and used < capacity:
         # The greedy plan leaves GPUs unused and does not meet the bound: the largest total the
@@ -549,7 +572,7 @@ def _solve_joined(options, capacity: int, stats: dict, prune: bool, deadline: fl
         top = reachable_sum(options, capacity, deadline)
         if top < capacity:
             stats["reachable"] = capacity = top
-            lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity)
+            lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity, hull_hint)
     tol = rounding
     stats.update(early_exit=False, lam=lam, ub=ub, lb=lb, options=int(joined.off[-1]), rounding=rounding)
     best = (flat.y[flat.off[:-1] + lb_pick].tolist(), lb)

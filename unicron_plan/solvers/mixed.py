@@ -68,6 +68,10 @@ SHRINK = 0.7  # the box's factor after a step that does not lower the bound
 IMPROVE_JOBS = 32  # local search moves the jobs the master splits most, at most this many
 FLOOR_GAP = 1e-3  # column generation stops when the bound can fall by less than this part of the gap
 DP_CACHE = 1024  # type DPs of tried plans kept (exact ones, keyed by type and pairs)
+REASSIGN_ROUNDS = 4  # rounds of rule 9's slot reassignment after a new best plan (0: none) ...
+REASSIGN_EVERY = 4  # ... at most once every this many dual steps
+REFIX = 1
+REFIX_LOG = 0
 IP_VARIABLES = 50_000  # rule 8: the root's remaining choices go to HiGHS up to this many (0: never)
 
 
@@ -81,14 +85,14 @@ def _lp(deadline: float | None):
 
 
 def _pricing(inputs, cap, deadline):
-    """Each type's exact DP of :meth:`_Search._dual` ((type, decided, undecided, options) per type):
-    (counts, value, stats) per type, in order."""
+    """Each type's exact DP of :meth:`_Search._dual` ((type, decided, undecided, options, their envelopes'
+    vertices) per type): (counts, value, stats) per type, in order."""
     out = []
-    for t, _, _, opts in inputs:
+    for t, _, _, opts, vertex in inputs:
         stats: dict = {}
         # pricing DPs: their greedy plans are near their optima, and core passes rarely prove them
         counts, value = dp.solve_options(opts, int(cap[t]), stats, deadline=deadline, joined=opts.joined,
-                                         cores=False)
+                                         cores=False, hull_hint=vertex)
         out.append((counts, value, stats))
     return out
 
@@ -322,6 +326,7 @@ class _Decided(NamedTuple):
     sizes: np.ndarray  # options per job
     zero: np.ndarray  # each job's gain at its smallest count (count 0 when it may suspend)
     least: int  # their smallest counts added up
+    vertex: np.ndarray  # their envelopes' vertices (a mask over y and g)
 
 
 class _Prepared(NamedTuple):
@@ -339,6 +344,7 @@ class _Prepared(NamedTuple):
     owner: np.ndarray  # the job of every flat entry
     lead: np.ndarray  # the count-0 entries
     undecided: np.ndarray  # the undecided jobs, ascending
+    vertex: np.ndarray  # the count-0 entries and the vertices of each pair's envelope of its counts > 0
 
 
 class _Search:
@@ -363,6 +369,10 @@ class _Search:
         #: every type plan seen (a DP of :meth:`_dual`, a plan tried): (type, jobs with a count > 0) -> their gains
         self.pool: dict[tuple[int, tuple[int, ...]], float] = {(t, ()): 0.0 for t in range(len(model.types))}
         self.eq = ~np.isfinite(model.zero)  # may not suspend: "on exactly one type"
+        self.live: list[list[int]] | None = None  # the allowed pairs per job at the node being solved
+        self.reassigning = False
+        self.next_reassign = REASSIGN_EVERY
+        self.reassign_pending = False
 
     def _lb(self) -> float:
         return self.best[2] if self.best is not None else -math.inf
@@ -379,6 +389,71 @@ class _Search:
             self.open_bound = max(self.open_bound, bound)
         if value > self._lb():
             self.best = (counts, list(chosen), value)
+            self._reassign()
+
+    def _reassign(self) -> None:
+        """Rule 9: the best plan's slots (type, count) dealt out again to the jobs by an assignment
+        problem, each type re-solved by the DP, while that raises the best plan; once every
+        REASSIGN_EVERY dual steps (the first after as many)."""
+        if self.reassigning or self.live is None:
+            return
+        if self.lagrange_steps < self.next_reassign:
+            self.reassign_pending = True
+            return
+        self.reassign_pending = False
+        self.reassigning = True
+        self.next_reassign = self.lagrange_steps + REASSIGN_EVERY
+        try:
+            for _ in range(REASSIGN_ROUNDS):
+                if self._expired():
+                    break
+                before = self._lb()
+                self._try(self._slot_assignment(*self.best[:2]))
+                if self._lb() <= before + self.tol:
+                    break
+        finally:
+            self.reassigning = False
+
+    def _slot_assignment(self, counts: list[int], chosen: list[int]) -> list[int]:
+        """A pair per job: the running jobs' slots (type, count) dealt out to the jobs allowed there by a
+        maximum-weight assignment, a job in a slot worth its gain at its largest count that fits it, less
+        its gain suspended (jobs that may not suspend first); a job left without a slot keeps its type."""
+        from scipy.optimize import linear_sum_assignment
+
+        model, live = self.model, self.live
+        counts_arr = np.asarray(counts, dtype=np.int64)
+        running = np.flatnonzero(counts_arr > 0)
+        slot_type = model.pair_type[np.asarray(chosen, dtype=np.int64)[running]]
+        slot_y = counts_arr[running]
+        weight = np.full((model.m, len(running)), -np.inf)
+        for t in np.unique(slot_type).tolist():
+            cols = np.flatnonzero(slot_type == t)
+            pairs = [p for ps in live for p in ps if model.pair_type[p] == t]
+            if not pairs:
+                continue
+            joined = dp._join([model.options[p] for p in pairs])
+            # each pair's largest count <= each slot's: one search over (pair, count) keys
+            top = int(max(int(joined.y.max()), int(slot_y[cols].max()))) + 1
+            owner = np.repeat(np.arange(len(pairs), dtype=np.int64), np.diff(joined.off))
+            at = np.searchsorted(owner * top + joined.y, (np.arange(len(pairs))[:, None] * top + slot_y[cols][None, :]),
+                                 side="right") - 1
+            fits = at >= joined.off[:-1, None]
+            jobs = model.pair_job[np.asarray(pairs, dtype=np.int64)]
+            gain = np.where(fits, joined.g[np.maximum(at, 0)] - self.z[jobs][:, None], -np.inf)
+            weight[jobs[:, None], cols[None, :]] = gain
+        ok = np.isfinite(weight)
+        rows = np.flatnonzero((counts_arr > 0) | self.eq | (ok & (weight > 0)).any(axis=1))
+        weight, ok = weight[rows], ok[rows]
+        big = 2.0 * (float(np.abs(weight[ok]).max()) if ok.any() else 1.0) * model.m + 1.0
+        weight[self.eq[rows]] += big
+        weight[~ok] = -big * model.m
+        got_rows, got_cols = linear_sum_assignment(weight, maximize=True)
+        out = [p if p in live[i] else (live[i][0] if live[i] else p) for i, p in enumerate(chosen)]
+        for k, c in zip(got_rows.tolist(), got_cols.tolist()):
+            if ok[k, c] and weight[k, c] > 0:
+                i, t = int(rows[k]), int(slot_type[c])
+                out[i] = next(p for p in live[i] if int(model.pair_type[p]) == t)
+        return out
 
     def _choice(self, r: np.ndarray, allowed: np.ndarray, prefer_current: bool) -> list[int]:
         """A pair per job: its current type's (when allowed and ``prefer_current``), else its best reduced."""
@@ -414,7 +489,8 @@ class _Search:
             opts = [model.options[p] for _, p in items]
             joined = dp._join(opts)
             decided[t] = _Decided(np.asarray([i for i, _ in items], dtype=np.int64), joined.y, joined.g,
-                                  np.diff(joined.off), joined.g[joined.off[:-1]], int(joined.y[joined.off[:-1]].sum()))
+                                  np.diff(joined.off), joined.g[joined.off[:-1]], int(joined.y[joined.off[:-1]].sum()),
+                                  dp.envelope_mask(joined))
         order = sorted(range(len(pairs)), key=lambda k: (int(model.pair_type[pairs[k]]), jobs[k]))  # by type
         pairs, jobs = [pairs[k] for k in order], [jobs[k] for k in order]
         ys = [np.concatenate([[0], self.positive[p][0]]) for p in pairs]
@@ -434,8 +510,16 @@ class _Search:
         lead = np.zeros(len(flat_y), dtype=bool)
         lead[starts] = True
         undecided = np.asarray(sorted(set(jobs)), dtype=np.int64)
+        # A pair's DP options at a step are its count 0 and a suffix of its counts > 0 (gains shifted by
+        # one constant): their envelope's vertices are among the count 0 and the vertices of the pair's
+        # envelope of its counts > 0, which the DP is told (dp.solve_options's hull_hint).
+        vertex = lead.copy()
+        positive = np.flatnonzero(~lead)
+        if len(positive):
+            off = np.searchsorted(positive, np.r_[starts, len(flat_y)])
+            vertex[positive] = dp.envelope_mask(dp._Joined(flat_y[positive], flat_g[positive], off))
         return _Prepared(decided, const, pair_ids, pair_jobs, spans, starts, sizes, flat_y, flat_g,
-                         np.repeat(pair_jobs, sizes), lead, undecided)
+                         np.repeat(pair_jobs, sizes), lead, undecided, vertex)
 
     def _dual(self, prepared, pi: np.ndarray):
         """The bound of relaxing "job i on at most (exactly) one type" with multipliers ``pi``:
@@ -463,21 +547,21 @@ class _Search:
             fix = pre.decided.get(t)
             if fix is not None and fix.least > model.cap[t]:  # undecided jobs start at 0
                 return None
-            parts = [(fix.y, fix.g, fix.sizes)] if fix is not None else []
+            parts = [(fix.y, fix.g, fix.sizes, fix.vertex)] if fix is not None else []
             und = none
             if t in pre.spans:
                 pa, pb, ea, eb = pre.spans[t]
                 und = pa + np.flatnonzero(live[pa:pb])
                 if len(und):
                     sel = keep[ea:eb]
-                    parts.append((pre.flat_y[ea:eb][sel], shifted[ea:eb][sel], kept[und]))
+                    parts.append((pre.flat_y[ea:eb][sel], shifted[ea:eb][sel], kept[und], pre.vertex[ea:eb][sel]))
             if not parts:
                 continue
-            y, g, sizes = (np.concatenate(a) for a in zip(*parts)) if len(parts) > 1 else parts[0]
+            y, g, sizes, vertex = (np.concatenate(a) for a in zip(*parts)) if len(parts) > 1 else parts[0]
             off = np.zeros(len(sizes) + 1, dtype=np.int64)
             np.cumsum(sizes, out=off[1:])
-            inputs.append((t, fix, und, dp.JoinedOptions(y, g, off)))
-        for (t, fix, und, _), (counts, value, stats) in zip(inputs, _pricing(inputs, model.cap, self.deadline)):
+            inputs.append((t, fix, und, dp.JoinedOptions(y, g, off), vertex))
+        for (t, fix, und, _, _), (counts, value, stats) in zip(inputs, _pricing(inputs, model.cap, self.deadline)):
             exact = not stats.get("timed_out")
             total += value if exact else max(value, float(stats.get("ub", value)))
             counts = np.asarray(counts, dtype=np.int64)
@@ -500,6 +584,8 @@ class _Search:
         """One step of a dual method: :meth:`_dual` at ``pi``, counted; ``_EXPIRED`` once the deadline passed."""
         if self._expired():
             return _EXPIRED
+        if self.reassign_pending and self.lagrange_steps >= self.next_reassign:
+            self._reassign()
         self.lagrange_steps += 1
         return self._dual(prepared, pi)
 
@@ -742,6 +828,7 @@ class _Search:
         root = np.ones(len(model.pair_job), dtype=bool)
         mu = model.multipliers(root)
         r, m_i, ub = model.reduced(mu, root)
+        self.live = [list(pairs) for pairs in model.pairs_of]
         self._try(self._choice(r, root, True))
         self._try(self._choice(r, root, False))
         pi0 = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
@@ -764,6 +851,7 @@ class _Search:
             allowed = allowed & (m_i[model.pair_job] - r <= ub_lp - self._lb() + self.tol)
             live = self._ordered([[p for p in pairs if allowed[p]] for pairs in model.pairs_of])
             allowed = self._mask(live)
+            self.live = live
             undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
             self._try(self._choice(r, allowed, False))
             if not undecided:
@@ -773,7 +861,20 @@ class _Search:
             else:
                 pi = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
             # subgradient steps at the root; a child starts from its parent's multipliers and columns
+            before = self._lb()
             ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS if self.nodes == 1 else CHILD_STEPS)
+            if REFIX and self._lb() > before + self.tol and ub > self._lb() + self.tol:
+                # a better plan since the type fixing: fix again with it (rule 3)
+                kept = allowed & (m_i[model.pair_job] - r <= ub_lp - self._lb() + self.tol)
+                if kept.sum() < allowed.sum():
+                    live = self._ordered([[p for p in pairs if kept[p]] for pairs in model.pairs_of])
+                    allowed = self._mask(live)
+                    self.live = live
+                    undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
+                    if REFIX_LOG: print("refix", self.nodes, len(undecided), int(allowed.sum()))
+                    if not undecided:
+                        self._try(self._choice(r, allowed, False))
+                        continue
             if ub > self._lb() + self.tol:
                 self.master_failed = False
                 ub, pi, use = self._colgen(allowed, live, pi, ub, COLGEN_STEPS)

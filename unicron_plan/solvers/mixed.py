@@ -142,6 +142,7 @@ class _Model:
                 self.options.append((y, g))
             self.pairs_of.append(mine)
         self.zero = zero
+        self.first_gain = np.asarray([float(g[0]) for _, g in self.options])  # each pair's gain at its least count
         self.pair_job = np.asarray(self.pair_job, dtype=np.int64)
         self.pair_type = np.asarray(self.pair_type, dtype=np.int64)
         positive = [(y[1:], g[1:]) if len(y) and y[0] == 0 else (y, g) for y, g in self.options]
@@ -290,27 +291,30 @@ class _Model:
     def solve_assignment(self, chosen: list[int], deadline: float | None):
         """Each job on the type of its pair ``chosen[i]``: every type's exact DP.
         Returns (counts per job, value, bound, timed out) or None when the jobs do not fit."""
-        by_type: dict[int, list[int]] = {}
-        for i, p in enumerate(chosen):
-            by_type.setdefault(int(self.pair_type[p]), []).append(i)
-        counts = [0] * self.m
+        chosen_arr = np.asarray(chosen, dtype=np.int64)
+        types = self.pair_type[chosen_arr]
+        order = np.argsort(types, kind="stable")  # jobs by type, in job order within each
+        present, first = np.unique(types[order], return_index=True)
+        ends = np.r_[first[1:], len(order)]
+        counts_arr = np.zeros(self.m, dtype=np.int64)
         value = bound = 0.0
         timed_out = False
         columns = []  # each type's plan: (type, jobs with a count > 0, their gains)
-        for t, jobs in by_type.items():
-            got = self._type_dp(t, [chosen[i] for i in jobs], deadline)
+        for k in np.argsort(order[first], kind="stable").tolist():  # types in the order of their first job
+            t, jobs = int(present[k]), order[first[k]:ends[k]]
+            got = self._type_dp(t, chosen_arr[jobs].tolist(), deadline)
             if got is None:
                 return None
             part, v, late, ub = got
-            for i, y in zip(jobs, part):
-                counts[i] = int(y)
+            part = np.asarray(part, dtype=np.int64)
+            counts_arr[jobs] = part
             value += v
             bound += ub
             timed_out |= late
-            rows = tuple(i for i, y in zip(jobs, part) if y > 0)
             # the plan's own gains: its value less the gains of the jobs it leaves at 0
-            columns.append((t, rows, v - math.fsum(float(self.options[chosen[i]][1][0]) for i, y in zip(jobs, part)
-                                                   if y == 0)))
+            idle = chosen_arr[jobs[part == 0]]
+            columns.append((t, tuple(jobs[part > 0].tolist()), v - math.fsum(self.first_gain[idle].tolist())))
+        counts = counts_arr.tolist()
         return counts, value, bound, timed_out, columns
 
 
@@ -712,6 +716,10 @@ class _Search:
                 new.append((t, value, und))
             return new
 
+        own = np.asarray([ps[0] if ps else model.pairs_of[i][0] for i, ps in enumerate(live)], dtype=np.int64)
+        pad = np.full((nu, max(len(live[i]) for i in undecided.tolist())), -1, dtype=np.int64)
+        for k, i in enumerate(undecided.tolist()):
+            pad[k, :len(live[i])] = live[i]
         center, best_pi, x_off = pi.copy(), pi.copy(), None
         pi_eval = pi.copy()
         box(center)
@@ -754,7 +762,7 @@ class _Search:
                     share[r, t] += v
             x_off = np.zeros(model.m)
             x_off[undecided] = share.sum(axis=1) - share.max(axis=1)
-            self._try(self._rounded(live, undecided, share, took))
+            self._try(self._rounded(own, pad, undecided, share, took))
             add_new()
             if ub - self._lb() <= self.tol:
                 break
@@ -773,22 +781,25 @@ class _Search:
                 spread = share.sum(axis=1) - share.max(axis=1)
                 x_off = np.zeros(model.m)
                 x_off[undecided] = spread
-                chosen = self._rounded(live, undecided, share, took)
+                chosen = self._rounded(own, pad, undecided, share, took)
                 split = np.flatnonzero(spread > 1e-6)
                 split = split[np.argsort(-spread[split], kind="stable")][:IMPROVE_JOBS]
                 self._improve(chosen, live, undecided[split].tolist())
         return ub, best_pi, x_off
 
-    def _rounded(self, live, undecided, share, took) -> list[int]:
-        """A pair per job: a decided job's own, an undecided one's on the type of its largest share
-        (``share``: per undecided job and type), the type ``took`` names when it has none."""
-        model = self.model
-        chosen = [live[i][0] if live[i] else model.pairs_of[i][0] for i in range(model.m)]
-        for k, i in enumerate(undecided.tolist()):
-            by_type = {int(model.pair_type[p]): p for p in live[i]}
-            top = max(by_type, key=lambda t: share[k, t])
-            chosen[i] = by_type[top] if share[k, top] > 0 else took.get(i, live[i][0])
-        return chosen
+    def _rounded(self, own: np.ndarray, pad: np.ndarray, undecided, share, took) -> list[int]:
+        """A pair per job: a decided job's own (``own``), an undecided one's on the type of its largest
+        share (``share``: per undecided job and type; ``pad``: its allowed pairs, in order, -1 after
+        them; the first of equal shares), the type ``took`` names when it has none."""
+        rows = np.arange(len(undecided))
+        vals = np.where(pad >= 0, share[rows[:, None], self.model.pair_type[np.maximum(pad, 0)]], -np.inf)
+        at = vals.argmax(axis=1)
+        fallback = own.copy()
+        if took:
+            fallback[np.fromiter(took.keys(), dtype=np.int64)] = np.fromiter(took.values(), dtype=np.int64)
+        chosen = own.copy()
+        chosen[undecided] = np.where(vals[rows, at] > 0, pad[rows, at], fallback[undecided])
+        return chosen.tolist()
 
     def _improve(self, chosen: list[int], live, candidates: list[int]) -> None:
         """Local search from the plan ``chosen``: move one of ``candidates`` to another type it may

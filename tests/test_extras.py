@@ -48,6 +48,7 @@ def test_core_commands_need_no_extra(tmp_path):
 
 @pytest.mark.parametrize("args,extra", [
     (("solve", ROOT / "instances" / "ip-max-changed-jobs.json"), "ip"),
+    (("solve", ROOT / "instances" / "mixed-h100-failure-a100-idle.json"), "ip"),
     (("solve", TINY, "--solver", "milp"), "ip"),
     (("solve", TINY, "--solver", "cpsat"), "ip"),
     (("serve", "--state", "{tmp}/state", "--port", "0"), "service"),

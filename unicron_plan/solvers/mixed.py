@@ -112,8 +112,10 @@ def _solved(h) -> bool:
 
 
 def available() -> bool:
-    """numpy and highspy (HiGHS), both dependencies of the package."""
-    return True
+    """highspy (HiGHS) and scipy importable: the extra ``[ip]``."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("highspy", "scipy"))
 
 
 class _Model:
@@ -1064,6 +1066,10 @@ def _limitations(problem: Problem) -> list[str]:
 def solve_types(problem: Problem, deadline: float | None = None) -> tuple[dict[str, int], dict[str, str], float,
                                                                           float, bool, dict]:
     """(counts, GPU type per job, value, bound, timed out, stats) of the separable mixed problem."""
+    from unicron_plan.extras import require
+
+    require("highspy", "a plan for a mixed fleet")
+    require("scipy.optimize", "a plan for a mixed fleet")
     model = _Model(problem)
     search = _Search(model, deadline)
     search.run()

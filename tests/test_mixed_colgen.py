@@ -129,3 +129,70 @@ def test_kept_type_plans_change_nothing_but_the_work(seed, kind):
         fresh = mixed.solve_types(problem)
     assert kept[:5] == fresh[:5]
     assert with_store <= len(calls)
+
+
+def _slot_plan_values(model, search, counts, chosen):
+    """Brute force over every way to deal the plan's slots (type, count) to distinct jobs allowed on the
+    slot's type (a slot may stay empty): the largest value of such a deal, a job in a slot worth its gain
+    at its largest count that fits, a job without one worth its gain suspended."""
+    import itertools
+
+    slots = [(int(model.pair_type[p]), y) for p, y in zip(chosen, counts) if y > 0]
+    gain = {}  # (job, slot) -> gain
+    for i, pairs in enumerate(model.pairs_of):
+        for k, (t, size) in enumerate(slots):
+            for p in pairs:
+                y, g = model.options[p]
+                if int(model.pair_type[p]) == t and y[0] <= size:
+                    gain[i, k] = float(g[y <= size][-1])
+    best = -math.inf
+    for deal in itertools.product(range(-1, model.m), repeat=len(slots)):
+        holders = [i for i in deal if i >= 0]
+        if len(set(holders)) < len(holders) or any(i >= 0 and (i, k) not in gain for k, i in enumerate(deal)):
+            continue
+        value = sum(gain[i, k] for k, i in enumerate(deal) if i >= 0)
+        value += sum(float(search.z[i]) for i in range(model.m) if i not in holders)
+        best = max(best, value)
+    return best
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), kind=st.sampled_from(KINDS), jobs=st.integers(3, 5))
+def test_slot_reassignment_deals_the_slots_at_their_best(seed, kind, jobs):
+    """Rule 9: from a plan (every job on the last type it may use), dealing its slots out again and
+    re-solving each type gives a plan worth at least the best deal of those slots (brute force over
+    every deal), at least the plan itself, and never more than the optimum."""
+    inst = load_instance(large_mixed(seed, 256, 3, jobs, counts_per_job=4, **kind_args(kind)))
+    problem = build_problem(inst)
+    model = mixed._Model(problem)
+    search = mixed._Search(model, None)
+    search.live = [list(p) for p in model.pairs_of]
+    start = [p[-1] for p in model.pairs_of]
+    got = model.solve_assignment(start, None)
+    if got is None or search.eq.any():  # a job that may not suspend keeps its type: no such guarantee
+        return
+    counts, value = got[0], got[1]
+    dealt = model.solve_assignment(search._slot_assignment(counts, start), None)
+    tol = 1e-9 * max(abs(value), 1.0)
+    assert dealt is not None
+    assert dealt[1] >= _slot_plan_values(model, search, counts, start) - tol
+    assert dealt[1] >= value - tol
+    assert dealt[1] <= solve(inst, solver="milp").objective + tol
+
+
+def test_slot_reassignment_finds_the_optimum_of_a_swap():
+    """Two types, two jobs each worth more on the other type than on its own: dealing the two slots out
+    again swaps them (one round, no dual step)."""
+    doc = large_mixed(3, 256, 2, 2, counts_per_job=4, curves="jagged")
+    problem = build_problem(load_instance(doc))
+    model = mixed._Model(problem)
+    search = mixed._Search(model, None)
+    search.live = [list(p) for p in model.pairs_of]
+    opt = mixed.solve_types(problem)[2]
+    for start in ([p[0] for p in model.pairs_of], [p[-1] for p in model.pairs_of]):
+        got = model.solve_assignment(start, None)
+        if got is None:
+            continue
+        dealt = model.solve_assignment(search._slot_assignment(got[0], start), None)
+        assert dealt[1] >= got[1] - search.tol
+        assert dealt[1] <= opt + search.tol

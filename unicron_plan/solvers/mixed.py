@@ -447,16 +447,19 @@ class _Search:
             jobs = model.pair_job[np.asarray(pairs, dtype=np.int64)]
             gain = np.where(fits, joined.g[np.maximum(at, 0)] - self.z[jobs][:, None], -np.inf)
             weight[jobs[:, None], cols[None, :]] = gain
-        ok = np.isfinite(weight)
-        rows = np.flatnonzero((counts_arr > 0) | self.eq | (ok & (weight > 0)).any(axis=1))
-        weight, ok = weight[rows], ok[rows]
-        big = 2.0 * (float(np.abs(weight[ok]).max()) if ok.any() else 1.0) * model.m + 1.0
-        weight[self.eq[rows]] += big
-        weight[~ok] = -big * model.m
-        got_rows, got_cols = linear_sum_assignment(weight, maximize=True)
+        # a slot may stay empty: a deal worth 0 (a job not allowed there, or worth less than suspended)
+        # means no deal, and the LAP's job-slot pairs worth 0 are dropped
+        weight = np.where(np.isfinite(weight), np.maximum(weight, 0.0), 0.0)
+        if self.eq.any():  # jobs that may not suspend first: above every other deal
+            weight[self.eq] = np.where(weight[self.eq] > 0, weight[self.eq] + 2.0 * weight.sum() + 1.0, 0.0)
+        rows = np.flatnonzero((weight > 0).any(axis=1))
         out = [p if p in live[i] else (live[i][0] if live[i] else p) for i, p in enumerate(chosen)]
+        if not len(rows):
+            return out
+        weight = weight[rows]
+        got_rows, got_cols = linear_sum_assignment(weight, maximize=True)
         for k, c in zip(got_rows.tolist(), got_cols.tolist()):
-            if ok[k, c] and weight[k, c] > 0:
+            if weight[k, c] > 0:
                 i, t = int(rows[k]), int(slot_type[c])
                 out[i] = next(p for p in live[i] if int(model.pair_type[p]) == t)
         return out

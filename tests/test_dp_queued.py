@@ -108,3 +108,24 @@ def test_whole_node_counts_are_folded_on_node_units_and_match_the_plain_dp(step,
 def test_count_step_is_the_gcd_of_every_count(counts, step):
     ys = np.asarray(counts, dtype=np.int64) * step
     assert dp.count_step(ys) == (int(np.gcd.reduce(ys)) if len(ys) else 0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(step=st.sampled_from([1, 2, 8]), cap=st.integers(8, 400), n=st.integers(2, 10), seed=st.integers(0, 10**6),
+       extra=st.floats(0.0, 1.0))
+def test_a_hull_hint_holding_every_vertex_changes_nothing(step, cap, n, seed, extra):
+    """Told a mask holding every vertex of every envelope (the exact vertices, plus any other options),
+    the DP returns the same plan and value as without it, and its envelopes are the same."""
+    rng = np.random.default_rng(seed)
+    options = []
+    for _ in range(n):
+        ks = np.unique(rng.integers(1, max(2, 2 * cap // (step * n)) + 1, size=8))
+        y = np.concatenate([[0], step * ks]).astype(np.int64)
+        g = np.concatenate([[0.0], np.cumsum(rng.uniform(0.5, 9, size=len(ks)))])
+        options.append(dp.pareto_arrays(y, g))
+    joined = dp._join(options)
+    hint = dp.envelope_mask(joined) | (rng.uniform(size=len(joined.y)) < extra)
+    plain = dp._upper_hulls(options, joined=joined)
+    hinted = dp._upper_hulls(options, joined=joined, hint=hint)
+    assert all(np.array_equal(a, b) for a, b in zip(plain, hinted))
+    assert dp.solve_options(options, cap, cores=False, hull_hint=hint) == dp.solve_options(options, cap, cores=False)

@@ -24,8 +24,17 @@ EXTRA_OF = {
 }
 
 
-def require(module: str, purpose: str) -> ModuleType:
-    """``import module``, or MissingExtraError naming the extra to install for ``purpose``."""
+def require(module: str, purpose: str, load: bool = True) -> ModuleType | None:
+    """``import module``, or MissingExtraError naming the extra to install for ``purpose``.
+    ``load=False``: only check that it is installed (no import, so no import time), return None."""
+    if not load:
+        from importlib.util import find_spec
+
+        try:
+            if find_spec(module.split(".")[0]) is not None:
+                return None
+        except ImportError:  # a finder that refuses it: missing, as below
+            pass
     try:
         return importlib.import_module(module)
     except ImportError:

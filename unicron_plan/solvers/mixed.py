@@ -72,6 +72,7 @@ REASSIGN_ROUNDS = 4  # rounds of rule 9's slot reassignment after a new best pla
 REASSIGN_EVERY = 4  # ... at most once every this many dual steps
 REFIX = 1
 REFIX_LOG = 0
+STRONG_CANDIDATES = 4  # rule 10: jobs whose children are bounded before branching (0: none)
 IP_VARIABLES = 50_000  # rule 8: the root's remaining choices go to HiGHS up to this many (0: never)
 
 
@@ -112,10 +113,10 @@ def _solved(h) -> bool:
 
 
 def available() -> bool:
-    """highspy (HiGHS) and scipy importable: the extra ``[ip]``."""
+    """highspy (HiGHS) and ortools importable: the extra ``[ip]``."""
     import importlib.util
 
-    return all(importlib.util.find_spec(m) is not None for m in ("highspy", "scipy"))
+    return all(importlib.util.find_spec(m) is not None for m in ("highspy", "ortools"))
 
 
 class _Model:
@@ -422,46 +423,54 @@ class _Search:
 
     def _slot_assignment(self, counts: list[int], chosen: list[int]) -> list[int]:
         """A pair per job: the running jobs' slots (type, count) dealt out to the jobs allowed there by a
-        maximum-weight assignment, a job in a slot worth its gain at its largest count that fits it, less
-        its gain suspended (jobs that may not suspend first); a job left without a slot keeps its type."""
-        from scipy.optimize import linear_sum_assignment
+        maximum-weight assignment (a min-cost flow over the distinct slots, OR-Tools), a job in a slot
+        worth its gain at its largest count that fits it less its gain suspended, a slot free to stay
+        empty, jobs that may not suspend first; a job left without a slot keeps its type."""
+        from ortools.graph.python import min_cost_flow
 
         model, live = self.model, self.live
         counts_arr = np.asarray(counts, dtype=np.int64)
         running = np.flatnonzero(counts_arr > 0)
-        slot_type = model.pair_type[np.asarray(chosen, dtype=np.int64)[running]]
-        slot_y = counts_arr[running]
-        weight = np.full((model.m, len(running)), -np.inf)
-        for t in np.unique(slot_type).tolist():
-            cols = np.flatnonzero(slot_type == t)
+        slots = np.stack([model.pair_type[np.asarray(chosen, dtype=np.int64)[running]], counts_arr[running]], axis=1)
+        kinds, room = np.unique(slots, axis=0, return_counts=True)  # distinct (type, count), how many of each
+        out = [p if p in live[i] else (live[i][0] if live[i] else p) for i, p in enumerate(chosen)]
+        if not len(kinds):
+            return out
+        weight = np.zeros((model.m, len(kinds)))  # 0: no deal (not allowed, or worth no more than suspended)
+        for t in np.unique(kinds[:, 0]).tolist():
+            cols = np.flatnonzero(kinds[:, 0] == t)
             pairs = [p for ps in live for p in ps if model.pair_type[p] == t]
             if not pairs:
                 continue
             joined = dp._join([model.options[p] for p in pairs])
             # each pair's largest count <= each slot's: one search over (pair, count) keys
-            top = int(max(int(joined.y.max()), int(slot_y[cols].max()))) + 1
+            top = int(max(int(joined.y.max()), int(kinds[cols, 1].max()))) + 1
             owner = np.repeat(np.arange(len(pairs), dtype=np.int64), np.diff(joined.off))
-            at = np.searchsorted(owner * top + joined.y, (np.arange(len(pairs))[:, None] * top + slot_y[cols][None, :]),
+            at = np.searchsorted(owner * top + joined.y, np.arange(len(pairs))[:, None] * top + kinds[cols, 1][None, :],
                                  side="right") - 1
-            fits = at >= joined.off[:-1, None]
             jobs = model.pair_job[np.asarray(pairs, dtype=np.int64)]
-            gain = np.where(fits, joined.g[np.maximum(at, 0)] - self.z[jobs][:, None], -np.inf)
-            weight[jobs[:, None], cols[None, :]] = gain
-        # a slot may stay empty: a deal worth 0 (a job not allowed there, or worth less than suspended)
-        # means no deal, and the LAP's job-slot pairs worth 0 are dropped
-        weight = np.where(np.isfinite(weight), np.maximum(weight, 0.0), 0.0)
+            gain = np.where(at >= joined.off[:-1, None], joined.g[np.maximum(at, 0)] - self.z[jobs][:, None], 0.0)
+            weight[jobs[:, None], cols[None, :]] = np.maximum(gain, 0.0)
         if self.eq.any():  # jobs that may not suspend first: above every other deal
-            weight[self.eq] = np.where(weight[self.eq] > 0, weight[self.eq] + 2.0 * weight.sum() + 1.0, 0.0)
-        rows = np.flatnonzero((weight > 0).any(axis=1))
-        out = [p if p in live[i] else (live[i][0] if live[i] else p) for i, p in enumerate(chosen)]
-        if not len(rows):
+            weight[self.eq] = np.where(weight[self.eq] > 0, weight[self.eq] + model.m * weight.max(), 0.0)
+        job, kind = np.nonzero(weight > 0)
+        if not len(job):
             return out
-        weight = weight[rows]
-        got_rows, got_cols = linear_sum_assignment(weight, maximize=True)
-        for k, c in zip(got_rows.tolist(), got_cols.tolist()):
-            if weight[k, c] > 0:
-                i, t = int(rows[k]), int(slot_type[c])
-                out[i] = next(p for p in live[i] if int(model.pair_type[p]) == t)
+        # integral costs for the flow: the largest weight 2^42 (OR-Tools' cost range holds it times the nodes)
+        cost = -np.rint(weight[job, kind] * (2.0 ** 42 / weight.max())).astype(np.int64)
+        m, n = model.m, len(kinds)
+        source, sink = m + n, m + n + 1  # jobs 0..m-1, slot kinds m..m+n-1
+        flow = min_cost_flow.SimpleMinCostFlow()
+        deals = flow.add_arcs_with_capacity_and_unit_cost(job, m + kind, np.ones(len(job), dtype=np.int64), cost)
+        flow.add_arcs_with_capacity_and_unit_cost(
+            np.r_[np.full(m, source), m + np.arange(n), source], np.r_[np.arange(m), np.full(n, sink), sink],
+            np.r_[np.ones(m, dtype=np.int64), room, m], np.zeros(m + n + 1, dtype=np.int64))
+        flow.set_nodes_supplies(np.asarray([source, sink]), np.asarray([m, -m]))
+        if flow.solve() != flow.OPTIMAL:
+            return out
+        for k in np.flatnonzero(flow.flows(deals)).tolist():
+            i, t = int(job[k]), int(kinds[kind[k], 0])
+            out[i] = next(p for p in live[i] if int(model.pair_type[p]) == t)
         return out
 
     def _choice(self, r: np.ndarray, allowed: np.ndarray, prefer_current: bool) -> list[int]:
@@ -530,7 +539,7 @@ class _Search:
         return _Prepared(decided, const, pair_ids, pair_jobs, spans, starts, sizes, flat_y, flat_g,
                          np.repeat(pair_jobs, sizes), lead, undecided, vertex)
 
-    def _dual(self, prepared, pi: np.ndarray):
+    def _dual(self, prepared, pi: np.ndarray, without: np.ndarray | None = None):
         """The bound of relaxing "job i on at most (exactly) one type" with multipliers ``pi``:
         sum_i (z_i + pi_i) + sum_t DP_t, where DP_t is the exact DP of type t over the jobs decided
         on t (their own options) and the undecided jobs allowed there (gains G - z_i - pi_i, or
@@ -547,6 +556,8 @@ class _Search:
             keep = pre.lead | (shifted > 0)
             kept = np.add.reduceat(keep.astype(np.int64), pre.starts)
             live = kept > 1  # a pair with only its 0 adds nothing
+            if without is not None:  # pairs left out (positions in pair_ids)
+                live[without] = False
             keep &= np.repeat(live, pre.sizes)
         use = np.zeros(model.m)
         took = {}
@@ -589,14 +600,14 @@ class _Search:
                 self.pool[(t, tuple(rows.tolist()))] = column
         return total, use, took
 
-    def _counted_dual(self, prepared, pi):
+    def _counted_dual(self, prepared, pi, without=None):
         """One step of a dual method: :meth:`_dual` at ``pi``, counted; ``_EXPIRED`` once the deadline passed."""
         if self._expired():
             return _EXPIRED
         if self.reassign_pending and self.lagrange_steps >= self.next_reassign:
             self._reassign()
         self.lagrange_steps += 1
-        return self._dual(prepared, pi)
+        return self._dual(prepared, pi, without)
 
     def _lagrange(self, allowed, live, pi, ub, steps):
         """Subgradient steps on the multipliers of :meth:`_dual`; (best bound, its multipliers,
@@ -917,18 +928,57 @@ class _Search:
                 vals = sorted((r[p] for p in live[i]), reverse=True)
                 off = 0 if use is None else use[i]
                 return (-off, vals[0] - vals[1])
-            i = min(undecided, key=conflict)
-            k = int(model.sym_prev[i])  # of interchangeable jobs, the first undecided one (rule 6)
-            while k >= 0:
-                if len(live[k]) > 1:
-                    i = k
-                k = int(model.sym_prev[k])
+            def group_first(i):  # of interchangeable jobs, the first undecided one (rule 6)
+                k = int(model.sym_prev[i])
+                while k >= 0:
+                    if len(live[k]) > 1:
+                        i = k
+                    k = int(model.sym_prev[k])
+                return i
+            ranked = sorted(undecided, key=conflict)
+            i, bounds = group_first(ranked[0]), {}
+            if STRONG_CANDIDATES and use is not None:
+                i, bounds = self._strong_branch(live, pi, ub, ranked, group_first, use)
             for p in live[i]:
                 child = allowed.copy()
                 child[[q for q in model.pairs_of[i] if q != p]] = False
                 # a root probe's bound holds for every node below the root with job i on p's type
-                heapq.heappush(heap, (-min(ub, self.probed.get((i, p), ub)), counter, child, pi))
+                bound = min(ub, self.probed.get((i, p), ub), bounds.get(p, ub))
+                heapq.heappush(heap, (-bound, counter, child, pi))
                 counter += 1
+
+    def _strong_branch(self, live, pi, ub, ranked, group_first, split):
+        """Rule 10: of the jobs the master splits most (up to STRONG_CANDIDATES, ``ranked`` first), the one
+        whose children's bounds fall most: each child's bound is :meth:`_dual` at the node's ``pi`` with the
+        job on that child's type only (a valid bound of the child). Scored by the product of the two
+        smallest falls. Returns (job, {pair: its child's bound})."""
+        prepared = self._prepare_dual(live)
+        best, best_score, best_bounds = group_first(ranked[0]), -math.inf, {}
+        if prepared is None:
+            return best, best_bounds
+        seen = set()
+        for i in ranked:
+            if len(seen) >= STRONG_CANDIDATES or split[i] <= 1e-6 or self._expired():
+                break
+            i = group_first(i)
+            if i in seen:
+                continue
+            seen.add(i)
+            at = np.flatnonzero(prepared.pair_jobs == i)
+            bounds, falls = {}, []
+            for k in at.tolist():
+                got = self._counted_dual(prepared, pi, at[at != k])
+                if got is _EXPIRED or got is None:
+                    bounds[int(prepared.pair_ids[k])] = -math.inf if got is None else ub
+                    falls.append(math.inf if got is None else 0.0)
+                    continue
+                bounds[int(prepared.pair_ids[k])] = min(ub, got[0])
+                falls.append(max(ub - got[0], 0.0))
+            falls.sort()
+            score = (falls[0] + self.tol) * (falls[1] + self.tol) if len(falls) > 1 else falls[0]
+            if score > best_score:
+                best, best_score, best_bounds = i, score, bounds
+        return best, best_bounds
 
     def _mask(self, live: list[list[int]]) -> np.ndarray:
         """The allowed (job, type) pairs as a mask over every pair, from the pairs left per job."""
@@ -1071,8 +1121,8 @@ def solve_types(problem: Problem, deadline: float | None = None) -> tuple[dict[s
     """(counts, GPU type per job, value, bound, timed out, stats) of the separable mixed problem."""
     from unicron_plan.extras import require
 
-    require("highspy", "a plan for a mixed fleet")
-    require("scipy.optimize", "a plan for a mixed fleet")
+    for module in ("highspy", "ortools"):  # HiGHS for the LPs, OR-Tools' min-cost flow for rule 9
+        require(module, "a plan for a mixed fleet", load=False)
     model = _Model(problem)
     search = _Search(model, deadline)
     search.run()

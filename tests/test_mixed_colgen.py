@@ -196,3 +196,31 @@ def test_slot_reassignment_finds_the_optimum_of_a_swap():
         dealt = model.solve_assignment(search._slot_assignment(got[0], start), None)
         assert dealt[1] >= got[1] - search.tol
         assert dealt[1] <= opt + search.tol
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), kind=st.sampled_from(KINDS), jobs=st.integers(3, 6))
+def test_strong_branching_bounds_every_child(seed, kind, jobs):
+    """Rule 10: the bound strong branching gives each child (the job on one of its types only) is at
+    least the child's optimum, found by brute force over every choice of types with the job on it."""
+    import itertools
+
+    problem = build_problem(load_instance(large_mixed(seed, 512, 3, jobs, counts_per_job=5, **kind_args(kind))))
+    search, live, pi, ub = _root(problem)
+    model = search.model
+    undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
+    if not undecided:
+        return
+    mixed.STRONG_CANDIDATES, saved = len(undecided), mixed.STRONG_CANDIDATES
+    try:
+        i, bounds = search._strong_branch(live, pi, ub, undecided, lambda k: k, np.ones(model.m))
+    finally:
+        mixed.STRONG_CANDIDATES = saved
+    assert set(bounds) == set(live[i])
+    for p, bound in bounds.items():
+        best = -math.inf
+        for chosen in itertools.product(*[[p] if k == i else live[k] for k in range(model.m)]):
+            got = model.solve_assignment(list(chosen), None)
+            if got is not None:
+                best = max(best, got[1])
+        assert bound >= best - search.tol, (p, bound, best)

@@ -12,7 +12,8 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
    type exactly with the DP (:func:`unicron_plan.solvers.dp.solve_options`).
 3. Type fixing: a plan worth v has sum_i (m_i - reduced gain of its option) <= UB - v, so job i
    can use type t in a plan worth >= LB only if UB - (m_i - r_it) >= LB, with r_it the best
-   reduced gain of a count > 0 on t. Types that fail are removed.
+   reduced gain of a count > 0 on t. Types that fail are removed, at the start of every node
+   and, at the root, again after the subgradient steps of 4 when they raised LB.
 4. A tighter bound at each node: relax "one type per job" with multipliers pi_i and solve every
    type exactly with the DP (:meth:`_Search._dual`). At the root, subgradient steps on pi first
    (their step doubled after 3 improving steps, halved after 3 stalls; each relaxed plan,
@@ -24,9 +25,9 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
    end the master without its box, so rounded, is improved by moving the jobs it splits between
    types (:meth:`_Search._improve`).
 5. When every job has at most one type left, each type is one exact DP: the optimum. Otherwise
-   branch and bound on the type of the undecided job the master splits most over types (ties:
-   whose two best types are closest), best bound first; each node repeats 1-4 on its restricted
-   types. ``optimal`` only when the best plan meets the largest open bound.
+   branch and bound on the type of an undecided job the master splits over types (rule 10),
+   best bound first; each node repeats 1-4 on its restricted types. ``optimal`` only when the
+   best plan meets the largest open bound.
 6. Symmetry. Jobs with the same options on the same types (and the same constraints) are
    interchangeable: permuting their (type, count) among them keeps a plan's value and every
    type's load. So some optimum has, among each such group in job order, the jobs that run
@@ -39,6 +40,18 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
    beat the best plan is dropped before branching.
 8. The root's integer program (the same condition, at most IP_VARIABLES choices left): the types
    and counts left go to HiGHS, interchangeable jobs merged into counts (:meth:`_Search._exact_ip`).
+9. Slot reassignment (:meth:`_Search._reassign`): a new best plan's slots, the (type, count) of
+   each running job, are dealt out again to the jobs allowed there by a maximum-weight assignment
+   (a job in a slot is worth its gain at its largest count that fits, less its gain suspended;
+   a slot may stay empty), and each type is re-solved by the DP; repeated while it raises the
+   best plan, at most once every REASSIGN_EVERY dual steps. The deal keeps every type's load,
+   so the plan stays feasible, and it finds in one step what moving one job at a time cannot:
+   two jobs that should trade types.
+10. Branching (:meth:`_Search._strong_branch`): of the jobs the master splits most over types
+   (ties: whose two best types are closest), up to STRONG_CANDIDATES are tried: each child's
+   bound is the bound of 4 at the node's multipliers with the job on that child's type only, a
+   valid bound of the child, which the child keeps. The job whose two smallest falls of the
+   bound have the largest product is branched on.
 
 Under a deadline the best plan found comes back ``feasible`` with the largest open bound.
 """

@@ -83,8 +83,7 @@ FLOOR_GAP = 1e-3  # column generation stops when the bound can fall by less than
 DP_CACHE = 1024  # type DPs of tried plans kept (exact ones, keyed by type and pairs)
 REASSIGN_ROUNDS = 4  # rounds of rule 9's slot reassignment after a new best plan (0: none) ...
 REASSIGN_EVERY = 4  # ... at most once every this many dual steps
-REFIX = 1
-REFIX_LOG = 0
+REFIX = 1  # rule 3 again when a better plan arrives during the root's subgradient steps (0: never)
 STRONG_CANDIDATES = 4  # rule 10: jobs whose children are bounded before branching (0: none)
 IP_VARIABLES = 50_000  # rule 8: the root's remaining choices go to HiGHS up to this many (0: never)
 
@@ -622,21 +621,32 @@ class _Search:
         self.lagrange_steps += 1
         return self._dual(prepared, pi, without)
 
-    def _lagrange(self, allowed, live, pi, ub, steps):
+    def _lagrange(self, allowed, live, pi, ub, steps, refix=None):
         """Subgradient steps on the multipliers of :meth:`_dual`; (best bound, its multipliers,
-        the last use counts); each solution, repaired to one type per job, is tried as a plan."""
+        the last use counts, the allowed pairs per job); each solution, repaired to one type per
+        job, is tried as a plan. ``refix``: called when the best plan has risen, it fixes types
+        again with it (rule 3) and returns the pairs left per job, or None when none went."""
         undecided = np.asarray([len(p) > 1 for p in live])
         best_pi, theta, stall, run = pi.copy(), 1.0, 0, 0
         use = None
         prepared = self._prepare_dual(live)
         if prepared is None:
-            return -math.inf, pi, None
+            return -math.inf, pi, None, live
+        fixed_at = self._lb()
         for step in range(steps):
+            if refix is not None and self._lb() > fixed_at + self.tol:
+                fixed_at = self._lb()
+                fewer = refix()
+                if fewer is not None:
+                    live, undecided = fewer, np.asarray([len(p) > 1 for p in fewer])
+                    prepared = self._prepare_dual(live)
+                    if prepared is None or not undecided.any():
+                        return (-math.inf if prepared is None else ub), best_pi, None, live
             got = self._counted_dual(prepared, pi)
             if got is _EXPIRED:
                 break
             if got is None:
-                return -math.inf, pi, None
+                return -math.inf, pi, None, live
             value, use, took = got
             if value < ub:  # steps that keep improving grow, steps that stall shrink
                 ub, best_pi, stall, run = value, pi.copy(), 0, run + 1
@@ -659,7 +669,7 @@ class _Search:
                 break
             pi = pi - theta * max(value - self._lb(), self.tol) / norm * s
             pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
-        return ub, best_pi, use
+        return ub, best_pi, use, live
 
     def _colgen(self, allowed, live, pi, ub, steps):
         """The bound of :meth:`_dual` minimised by column generation. The master LP is over the type
@@ -900,26 +910,31 @@ class _Search:
                 pi = np.where(self.eq, pi, np.maximum(pi, 0.0))
             else:
                 pi = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
+            def refix():  # rule 3 again with a better plan: the pairs left per job, or None
+                nonlocal allowed, live
+                kept = allowed & (m_i[model.pair_job] - r <= ub_lp - self._lb() + self.tol)
+                if kept.sum() == allowed.sum():
+                    return None
+                live = self._ordered([[p for p in pairs if kept[p]] for pairs in model.pairs_of])
+                allowed = self._mask(live)
+                self.live = live
+                return live
+
             # subgradient steps at the root; a child starts from its parent's multipliers and columns
             before = self._lb()
-            ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS if self.nodes == 1 else CHILD_STEPS)
+            ub, pi, use, live = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS if self.nodes == 1 else CHILD_STEPS,
+                                               refix if REFIX else None)
             if REFIX and self._lb() > before + self.tol and ub > self._lb() + self.tol:
-                # a better plan since the type fixing: fix again with it (rule 3)
-                kept = allowed & (m_i[model.pair_job] - r <= ub_lp - self._lb() + self.tol)
-                if kept.sum() < allowed.sum():
-                    live = self._ordered([[p for p in pairs if kept[p]] for pairs in model.pairs_of])
-                    allowed = self._mask(live)
-                    self.live = live
-                    undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
-                    if REFIX_LOG: print("refix", self.nodes, len(undecided), int(allowed.sum()))
-                    if not undecided:
-                        self._try(self._choice(r, allowed, False))
-                        continue
+                refix()
+            undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
+            if not undecided:
+                self._try(self._choice(r, allowed, False))
+                continue
             if ub > self._lb() + self.tol:
                 self.master_failed = False
                 ub, pi, use = self._colgen(allowed, live, pi, ub, COLGEN_STEPS)
                 if self.master_failed and ub > self._lb() + self.tol:  # no LP: the subgradient's steps instead
-                    ub, pi, use = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS)
+                    ub, pi, use, _ = self._lagrange(allowed, live, pi, ub, LAGRANGE_STEPS)
             if ub <= self._lb() + self.tol:
                 continue
             if self.nodes == 1 and self.grouped and 0 < self._choices(live) <= IP_VARIABLES:  # rules 7-8, root

@@ -13,7 +13,7 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
 3. Type fixing: a plan worth v has sum_i (m_i - reduced gain of its option) <= UB - v, so job i
    can use type t in a plan worth >= LB only if UB - (m_i - r_it) >= LB, with r_it the best
    reduced gain of a count > 0 on t. Types that fail are removed, at the start of every node
-   and, at the root, again after the subgradient steps of 4 when they raised LB.
+   and, at the root, again whenever the subgradient steps of 4 raise LB.
 4. A tighter bound at each node: relax "one type per job" with multipliers pi_i and solve every
    type exactly with the DP (:meth:`_Search._dual`). At the root, subgradient steps on pi first
    (their step doubled after 3 improving steps, halved after 3 stalls; each relaxed plan,

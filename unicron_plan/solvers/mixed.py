@@ -83,7 +83,7 @@ FLOOR_GAP = 1e-3  # column generation stops when the bound can fall by less than
 DP_CACHE = 1024  # type DPs of tried plans kept (exact ones, keyed by type and pairs)
 REASSIGN_ROUNDS = 4  # rounds of rule 9's slot reassignment after a new best plan (0: none) ...
 REASSIGN_EVERY = 4  # ... at most once every this many dual steps
-REFIX = True  # rule 3 again when a better plan arrives during the root's subgradient steps (0: never)
+REFIX = True  # rule 3 again when a better plan arrives during the root's subgradient steps (False: never)
 STRONG_CANDIDATES = 4  # rule 10: jobs whose children are bounded before branching (0: none)
 IP_VARIABLES = 50_000  # rule 8: the root's remaining choices go to HiGHS up to this many (0: never)
 

@@ -73,7 +73,10 @@ REL_TOL = 1e-9
 MAX_NODES = 100_000  # branch-and-bound nodes before the search stops with a bound and a gap
 MU_STEPS = 120  # cutting-plane steps for the capacity multipliers (at most)
 MU_TOL = 1e-7  # ... stopped when UB is within this fraction of its minimum
-LAGRANGE_STEPS = 40  # subgradient steps at the root on the one-type-per-job multipliers
+LAGRANGE_STEPS = 40  # subgradient steps at the root on the one-type-per-job multipliers ...
+LAGRANGE_EXTRA = 120  # ... and up to this many more while the bound falls by EXTRA_FALL of the gap
+EXTRA_WINDOW = 10  # ... over the last this many steps
+EXTRA_FALL = 0.1
 CHILD_STEPS = 0  # ... at a node other than the root
 COLGEN_STEPS = 80  # column-generation steps per node after them
 BOX = 0.01  # half-width of the multipliers' box, a fraction of their mean at the node's start
@@ -433,6 +436,20 @@ class _Search:
         finally:
             self.reassigning = False
 
+    def _deal(self, chosen: list[int]) -> None:
+        """Rule 9 from a plan that did not beat the best one: its slots dealt out again, the result tried."""
+        if self.reassigning or self.live is None or self._expired():
+            return
+        got = self.model.solve_assignment(chosen, self.deadline)
+        if got is None:
+            return
+        self.reassigning = True
+        try:
+            dealt = self._slot_assignment(got[0], chosen)
+        finally:
+            self.reassigning = False
+        self._try(dealt)
+
     def _slot_assignment(self, counts: list[int], chosen: list[int]) -> list[int]:
         """A pair per job: the running jobs' slots (type, count) dealt out to the jobs allowed there by a
         maximum-weight assignment (a min-cost flow over the distinct slots, OR-Tools), a job in a slot
@@ -633,7 +650,11 @@ class _Search:
         if prepared is None:
             return -math.inf, pi, None, live
         fixed_at = self._lb()
-        for step in range(steps):
+        bounds = []  # the best bound after each step
+        for step in range(steps + (LAGRANGE_EXTRA if steps else 0)):
+            if step >= steps and (len(bounds) <= EXTRA_WINDOW
+                                  or bounds[-EXTRA_WINDOW - 1] - ub < EXTRA_FALL * (ub - self._lb())):
+                break  # past the planned steps, on only while the bound still falls fast
             if refix is not None and self._lb() > fixed_at + self.tol:
                 fixed_at = self._lb()
                 fewer = refix()
@@ -657,9 +678,14 @@ class _Search:
                 if stall >= 3:
                     theta, stall = theta / 2, 0
             if step % 4 == 0:
-                self._try([took.get(i, next((p for p in live[i]), self.model.pairs_of[i][0]))
-                           if undecided[i] else (live[i][0] if live[i] else self.model.pairs_of[i][0])
-                           for i in range(self.model.m)])
+                repaired = [took.get(i, next((p for p in live[i]), self.model.pairs_of[i][0]))
+                            if undecided[i] else (live[i][0] if live[i] else self.model.pairs_of[i][0])
+                            for i in range(self.model.m)]
+                before = self._lb()
+                self._try(repaired)
+                if self._lb() <= before:  # not a new best plan (which rule 9 deals anyway): deal it
+                    self._deal(repaired)
+            bounds.append(ub)
             gap = ub - self._lb()
             if gap <= self.tol:
                 break

@@ -16,8 +16,9 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
    and, at the root, again whenever the subgradient steps of 4 raise LB.
 4. A tighter bound at each node: relax "one type per job" with multipliers pi_i and solve every
    type exactly with the DP (:meth:`_Search._dual`). At the root, subgradient steps on pi first
-   (their step doubled after 3 improving steps, halved after 3 stalls; each relaxed plan,
-   repaired, is tried). Then, at every node (a child from its parent's pi), column generation
+   (their step doubled after 3 improving steps, halved after 3 stalls; LAGRANGE_STEPS, and up to
+   LAGRANGE_EXTRA more while the bound still falls fast; each relaxed plan, repaired, is tried
+   and dealt out again by rule 9). Then, at every node (a child from its parent's pi), column generation
    (:meth:`_Search._colgen`): a master LP over every type plan the DPs returned so far (one row
    per undecided job, one per type), its duals kept in a box around the best pi that shrinks
    while the bound stalls, gives the next pi. The master's solution, each job on the type of its

@@ -17,8 +17,7 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
 4. A tighter bound at each node: relax "one type per job" with multipliers pi_i and solve every
    type exactly with the DP (:meth:`_Search._dual`). At the root, subgradient steps on pi first
    (their step doubled after 3 improving steps, halved after 3 stalls; LAGRANGE_STEPS, and up to
-   LAGRANGE_EXTRA more while the bound still falls fast; each relaxed plan, repaired, is tried
-   and dealt out again by rule 9). Then, at every node (a child from its parent's pi), column generation
+   LAGRANGE_EXTRA more while the bound still falls fast; each relaxed plan, repaired, is tried). Then, at every node (a child from its parent's pi), column generation
    (:meth:`_Search._colgen`): a master LP over every type plan the DPs returned so far (one row
    per undecided job, one per type), its duals kept in a box around the best pi that shrinks
    while the bound stalls, gives the next pi. The master's solution, each job on the type of its
@@ -437,20 +436,6 @@ class _Search:
         finally:
             self.reassigning = False
 
-    def _deal(self, chosen: list[int]) -> None:
-        """Rule 9 from a plan that did not beat the best one: its slots dealt out again, the result tried."""
-        if self.reassigning or self.live is None or self._expired():
-            return
-        got = self.model.solve_assignment(chosen, self.deadline)
-        if got is None:
-            return
-        self.reassigning = True
-        try:
-            dealt = self._slot_assignment(got[0], chosen)
-        finally:
-            self.reassigning = False
-        self._try(dealt)
-
     def _slot_assignment(self, counts: list[int], chosen: list[int]) -> list[int]:
         """A pair per job: the running jobs' slots (type, count) dealt out to the jobs allowed there by a
         maximum-weight assignment (a min-cost flow over the distinct slots, OR-Tools), a job in a slot
@@ -679,13 +664,9 @@ class _Search:
                 if stall >= 3:
                     theta, stall = theta / 2, 0
             if step % 4 == 0:
-                repaired = [took.get(i, next((p for p in live[i]), self.model.pairs_of[i][0]))
-                            if undecided[i] else (live[i][0] if live[i] else self.model.pairs_of[i][0])
-                            for i in range(self.model.m)]
-                before = self._lb()
-                self._try(repaired)
-                if self._lb() <= before:  # not a new best plan (which rule 9 deals anyway): deal it
-                    self._deal(repaired)
+                self._try([took.get(i, next((p for p in live[i]), self.model.pairs_of[i][0]))
+                           if undecided[i] else (live[i][0] if live[i] else self.model.pairs_of[i][0])
+                           for i in range(self.model.m)])
             bounds.append(ub)
             gap = ub - self._lb()
             if gap <= self.tol:

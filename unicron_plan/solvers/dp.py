@@ -230,11 +230,7 @@ def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, 
         hy, hg, seg = _upper_hulls(options, passes, _Joined(y[sub], g[sub], np.searchsorted(sub, off)))
         return hy, hg, seg
     if NATIVE_HULL is not None:  # every job's monotone chain in one compiled call
-        keep = np.zeros(len(y), dtype=np.uint8)
-        stack = np.empty(len(y), dtype=np.int64)
-        NATIVE_HULL(len(options), off.ctypes.data, y.ctypes.data, g.ctypes.data, stack.ctypes.data,
-                    keep.ctypes.data)
-        at = np.flatnonzero(keep)
+        at = np.flatnonzero(envelope_mask(_Joined(y, g, off)))
         return y[at], g[at], np.searchsorted(off, at, side="right") - 1
     seg = np.repeat(np.arange(len(options)), np.diff(off))
     for _ in range(passes):

@@ -17,8 +17,8 @@ problem is max sum_i G_i^{t_i}(y_i) s.t. sum_{i: t_i = t} y_i <= C_t for every t
 4. A tighter bound at each node: relax "one type per job" with multipliers pi_i and solve every
    type exactly with the DP (:meth:`_Search._dual`). At the root, subgradient steps on pi first
    (their step doubled after 3 improving steps, halved after 3 stalls; LAGRANGE_STEPS, and up to
-   LAGRANGE_EXTRA more while the bound still falls fast; each relaxed plan, repaired, is tried). Then, at every node (a child from its parent's pi), column generation
-   (:meth:`_Search._colgen`): a master LP over every type plan the DPs returned so far (one row
+   LAGRANGE_EXTRA more while the bound still falls fast; each relaxed plan, repaired, is tried).
+   Then, at every node (a child from its parent's pi), column generation (:meth:`_Search._colgen`): a master LP over every type plan the DPs returned so far (one row
    per undecided job, one per type), its duals kept in a box around the best pi that shrinks
    while the bound stalls, gives the next pi. The master's solution, each job on the type of its
    largest share and every type re-solved by the DP, is tried as a plan at every step; at the
@@ -127,11 +127,14 @@ def _solved(h) -> bool:
     return h.getModelStatus() == highspy.HighsModelStatus.kOptimal
 
 
+NEEDS = ("highspy", "ortools")  # HiGHS for the LPs, OR-Tools' min-cost flow for rule 9: the extra [ip]
+
+
 def available() -> bool:
-    """highspy (HiGHS) and ortools importable: the extra ``[ip]``."""
+    """The packages of :data:`NEEDS` importable."""
     import importlib.util
 
-    return all(importlib.util.find_spec(m) is not None for m in ("highspy", "ortools"))
+    return all(importlib.util.find_spec(m) is not None for m in NEEDS)
 
 
 class _Model:
@@ -906,9 +909,7 @@ class _Search:
             if ub <= self._lb() + self.tol:
                 continue
             # type fixing (module docstring, rule 3): with this node's own UB(mu), whose deficits it uses
-            allowed = allowed & (m_i[model.pair_job] - r <= ub_lp - self._lb() + self.tol)
-            live = self._ordered([[p for p in pairs if allowed[p]] for pairs in model.pairs_of])
-            allowed = self._mask(live)
+            allowed, live = self._fixed(allowed, m_i, r, ub_lp)
             self.live = live
             undecided = [i for i, ps in enumerate(live) if len(ps) > 1]
             self._try(self._choice(r, allowed, False))
@@ -920,11 +921,10 @@ class _Search:
                 pi = np.where(self.eq, m_i, np.maximum(m_i - self.z, 0.0))
             def refix():  # rule 3 again with a better plan: the pairs left per job, or None
                 nonlocal allowed, live
-                kept = allowed & (m_i[model.pair_job] - r <= ub_lp - self._lb() + self.tol)
-                if kept.sum() == allowed.sum():
+                fewer, left = self._fixed(allowed, m_i, r, ub_lp)
+                if fewer.sum() == allowed.sum():
                     return None
-                live = self._ordered([[p for p in pairs if kept[p]] for pairs in model.pairs_of])
-                allowed = self._mask(live)
+                allowed, live = fewer, left
                 self.live = live
                 return live
 
@@ -1015,6 +1015,13 @@ class _Search:
             if score > best_score:
                 best, best_score, best_bounds = i, score, bounds
         return best, best_bounds
+
+    def _fixed(self, allowed: np.ndarray, m_i: np.ndarray, r: np.ndarray, ub_lp: float):
+        """Rule 3 with the best plan so far: (the allowed pairs as a mask, the pairs left per job with
+        rule 6's order imposed), keeping a pair only if UB(mu) less its deficit reaches the best plan."""
+        kept = allowed & (m_i[self.model.pair_job] - r <= ub_lp - self._lb() + self.tol)
+        live = self._ordered([[p for p in pairs if kept[p]] for pairs in self.model.pairs_of])
+        return self._mask(live), live
 
     def _mask(self, live: list[list[int]]) -> np.ndarray:
         """The allowed (job, type) pairs as a mask over every pair, from the pairs left per job."""
@@ -1157,7 +1164,7 @@ def solve_types(problem: Problem, deadline: float | None = None) -> tuple[dict[s
     """(counts, GPU type per job, value, bound, timed out, stats) of the separable mixed problem."""
     from unicron_plan.extras import require
 
-    for module in ("highspy", "ortools"):  # HiGHS for the LPs, OR-Tools' min-cost flow for rule 9
+    for module in NEEDS:
         require(module, "a plan for a mixed fleet", load=False)
     model = _Model(problem)
     search = _Search(model, deadline)

@@ -8,6 +8,7 @@ from itertools import accumulate, chain
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
 from unicron_plan.plan.placement import place
+from unicron_plan.plan.reasons import JobFacts, changes_of, explain_jobs
 from unicron_plan.schema import Placement, Plan, PlanJob, SolverInfo, Status
 
 
@@ -32,7 +33,8 @@ def _placements(wheres: list[dict[str, int]]) -> list[list[Placement]]:
 
 
 def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
-    """Place the counts on nodes and assemble the v1 plan."""
+    """Place the counts on nodes and assemble the v1 plan, each job with its reason (:mod:`.reasons`)."""
+    before = problem.state.previous  # the split before the event (a job moved to another type has none there)
     if raw.types:  # mixed fleets: each job on the GPU type the solver chose
         problem = problem.with_types(raw.types)
     placement = raw.placement if raw.placement is not None else place(problem, raw.counts)
@@ -41,6 +43,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     gains = []
     previous = problem.state.previous
     wheres = []
+    facts = []
     for j in problem.jobs:
         where = placement.get(j.id, {})
         wheres.append({n: g for n, g in where.items() if g > 0} if 0 in where.values() else where)
@@ -49,13 +52,18 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         moved = cost.is_moved(j.x, y, where, previous.get(j.id, {}))
         f_y = j.f_of(y)
         total_waf += f_y
-        penalty = float(cost.transition_penalty(j.f_x, j.d_trans,
-                                                cost.is_changed(y, j.x, j.hit, j.exiting, moved)))
+        changed = bool(cost.is_changed(y, j.x, j.hit, j.exiting, moved))
+        penalty = float(cost.transition_penalty(j.f_x, j.d_trans, changed))
         gains.append(j.gain_of(y, moved))
         plan_jobs.append(PlanJob(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
             nodes=list(where), placement=shares, waf_tflops=f_y, transition_penalty=penalty, hit=j.hit,
             gain=gains[-1], gpu_type=j.gpu_type, parallelism=j.layouts.get(y) if y else None))
+        facts.append(JobFacts(j.id, plan_jobs[-1].action, j.x, y, j.hit, j.exiting, changed, j.f_x, f_y,
+                              j.d_trans, gains[-1], where, before.get(j.id, {})))
+    why = explain_jobs(facts, problem.state.nodes, problem.d_run)
+    for pj, r in zip(plan_jobs, why):
+        pj.reason, pj.why, pj.keep_cost = r.reason, r.why, r.keep_cost
     objective = float(sum(gains))  # Problem.objective of these counts and this placement
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)
@@ -66,4 +74,5 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         objective=objective, bound=bound, gap=gap,
         d_run_seconds=problem.d_run, waf_tflops=total_waf, jobs=plan_jobs,
         solver=SolverInfo(name=solver_name, wall_seconds=wall_seconds, options=raw.options or None),
-        capacity=problem.capacity, drained_nodes=problem.state.drained_nodes)
+        capacity=problem.capacity, drained_nodes=problem.state.drained_nodes,
+        changes=changes_of([r.reason for r in why]))

@@ -18,6 +18,7 @@ from unicron_plan.core.cluster import build_state
 from unicron_plan.core.problem import action_of, resolve_tables, resolve_type_tables
 from unicron_plan.schema import Instance, Plan
 from unicron_plan.core.checks import check_instance
+from unicron_plan.plan.reasons import JobFacts, changes_of, explain_jobs
 
 REL_TOL = 1e-9
 _node, _gpus = attrgetter("node"), attrgetter("gpus")  # of a placement entry
@@ -81,6 +82,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
     total = 0.0
     total_waf = 0.0
     changed_jobs = 0
+    facts: list[tuple[object, JobFacts]] = []  # (plan entry, its recomputed facts) for the reasons
     for job in instance.jobs:
         pj = by_id.get(job.id)
         if pj is None:
@@ -165,6 +167,9 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
             bad(f"{where}: gain {pj.gain} != recomputed {g}")
         total += g
         total_waf += f_y
+        facts.append((pj, JobFacts(job.id, expected_action, x, y, hit, exiting, bool(changed), f_x, f_y, d_trans,
+                                   pj.gain if pj.gain is not None and _close(pj.gain, g) else g,
+                                   split, state.previous.get(job.id, {}))))
         changed_jobs += bool(changed)
         _check_constraints(job, where, state, split, x, y, hit, f_x * d_run, g, bool(changed), bad)
     for nid, used in _overfilled(state, placed_nodes, placed_gpus):
@@ -175,6 +180,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
             bad(f"capacity: {used} {gtype} GPUs planned, {capacity[gtype]} healthy")
     if instance.max_changed_jobs is not None and changed_jobs > instance.max_changed_jobs:
         bad(f"max_changed_jobs: {changed_jobs} jobs changed, at most {instance.max_changed_jobs} allowed")
+    _check_reasons(plan, facts, state, d_run, bad)
     if not _close(plan.objective, total):
         bad(f"objective: {plan.objective} != recomputed {total}")
     if not _close(plan.waf_tflops, total_waf):
@@ -190,6 +196,31 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
     if plan.status.solution == "optimal" and plan.status.termination != "optimal":
         bad(f"status: solution 'optimal' with termination {plan.status.termination!r}")
     return ValidationReport(valid=not problems, problems=problems, objective=total)
+
+
+def _check_reasons(plan: Plan, facts, state, d_run: float, bad) -> None:
+    """Each job's ``reason``, ``why`` and ``keep_cost`` and the plan's ``changes``, where given, recomputed
+    (:func:`unicron_plan.plan.reasons.explain_jobs` on the facts derived here)."""
+    if plan.changes is None and all(pj.reason is None for pj, _ in facts):
+        return
+    recomputed = explain_jobs([f for _, f in facts], state.nodes, d_run)
+    for (pj, f), r in zip(facts, recomputed):
+        where = f"job {f.id!r}"
+        if pj.reason is not None and pj.reason != r.reason:
+            bad(f"{where}: reason {pj.reason!r}, expected {r.reason!r}")
+        if pj.why is not None and pj.why != r.why:
+            bad(f"{where}: why {pj.why!r}, expected {r.why!r}")
+        if pj.reason is not None:
+            if (pj.keep_cost is None) != (r.keep_cost is None):
+                bad(f"{where}: keep_cost {pj.keep_cost}, expected {r.keep_cost} "
+                    f"({'keeping it is feasible' if r.keep_cost is not None else 'keeping it is not feasible'})")
+            elif r.keep_cost is not None and not math.isclose(
+                    pj.keep_cost, r.keep_cost, rel_tol=REL_TOL, abs_tol=1e-6 + REL_TOL * abs(f.gain)):
+                bad(f"{where}: keep_cost {pj.keep_cost} != recomputed {r.keep_cost}")
+    if plan.changes is not None and len(facts) == len(state.hit):  # (a job not checked is reported above)
+        counted = changes_of([r.reason for r in recomputed])
+        if plan.changes != counted:
+            bad(f"changes: {plan.changes} != recomputed {counted}")
 
 
 def _overfilled(state, nodes: list[str], gpus: list[int]) -> list[tuple[str, int]]:

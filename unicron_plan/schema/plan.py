@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_serializer
 
 from unicron_plan.schema.base import OutputModel
 
 Action = Literal["keep", "shrink", "grow", "restart", "suspend", "resume", "idle"]
+Reason = Literal["hit", "chosen", "unchanged"]
 
 
 class Status(OutputModel):
@@ -49,6 +50,22 @@ class PlanJob(OutputModel):
     parallelism: Optional[dict[str, Union[int, str]]] = Field(
         default=None, description="Layout (tp, pp, dp, micro_batch, virtual_stages, recompute) for "
                                   "model-derived throughput.")
+    reason: Optional[Reason] = Field(
+        default=None, description="hit (the event took GPUs from one of its nodes or drained one), chosen "
+                                  "(changed though not hit) or unchanged.")
+    why: Optional[str] = Field(default=None, description="One sentence with the numbers behind the decision.")
+    keep_cost: Optional[float] = Field(
+        default=None, description="Objective (TFLOP) lost if this job alone were kept at its previous count "
+                                  "and split, every other job as planned: 0 when unchanged; null when keeping "
+                                  "it is not feasible (hit, leaving, or its GPUs given to other jobs).")
+
+    @model_serializer(mode="wrap")
+    def _keep_cost_null(self, handler):
+        """``keep_cost`` is written as null (not left out) when the reasons are given and keeping is infeasible."""
+        out = handler(self)
+        if self.reason is not None and "keep_cost" not in out:
+            out["keep_cost"] = None
+        return out
 
 
 class SolverInfo(OutputModel):
@@ -80,3 +97,5 @@ class Plan(OutputModel):
         default=None, description="Healthy, non-drained GPUs per GPU type after the event.")
     drained_nodes: Optional[list[str]] = Field(
         default=None, description="Nodes removed from service by the event (failed or isolated).")
+    changes: Optional[dict[Reason, int]] = Field(
+        default=None, description="How many jobs have each reason: {hit, chosen, unchanged}.")

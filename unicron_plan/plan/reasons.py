@@ -1,0 +1,140 @@
+"""Why each job of a plan is as it is (docs/format.md, "Reasons").
+
+One function, :func:`explain_jobs`, turns each job's facts (its counts, whether the event hit it,
+whether it changed, its terms and its split before and after) into its ``reason``, ``why`` and
+``keep_cost``. The plan's assembler and the validator both call it, each with the facts it derived
+itself, so every producer of plans writes the same reasons and the validator recomputes them.
+
+- ``reason``: ``hit`` (the event took GPUs from one of its nodes, or drained one), ``chosen``
+  (changed though not hit: the planner chose it for the gain), ``unchanged`` (not changed: kept,
+  idle, or leaving in a ``job_exit`` event, which is charged nothing).
+- ``keep_cost``: objective (TFLOP) lost if this job alone were kept at its previous count and
+  split while every other job stays as planned: G_i(plan) - F_i(x) D_run. It is 0 for an
+  unchanged job and None where keeping it is not feasible: the job was hit, it leaves, or its
+  previous GPUs are given to other jobs (or are no longer healthy) under the plan.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+from unicron_plan.text import shown
+
+REASONS = ("hit", "chosen", "unchanged")
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What :func:`explain_jobs` needs of one job; numbers are the plan's own (weighted TFLOP/s, s)."""
+
+    id: str
+    action: str
+    x: int  # GPUs before the event
+    y: int  # GPUs planned
+    hit: bool
+    exiting: bool
+    changed: bool
+    f_x: float  # F(x): weighted TFLOP/s before, on its current GPU type
+    f_y: float  # F(y): weighted TFLOP/s planned
+    d_trans: float  # D_trans charged, seconds
+    gain: float  # G_i(y), TFLOP
+    split: Mapping[str, int]  # planned GPUs per node
+    previous: Mapping[str, int]  # GPUs per node before the event
+
+
+@dataclass(frozen=True)
+class JobReason:
+    """A job's ``reason``, ``why`` and ``keep_cost`` (None: keeping it is not feasible)."""
+
+    reason: str
+    why: str
+    keep_cost: Optional[float]
+
+
+def num(value: float) -> str:
+    """A number for a sentence: thousands separated, no more digits than a person reads."""
+    if value != value or abs(value) >= 1e15:
+        return f"{value:.4g}"
+    if abs(value) >= 100 or value == int(value):
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def nodes_text(nodes: Sequence[str], limit: int = 3) -> str:
+    """Up to ``limit`` node names (escaped, cut) and how many more."""
+    names = ",".join(shown(n, 40) for n in nodes[:limit])
+    return names + (f" (+{len(nodes) - limit} more)" if len(nodes) > limit else "")
+
+
+def doing(action: str, x: int, y: int) -> str:
+    """What the plan does to the job, in words with its GPU counts."""
+    return {
+        "keep": f"kept at {x} GPUs",
+        "shrink": f"shrunk from {x} to {y} GPUs",
+        "grow": f"grown from {x} to {y} GPUs",
+        "restart": f"restarted at {y} GPUs",
+        "suspend": f"suspended ({x} GPUs to 0)",
+        "resume": f"resumed on {y} GPUs",
+        "idle": "left at 0 GPUs",
+    }.get(action, f"{action} ({x} to {y} GPUs)")
+
+
+def transition_text(f: JobFacts) -> str:
+    """The transition the job pays: seconds and the GPU-minutes of its previous GPUs lost."""
+    if not f.changed or f.x == 0:
+        return "no transition charged"
+    return f"{num(f.d_trans)} s of transition ({num(f.x * f.d_trans / 60.0)} GPU-min lost)"
+
+
+def keep_feasible(f: JobFacts, nodes: Mapping, used: Mapping[str, int]) -> bool:
+    """Whether the job's previous split fits in the GPUs the plan leaves to it (every other job as planned)."""
+    if f.hit or f.exiting:
+        return False
+    for nid, g in f.previous.items():
+        node = nodes.get(nid)
+        if node is None or node.drained or node.healthy_after - used.get(nid, 0) + f.split.get(nid, 0) < g:
+            return False
+    return True
+
+
+def explain_jobs(facts: Sequence[JobFacts], nodes: Mapping, d_run: float) -> list[JobReason]:
+    """The reason, sentence and keep cost of every job. ``nodes``: node id -> its health after the event
+    (:class:`unicron_plan.core.cluster.NodeHealth`: ``healthy_after``, ``drained``, ``lost_in_event``);
+    ``d_run``: the plan's D_run."""
+    used: Counter | None = None
+    out = []
+    for f in facts:
+        delta = f"{'+' if f.f_y >= f.f_x else '-'}{num(abs(f.f_y - f.f_x))} weighted TFLOP/s"
+        if f.hit:
+            where = [n for n in f.previous if n in nodes and (nodes[n].drained or nodes[n].lost_in_event)]
+            held = sum(f.previous[n] for n in where)
+            how = "drained" if all(nodes[n].drained for n in where) else "lost GPUs"
+            out.append(JobReason("hit", f"hit: {nodes_text(where)} {how} ({held} of its GPUs there); "
+                                        f"{doing(f.action, f.x, f.y)}: {delta}, {transition_text(f)}.", None))
+        elif f.exiting:
+            out.append(JobReason("unchanged", "leaves in the job_exit event: 0 GPUs, nothing charged.", None))
+        elif not f.changed:
+            what = doing(f.action, f.x, f.y)
+            out.append(JobReason("unchanged", f"not hit; {what}" + (
+                f": {num(f.f_y)} weighted TFLOP/s, no transition." if f.y else "."), 0.0))
+        else:
+            if used is None:
+                used = Counter()
+                for g in facts:
+                    used.update(g.split)
+            feasible = keep_feasible(f, nodes, used)
+            keep_cost = f.gain - f.f_x * d_run if feasible else None
+            keep = (f"keeping it would lose {num(keep_cost)} TFLOP ({num(keep_cost / d_run)} weighted TFLOP/s "
+                    f"over the {num(d_run / 3600.0)} h horizon)") if feasible else \
+                "keeping it is not feasible: the plan gives its previous GPUs to other jobs"
+            out.append(JobReason("chosen", f"not hit, chosen for the gain; {doing(f.action, f.x, f.y)}: {delta}, "
+                                           f"{transition_text(f)}; {keep}.", keep_cost))
+    return out
+
+
+def changes_of(reasons: Sequence[str]) -> dict[str, int]:
+    """The plan's ``changes``: how many jobs have each reason."""
+    counted = Counter(reasons)
+    return {r: counted.get(r, 0) for r in REASONS}

@@ -112,3 +112,21 @@ def test_a_plan_without_reasons_still_validates():
         for key in ("reason", "why", "keep_cost"):
             j.pop(key)
     assert api.validate_plan(inst, plan).valid
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_contingency_changes_match_the_plans_solved_for_each_failure(seed):
+    """Each stored failure's ``changes`` equals that of the plan solved when the failure happens
+    (random instances without node-level constraints: no job moves within its count)."""
+    from unicron_plan.plan.contingency import build_contingency
+
+    rng = np.random.default_rng(1000 + seed)
+    raw = random_instance(rng, max_nodes=5, max_jobs=4)
+    raw.pop("event", None)
+    base = api.load_instance(raw)
+    index = build_contingency(base)
+    assert index["failures"]
+    for entry in index["failures"].values():
+        inst = api.load_instance({**raw, "event": {"kind": "failure", "failed_nodes": entry["failed_nodes"]}})
+        plan = api.solve(inst)
+        assert plan.changes == entry["changes"], (entry, [(j.id, j.action, j.reason) for j in plan.jobs])

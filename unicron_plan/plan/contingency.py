@@ -429,11 +429,21 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
         failures[fkey] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
     stats.update(failures=len(failures), infeasible=len(infeasible), plans=len(plans),
                  wall_seconds=time.perf_counter() - start)
-    return {
+    return _with_changes(base, {
         "schema_version": "1", "kind": "contingency", "instance": base.name,
         "fingerprint": fingerprint(base), "racks": racks,
         "failures": failures, "infeasible": infeasible, "plans": plans, "stats": stats,
-    }
+    })
+
+
+def _with_changes(base: Instance, index: dict) -> dict:
+    """``index`` with each failure's ``changes`` (hit, chosen, unchanged jobs: :mod:`unicron_plan.plan.reasons`)."""
+    from unicron_plan.plan.reasons import failure_changes
+
+    for entry in index["failures"].values():
+        stored = index["plans"][entry["plan"]]
+        entry["changes"] = failure_changes(base, entry["failed_nodes"], stored["counts"], stored.get("types"))
+    return index
 
 
 def _with_failure(base: Instance, failed: list[str]) -> Instance:
@@ -636,7 +646,7 @@ def _mixed_contingency(base: Instance, racks: bool, start: float) -> dict:
             plans[plan_ids[vector]] = {"counts": {j.id: counts[j.id] for j in problem.jobs},
                                        **({"types": moved} if moved else {})}
         failures[key] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
-    return {
+    return _with_changes(base, {
         "schema_version": "1", "kind": "contingency", "instance": base.name,
         "fingerprint": fingerprint(base), "racks": racks, "failures": failures, "infeasible": infeasible,
         "plans": plans,
@@ -644,7 +654,7 @@ def _mixed_contingency(base: Instance, racks: bool, start: float) -> dict:
                   "groups": solved, "method": "full solve per class of failures",
                   "mixed_types": True,
                   "wall_seconds": time.perf_counter() - start},
-    }
+    })
 
 
 class _progress:

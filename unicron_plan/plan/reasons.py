@@ -138,3 +138,22 @@ def changes_of(reasons: Sequence[str]) -> dict[str, int]:
     """The plan's ``changes``: how many jobs have each reason."""
     counted = Counter(reasons)
     return {r: counted.get(r, 0) for r in REASONS}
+
+
+def failure_changes(instance, failed: Sequence[str], counts: Mapping[str, int],
+                    types: Mapping[str, str] | None = None) -> dict[str, int]:
+    """``changes`` of a stored contingency plan (counts, and the jobs it moves to another GPU type) for
+    the failure of the nodes ``failed``, at the level of counts: a job on a failed node is hit, another
+    job is chosen when its count or type changes, unchanged otherwise. Equal to the placed plan's
+    ``changes`` when no job is moved within its count, which never pays without node-level
+    constraints (docs/format.md, "The stay rule")."""
+    down = set(failed)
+    reasons = []
+    for job in instance.jobs:
+        if down.intersection(job.current.nodes):
+            reasons.append("hit")
+        elif counts[job.id] != job.current.gpus or (types and job.id in types):
+            reasons.append("chosen")
+        else:
+            reasons.append("unchanged")
+    return changes_of(reasons)

@@ -171,6 +171,27 @@ def validate(instance: Path = typer.Argument(..., help="Instance JSON file."),
     raise typer.Exit(1)
 
 
+@app.command()
+@handle_errors
+def explain(instance: Path = typer.Argument(..., help="Instance JSON file."),
+            plan: Path = typer.Argument(..., help="Plan JSON file (validated first)."),
+            as_json: bool = typer.Option(False, "--json", help="Print the explanation as JSON.")):
+    """Explain PLAN for a person: what the event did, each changed job with its reason and numbers, and its
+    cheapest alternatives (keeping it, the next best count). Exit 1 when the plan does not validate."""
+    from unicron_plan import api
+    from unicron_plan.errors import PlanValidationError
+    from unicron_plan.plan.explain import explain as explained, explain_text
+    from unicron_plan.text import one_line
+
+    try:
+        ex = explained(api.load_instance(instance), api.load_plan(plan))
+    except PlanValidationError as exc:
+        for p in exc.problems[:50]:
+            typer.echo(f"invalid: {one_line(p)}", err=True)
+        raise typer.Exit(1)
+    typer.echo(json.dumps(ex, indent=2, sort_keys=True) if as_json else explain_text(ex))
+
+
 class SchemaKind(str, Enum):
     instance = "instance"
     plan = "plan"
@@ -570,11 +591,35 @@ def main(argv: Optional[list[str]] = None) -> None:
         names = [] if first in _CORE_COMMANDS else [first] if first in EXTRA_COMMANDS else None
     register_extra_commands(names)
     try:
-        command(app)(args=args, prog_name="unicron-plan")
+        code = _run(command(app), args)
     except SystemExit as exc:
         if first == "solve":
             _exit_now(exc.code)
         raise
+    if first == "solve":
+        _exit_now(code)
+    sys.exit(code)
+
+
+def _run(cmd, args: list[str]) -> int:
+    """Run the click command; a usage error (a missing or unknown option...) is one line on stderr, exit 2."""
+    from unicron_plan.text import one_line
+
+    # click's exceptions, wherever this typer takes click from (its own copy, or click itself)
+    click = sys.modules[typer.BadParameter.__module__]
+    try:
+        rv = cmd.main(args=args, prog_name="unicron-plan", standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "unicron-plan"
+        typer.echo(f"error: {one_line(exc.format_message())} (see '{where} --help')", err=True)
+        return exc.exit_code
+    except click.ClickException as exc:
+        typer.echo(f"error: {one_line(exc.format_message())}", err=True)
+        return exc.exit_code
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        return 1
+    return rv if isinstance(rv, int) else 0
 
 
 def _exit_now(code) -> None:

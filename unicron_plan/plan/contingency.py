@@ -142,12 +142,16 @@ def relabel_plan(plan: dict, a: str, b: str, order: dict[str, int]) -> dict:
     """The plan (JSON form) of the failure of ``a`` made the plan of ``b``'s failure, ``a`` and ``b``
     being of one :func:`node_classes` class: the two nodes swapped wherever a node is named, lists
     kept in cluster order (``order``: node id -> position). Changes ``plan`` in place and returns it."""
+    from unicron_plan.plan.reasons import relabel_hit
+
     swap = {a: b, b: a}
     for job in plan["jobs"]:
         if a in job["nodes"] or b in job["nodes"]:
             job["nodes"] = sorted((swap.get(n, n) for n in job["nodes"]), key=order.__getitem__)
             job["placement"] = sorted(({**p, "node": swap.get(p["node"], p["node"])} for p in job["placement"]),
                                       key=lambda p: order[p["node"]])
+        if job.get("reason") == "hit" and "why" in job:
+            job["why"] = relabel_hit(job["why"], a, b)
     if plan.get("drained_nodes"):
         plan["drained_nodes"] = sorted((swap.get(n, n) for n in plan["drained_nodes"]), key=order.__getitem__)
     options = plan.get("solver", {}).get("options") or {}

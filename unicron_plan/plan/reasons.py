@@ -134,6 +134,12 @@ def explain_jobs(facts: Sequence[JobFacts], nodes: Mapping, d_run: float) -> lis
     return out
 
 
+def relabel_hit(why: str, a: str, b: str) -> str:
+    """The ``why`` of a job hit by the failure of node ``a`` alone, made that of ``b``'s failure."""
+    before = f"hit: {nodes_text([a])} drained"
+    return f"hit: {nodes_text([b])} drained" + why[len(before):] if why.startswith(before) else why
+
+
 def changes_of(reasons: Sequence[str]) -> dict[str, int]:
     """The plan's ``changes``: how many jobs have each reason."""
     counted = Counter(reasons)

@@ -31,6 +31,7 @@ class ValidationReport:
     valid: bool
     problems: list[str] = field(default_factory=list)
     objective: float = 0.0
+    reasons: list | None = None  # each job's recomputed JobReason, in the instance's order (when computed)
 
     def to_json(self) -> dict:
         """JSON-ready form."""
@@ -41,13 +42,14 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-6)
 
 
-def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> ValidationReport:
+def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool = False) -> ValidationReport:
     """Check ``plan`` against ``instance``; never raises for a bad plan, only reports.
 
     ``derived``: optional ``(tables, state)`` or ``(tables, state, type_tables)`` already derived
     from this very instance (checked tables, :func:`build_state` and, on a mixed fleet,
     :func:`resolve_type_tables`), so that api.solve does not derive them twice; they are inputs,
     not solver arithmetic, so the check stays independent.
+    ``reasons``: also recompute each job's reason when the plan gives none (the report's ``reasons``).
     """
     type_tables = None
     if derived is None:
@@ -161,6 +163,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
             bad(f"{where}: waf_tflops {pj.waf_tflops} != {f_y}")
         if not _close(pj.transition_penalty, penalty):
             bad(f"{where}: transition_penalty {pj.transition_penalty} != {penalty}")
+        if pj.transition_seconds is not None and not _close(pj.transition_seconds, d_trans if changed and x else 0.0):
+            bad(f"{where}: transition_seconds {pj.transition_seconds} != {d_trans if changed and x else 0.0}")
         if pj.hit is not None and pj.hit != hit:
             bad(f"{where}: hit {pj.hit}, but the event {'touched' if hit else 'did not touch'} its nodes")
         if pj.gain is not None and not _close(pj.gain, g):
@@ -180,7 +184,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
             bad(f"capacity: {used} {gtype} GPUs planned, {capacity[gtype]} healthy")
     if instance.max_changed_jobs is not None and changed_jobs > instance.max_changed_jobs:
         bad(f"max_changed_jobs: {changed_jobs} jobs changed, at most {instance.max_changed_jobs} allowed")
-    _check_reasons(plan, facts, state, d_run, bad)
+    recomputed = _check_reasons(plan, facts, state, d_run, bad, reasons)
     if not _close(plan.objective, total):
         bad(f"objective: {plan.objective} != recomputed {total}")
     if not _close(plan.waf_tflops, total_waf):
@@ -195,14 +199,15 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         bad(f"status: solution 'optimal' but bound {plan.bound} != objective {plan.objective}")
     if plan.status.solution == "optimal" and plan.status.termination != "optimal":
         bad(f"status: solution 'optimal' with termination {plan.status.termination!r}")
-    return ValidationReport(valid=not problems, problems=problems, objective=total)
+    return ValidationReport(valid=not problems, problems=problems, objective=total, reasons=recomputed)
 
 
-def _check_reasons(plan: Plan, facts, state, d_run: float, bad) -> None:
+def _check_reasons(plan: Plan, facts, state, d_run: float, bad, always: bool = False):
     """Each job's ``reason``, ``why`` and ``keep_cost`` and the plan's ``changes``, where given, recomputed
-    (:func:`unicron_plan.plan.reasons.explain_jobs` on the facts derived here)."""
-    if plan.changes is None and all(pj.reason is None for pj, _ in facts):
-        return
+    (:func:`unicron_plan.plan.reasons.explain_jobs` on the facts derived here); returns the recomputed
+    reasons (None when the plan gives none and ``always`` is false)."""
+    if not always and plan.changes is None and all(pj.reason is None for pj, _ in facts):
+        return None
     recomputed = explain_jobs([f for _, f in facts], state.nodes, d_run)
     for (pj, f), r in zip(facts, recomputed):
         where = f"job {f.id!r}"
@@ -221,6 +226,7 @@ def _check_reasons(plan: Plan, facts, state, d_run: float, bad) -> None:
         counted = changes_of([r.reason for r in recomputed])
         if plan.changes != counted:
             bad(f"changes: {plan.changes} != recomputed {counted}")
+    return recomputed
 
 
 def _overfilled(state, nodes: list[str], gpus: list[int]) -> list[tuple[str, int]]:

@@ -50,6 +50,9 @@ class PlanJob(OutputModel):
     parallelism: Optional[dict[str, Union[int, str]]] = Field(
         default=None, description="Layout (tp, pp, dp, micro_batch, virtual_stages, recompute) for "
                                   "model-derived throughput.")
+    transition_seconds: Optional[float] = Field(
+        default=None, ge=0, description="D_trans charged to the job, seconds: its transition when it is changed "
+                                        "and held GPUs before, else 0 (GPU-minutes lost: previous_gpus x this / 60).")
     reason: Optional[Reason] = Field(
         default=None, description="hit (the event took GPUs from one of its nodes or drained one), chosen "
                                   "(changed though not hit) or unchanged.")

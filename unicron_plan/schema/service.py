@@ -17,6 +17,10 @@ class RevisionReply(BaseModel):
 class PlanReply(Plan):
     plan_id: Optional[str] = Field(description="Id for GET/apply; null for a dry run (nothing recorded).")
     revision: int = Field(description="State revision the plan was made for (apply answers 409 if it moved on).")
+    includes_pending: Optional[dict[str, Any]] = Field(
+        default=None, description="The events recorded before this one and not yet applied, which the plan "
+                                  "includes too: failure (combined), job_exit and job_arrival (job ids); "
+                                  "null when nothing was pending.")
 
 
 class StateReply(BaseModel):

@@ -59,13 +59,24 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
     if log_format not in ("text", "json"):
         raise InvalidInstanceError("--log-format", f"{log_format!r}; valid: text, json")
     daemon.setup_logging(log_format)
+    created = _missing_dirs(state)  # what a start that fails removes again
     lock = StateLock(prepare_state_dir(state))  # first: a second serve on DIR names the holder
     try:
-        sock = daemon.bind(host, port)
         try:
-            app = create_app(state, token=token, solver=solver, contingency=not no_contingency,
-                             max_body_bytes=int(max_body_mib * 1024 * 1024), settle_heap=True,
-                             access_log=access_log)
+            sock = daemon.bind(host, port)
+        except InvalidInstanceError:
+            lock.release()
+            _remove_created(state, created)
+            raise
+        try:
+            try:
+                app = create_app(state, token=token, solver=solver, contingency=not no_contingency,
+                                 max_body_bytes=int(max_body_mib * 1024 * 1024), settle_heap=True,
+                                 access_log=access_log)
+            except InvalidInstanceError:
+                lock.release()
+                _remove_created(state, created)
+                raise
             coord = app.state.coordinator
             url = daemon.url_of(sock)
 
@@ -85,13 +96,51 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
             # finish), then re-raises them to the handlers it found: these exit 0 (also before it runs).
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, _exit_0)
-            daemon.Server(config, started).run(sockets=[sock])
-            daemon.log(logging.INFO, "unicron-plan serve: stopped", kind="stop")
+            try:
+                daemon.Server(config, started).run(sockets=[sock])
+            finally:  # the stop line, also when a signal ends the run
+                why = f" on {_STOPPED_BY[0]}" if _STOPPED_BY else ""
+                daemon.log(logging.INFO, f"unicron-plan serve: stopped{why}", kind="stop",
+                           signal=_STOPPED_BY[0] if _STOPPED_BY else None)
         finally:
             sock.close()
     finally:
         lock.release()
 
 
-def _exit_0(*_) -> None:
+_STOPPED_BY: list[str] = []  # the signal that stopped the service, if one did
+
+
+def _exit_0(signum=None, *_) -> None:
+    import signal
+
+    if signum is not None and not _STOPPED_BY:
+        _STOPPED_BY.append(signal.Signals(signum).name)
     raise SystemExit(0)
+
+
+def _missing_dirs(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, deepest first."""
+    out = []
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _remove_created(state: Path, created: list[Path]) -> None:
+    """Undo what a start that failed created: the state directory's files and the directories made for it
+    (only when this start made the directory; an existing state is never touched)."""
+    import contextlib
+
+    from unicron_plan.service.store import STATE_FILES
+
+    if not created:
+        return
+    for name in STATE_FILES:
+        with contextlib.suppress(OSError):
+            (Path(state) / name).unlink()
+    for d in created:
+        with contextlib.suppress(OSError):
+            d.rmdir()  # only if empty

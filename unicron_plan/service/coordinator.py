@@ -232,7 +232,8 @@ class Coordinator:
                 after, _ = st.record_event(state, data, self._nodes(state))
                 text = self._plan(state, after, dry_run=True).model_dump_json(exclude_none=True).encode()
         self.metrics.plan_latency.observe(time.perf_counter() - start)
-        return text[:-1] + b',"plan_id":null,"revision":%d}' % state.revision
+        pending = json.dumps(st.pending_summary(state), separators=(",", ":")).encode()
+        return text[:-1] + b',"plan_id":null,"revision":%d,"includes_pending":%s}' % (state.revision, pending)
 
     def _plan(self, before: st.State, after: st.State, dry_run: bool):
         """The plan of ``after`` (``before`` plus one event), from warm contingency when it applies."""
@@ -328,7 +329,8 @@ class Coordinator:
                 with self._worker_paused():
                     plan = self._plan(before, after, dry_run=False).model_dump(mode="json", exclude_none=True)
             ev_rev = self.last + 1
-            reply = {**plan, "plan_id": f"p{ev_rev + 1}", "revision": ev_rev}
+            reply = {**plan, "plan_id": f"p{ev_rev + 1}", "revision": ev_rev,
+                     "includes_pending": st.pending_summary(before)}
             self._commit([("event", ev.model_dump(mode="json", exclude_none=True)), ("plan", reply)],
                          replace(after, revision=ev_rev), idempotency_key, lambda revs, bodies: reply, digest)
             self.metrics.events.labels(kind=ev.kind).inc()

@@ -115,6 +115,22 @@ def combined_event(state: State) -> dict | None:
     return None
 
 
+def pending_summary(state: State) -> dict | None:
+    """The events pending in ``state`` (recorded since the last apply), which a plan made now includes
+    besides the event it answers: ``failure`` (as combined), ``job_exit`` and ``job_arrival`` (job ids);
+    None when nothing is pending."""
+    if not state.pending:
+        return None
+    out: dict[str, Any] = {}
+    if state.failed:
+        out["failure"] = combined_event(replace(state, exits=(), arrivals=()))
+    if state.exits:
+        out["job_exit"] = list(state.exits)
+    if state.arrivals:
+        out["job_arrival"] = list(state.arrivals)
+    return out
+
+
 def planning_instance(state: State) -> Instance:
     """The v1 instance (with the combined event) that a plan of this state is solved from."""
     base = _need_cluster(state)

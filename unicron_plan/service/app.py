@@ -40,7 +40,7 @@ class BodyTooLarge(Exception):
 
 # Request bodies are parsed by hand (strict JSON); these give /openapi.json their schemas.
 _BODY_MODELS = {("/v1/cluster", "put"): Instance, ("/v1/jobs", "post"): Job}
-_EVENT_SCHEMA_NAME = "Event"
+_EVENT_SCHEMA_NAME = "AnyEvent"  # (one of the four kinds; "Event" is the failure event's own schema)
 
 
 def _json(obj: Any) -> Response:
@@ -279,7 +279,8 @@ def _file(name: str, media_type: str) -> Response:
 
 
 def _document_bodies(app: FastAPI) -> None:
-    """Put the request-body schemas (parsed by hand above) into /openapi.json."""
+    """Put the request-body schemas (parsed by hand above), the error body and every status code into
+    /openapi.json (:mod:`unicron_plan.service.openapi`)."""
     from fastapi.openapi.utils import get_openapi
     from pydantic import TypeAdapter
 
@@ -288,18 +289,14 @@ def _document_bodies(app: FastAPI) -> None:
     def openapi():
         if app.openapi_schema:
             return app.openapi_schema
+        from unicron_plan.service.openapi import complete
+
         doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-        comps = doc.setdefault("components", {}).setdefault("schemas", {})
         bodies = {**{k: (m.__name__, m.model_json_schema(ref_template="#/components/schemas/{model}"))
                      for k, m in _BODY_MODELS.items()},
                   ("/v1/events", "post"): (_EVENT_SCHEMA_NAME, TypeAdapter(AnyEvent).json_schema(
                       ref_template="#/components/schemas/{model}"))}
-        for (path, method), (name, schema) in bodies.items():
-            comps.update(schema.pop("$defs", {}))
-            comps.setdefault(name, schema)
-            doc["paths"][path][method]["requestBody"] = {
-                "required": True, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
-        app.openapi_schema = doc
+        app.openapi_schema = complete(doc, bodies)
         return doc
 
     app.openapi = openapi

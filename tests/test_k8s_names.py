@@ -154,9 +154,10 @@ def test_volcano_task_names_and_placement_label_are_checked():
         import_k8s(nodes, pods, jobs, cost=COST, gpu_map=GpuMap())
     nodes, pods, jobs = copy.deepcopy(examples())
     sel = jobs[0][0]["items"][0]["spec"]["tasks"][1]["template"]["spec"]["nodeSelector"]
-    del sel["unicron-plan/llama"]
-    with pytest.raises(InvalidInstanceError, match=r"nodeSelector.*no 'unicron-plan/' node label"):
+    sel["unicron-plan/other"] = "true"  # two placement labels: which one places it is unclear
+    with pytest.raises(InvalidInstanceError, match=r"nodeSelector.*several 'unicron-plan/' node label"):
         import_k8s(nodes, pods, jobs, cost=COST, gpu_map=GpuMap())
+    del sel["unicron-plan/other"]
     sel["unicron-plan/llama"] = "$(x)"
     with pytest.raises(InvalidInstanceError, match=r"label value"):
         import_k8s(nodes, pods, jobs, cost=COST, gpu_map=GpuMap())

@@ -48,10 +48,14 @@ def import_k8s(nodes: Path = typer.Option(..., "--nodes", help="kubectl get node
     """Build a v1 instance from Kubernetes nodes, pods and training jobs."""
     from unicron_plan.integrations.k8s import import_k8s as run
     from unicron_plan.io import dumps, emit, read_json
+    from unicron_plan.text import one_line
 
     cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
+    warnings: list[str] = []
     doc = run(read_json(nodes), read_json(pods), [(read_json(j), str(j)) for j in jobs], cost=cost, gpu_map=gmap,
-              rack_label=rack_label, cordon_reasons=cordon_reason or [], name=name)
+              rack_label=rack_label, cordon_reasons=cordon_reason or [], name=name, warnings=warnings)
+    for line in warnings:
+        typer.echo("warning: " + one_line(line), err=True)
     emit(dumps(doc), out)
 
 

@@ -337,6 +337,7 @@ class K8sJob:
     #                               wants Worker >= 1; a Volcano or DLRover job needs its workers too)
     fixed_replicas: bool = False  # the controller cannot change the scaled type's replicas at all
     placement_label: Optional[tuple[str, str]] = None  # Volcano: the node label (key, value) its GPU tasks select
+    placement_left_to: Optional[str] = None  # the scheduler that places its pods (no label the export can set)
     products: list["ProductRule"] = field(default_factory=list)  # each GPU template's rule on the GPU product
     pods: list[Pod] = field(default_factory=list)
 
@@ -449,9 +450,13 @@ def _replica_sets(job) -> list[tuple[str, int, PodSpec, str]]:
             for k, r in job.spec.replicaSpecs.items()]
 
 
-def _placement_label(label: str, sets, gpu_types: list[str]) -> tuple[str, str]:
-    """The ``unicron-plan/...`` node label every GPU task of a Volcano job selects."""
+def _placement_label(label: str, sets, gpu_types: list[str]) -> Optional[tuple[str, str]]:
+    """The ``unicron-plan/...`` node label every GPU task of a Volcano job selects; None when none selects
+    one (its placement is then left to Volcano)."""
     found = None
+    if not any(k.startswith(PLACEMENT_PREFIX) for name, _, spec, _ in sets if name in gpu_types
+               for k in spec.nodeSelector):
+        return None
     for name, _, spec, path in sets:
         if name not in gpu_types:
             continue
@@ -528,6 +533,8 @@ def parse_job(raw: Any, index: int, source: str) -> K8sJob:
                          sets, key=lambda s: s[0] != scaled) if per_pod[n]])
     if key == VOLCANO:
         k8s_job.placement_label = _placement_label(label, sets, list(gpu_types))
+        if k8s_job.placement_label is None:
+            k8s_job.placement_left_to = "Volcano"
         task = next(t for t in job.spec.tasks if t.name == scaled)
         # A partitioned task's replicas must equal totalPartitions x partitionSize, which an update cannot change.
         k8s_job.fixed_replicas = task.partitionPolicy is not None
@@ -598,8 +605,12 @@ def _live_pods(pods_doc: Any):
 
 def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
                rack_label: str = "topology.kubernetes.io/zone",
-               cordon_reasons: Optional[list[str]] = None, name: str = "kubernetes") -> dict:
-    """Build the v1 instance from the three ``kubectl get -o json`` documents."""
+               cordon_reasons: Optional[list[str]] = None, name: str = "kubernetes",
+               warnings: Optional[list[str]] = None) -> dict:
+    """Build the v1 instance from the three ``kubectl get -o json`` documents. A job whose placement the
+    export cannot write (a Volcano job whose GPU tasks select no ``unicron-plan/`` node label) is imported
+    with ``placement_left_to``: its count is planned, its nodes are its scheduler's; ``warnings`` gets a
+    line for it naming the label that would let the planner place it."""
     reasons = [(r.split("=", 1)[0], r.split("=", 1)[1] if "=" in r else None) for r in (cordon_reasons or [])]
     states: dict[str, NodeState] = {}
     cordoned: set[str] = set()
@@ -679,7 +690,21 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
                                f"its live pods hold {used[n]} GPUs, more than its {st.gpus}")
     for j in jobs:
         _limit_counts(j, job_state[j.id])
-    return build_instance(name, list(states.values()), [job_state[j.id] for j in jobs], cost, gpu_map)
+    doc = build_instance(name, list(states.values()), [job_state[j.id] for j in jobs], cost, gpu_map)
+    for j, entry in zip(jobs, doc["jobs"]):
+        if j.placement_left_to is not None:
+            entry["placement_left_to"] = j.placement_left_to
+            if warnings is not None:
+                warnings.append(_left_to_warning(j))
+    return doc
+
+
+def _left_to_warning(job: K8sJob) -> str:
+    """Why the planner does not place ``job``, and the node label that would let it."""
+    key = PLACEMENT_PREFIX + (job.name[:63].rstrip("-._") or "JOB")
+    return (f"{job.label}: its GPU tasks select no '{PLACEMENT_PREFIX}' node label, so its count is planned and "
+            f"its placement is left to {job.placement_left_to}; give each GPU task nodeSelector "
+            f"{{\"{key}\": \"true\"}} to let the planner place it")
 
 
 def _limit_counts(job: K8sJob, state: JobState) -> None:
@@ -893,6 +918,11 @@ def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[s
             continue
         placement = {_node_name(p.node, f"plan jobs[{k}].placement[{i}].node"): p.gpus
                      for i, p in enumerate(pj.placement)}
+        if job.placement_left_to is not None and pj.gpus and pj.gpus == pj.previous_gpus \
+                and not _suspended(job):
+            notes.append(f"{job.label}: the plan restarts it at {pj.gpus} GPUs on other nodes; its placement is "
+                         f"left to {job.placement_left_to}, so nothing is changed here")
+            continue
         if pj.gpus == 0:
             if job.kueue:
                 notes.append(f"{job.label}: the plan suspends it, and Kueue suspends it (label "
@@ -928,13 +958,20 @@ def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[s
             changes.append(_pytorch_patch(job, placement, replicas, resumed))
             deletions += [_delete(job, p) for p in _pods_to_delete(job, placement, _replicas_of(job, replicas))]
         elif job.key == VOLCANO:
-            labels += _placement_labels(job, placement, nodes)
+            free = job.placement_left_to is not None  # only the count: Volcano places (and removes) its pods
+            if free:
+                notes.append(f"{job.label}: {job.scaled} replicas set to {replicas}; its pods' nodes are left to "
+                             f"{job.placement_left_to} (its GPU tasks select no '{PLACEMENT_PREFIX}' node label)")
+            else:
+                labels += _placement_labels(job, placement, nodes)
             if resumed:
                 changes.append(_command(job, "ResumeJob"))
             patch = _volcano_patch(job, replicas)
             if patch["patch"]:  # a move keeps the counts: the labels and deletions carry it
                 changes.append(patch)
-            deletions += [_delete(job, p) for p in _pods_to_delete(job, placement, _replicas_of(job, replicas))]
+            if not free:
+                deletions += [_delete(job, p) for p in _pods_to_delete(job, placement,
+                                                                       _replicas_of(job, replicas))]
         else:
             changes += _dlrover_changes(job, placement, replicas, resumed)
     return labels + changes + deletions

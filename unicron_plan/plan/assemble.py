@@ -59,7 +59,8 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
             nodes=list(where), placement=shares, waf_tflops=f_y, transition_penalty=penalty, hit=j.hit,
             gain=gains[-1], gpu_type=j.gpu_type, parallelism=j.layouts.get(y) if y else None,
-            transition_seconds=j.d_trans if changed and j.x else 0.0))
+            transition_seconds=j.d_trans if changed and j.x else 0.0,
+            placement_left_to=problem.instance.jobs[j.index].placement_left_to))
         facts.append(JobFacts(j.id, plan_jobs[-1].action, j.x, y, j.hit, j.exiting, changed, j.f_x, f_y,
                               j.d_trans, gains[-1], where, before.get(j.id, {})))
     why = explain_jobs(facts, problem.state.nodes, problem.d_run)

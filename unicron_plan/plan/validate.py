@@ -165,6 +165,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
             bad(f"{where}: transition_penalty {pj.transition_penalty} != {penalty}")
         if pj.transition_seconds is not None and not _close(pj.transition_seconds, d_trans if changed and x else 0.0):
             bad(f"{where}: transition_seconds {pj.transition_seconds} != {d_trans if changed and x else 0.0}")
+        if pj.placement_left_to is not None and pj.placement_left_to != job.placement_left_to:
+            bad(f"{where}: placement_left_to {pj.placement_left_to!r}, the instance says {job.placement_left_to!r}")
         if pj.hit is not None and pj.hit != hit:
             bad(f"{where}: hit {pj.hit}, but the event {'touched' if hit else 'did not touch'} its nodes")
         if pj.gain is not None and not _close(pj.gain, g):

@@ -379,6 +379,11 @@ class Job(StrictModel):
                     "term rises by at least this fraction: G(y) >= (1 + f) * G(x), where "
                     "G(x) = F(x) * D_run >= 0 is its term when it stays. Hit jobs always change "
                     "and are exempt.")
+    placement_left_to: Optional[str] = Field(
+        default=None, min_length=1, max_length=64,
+        description="The scheduler that places this job's pods (e.g. Volcano, for a job whose pods select no "
+                    "node label the planner can set): its count is planned, its nodes are the scheduler's; "
+                    "the plan's nodes for it are what the count needs, not an instruction.")
 
 
 class FailedGpu(StrictModel):

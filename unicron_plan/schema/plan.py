@@ -53,6 +53,9 @@ class PlanJob(OutputModel):
     transition_seconds: Optional[float] = Field(
         default=None, ge=0, description="D_trans charged to the job, seconds: its transition when it is changed "
                                         "and held GPUs before, else 0 (GPU-minutes lost: previous_gpus x this / 60).")
+    placement_left_to: Optional[str] = Field(
+        default=None, description="The instance job's placement_left_to: the scheduler that places its pods "
+                                  "(only its count is carried out).")
     reason: Optional[Reason] = Field(
         default=None, description="hit (the event took GPUs from one of its nodes or drained one), chosen "
                                   "(changed though not hit) or unchanged.")

@@ -235,7 +235,8 @@ def test_what_if_and_apply(server, driver, tmp_path):
     last = client.get("/v1/history").json()["entries"][-1]
     assert last["type"] == "apply" and last["body"]["plan_id"] == pending["plan_id"]
     _wait(driver, "return document.getElementById('plan-tag').textContent.includes('applied')")
-    # nodes are picked by clicking them
+    # nodes are picked by clicking them (from the top of the page: the sticky header covers what is above)
+    driver.execute_script("window.scrollTo(0, 0)")
     node = driver.find_element("css selector", '#racks .node[data-node="n00007"]')
     node.click()
     assert driver.find_element("id", "picked").text == "1 node(s): n00007"

@@ -154,7 +154,7 @@ def test_the_worker_runs_at_the_lowest_cpu_priority(tmp_path):
 
 
 def _plan_of(served: dict) -> dict:
-    out = {k: v for k, v in served.items() if k not in ("plan_id", "revision", "solver")}
+    out = {k: v for k, v in served.items() if k not in ("plan_id", "revision", "solver", "includes_pending")}
     return out
 
 

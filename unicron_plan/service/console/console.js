@@ -4,7 +4,8 @@
 
 const S = {
   revision: null, health: null, inst: null, entries: [], picked: new Set(), jobIndex: new Map(),
-  whatIf: null, busy: false, timing: {},
+  whatIf: null, busy: false, timing: {}, zoom: false,
+  fromNodes: new Map(), // plan id -> Map(job id -> nodes before it), kept so an applied plan still shows them
 };
 window.unicronConsole = S.timing; // render timings, read by the browser tests
 
@@ -66,9 +67,17 @@ function hostlist(names) {
   return out.concat(other).join(",");
 }
 
+// hostlist() as HTML whose lines break only after a comma, never inside a node name or number
+function hostlistHtml(names) {
+  return hostlist(names).split(/(?<=,)/).map((part) => `<span class="hl">${esc(part)}</span>`).join("<wbr>");
+}
+
+// Job colours keep away from the colours that mean failure: no red, pink or magenta (hues 285-45,
+// around the pending-failure red), nothing as dark as a failed GPU or as pale as a free one.
+const JOB_HUES = [45, 285];
 function jobColour(i) {
-  const hue = (i * 137.508 + 200) % 360;
-  const light = [46, 58, 38, 52][i % 4];
+  const hue = JOB_HUES[0] + (i * 137.508) % (JOB_HUES[1] - JOB_HUES[0]);
+  const light = [46, 56, 42, 52][i % 4];
   return `hsl(${hue.toFixed(1)},${[62, 70, 55][i % 3]}%,${light}%)`;
 }
 
@@ -157,6 +166,7 @@ function renderCluster(inst) {
         if (o >= 0) used++;
         fill[g] = p && p.has(g) ? "p" : o >= 0 ? "j" + o : "";
       }
+      if (S.zoom) parts.push('<div class="nw">');
       if (fill.every((f) => f === fill[0])) {
         // one element for a node whose GPUs look alike (most nodes): its cells are drawn by CSS
         const rows = Math.ceil(a.length / cols);
@@ -167,10 +177,12 @@ function renderCluster(inst) {
         for (const f of fill) cells += f ? `<i class="${f}"></i>` : "<i></i>";
         parts.push(`<div class="${cls.join(" ")}" data-node="${esc(n.id)}" style="grid-template-columns:repeat(${cols},5px)">${cells}</div>`);
       }
+      if (S.zoom) parts.push(`<span class="nm">${esc(n.id)}</span></div>`);
     }
     parts.push("</div></div>");
   }
   $("racks").innerHTML = parts.join("");
+  $("racks").classList.toggle("zoomed", S.zoom);
   S.owners = owners;
   S.pending = pending;
   $("cluster-counts").textContent =
@@ -180,8 +192,8 @@ function renderCluster(inst) {
   inst.jobs.forEach((j, i) => {
     if (j.current.gpus > 0) legend += `<span data-job="${esc(j.id)}"><i class="j${i}"></i>${esc(j.id)}</span>`;
   });
-  legend += '<span><i style="background:var(--free)"></i>free</span><span><i style="background:var(--failed)"></i>failed</span>' +
-    '<span><i style="background:var(--bad)"></i>failure pending</span>';
+  legend += '<span><i class="free"></i>free</span><span><i class="x"></i>failed (cross-hatched)</span>' +
+    '<span><i class="p"></i>failure pending (striped)</span>';
   $("legend").innerHTML = legend;
   const rp = $("rack-pick"), keep = rp.value;
   rp.innerHTML = '<option value="">rack…</option>' + [...racks.keys()].map((r) => `<option>${esc(r)}</option>`).join("");
@@ -216,13 +228,13 @@ function renderJobs(inst) {
     const tp = tflopsAt(j, j.current.gpus);
     const th = !j.current.gpus ? "–" : tp === null ? (j.throughput && j.throughput.model ? esc(j.throughput.model) + " (model)" : "–") : fmt(tp, 0);
     const ts = transitionSeconds(j, inst);
-    const cost = ts === null || tp === null ? null : j.weight * tp * ts / 3600;
+    const gpuMin = ts === null ? null : j.current.gpus * ts / 60;
     rows.push(`<tr data-job="${esc(j.id)}"><td><i class="sw j${i}"></i>${esc(j.id)}</td>` +
       `<td class="num">${fmt(j.current.gpus, 0)}</td><td>${esc((j.throughput && j.throughput.gpu_type) || "")}</td>` +
       `<td class="num">${th}</td><td class="num">${fmt(j.weight, 3)}</td>` +
       `<td><span class="state ${states[i]}">${states[i]}</span></td>` +
-      `<td class="num">${ts === null ? "derived" : fmt(ts / 60, 1) + " min"}</td>` +
-      `<td class="num">${cost === null || !j.current.gpus ? "–" : fmt(cost, 1) + " TFLOP-h"}</td></tr>`);
+      `<td class="num">${ts === null ? "derived" : fmt(ts, 0) + " s"}</td>` +
+      `<td class="num">${gpuMin === null || !j.current.gpus ? "–" : fmt(gpuMin, 1) + " GPU-min"}</td></tr>`);
   });
   $("jobs").tBodies[0].innerHTML = rows.join("");
   const running = states.filter((s) => s === "running" || s === "hit").length;
@@ -230,63 +242,85 @@ function renderJobs(inst) {
 }
 
 // ------------------------------------------------------------------ plans
-function planRows(plan, inst) {
-  // what changes: grows, shrinks, moves, stops; "from" nodes when the plan is made for ``inst`` (else null)
-  const cur = new Map((inst ? inst.jobs : []).map((j) => [j.id, j]));
+// The words are the plan's own (docs/format.md, glossary): actions keep, shrink, grow, restart, suspend,
+// resume, idle; reasons hit (forced by the event) and chosen (for the gain); the objective as a rate.
+const REASONS = [["hit", "hit by the event (forced)"], ["chosen", "chosen for the gain (not hit)"]];
+const ACTION_ORDER = {suspend: 0, shrink: 1, restart: 2, grow: 3, resume: 4};
+
+function reasonOf(pj) { return pj.reason || (pj.hit ? "hit" : "chosen"); } // (plans from before reasons)
+
+function fromNodesOf(inst) { return new Map((inst ? inst.jobs : []).map((j) => [j.id, j.current.nodes || []])); }
+
+function planRows(plan, from) {
+  // the changed jobs; ``from``: job id -> its nodes before the plan (null: not known)
   const rows = [];
   for (const pj of plan.jobs) {
-    if (pj.action === "keep" || pj.action === "idle") continue;
-    const before = cur.get(pj.id);
-    const from = before ? before.current.nodes || [] : null;
-    let label = pj.action;
-    if (pj.action === "suspend") label = "stop";
-    if (pj.action === "restart") {
-      // same count: a job not hit restarts only because it moves; a hit one may move too
-      const a = from && [...from].sort().join(","), b = [...pj.nodes].sort().join(",");
-      label = from ? (a === b ? "restart" : "move") : (pj.hit ? "restart" : "move");
-    }
-    rows.push({id: pj.id, label, action: pj.action, from: pj.previous_gpus, to: pj.gpus,
-      fromNodes: from, toNodes: pj.nodes, penalty: pj.transition_penalty || 0});
+    if (pj.action === "keep" || pj.action === "idle" || (pj.reason === "unchanged")) continue;
+    rows.push({id: pj.id, action: pj.action, reason: reasonOf(pj), from: pj.previous_gpus, to: pj.gpus,
+      fromNodes: from ? from.get(pj.id) || [] : null, toNodes: pj.nodes, why: pj.why || "",
+      keepCost: pj.keep_cost, seconds: pj.transition_seconds, penalty: pj.transition_penalty || 0});
   }
-  const order = {stop: 0, shrink: 1, move: 2, restart: 3, grow: 4, resume: 5};
-  rows.sort((a, b) => (order[a.label] ?? 9) - (order[b.label] ?? 9) || a.id.localeCompare(b.id));
+  rows.sort((a, b) => (ACTION_ORDER[a.action] ?? 9) - (ACTION_ORDER[b.action] ?? 9) || a.id.localeCompare(b.id));
   return rows;
 }
 
-function planHtml(plan, inst, withFrom) {
-  const rows = planRows(plan, withFrom ? inst : null);
-  const byId = new Map((inst ? inst.jobs : []).map((j) => [j.id, j]));
-  let minutes = 0, restarts = 0, unknown = false;
-  for (const r of rows) {
-    if (r.penalty <= 0) continue;
-    restarts++;
-    const j = byId.get(r.id), ts = j ? transitionSeconds(j, inst) : null;
-    if (ts === null) unknown = true; else minutes += ts / 60;
+function rate(plan, tflop) { return tflop / plan.d_run_seconds; }
+
+function pendingText(p) {
+  if (p === undefined) return "";
+  if (p === null) return "no pending event included";
+  const parts = [];
+  if (p.failure) {
+    const f = p.failure;
+    parts.push("the pending failure of " + [f.failed_nodes && f.failed_nodes.length ? hostlist(f.failed_nodes) : "",
+      f.failed_gpus && f.failed_gpus.length ? `${f.failed_gpus.length} GPU(s)` : ""].filter(Boolean).join(" and "));
   }
-  const useful = plan.waf_tflops * plan.d_run_seconds / 3600;
-  const trans = plan.jobs.reduce((s, j) => s + (j.transition_penalty || 0), 0) / 3600;
-  const counts = {};
-  for (const r of rows) counts[r.label] = (counts[r.label] || 0) + 1;
-  const summary = Object.entries(counts).map(([k, v]) => `${v} ${k}`).join(" · ") || "no job changes";
+  if (p.job_exit) parts.push("the pending exit of " + p.job_exit.join(", "));
+  if (p.job_arrival) parts.push("the pending arrival of " + p.job_arrival.join(", "));
+  return "includes " + parts.join("; ");
+}
+
+function planHtml(plan, inst, from) {
+  const rows = planRows(plan, from);
+  const withFrom = from !== null && from !== undefined;
+  let gpuMin = 0;
+  for (const r of rows) if (r.penalty > 0 && r.seconds) gpuMin += r.from * r.seconds / 60;
+  const hours = plan.d_run_seconds / 3600;
+  const trans = plan.jobs.reduce((s, j) => s + (j.transition_penalty || 0), 0);
+  const counts = plan.changes || rows.reduce((c, r) => (c[r.reason] = (c[r.reason] || 0) + 1, c), {});
+  const summary = REASONS.map(([k]) => `${counts[k] || 0} ${k}`).join(" · ") +
+    (plan.changes ? ` · ${plan.changes.unchanged} unchanged` : "");
+  const pend = pendingText(plan.includes_pending);
   let html = `<dl class="terms">
-    <dt>objective</dt><dd><b>${fmt(plan.objective / 3600)}</b> TFLOP-hours (weighted useful work minus transitions)</dd>
-    <dt>useful work</dt><dd>${fmt(useful)} TFLOP-hours = ${fmt(plan.waf_tflops, 0)} TFLOP/s × ${fmt(plan.d_run_seconds / 3600, 2)} h (D_run)</dd>
-    <dt>transitions</dt><dd>−${fmt(trans)} TFLOP-hours · ${restarts} job${restarts === 1 ? "" : "s"} restart${restarts === 1 ? "s" : ""}, ${unknown ? "≥ " : ""}${fmt(minutes, 1)} minutes of transition</dd>
-    <dt>status</dt><dd>${esc(plan.status.solution)} (bound ${fmt(plan.bound / 3600)} TFLOP-hours) · solver ${esc(plan.solver.name)} in ${fmt(plan.solver.wall_seconds * 1000, 1)} ms</dd>
-    <dt>changes</dt><dd>${esc(summary)}${plan.drained_nodes && plan.drained_nodes.length ? " · drains " + esc(hostlist(plan.drained_nodes)) : ""}</dd>
+    <dt>objective</dt><dd><b id="objective-rate">${fmt(rate(plan, plan.objective), 0)}</b> weighted TFLOP/s over a ${fmt(hours, 2)} h horizon (${fmt(plan.objective, 0)} TFLOP: useful work minus transitions)</dd>
+    <dt>useful work</dt><dd>${fmt(plan.waf_tflops, 0)} weighted TFLOP/s running after the plan</dd>
+    <dt>transitions</dt><dd>−${fmt(rate(plan, trans), 0)} weighted TFLOP/s over the horizon · <span id="gpu-minutes">${fmt(gpuMin, 1)}</span> GPU-min lost</dd>
+    <dt>status</dt><dd>${esc(plan.status.solution)} (bound ${fmt(rate(plan, plan.bound), 0)} weighted TFLOP/s) · solver ${esc(plan.solver.name)} in ${fmt(plan.solver.wall_seconds * 1000, 1)} ms</dd>
+    <dt>changes</dt><dd id="plan-changes">${esc(summary)}${plan.drained_nodes && plan.drained_nodes.length ? " · drains " + hostlistHtml(plan.drained_nodes) : ""}</dd>
+    ${pend ? `<dt>events</dt><dd class="pending-included">${esc(pend)}</dd>` : ""}
   </dl>`;
-  if (rows.length) {
-    html += `<div class="scroll"><table class="diff"><thead><tr><th>job</th><th></th><th class="num">GPUs</th>${withFrom ? "<th>from nodes</th>" : ""}<th>to nodes</th></tr></thead><tbody>`;
-    for (const r of rows) {
-      const lost = withFrom && r.fromNodes ? r.fromNodes.filter((n) => !r.toNodes.includes(n)) : null;
-      const gained = withFrom && r.fromNodes ? r.toNodes.filter((n) => !r.fromNodes.includes(n)) : r.toNodes;
-      html += `<tr data-job="${esc(r.id)}" data-action="${esc(r.label)}"><td>${esc(r.id)}</td><td><span class="act ${esc(r.label)}">${esc(r.label)}</span></td>` +
-        `<td class="num">${r.from} → ${r.to}</td>` +
-        (withFrom ? `<td class="nodes">${lost && lost.length ? "−" + esc(hostlist(lost)) : "–"}</td>` : "") +
-        `<td class="nodes">${gained && gained.length ? (withFrom ? "+" : "") + esc(hostlist(gained)) : "–"}</td></tr>`;
+  for (const [reason, title] of REASONS) {
+    const group = rows.filter((r) => r.reason === reason);
+    if (!group.length) continue;
+    html += `<h3 class="grp" data-reason="${reason}">${title} · ${group.length}</h3>` +
+      `<table class="diff" data-reason="${reason}"><thead><tr><th>job</th><th>action</th><th class="num">GPUs</th>` +
+      `<th class="num">transition</th>${withFrom ? "<th>from nodes</th>" : ""}<th>to nodes</th></tr></thead><tbody>`;
+    for (const r of group) {
+      const lost = withFrom ? r.fromNodes.filter((n) => !r.toNodes.includes(n)) : null;
+      const gained = withFrom ? r.toNodes.filter((n) => !r.fromNodes.includes(n)) : r.toNodes;
+      const keep = r.keepCost === undefined || r.keepCost === null ? "" :  // (its why says when keeping is not feasible)
+        `keeping it instead: −${fmt(rate(plan, r.keepCost), 1)} weighted TFLOP/s`;
+      html += `<tr data-job="${esc(r.id)}" data-action="${esc(r.action)}" data-reason="${esc(r.reason)}">` +
+        `<td>${esc(r.id)}${r.why ? `<div class="why">${esc(r.why)}</div>` : ""}${keep ? `<div class="why keep">${esc(keep)}</div>` : ""}</td>` +
+        `<td><span class="act ${esc(r.action)}">${esc(r.action)}</span></td>` +
+        `<td class="num">${r.from}&nbsp;→&nbsp;${r.to}</td>` +
+        `<td class="num">${r.penalty > 0 && r.seconds ? `${fmt(r.seconds, 0)}&nbsp;s · ${fmt(r.from * r.seconds / 60, 1)}&nbsp;GPU-min` : "–"}</td>` +
+        (withFrom ? `<td class="nodes">${lost.length ? "−" + hostlistHtml(lost) : "–"}</td>` : "") +
+        `<td class="nodes">${gained.length ? (withFrom ? "+" : "") + hostlistHtml(gained) : "–"}</td></tr>`;
     }
-    html += "</tbody></table></div>";
+    html += "</tbody></table>";
   }
+  if (!rows.length) html += '<p class="muted">No job changes.</p>';
   return html;
 }
 
@@ -299,12 +333,19 @@ function renderPlan(inst) {
   const el = $("plan");
   if (!plan) { el.innerHTML = '<p class="muted">No plan in the recent history.</p>'; $("plan-tag").textContent = ""; return; }
   const p = plan.body, current = !applied && inst && p.revision === S.revision;
+  if (current) S.fromNodes.set(p.plan_id, fromNodesOf(inst)); // kept: after apply the state no longer has them
   $("plan-tag").textContent = `${p.plan_id} · ${applied ? "applied at revision " + applied.revision : current ? "ready to apply" : "stale (the state moved on)"}`;
-  let html = planHtml(p, inst, current);
+  let html = "";
+  if (applied) {
+    const t = new Date(applied.at);
+    html += `<p id="apply-confirmation" class="confirm">✓ ${esc(p.plan_id)} applied: the scheduler confirmed it at revision ${applied.revision}` +
+      `${isNaN(t) ? "" : ", " + esc(t.toISOString().slice(11, 19)) + " UTC"}</p>`;
+  }
+  html += planHtml(p, inst, current || applied ? S.fromNodes.get(p.plan_id) || null : null);
   if (current) html += `<div class="row"><button id="apply" class="primary" type="button" data-plan="${esc(p.plan_id)}">apply ${esc(p.plan_id)}</button><span class="muted">confirms the scheduler carried it out</span></div>`;
   el.innerHTML = html;
   const b = $("apply");
-  if (b) b.onclick = () => applyPlan(b.dataset.plan);
+  if (b) b.addEventListener("click", () => applyPlan(b.dataset.plan));
 }
 
 // ------------------------------------------------------------------ events, contingency, history
@@ -314,7 +355,7 @@ function renderEvents(inst) {
   let what = "";
   if (ev.kind === "failure") {
     const parts = [];
-    if (ev.failed_nodes && ev.failed_nodes.length) parts.push(`${ev.failed_nodes.length} node(s) ${esc(hostlist(ev.failed_nodes))}`);
+    if (ev.failed_nodes && ev.failed_nodes.length) parts.push(`${ev.failed_nodes.length} node(s) ${hostlistHtml(ev.failed_nodes)}`);
     if (ev.failed_gpus && ev.failed_gpus.length) parts.push(`${ev.failed_gpus.length} GPU(s) ` + esc(ev.failed_gpus.slice(0, 12).map((g) => g.node + ":" + g.gpu).join(", ")) + (ev.failed_gpus.length > 12 ? ", …" : ""));
     what = parts.join("; ");
   } else what = esc((ev.jobs || []).join(", "));
@@ -337,8 +378,9 @@ function entrySummary(e) {
       if (b.kind === "repair") return `repair of ${hostlist(b.repaired_nodes)}${b.repaired_gpus && b.repaired_gpus.length ? ` and ${b.repaired_gpus.length} GPU(s)` : ""}`;
       return `${b.kind}: ${(b.jobs || []).join(", ")}`;
     case "plan": {
-      const changed = (b.jobs || []).filter((j) => j.action !== "keep" && j.action !== "idle").length;
-      return `${b.plan_id}: objective ${fmt(b.objective / 3600)} TFLOP-hours, ${changed} job(s) change (${b.solver ? b.solver.name : ""})`;
+      const c = b.changes, changed = (b.jobs || []).filter((j) => j.action !== "keep" && j.action !== "idle").length;
+      const what = c ? `${c.hit} hit, ${c.chosen} chosen` : `${changed} changed`;
+      return `${b.plan_id}: objective ${fmt(b.objective / b.d_run_seconds, 0)} weighted TFLOP/s over ${fmt(b.d_run_seconds / 3600, 2)} h, ${what} (${b.solver ? b.solver.name : ""})`;
     }
     case "apply": return `applied ${b.plan_id}`;
     case "job": return b.op === "add" ? `job ${b.job && b.job.id} queued` : `job ${b.id} removed`;
@@ -369,7 +411,7 @@ function renderSummary(h) {
 // ------------------------------------------------------------------ what if
 function renderPicked() {
   const list = [...S.picked];
-  $("picked").textContent = list.length ? `${list.length} node(s): ${hostlist(list)}` : "no node picked";
+  $("picked").innerHTML = list.length ? `${list.length} node(s): ${hostlistHtml(list)}` : "no node picked";
   $("dry-run").disabled = $("record").disabled = !list.length || !S.inst;
   for (const el of document.querySelectorAll(".node.picked")) if (!S.picked.has(el.dataset.node)) el.classList.remove("picked");
   for (const id of list) {
@@ -388,7 +430,9 @@ async function dryRun() {
     const plan = await api("/v1/events?dry_run=true", {method: "POST", body: failureBody()});
     S.timing.dryRunMs = performance.now() - t0;
     $("whatif-result").innerHTML = `<h2>Dry-run plan <span class="muted">nothing recorded · revision ${plan.revision}</span></h2>` +
-      `<div id="whatif-plan" data-objective="${plan.objective}">${planHtml(plan, S.inst, true)}</div>`;
+      `<p id="whatif-includes" class="muted">${esc(pendingText(plan.includes_pending) || "")}: the failure of the picked nodes ` +
+      `${plan.includes_pending ? "on top of the events recorded and not yet applied" : "alone"}</p>` +
+      `<div id="whatif-plan" data-objective="${plan.objective}">${planHtml(plan, S.inst, fromNodesOf(S.inst))}</div>`;
     say(null);
   } catch (e) { say("dry run: " + e.message); }
   finally { btn.disabled = !S.picked.size; }
@@ -475,9 +519,15 @@ function init() {
     if (node && !node.title) node.title = nodeTitle(node.dataset.node);
   });
   $("rack-pick").addEventListener("change", (ev) => { if (ev.target.value) pickRack(ev.target.value); });
-  $("clear-pick").onclick = () => { S.picked.clear(); $("rack-pick").value = ""; renderPicked(); };
-  $("dry-run").onclick = dryRun;
-  $("record").onclick = recordFailure;
+  $("clear-pick").addEventListener("click", () => { S.picked.clear(); $("rack-pick").value = ""; renderPicked(); });
+  $("dry-run").addEventListener("click", dryRun);
+  $("record").addEventListener("click", recordFailure);
+  $("zoom").addEventListener("click", () => {
+    S.zoom = !S.zoom;
+    $("zoom").setAttribute("aria-pressed", String(S.zoom));
+    $("zoom").textContent = S.zoom ? "overview" : "zoom: node names";
+    if (S.inst) { renderCluster(S.inst); renderPicked(); }
+  });
   refresh(true);
   setInterval(refresh, 1000);
 }

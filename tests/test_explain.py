@@ -13,7 +13,7 @@ from conftest import ROOT
 from test_stay_rule import EXAMPLE
 from unicron_plan import api
 from unicron_plan.cli import app
-from unicron_plan.plan.explain import explain
+from unicron_plan.tools.explain import explain
 
 TINY = ROOT / "instances" / "tiny-one-job-two-nodes.json"
 

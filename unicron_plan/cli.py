@@ -180,7 +180,7 @@ def explain(instance: Path = typer.Argument(..., help="Instance JSON file."),
     cheapest alternatives (keeping it, the next best count). Exit 1 when the plan does not validate."""
     from unicron_plan import api
     from unicron_plan.errors import PlanValidationError
-    from unicron_plan.plan.explain import explain as explained, explain_text
+    from unicron_plan.tools.explain import explain as explained, explain_text
     from unicron_plan.text import one_line
 
     try:

@@ -1,4 +1,4 @@
-"""A plan explained for a person (``unicron-plan explain``, the console): what the event did, each
+"""A plan explained for a person (``unicron-plan explain``): what the event did, each
 changed job with its reason and numbers, and its cheapest alternatives (keeping it, the next best
 count). The reasons are recomputed by the validator (:mod:`unicron_plan.plan.reasons`), never read
 from the plan."""

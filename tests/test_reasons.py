@@ -130,3 +130,18 @@ def test_contingency_changes_match_the_plans_solved_for_each_failure(seed):
         inst = api.load_instance({**raw, "event": {"kind": "failure", "failed_nodes": entry["failed_nodes"]}})
         plan = api.solve(inst)
         assert plan.changes == entry["changes"], (entry, [(j.id, j.action, j.reason) for j in plan.jobs])
+
+
+def test_simulator_counts_why_each_replan_changed_jobs():
+    """The planner policies' results count, over all their re-plans, the jobs hit, chosen and unchanged
+    (each job once per re-plan); the baselines, which do not re-plan, have no such count."""
+    from conftest import ROOT
+    from unicron_plan.simulate.run import load_scenario, simulate
+
+    scenario = load_scenario(ROOT / "scenarios" / "gpt3-mix-128-a800.json")
+    out = simulate(scenario, ["unicron", "megatron"], seed=0)["policies"]
+    uni = out["unicron"]
+    assert set(uni["changes"]) == set(REASONS)
+    assert sum(uni["changes"].values()) == uni["plans"] * len(scenario.jobs) > 0
+    assert uni["changes"]["hit"] > 0  # failures hit jobs
+    assert "changes" not in out["megatron"]

@@ -165,6 +165,7 @@ class Engine:
         self.loss = {p: 0.0 for p in PHASES}
         self.reconfigurations = 0
         self.plans = 0
+        self.changes: dict[str, int] | None = None  # planner policies: jobs per reason over all re-plans
         self.failures = 0
         self.repairs = 0
         self.record = record
@@ -421,6 +422,8 @@ class Engine:
             "failures": self.failures,
             "repairs": self.repairs,
         }
+        if self.changes is not None:  # the planner policies: why their re-plans changed jobs
+            out["changes"] = dict(self.changes)
         if self.gpu_seconds is not None:  # mixed fleets only: single-type results keep their fields
             out["type_changes"] = self.type_changes
             out["gpu_hours"] = {t: s / 3600.0 for t, s in sorted(self.gpu_seconds.items())}

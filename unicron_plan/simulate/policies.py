@@ -395,16 +395,19 @@ class PlannerPolicy(Policy):
         """Apply the plan: every changed, hit or moved job transitions for its D_trans."""
         placement, hit, types = self.plan(eng, failed, repaired)
         eng.plans += 1
+        reasons = eng.changes = eng.changes or {"hit": 0, "chosen": 0, "unchanged": 0}  # (docs/format.md, Reasons)
         for j in eng.jobs:
             new = placement[j.id]
             if types and types[j.id] != j.gpu_type:  # mixed fleets: moved to another GPU type
                 j.switch_type(types[j.id])
                 eng.type_changes += 1
             if not hit[j.id] and (new is j.alloc or new == j.alloc):  # kept in place: the same dict stays
+                reasons["unchanged"] += 1
                 continue
             if 0 in new.values():
                 new = {n: g for n, g in new.items() if g > 0}
             changed = sum(new.values()) != j.count or hit[j.id] or set(new) != set(j.alloc)
+            reasons["hit" if hit[j.id] else "chosen" if changed else "unchanged"] += 1
             if not changed:
                 # Same count on the same nodes: the planner's per-node split (derived from the
                 # node list, docs/format.md) is adopted, so the GPUs the plan gives others are free.

@@ -155,12 +155,17 @@ def validate(instance: Path = typer.Argument(..., help="Instance JSON file."),
     """Check PLAN against INSTANCE: exit 0 when valid, 1 when not (the reasons on stderr)."""
     from unicron_plan import api
 
-    report = api.validate_plan(api.load_instance(instance), api.load_plan(plan))
+    doc = api.load_plan(plan)
+    report = api.validate_plan(api.load_instance(instance), doc)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     if report.valid:
         if not as_json:
-            typer.echo(f"valid: objective {report.objective:.6g} TFLOP (weighted useful work)")
+            from unicron_plan.plan.reasons import num
+
+            d_run = doc.d_run_seconds
+            typer.echo(f"valid: objective {report.objective:.6g} TFLOP (weighted useful work): "
+                       f"{num(report.objective / d_run)} weighted TFLOP/s over a {num(d_run / 3600.0)} h horizon")
         return
     from unicron_plan.text import one_line
 

@@ -155,8 +155,9 @@ def validate(instance: Path = typer.Argument(..., help="Instance JSON file."),
     """Check PLAN against INSTANCE: exit 0 when valid, 1 when not (the reasons on stderr)."""
     from unicron_plan import api
 
+    inst = api.load_instance(instance)  # (the instance's errors first)
     doc = api.load_plan(plan)
-    report = api.validate_plan(api.load_instance(instance), doc)
+    report = api.validate_plan(inst, doc)
     if as_json:
         typer.echo(json.dumps(report.to_json(), indent=2, sort_keys=True))
     if report.valid:

@@ -244,7 +244,8 @@ function renderJobs(inst) {
 // ------------------------------------------------------------------ plans
 // The words are the plan's own (docs/format.md, glossary): actions keep, shrink, grow, restart, suspend,
 // resume, idle; reasons hit (forced by the event) and chosen (for the gain); the objective as a rate.
-const REASONS = [["hit", "hit by the event (forced)"], ["chosen", "chosen for the gain (not hit)"]];
+const REASONS = [["hit", "hit by the event (forced)"], ["chosen", "chosen for the gain (not hit)"],
+  ["unchanged", "leaving (job_exit: 0 GPUs, nothing charged)"]];
 const ACTION_ORDER = {suspend: 0, shrink: 1, restart: 2, grow: 3, resume: 4};
 
 function reasonOf(pj) { return pj.reason || (pj.hit ? "hit" : "chosen"); } // (plans from before reasons)
@@ -255,7 +256,7 @@ function planRows(plan, from) {
   // the changed jobs; ``from``: job id -> its nodes before the plan (null: not known)
   const rows = [];
   for (const pj of plan.jobs) {
-    if (pj.action === "keep" || pj.action === "idle" || (pj.reason === "unchanged")) continue;
+    if (pj.action === "keep" || pj.action === "idle") continue; // (an unchanged job that acts is a leaving one)
     rows.push({id: pj.id, action: pj.action, reason: reasonOf(pj), from: pj.previous_gpus, to: pj.gpus,
       fromNodes: from ? from.get(pj.id) || [] : null, toNodes: pj.nodes, why: pj.why || "",
       keepCost: pj.keep_cost, seconds: pj.transition_seconds, penalty: pj.transition_penalty || 0});
@@ -288,7 +289,7 @@ function planHtml(plan, inst, from) {
   const hours = plan.d_run_seconds / 3600;
   const trans = plan.jobs.reduce((s, j) => s + (j.transition_penalty || 0), 0);
   const counts = plan.changes || rows.reduce((c, r) => (c[r.reason] = (c[r.reason] || 0) + 1, c), {});
-  const summary = REASONS.map(([k]) => `${counts[k] || 0} ${k}`).join(" · ") +
+  const summary = REASONS.slice(0, 2).map(([k]) => `${counts[k] || 0} ${k}`).join(" · ") +
     (plan.changes ? ` · ${plan.changes.unchanged} unchanged` : "");
   const pend = pendingText(plan.includes_pending);
   let html = `<dl class="terms">

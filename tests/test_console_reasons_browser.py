@@ -175,6 +175,20 @@ def test_what_if_names_the_pending_events_it_includes(server, driver, tmp_path):
         driver.execute_script("document.querySelector('header').style.position = ''")
 
 
+def test_plan_alternatives_are_those_of_explain(server, driver):
+    """The console's alternatives of each changed job are `unicron-plan explain`'s (GET /v1/plans/{id}/explain)."""
+    url, client = server
+    _load(driver, url)
+    plan = _last_plan(client)
+    driver.find_element("id", "explain").click()
+    rows = _wait(driver, """const r = [...document.querySelectorAll('#plan .diff tbody tr')];
+        return r.length && r.every(t => t.querySelector('.alt')) ?
+            r.map(t => [t.dataset.job, t.querySelector('.alt').textContent]) : null;""", timeout=120)
+    explained = client.get(f"/v1/plans/{plan['plan_id']}/explain").json()
+    assert {job: text for job, text in rows} == {j["id"]: "alternatives: " + j["alternatives"] for j in explained["jobs"]}
+    assert driver.execute_script("return document.getElementById('explain')") is None  # done: the button goes
+
+
 def test_applied_plan_and_its_confirmation_stay_visible(server, driver):
     url, client = server
     _load(driver, url)

@@ -76,6 +76,11 @@ def _every_answer(tmp_path, monkeypatch) -> tuple[set, dict]:
     assert a("get", "/v1/plans/{plan_id}", f"/v1/plans/{first['plan_id']}").status_code == 200
     second = a("post", "/v1/events", json={"kind": "repair", "repaired_nodes": ["n1"]}).json()
     assert second["includes_pending"] == {"failure": {"kind": "failure", "failed_nodes": ["n1"], "failed_gpus": []}}
+    explained = a("get", "/v1/plans/{plan_id}/explain", f"/v1/plans/{second['plan_id']}/explain").json()
+    # (the repair cancelled the pending failure: the plan is of the cluster with no event)
+    assert explained["changes"] == second["changes"] and explained["event"]["kind"] is None
+    a("get", "/v1/plans/{plan_id}/explain", f"/v1/plans/{first['plan_id']}/explain")  # 409: not the current state
+    a("get", "/v1/plans/{plan_id}/explain", "/v1/plans/p999999/explain")  # 404
     a("post", "/v1/plans/{plan_id}/apply", f"/v1/plans/{first['plan_id']}/apply")  # 409: the state moved on
     assert a("post", "/v1/plans/{plan_id}/apply", f"/v1/plans/{second['plan_id']}/apply").status_code == 200
     assert a("post", "/v1/jobs", json=QUEUED).status_code == 200
@@ -93,7 +98,7 @@ def _every_answer(tmp_path, monkeypatch) -> tuple[set, dict]:
     def bug(*_, **__):
         raise RuntimeError("planted")
     for name in ("put_cluster", "post_event", "add_job", "remove_job", "apply", "get_plan", "state_document",
-                 "history", "contingency_status"):
+                 "history", "contingency_status", "explain_plan"):
         monkeypatch.setattr(coord, name, bug)
     monkeypatch.setattr(coord, "metrics", None)
     for route, method in doc_routes(doc):

@@ -230,6 +230,11 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     async def apply_plan(plan_id: str):
         return _json(await run_in_threadpool(coord.apply, plan_id))
 
+    @app.get("/v1/plans/{plan_id}/explain", response_model=None,
+             summary="The plan explained: the event, each changed job's reason and alternatives (current plan only)")
+    async def explain_plan(plan_id: str):
+        return _json(await run_in_threadpool(coord.explain_plan, plan_id))
+
     @app.get("/v1/plans/{plan_id}", response_model=None, responses={200: {"model": PlanReply}})
     async def get_plan(plan_id: str):
         return _json(await run_in_threadpool(coord.get_plan, plan_id))

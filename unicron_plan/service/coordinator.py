@@ -391,6 +391,18 @@ class Coordinator:
     def state_document(self) -> dict:
         return st.state_document(self.state)
 
+    def explain_plan(self, plan_id: str, replan_seconds: float = 10.0) -> dict:
+        """``unicron-plan explain`` of a plan made for the current state (409 once the state moved on)."""
+        from unicron_plan.api import load_plan
+        from unicron_plan.tools.explain import explain
+
+        plan = self.get_plan(plan_id)
+        state = self.state
+        if plan["revision"] != state.revision:
+            raise Conflict(f"plan_id: {plan_id} was made at revision {plan['revision']}, the state is at "
+                           f"revision {state.revision}: only a plan of the current state is explained")
+        return explain(st.planning_instance(state), load_plan(plan), replan_seconds=replan_seconds)
+
     def contingency_status(self) -> str:
         if not self._contingency_on or self.state.base is None:
             return "off"

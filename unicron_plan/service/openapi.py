@@ -23,7 +23,8 @@ STATUS = {
          "or too slow to read.",
     401: "A token is required (serve --token-file) and the request has none or a wrong one.",
     404: "No such plan or job (or path).",
-    409: "The plan was made for an older revision: the state moved on; ask for a new plan.",
+    409: "The plan was made for an older revision: the state moved on (ask for a new plan; only a plan of "
+         "the current state is applied or explained).",
     413: "The body is larger than the limit (serve --max-body-mib).",
     422: "A field is invalid (named in the error), the constraints admit no plan, or there is no cluster yet.",
     500: "An internal error (a bug): one line, never a traceback.",
@@ -37,6 +38,7 @@ ROUTE_STATUS = {
     ("/v1/jobs/{job_id}", "delete"): (401, 404, 422, 500),
     ("/v1/plans/{plan_id}/apply", "post"): (401, 404, 409, 500),
     ("/v1/plans/{plan_id}", "get"): (401, 404, 500),
+    ("/v1/plans/{plan_id}/explain", "get"): (401, 404, 409, 500),
     ("/v1/state", "get"): (401, 500),
     ("/v1/history", "get"): (401, 422, 500),
     ("/healthz", "get"): (401, 500),

@@ -119,6 +119,8 @@ def explain(instance: Instance, plan: Plan, replan_seconds: float = 20.0) -> dic
             "keep_replanned": _replanned(instance, job.id, plan.objective, deadline)
             if r.reason == "chosen" and optimal else None})
     jobs.sort(key=lambda j: ORDER.index(j["reason"]))
+    for j in jobs:
+        j["alternatives"] = _alternatives(j, d_run)
     before = sum(terms[j.id].f_x for j in instance.jobs)
     return {
         "instance": plan.instance, "status": plan.status.solution, "event": _event(instance, problem.state),
@@ -166,5 +168,5 @@ def explain_text(ex: dict) -> str:
         for j in group:
             lines.append(f"  {shown(j['id'], 60)}: {j['action']}, {doing(j['action'], j['previous_gpus'], j['gpus'])}")
             lines.append(f"    why: {j['why']}")
-            lines.append(f"    alternatives: {_alternatives(j, d_run)}.")
+            lines.append(f"    alternatives: {j['alternatives']}.")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ const S = {
   revision: null, health: null, inst: null, entries: [], picked: new Set(), jobIndex: new Map(),
   whatIf: null, busy: false, timing: {}, zoom: false,
   fromNodes: new Map(), // plan id -> Map(job id -> nodes before it), kept so an applied plan still shows them
+  alternatives: new Map(), // plan id -> Map(job id -> its alternatives, from GET /v1/plans/{id}/explain)
 };
 window.unicronConsole = S.timing; // render timings, read by the browser tests
 
@@ -282,7 +283,7 @@ function pendingText(p) {
 }
 
 function planHtml(plan, inst, from) {
-  const rows = planRows(plan, from);
+  const rows = planRows(plan, from), alts = S.alternatives.get(plan.plan_id);
   const withFrom = from !== null && from !== undefined;
   let gpuMin = 0;
   for (const r of rows) if (r.penalty > 0 && r.seconds) gpuMin += r.from * r.seconds / 60;
@@ -312,7 +313,8 @@ function planHtml(plan, inst, from) {
       const keep = r.keepCost === undefined || r.keepCost === null ? "" :  // (its why says when keeping is not feasible)
         `keeping it instead: −${fmt(rate(plan, r.keepCost), 1)} weighted TFLOP/s`;
       html += `<tr data-job="${esc(r.id)}" data-action="${esc(r.action)}" data-reason="${esc(r.reason)}">` +
-        `<td>${esc(r.id)}${r.why ? `<div class="why">${esc(r.why)}</div>` : ""}${keep ? `<div class="why keep">${esc(keep)}</div>` : ""}</td>` +
+        `<td>${esc(r.id)}${r.why ? `<div class="why">${esc(r.why)}</div>` : ""}${keep ? `<div class="why keep">${esc(keep)}</div>` : ""}` +
+        `${alts && alts.has(r.id) ? `<div class="why alt">alternatives: ${esc(alts.get(r.id))}</div>` : ""}</td>` +
         `<td><span class="act ${esc(r.action)}">${esc(r.action)}</span></td>` +
         `<td class="num">${r.from}&nbsp;→&nbsp;${r.to}</td>` +
         `<td class="num">${r.penalty > 0 && r.seconds ? `${fmt(r.seconds, 0)}&nbsp;s · ${fmt(r.from * r.seconds / 60, 1)}&nbsp;GPU-min` : "–"}</td>` +
@@ -343,10 +345,13 @@ function renderPlan(inst) {
       `${isNaN(t) ? "" : ", " + esc(t.toISOString().slice(11, 19)) + " UTC"}</p>`;
   }
   html += planHtml(p, inst, current || applied ? S.fromNodes.get(p.plan_id) || null : null);
-  if (current) html += `<div class="row"><button id="apply" class="primary" type="button" data-plan="${esc(p.plan_id)}">apply ${esc(p.plan_id)}</button><span class="muted">confirms the scheduler carried it out</span></div>`;
+  if (current) html += `<div class="row"><button id="apply" class="primary" type="button" data-plan="${esc(p.plan_id)}">apply ${esc(p.plan_id)}</button><span class="muted">confirms the scheduler carried it out</span>` +
+    (S.alternatives.has(p.plan_id) ? "" : `<button id="explain" type="button" data-plan="${esc(p.plan_id)}">alternatives</button><span class="muted">keeping each job, the next best count (re-plans: takes seconds)</span>`) + "</div>";
   el.innerHTML = html;
   const b = $("apply");
   if (b) b.addEventListener("click", () => applyPlan(b.dataset.plan));
+  const x = $("explain");
+  if (x) x.addEventListener("click", () => explainPlan(x.dataset.plan));
 }
 
 // ------------------------------------------------------------------ events, contingency, history
@@ -447,6 +452,19 @@ async function recordFailure() {
     say(`recorded; plan ${plan.plan_id} is ready to apply (below)`, "info");
     await refresh(true);
   } catch (e) { say("record failure: " + (e.status === 401 ? "a token is needed (enter it above)" : e.message)); }
+}
+
+async function explainPlan(id) {
+  const btn = $("explain");
+  if (btn) btn.disabled = true;
+  try {
+    const ex = await api(`/v1/plans/${encodeURIComponent(id)}/explain`);
+    S.alternatives.set(id, new Map(ex.jobs.map((j) => [j.id, j.alternatives])));
+    renderPlan(S.inst);
+  } catch (e) {
+    say("alternatives: " + e.message);
+    if (btn) btn.disabled = false;
+  }
 }
 
 async function applyPlan(id) {

@@ -264,7 +264,8 @@ def test_what_if_and_apply(server, driver, tmp_path):
     driver.find_element("id", "record").click()
     _wait(driver, f"return +document.getElementById('revision').textContent >= {rev + 1}")  # event (its plan is logged after it)
     plan_id = _wait(driver, "const b = document.getElementById('apply'); return b && b.dataset.plan")
-    driver.find_element("id", "apply").click()
+    # (clicked in the page: the panel may be redrawn between finding the button and clicking it)
+    _wait(driver, f"const b = document.getElementById('apply'); return b && b.dataset.plan === '{plan_id}' ? (b.click(), true) : false")
     _wait(driver, f"return +document.getElementById('revision').textContent >= {rev + 3}")
     hist = client.get("/v1/history").json()["entries"]
     assert [e["type"] for e in hist[-3:]] == ["event", "plan", "apply"]

@@ -44,15 +44,17 @@ def _event(instance: Instance, state) -> dict:
             "gpus_out": out, "gpus_back": back}
 
 
-def _next_best(term, y: int, free: int) -> dict | None:
-    """The job's best other count within ``free`` GPUs of its type (the others as planned), at count level."""
-    best = None
-    for c, g in zip(term.counts.tolist(), term.gains.tolist()):
-        if c != y and c <= free and (best is None or g > best[1]):
-            best = (c, g)
-    if best is None:
+def _next_best(term, y: int, gain: float, free: int) -> dict | None:
+    """The job's best other count within ``free`` GPUs of its type (the others as planned), at count level;
+    ``gain``: its term in the plan."""
+    import numpy as np
+
+    fits = np.flatnonzero((term.counts != y) & (term.counts <= free))
+    if not len(fits):
         return None
-    return {"gpus": best[0], "term": best[1], "objective_loss": term.gain_of(y) - best[1]}
+    k = int(fits[np.argmax(term.gains[fits])])
+    best = float(term.gains[k])
+    return {"gpus": int(term.counts[k]), "term": best, "objective_loss": gain - best}
 
 
 def _replanned(instance: Instance, job_id: str, objective: float, deadline: float) -> dict | None:
@@ -115,7 +117,8 @@ def explain(instance: Instance, plan: Plan, replan_seconds: float = 20.0) -> dic
             "tflops_before": term.f_x, "tflops_after": pj.waf_tflops,
             "transition_seconds": term.d_trans if pj.transition_penalty else 0.0,
             "transition_gpu_minutes": lost, "keep_cost": r.keep_cost,
-            "next_best": _next_best(term, pj.gpus, free) if on_type else None,
+            "next_best": _next_best(term, pj.gpus, pj.gain if pj.gain is not None else term.gain_of(pj.gpus), free)
+            if on_type else None,
             "keep_replanned": _replanned(instance, job.id, plan.objective, deadline)
             if r.reason == "chosen" and optimal else None})
     jobs.sort(key=lambda j: ORDER.index(j["reason"]))

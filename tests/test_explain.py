@@ -71,3 +71,21 @@ def test_explain_bad_input_is_exit_2(tmp_path):
     bad.write_text("{")
     res = CliRunner().invoke(app, ["explain", str(TINY), str(bad)])
     assert res.exit_code == 2 and res.stderr.startswith("error:")
+
+
+def test_next_best_count_of_a_grown_job_is_keeping_it():
+    """A job grown on a repair (4 -> 12 GPUs, its table {4, 12}): its next best count is its old 4, whose
+    loss is exactly its keep cost; keeping it with the others re-planned costs the same here."""
+    inst = copy.deepcopy(EXAMPLE)
+    inst["jobs"][0]["throughput"]["tflops"] = {"4": 500.0, "12": 1600.0}
+    inst["cluster"]["nodes"][2]["failed_gpus"] = list(range(8))
+    inst["jobs"][1]["current"] = {"gpus": 0, "nodes": []}
+    inst["jobs"][1]["throughput"]["tflops"] = {"8": 100.0}
+    inst["event"] = {"kind": "repair", "repaired_nodes": ["n2"]}
+    inst = api.load_instance(inst)
+    ex = explain(inst, api.solve(inst))
+    a = next(j for j in ex["jobs"] if j["id"] == "a")
+    assert (a["action"], a["reason"], a["next_best"]["gpus"]) == ("grow", "chosen", 4)
+    assert a["next_best"]["objective_loss"] == pytest.approx(a["keep_cost"])
+    assert a["keep_cost"] == pytest.approx((1600.0 * 36000.0 - 500.0 * 600.0) - 500.0 * 36000.0)
+    assert "next best count 4 GPUs" in a["alternatives"]

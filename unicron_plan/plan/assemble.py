@@ -49,8 +49,8 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         moved = cost.is_moved(j.x, y, where, previous.get(j.id, {}))
         f_y = j.f_of(y)
         total_waf += f_y
-        penalty = float(cost.transition_penalty(j.f_x, j.d_trans,
-                                                cost.is_changed(y, j.x, j.hit, j.exiting, moved)))
+        penalty = float(cost.charged(f_y, y, j.x, j.f_x, j.d_trans, j.d_repeat,
+                                     cost.is_changed(y, j.x, j.hit, j.exiting, moved)))
         gains.append(j.gain_of(y, moved))
         plan_jobs.append(PlanJob(
             id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),

@@ -70,7 +70,7 @@ def _brute_objective(data: dict) -> float:
         if math.isinf(repair):
             life, q = 1 / lam, 0.0
         else:
-            life, q = (1 - math.exp(-lam * repair)) / lam, math.exp(-lam * repair)
+            life, q = -math.expm1(-lam * repair) / lam, math.exp(-lam * repair)
         d = job.get("transition_seconds", default_d) * d_run / life
         f_x = table.get(x, 0.0)
         hit = state.hit[job["id"]]
@@ -78,7 +78,7 @@ def _brute_objective(data: dict) -> float:
         def g(y, table=table, x=x, f_x=f_x, hit=hit, d=d, q=q):
             f_y = table.get(y, 0.0)
             changed = y != x or hit
-            return f_y * d_run - changed * f_x * d - (changed and y != x) * f_y * d * q
+            return f_y * d_run - changed * f_x * d - (changed and y != x) * f_x * d * q
         options.append([0] + sorted(table))
         terms.append(g)
     cap = state.capacity()

@@ -20,7 +20,9 @@ away, until that capacity returns from repair (R, known from the event or the
 fault data), when a job moved to another count is charged again. With
 q_i = P(the repair comes first) = exp(-lambda_i R):
 
-    G_i(y) = F_i(y) D_run - [changed] F_i(x) D_trans_i (D_run / L_i) - [changed, y != x] F_i(y) D_trans_i q_i (D_run / L_i)
+    G_i(y) = F_i(y) D_run - [changed] F_i(x) D_trans_i (D_run / L_i) - [changed, y != x] F_i(x) D_trans_i q_i (D_run / L_i)
+
+(the job returns to x at the repair and loses F_i(x) for D_trans_i then)
 
 (:func:`horizon_terms`; the last term's coefficient is ``d_repeat``, 0 for the other horizons).
 
@@ -217,23 +219,24 @@ def is_changed(y: int | np.ndarray, x: int, hit: bool, exiting: bool = False,
     return bool((y != x or hit or moved) and not exiting)
 
 
-def repeat_penalty(f_y: float | np.ndarray, y: int | np.ndarray, x: int, d_repeat: float,
+def repeat_penalty(f_x: float, y: int | np.ndarray, x: int, d_repeat: float,
                    changed: bool | np.ndarray) -> float | np.ndarray:
-    """The transition charged again when the return of repaired capacity moves a changed job back:
-    [changed and y != x] * F(y) * d_repeat (0 unless ``cost.horizon`` is ``"lifetime"``)."""
+    """The transition charged again when the return of repaired capacity moves a job that changed to
+    another count back to x: [changed and y != x] * F(x) * d_repeat (0 unless ``cost.horizon`` is
+    ``"lifetime"``)."""
     if isinstance(changed, np.ndarray) or isinstance(y, np.ndarray):
-        return np.where(np.logical_and(changed, np.asarray(y) != x), f_y * d_repeat, 0.0)
-    return f_y * d_repeat if changed and y != x else 0.0
+        return np.where(np.logical_and(changed, np.asarray(y) != x), f_x * d_repeat, 0.0)
+    return f_x * d_repeat if changed and y != x else 0.0
 
 
-def charged(f_y, y, x: int, f_x: float, d_trans: float, d_repeat: float, changed):
+def charged(y, x: int, f_x: float, d_trans: float, d_repeat: float, changed):
     """Everything a plan charges a job for its transitions: :func:`transition_penalty` + :func:`repeat_penalty`."""
     out = transition_penalty(f_x, d_trans, changed)
-    return out + repeat_penalty(f_y, y, x, d_repeat, changed) if d_repeat else out
+    return out + repeat_penalty(f_x, y, x, d_repeat, changed) if d_repeat else out
 
 
 def gain(f_y: float | np.ndarray, y: int | np.ndarray, x: int, f_x: float, hit: bool,
          d_run: float, d_trans: float, exiting: bool = False, moved: bool = False,
          d_repeat: float = 0.0) -> float | np.ndarray:
-    """G_i(y) = F_i(y) * D_run - [changed] * F_i(x) * D_trans - [changed, y != x] F_i(y) d_repeat (vectorised over y)."""
-    return f_y * d_run - charged(f_y, y, x, f_x, d_trans, d_repeat, is_changed(y, x, hit, exiting, moved))
+    """G_i(y) = F_i(y) * D_run - [changed] * F_i(x) * D_trans - [changed, y != x] F_i(x) d_repeat (vectorised over y)."""
+    return f_y * d_run - charged(y, x, f_x, d_trans, d_repeat, is_changed(y, x, hit, exiting, moved))

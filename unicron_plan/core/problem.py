@@ -47,7 +47,7 @@ class JobTerms:
     min_gain_fraction: float | None = None
     exiting: bool = False  # leaves in a job_exit event: only y = 0, G = 0
     off_type: bool = False  # the terms on another GPU type than the job's current one: every count is a change
-    d_repeat: float = 0.0  # "lifetime" horizon: a change to another count is charged F(y) x d_repeat more
+    d_repeat: float = 0.0  # "lifetime" horizon: a change to another count is charged F(x) x d_repeat more
 
     def f_of(self, y: int) -> float:
         """F(y) of this job (0 for y = 0)."""
@@ -305,7 +305,7 @@ def add_alternatives(problem: Problem, type_tables, type_layouts) -> Problem:
             counts = np.asarray([0] + keys, dtype=np.int64)
             f = np.concatenate([np.zeros(1), np.asarray(cost.waf(job.weight, np.asarray(
                 [table[c] for c in keys], dtype=float)), dtype=float).reshape(len(keys))])
-            gains = f * problem.d_run - penalty - cost.repeat_penalty(f, counts, jt.x, jt.d_repeat, True)
+            gains = f * problem.d_run - penalty - cost.repeat_penalty(jt.f_x, counts, jt.x, jt.d_repeat, True)
             if not np.isfinite(gains).all():
                 raise InvalidInstanceError(f"jobs[{jt.index}].throughput.by_type.{t}",
                                            f"weight {job.weight} x TFLOP/s x D_run {problem.d_run} s overflows "
@@ -421,7 +421,8 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     changed = (resized | np.repeat(hit, sizes)) & ~np.repeat(exiting, sizes)
     gains_all = flat.f * d_run - np.where(changed, np.repeat(np.asarray(pen, dtype=float), sizes), 0.0)
     if any(d_repeat):  # "lifetime": a change to another count is charged again at the return (cost.gain)
-        gains_all -= np.where(changed & resized, flat.f * np.repeat(np.asarray(d_repeat, dtype=float), sizes), 0.0)
+        again = np.asarray(f_x, dtype=float) * np.asarray(d_repeat, dtype=float)
+        gains_all -= np.where(changed & resized, np.repeat(again, sizes), 0.0)
     # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job);
     # a job is bad when a gain of that prefix overflows (reduceat needs at least one job)
     fits = bad = np.zeros(0, dtype=np.int64)

@@ -49,7 +49,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         moved = cost.is_moved(j.x, y, where, previous.get(j.id, {}))
         f_y = j.f_of(y)
         total_waf += f_y
-        penalty = float(cost.charged(f_y, y, j.x, j.f_x, j.d_trans, j.d_repeat,
+        penalty = float(cost.charged(y, j.x, j.f_x, j.d_trans, j.d_repeat,
                                      cost.is_changed(y, j.x, j.hit, j.exiting, moved)))
         gains.append(j.gain_of(y, moved))
         plan_jobs.append(PlanJob(

@@ -154,7 +154,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         d_trans, d_repeat = cost.job_transition_terms(instance, job, state.previous.get(job.id, {}),
                                                       state.nodes_in_service(), repair_seconds=repair)
         changed = cost.is_changed(y, x, hit, exiting, moved)
-        penalty = cost.charged(f_y, y, x, f_x, d_trans, d_repeat, changed)
+        penalty = cost.charged(y, x, f_x, d_trans, d_repeat, changed)
         g = cost.gain(f_y, y, x, f_x, hit, d_run, d_trans, exiting, moved, d_repeat)
         if not _close(pj.waf_tflops, f_y):
             bad(f"{where}: waf_tflops {pj.waf_tflops} != {f_y}")

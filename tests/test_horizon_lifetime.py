@@ -173,3 +173,13 @@ def test_lifetime_needs_node_mtbf():
     data["cost"] = {"expected_run_seconds": 3600.0, "horizon": "lifetime"}
     with pytest.raises(InvalidInstanceError, match="cost"):
         load_instance(data)
+
+
+def test_ip_backends_solve_the_lifetime_objective_unchanged():
+    pytest.importorskip("scipy")
+    for seed in range(0, 60, 2):  # failures (with repair estimates) and repairs
+        data = _lifetime_instance(seed)
+        inst = load_instance(data)
+        dp, milp = solve(inst), solve(inst, solver="milp")
+        assert _same(dp.objective, milp.objective), seed
+        assert validate_plan(inst, milp).valid

@@ -50,7 +50,10 @@ def run_case(case: str, seeds: int | None = None, workers: int = 2) -> dict:
 def table(result: dict) -> str:
     rows = ["| policy | weighted TFLOP | unicron / policy [95%] | wins | detection h | transition h "
             "| sub-healthy h | reconfigurations |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for name, p in result["policies"].items():
+    from unicron_plan.simulate.run import DEFAULT_POLICIES
+
+    order = {name: k for k, name in enumerate(DEFAULT_POLICIES)}
+    for name, p in sorted(result["policies"].items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])):
         down = p["downtime_hours"]
         if name == "unicron":
             ratio, wins = "1", "-"

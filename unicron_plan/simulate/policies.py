@@ -462,7 +462,8 @@ class ClairvoyantPolicy(UnicronPolicy):
     At a re-plan at time t, job i's allocation lasts L_i = min(T_i, R, end - t): T_i the time to the
     next SEV1 failure of a node it holds, R (after a failure) the time until the failed node's repair,
     which re-decides the plan; the change is charged again at that return when it comes first. These
-    replace the expectations of ``"lifetime"`` (docs/model.md): the same objective with the future known.
+    replace the expectations of ``"lifetime"`` (docs/model.md): the same objective with the future known
+    (on a mixed fleet, one lifetime per job on every GPU type).
     """
 
     name = "clairvoyant"
@@ -496,7 +497,7 @@ class ClairvoyantPolicy(UnicronPolicy):
         return super().choose(self.known_future(problem))
 
     def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
-        raise ValueError("the clairvoyant reference plans single-type fleets only")
+        return super().choose_types(self.known_future(problem))
 
     def known_future(self, problem):
         """``problem`` with each job's transition terms from its known lifetime."""
@@ -505,7 +506,11 @@ class ClairvoyantPolicy(UnicronPolicy):
         eng, (failed, _) = self._eng, self._now
         end = eng.horizon - eng.t
         repair = self._next(eng, failed, 1) if failed is not None else math.inf
-        jobs = []
+        def recost(j, d: float, d_repeat: float):
+            gains = cost.gain(j.f, j.counts, j.x, j.f_x, j.hit, problem.d_run, d, j.exiting, j.off_type, d_repeat)
+            return dataclasses.replace(j, d_trans=d, d_repeat=d_repeat, gains=np.asarray(gains, dtype=float))
+
+        jobs, alternatives = [], {}
         for j in problem.jobs:
             held = problem.state.previous.get(j.id, {})
             own = min((self._next(eng, n, 0) for n, g in held.items() if g > 0), default=math.inf)
@@ -513,9 +518,10 @@ class ClairvoyantPolicy(UnicronPolicy):
             again = repair < min(own, end)
             d = cost.d_trans_seconds(problem.instance, problem.instance.jobs[j.index]) * problem.d_run / life
             d_repeat = d if again else 0.0
-            gains = cost.gain(j.f, j.counts, j.x, j.f_x, j.hit, problem.d_run, d, j.exiting, j.off_type, d_repeat)
-            jobs.append(dataclasses.replace(j, d_trans=d, d_repeat=d_repeat, gains=np.asarray(gains, dtype=float)))
-        return dataclasses.replace(problem, jobs=jobs)
+            jobs.append(recost(j, d, d_repeat))
+            if j.id in problem.alternatives:  # mixed fleets: the same lifetime on every type
+                alternatives[j.id] = [recost(a, d, d_repeat) for a in problem.alternatives[j.id]]
+        return dataclasses.replace(problem, jobs=jobs, alternatives=alternatives)
 
 
 class TypeBoundPolicy(UnicronPolicy):

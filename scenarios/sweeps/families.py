@@ -132,16 +132,19 @@ def plot(rows: list[dict], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(10, 4.5))
     labels = [f"{r['family']}\n{r['gpus']:,}" for r in rows]
-    width = 0.8 / (len(COLUMNS) - 1)
-    for k, c in enumerate(COLUMNS[1:]):
+    shown = COLUMNS[2:]  # the cluster horizon is 1-13% below greedy at 16,384 GPUs and up: in the table only
+    width = 0.8 / len(shown)
+    for k, c in enumerate(shown):
         means = [(r["columns"][c]["mean"] - 1) * 100 for r in rows]
         err = [[(r["columns"][c]["mean"] - r["columns"][c]["ci95"][0]) * 100 for r in rows],
                [(r["columns"][c]["ci95"][1] - r["columns"][c]["mean"]) * 100 for r in rows]]
-        ax.bar([i + (k - 2) * width for i in range(len(rows))], means, width, yerr=err, label=c, capsize=2)
+        ax.bar([i + (k - 1.5) * width for i in range(len(rows))], means, width, yerr=err, label=c, capsize=2)
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)), labels, fontsize=8)
     ax.set_ylabel("weighted TFLOP vs greedy (%), mean and 95% interval")
-    ax.legend(fontsize=8, ncol=5)
+    ax.set_title("unicron under each horizon and the clairvoyant reference, against greedy (cluster horizon: "
+                 "see the table)", fontsize=9)
+    ax.legend(fontsize=8, ncol=4)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -183,3 +183,21 @@ def test_ip_backends_solve_the_lifetime_objective_unchanged():
         dp, milp = solve(inst), solve(inst, solver="milp")
         assert _same(dp.objective, milp.objective), seed
         assert validate_plan(inst, milp).valid
+
+
+def test_a_node_repair_estimate_needs_a_failed_gpu_and_is_read_after_an_arrival():
+    data = _sixty_four(300.0)
+    spare = {"id": "n16", "gpu_type": "a", "gpus": 8, "expected_repair_seconds": 600.0}
+    data["cluster"]["nodes"].append(spare)
+    with pytest.raises(InvalidInstanceError, match="expected_repair_seconds"):
+        load_instance(data)
+    spare["failed_gpus"] = [0]
+    data["event"] = {"kind": "job_arrival", "jobs": ["new"]}
+    data["jobs"].append({"id": "new", "weight": 1.0, "current": {"gpus": 0, "nodes": []},
+                         "throughput": {"gpu_type": "a", "tflops": {"8": 800.0}}, "transition_seconds": 60.0})
+    inst = load_instance(data)
+    assert cost.pending_repair_seconds(inst) == 600.0
+    spare.pop("expected_repair_seconds")
+    assert cost.pending_repair_seconds(load_instance(data)) == math.inf
+    plan = solve(inst)
+    assert validate_plan(inst, plan).valid

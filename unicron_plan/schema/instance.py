@@ -58,6 +58,8 @@ class Node(StrictModel):
             if g in seen:
                 raise ValueError(f"failed_gpus[{k}]: GPU index {g} is listed twice")
             seen.add(g)
+        if self.expected_repair_seconds is not None and not self.failed_gpus:
+            raise ValueError("expected_repair_seconds: the node has no failed GPU to repair")
         return self
 
 

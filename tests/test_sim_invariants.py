@@ -88,7 +88,8 @@ def _every_seed(stem: str, name: str, seeds: int, hours: float, max_nodes: int) 
         Engine(sc, events, make_policy(name, sc), mtbf, checks=True).run()
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "clairvoyant" else n
+                                  for n in sorted(POLICIES)])  # the reference re-plans uncached: slow runs only
 @pytest.mark.parametrize("stem", SHIPPED)
 def test_invariants_every_shipped_scenario_dense_20_seeds(stem, name):
     # Short and small enough for the default suite: 48 h, at most 16 nodes, 20 seeds (3 on a mixed fleet,

@@ -277,6 +277,12 @@ def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (i
                f"{st['wall_seconds']:.2f} s -> {path}", err=True)
 
 
+class Family(str, Enum):
+    jagged = "jagged"
+    near_linear = "near-linear"
+    min_counts = "min-counts"
+
+
 class CurveKind(str, Enum):
     synthetic = "synthetic"
     model = "model"
@@ -307,6 +313,10 @@ def generate(out: Path = typer.Argument(..., help="File to write."),
                                                    "adversarial kind (unicron_plan.tools.adversarial)."),
              scenario: bool = typer.Option(False, "--scenario", help="Write a scenario instead of an instance."),
              duration_hours: float = typer.Option(720.0, "--duration-hours", help="Scenario length."),
+             family: Optional[Family] = typer.Option(
+                 None, "--family", help="With --scenario: a scenario of this family, its job mix, failure rate "
+                                        "and repair mix drawn by --seed for --gpus (unicron_plan.tools.families; "
+                                        "the other shape options do not apply)."),
              name: Optional[str] = typer.Option(None, "--name"),
              quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress spinner on stderr.")):
     """Write a seeded instance (or scenario) drawn from the documented distributions (unicron_plan.tools.generate)."""
@@ -315,9 +325,19 @@ def generate(out: Path = typer.Argument(..., help="File to write."),
 
     kwargs = dict(gpus=gpus, jobs=jobs, gpus_per_node=gpus_per_node, nodes_per_rack=nodes_per_rack,
                   demand=demand, max_counts=max_counts, curves=curves.value, name=name)
+    if family is not None and not scenario:
+        from unicron_plan.errors import InvalidInstanceError
+
+        raise InvalidInstanceError("--family", "a family is a scenario family: add --scenario")
     with working(f"generating {out.name}", quiet):
-        doc = (generate_scenario(seed, duration_hours=duration_hours, **kwargs) if scenario
-               else generate_instance(seed, failed_nodes=failed_nodes, **kwargs))
+        if family is not None:
+            from unicron_plan.tools.families import family_scenario
+
+            doc = family_scenario(family.value, seed, gpus, duration_hours=duration_hours,
+                                  gpus_per_node=gpus_per_node, nodes_per_rack=nodes_per_rack)
+        else:
+            doc = (generate_scenario(seed, duration_hours=duration_hours, **kwargs) if scenario
+                   else generate_instance(seed, failed_nodes=failed_nodes, **kwargs))
     write_atomic(out, dumps(doc))
 
 

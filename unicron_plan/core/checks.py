@@ -146,6 +146,11 @@ def check_event(instance: Instance, nodes: dict | None = None) -> None:
         if (fg.node, fg.gpu) in seen_gpus:
             raise InvalidInstanceError(f"event.failed_gpus[{i}]", f"GPU {fg.gpu} of {fg.node!r} is listed twice")
         seen_gpus.add((fg.node, fg.gpu))
+    lost = set(ev.failed_nodes) | {fg.node for fg in ev.failed_gpus}
+    for nid in ev.expected_repair_seconds or {}:
+        if nid not in lost:
+            raise InvalidInstanceError("event.expected_repair_seconds",
+                                       f"node {nid!r} is not a node of failed_nodes or failed_gpus")
 
 
 def _check_job_constraints(instance: Instance, split: dict[str, dict[str, int]]) -> None:

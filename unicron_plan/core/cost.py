@@ -14,6 +14,17 @@ D_run, scaled by D_run / T_i so that every job's term is in the same units.
 ``"event"`` uses the cluster's D_run after an event that takes capacity away
 (a failure, a job arrival) and the job's own horizon after one that returns it
 (a repair, a job exit) or with no event.
+``"lifetime"`` values each change over the expected lifetime L_i of the job's new
+allocation: until one of its nodes fails or, after an event that takes capacity
+away, until that capacity returns from repair (R, known from the event or the
+fault data), when a job moved to another count is charged again. With
+q_i = P(the repair comes first) = exp(-lambda_i R):
+
+    G_i(y) = F_i(y) D_run - [changed] F_i(x) D_trans_i (D_run / L_i) - [changed, y != x] F_i(x) D_trans_i q_i (D_run / L_i)
+
+(the job returns to x at the repair and loses F_i(x) for D_trans_i then)
+
+(:func:`horizon_terms`; the last term's coefficient is ``d_repeat``, 0 for the other horizons).
 
 moved_i: the job keeps its count but not its previous per-node split
 (:func:`is_moved`); a move restarts the job, so it pays its transition.
@@ -27,6 +38,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from unicron_plan.faults import faultdata
 from unicron_plan.schema import Instance, Job
 
 
@@ -53,31 +65,100 @@ def job_horizon_after(horizon: str | None, event_kind: str | None) -> bool:
 
 
 def uses_job_horizon(instance: Instance) -> bool:
-    """:func:`job_horizon_after` for the instance's own horizon and event."""
-    return job_horizon_after(instance.cost.horizon, None if instance.event is None else instance.event.kind)
+    """Whether the instance's horizon scales any job's D_trans (:func:`job_horizon_after`, or ``"lifetime"``)."""
+    return instance.cost.horizon == "lifetime" or \
+        job_horizon_after(instance.cost.horizon, None if instance.event is None else instance.event.kind)
 
 
 _OWN_EVENT = object()
 
+#: Event kinds after which ``"lifetime"`` ends a change's value at the return of capacity under repair:
+#: they take capacity away (the re-plan re-divides what the repair will give back).
+TAKING_EVENTS = frozenset({"failure", "job_arrival"})
+
+
+def _kind(instance: Instance, event_kind) -> str | None:
+    return (None if instance.event is None else instance.event.kind) if event_kind is _OWN_EVENT else event_kind
+
+
+def pending_repair_seconds(instance: Instance, event_kind=_OWN_EVENT) -> float:
+    """R of the ``"lifetime"`` horizon: expected seconds until the capacity the re-plan re-divides returns.
+
+    After a failure: the earliest expected return among the nodes lost in it (the event's
+    ``expected_repair_seconds``, else ``cost.expected_repair_seconds``, else the fault data's mean repair).
+    After a job arrival: the earliest ``expected_repair_seconds`` among the nodes under repair (none
+    stated: infinite). After a repair, a job exit or no event: infinite (nothing given now is taken back
+    by a return). ``event_kind``: value it as after an event of that kind (the instance's own when it
+    is of that kind)."""
+    kind = _kind(instance, event_kind)
+    if kind not in TAKING_EVENTS:
+        return float("inf")
+    default = instance.cost.expected_repair_seconds or faultdata.REPAIR_MEAN_SECONDS
+    event = instance.event
+    if kind == "failure":
+        if event is None or event.kind != "failure":
+            return float(default)
+        given = event.expected_repair_seconds or {}
+        lost = list(event.failed_nodes) + [fg.node for fg in event.failed_gpus]
+        return float(min((given.get(n, default) for n in lost), default=default))
+    stated = [n.expected_repair_seconds for n in instance.cluster.nodes
+              if n.failed_gpus and n.expected_repair_seconds is not None]
+    return float(min(stated, default=float("inf")))
+
+
+def lifetime_terms(node_mtbf_hours: float, nodes_held: int, nodes_in_service: int,
+                   repair_seconds: float) -> tuple[float, float]:
+    """(D_run / L, q D_run / L) for an allocation on ``nodes_held`` nodes (at least one) whose own
+    failures come at rate lambda = nodes_held / MTBF and that a return after ``repair_seconds`` (R)
+    re-decides: L = E[min(Exp(lambda), R)] = (1 - exp(-lambda R)) / lambda and q = exp(-lambda R), the
+    chance the return comes first (R infinite: L = MTBF / nodes_held, q = 0, the job horizon)."""
+    mtbf = node_mtbf_hours * 3600.0
+    lam = max(nodes_held, 1) / mtbf
+    d_run = mtbf / max(nodes_in_service, 1)
+    if not np.isfinite(repair_seconds):
+        return d_run * lam, 0.0
+    x = lam * repair_seconds
+    scale = d_run * lam / -np.expm1(-x)
+    return float(scale), float(scale * np.exp(-x))
+
+
+def horizon_terms(instance: Instance, nodes_held: int, nodes_in_service: int, event_kind=_OWN_EVENT,
+                  repair_seconds: float | None = None) -> tuple[float, float]:
+    """(scale, repeat) of a job on ``nodes_held`` nodes: its D_trans is charged x scale, and a change to
+    another count also F(y) D_trans x repeat. ``"cluster"`` (and ``expected_run_seconds``): (1, 0);
+    ``"job"``: (nodes_held / H, 0) (T_i = node MTBF / nodes_held, at least one node; H at least 1);
+    ``"event"`` the one or the other by the kind of the instance's event, or of ``event_kind`` when
+    given (None: no event; :func:`job_horizon_after`); ``"lifetime"``: :func:`lifetime_terms` with
+    ``repair_seconds`` (default :func:`pending_repair_seconds`)."""
+    kind = _kind(instance, event_kind)
+    if instance.cost.horizon == "lifetime":
+        if repair_seconds is None:
+            repair_seconds = pending_repair_seconds(instance, kind)
+        return lifetime_terms(instance.cost.node_mtbf_hours, nodes_held, nodes_in_service, repair_seconds)
+    if not job_horizon_after(instance.cost.horizon, kind):
+        return 1.0, 0.0
+    return max(nodes_held, 1) / max(nodes_in_service, 1), 0.0
+
 
 def horizon_scale(instance: Instance, nodes_held: int, nodes_in_service: int, event_kind=_OWN_EVENT) -> float:
-    """D_run / T_i for a job on ``nodes_held`` nodes: 1 for the cluster horizon (the default, and always
-    with ``expected_run_seconds``); nodes_held / H for ``cost.horizon: "job"`` (T_i = node MTBF / nodes_held,
-    at least one node; H at least 1); for ``"event"`` the one or the other by the kind of the instance's
-    event, or of ``event_kind`` when given (None: no event; :func:`job_horizon_after`)."""
-    kind = (None if instance.event is None else instance.event.kind) if event_kind is _OWN_EVENT else event_kind
-    if not job_horizon_after(instance.cost.horizon, kind):
-        return 1.0
-    return max(nodes_held, 1) / max(nodes_in_service, 1)
+    """D_run / T_i for a job on ``nodes_held`` nodes: the scale of :func:`horizon_terms`."""
+    return horizon_terms(instance, nodes_held, nodes_in_service, event_kind)[0]
+
+
+def job_transition_terms(instance: Instance, job: Job, split: dict[str, int], nodes_in_service: int,
+                         event_kind=_OWN_EVENT, repair_seconds: float | None = None) -> tuple[float, float]:
+    """(d_trans, d_repeat) the objective charges ``job`` (previous per-node split ``split``): its D_trans
+    (:func:`d_trans_seconds`) x each of :func:`horizon_terms` of the nodes it holds."""
+    held = len(split) - list(split.values()).count(0)
+    scale, repeat = horizon_terms(instance, held, nodes_in_service, event_kind, repair_seconds)
+    d = d_trans_seconds(instance, job)
+    return d * scale, d * repeat
 
 
 def job_transition_seconds(instance: Instance, job: Job, split: dict[str, int], nodes_in_service: int,
                            event_kind=_OWN_EVENT) -> float:
-    """The D_trans the objective charges ``job`` (previous per-node split ``split``): its D_trans
-    (:func:`d_trans_seconds`) x :func:`horizon_scale` of the nodes it holds (after the instance's event,
-    or after an event of ``event_kind`` when given)."""
-    held = len(split) - list(split.values()).count(0)
-    return d_trans_seconds(instance, job) * horizon_scale(instance, held, nodes_in_service, event_kind)
+    """The D_trans the objective charges ``job``: the first of :func:`job_transition_terms`."""
+    return job_transition_terms(instance, job, split, nodes_in_service, event_kind)[0]
 
 
 def d_trans_seconds(instance: Instance, job: Job) -> float:
@@ -138,7 +219,24 @@ def is_changed(y: int | np.ndarray, x: int, hit: bool, exiting: bool = False,
     return bool((y != x or hit or moved) and not exiting)
 
 
+def repeat_penalty(f_x: float, y: int | np.ndarray, x: int, d_repeat: float,
+                   changed: bool | np.ndarray) -> float | np.ndarray:
+    """The transition charged again when the return of repaired capacity moves a job that changed to
+    another count back to x: [changed and y != x] * F(x) * d_repeat (0 unless ``cost.horizon`` is
+    ``"lifetime"``)."""
+    if isinstance(changed, np.ndarray) or isinstance(y, np.ndarray):
+        return np.where(np.logical_and(changed, np.asarray(y) != x), f_x * d_repeat, 0.0)
+    return f_x * d_repeat if changed and y != x else 0.0
+
+
+def charged(y, x: int, f_x: float, d_trans: float, d_repeat: float, changed):
+    """Everything a plan charges a job for its transitions: :func:`transition_penalty` + :func:`repeat_penalty`."""
+    out = transition_penalty(f_x, d_trans, changed)
+    return out + repeat_penalty(f_x, y, x, d_repeat, changed) if d_repeat else out
+
+
 def gain(f_y: float | np.ndarray, y: int | np.ndarray, x: int, f_x: float, hit: bool,
-         d_run: float, d_trans: float, exiting: bool = False, moved: bool = False) -> float | np.ndarray:
-    """G_i(y) = F_i(y) * D_run - [changed] * F_i(x) * D_trans (vectorised over y)."""
-    return f_y * d_run - transition_penalty(f_x, d_trans, is_changed(y, x, hit, exiting, moved))
+         d_run: float, d_trans: float, exiting: bool = False, moved: bool = False,
+         d_repeat: float = 0.0) -> float | np.ndarray:
+    """G_i(y) = F_i(y) * D_run - [changed] * F_i(x) * D_trans - [changed, y != x] F_i(x) d_repeat (vectorised over y)."""
+    return f_y * d_run - charged(y, x, f_x, d_trans, d_repeat, is_changed(y, x, hit, exiting, moved))

@@ -47,6 +47,7 @@ class JobTerms:
     min_gain_fraction: float | None = None
     exiting: bool = False  # leaves in a job_exit event: only y = 0, G = 0
     off_type: bool = False  # the terms on another GPU type than the job's current one: every count is a change
+    d_repeat: float = 0.0  # "lifetime" horizon: a change to another count is charged F(x) x d_repeat more
 
     def f_of(self, y: int) -> float:
         """F(y) of this job (0 for y = 0)."""
@@ -55,7 +56,7 @@ class JobTerms:
     def gain_of(self, y: int, moved: bool = False) -> float:
         """G(y) of this job (``moved``: it keeps its count on another split, and pays for it)."""
         return float(cost.gain(self.f_of(y), y, self.x, self.f_x, self.hit, self.d_run, self.d_trans,
-                               self.exiting, moved or self.off_type))
+                               self.exiting, moved or self.off_type, self.d_repeat))
 
 
 @dataclass
@@ -304,7 +305,7 @@ def add_alternatives(problem: Problem, type_tables, type_layouts) -> Problem:
             counts = np.asarray([0] + keys, dtype=np.int64)
             f = np.concatenate([np.zeros(1), np.asarray(cost.waf(job.weight, np.asarray(
                 [table[c] for c in keys], dtype=float)), dtype=float).reshape(len(keys))])
-            gains = f * problem.d_run - penalty
+            gains = f * problem.d_run - penalty - cost.repeat_penalty(jt.f_x, counts, jt.x, jt.d_repeat, True)
             if not np.isfinite(gains).all():
                 raise InvalidInstanceError(f"jobs[{jt.index}].throughput.by_type.{t}",
                                            f"weight {job.weight} x TFLOP/s x D_run {problem.d_run} s overflows "
@@ -405,16 +406,23 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
         job = instance.jobs[i]
         f_x[i] = float(cost.waf(job.weight, tables[job.id][x_list[i]]))
     f_x = f_x.tolist()
+    d_repeat = [0.0] * m
     if cost.uses_job_horizon(instance):  # each job's D_trans scaled by its horizon (docs/model.md)
         h = state.nodes_in_service()
-        d_trans = [cost.job_transition_seconds(instance, job, state.previous.get(job.id, {}), h)
-                   for job in instance.jobs]
+        repair = cost.pending_repair_seconds(instance) if instance.cost.horizon == "lifetime" else None
+        terms = [cost.job_transition_terms(instance, job, state.previous.get(job.id, {}), h, repair_seconds=repair)
+                 for job in instance.jobs]
+        d_trans, d_repeat = [t[0] for t in terms], [t[1] for t in terms]
     else:
         d_trans = [cost.d_trans_seconds(instance, job) for job in instance.jobs]
     pen = [a * b for a, b in zip(f_x, d_trans)]
     # G(y) = F(y) D_run - [changed] F(x) D_trans with changed = (y != x or hit), never for a leaving job
-    changed = ((flat.counts != np.repeat(xs, sizes)) | np.repeat(hit, sizes)) & ~np.repeat(exiting, sizes)
+    resized = flat.counts != np.repeat(xs, sizes)
+    changed = (resized | np.repeat(hit, sizes)) & ~np.repeat(exiting, sizes)
     gains_all = flat.f * d_run - np.where(changed, np.repeat(np.asarray(pen, dtype=float), sizes), 0.0)
+    if any(d_repeat):  # "lifetime": a change to another count is charged again at the return (cost.gain)
+        again = np.asarray(f_x, dtype=float) * np.asarray(d_repeat, dtype=float)
+        gains_all -= np.where(changed & resized, np.repeat(again, sizes), 0.0)
     # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job);
     # a job is bad when a gain of that prefix overflows (reduceat needs at least one job)
     fits = bad = np.zeros(0, dtype=np.int64)
@@ -448,7 +456,7 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
                              tables[ids[i]], counts, f, gains, layouts.get(ids[i], {}), d_run,
                              tp=tp or 1, pinned=bool(pinned) and not exits, max_nodes=job.max_nodes,
                              same_rack=bool(job.same_rack), min_gain_fraction=None if exits else min_gain,
-                             exiting=exits))
+                             exiting=exits, d_repeat=d_repeat[i]))
     limit = instance.max_changed_jobs
     if limit is not None:
         limit = min(limit, len(jobs))  # a larger limit binds nothing (and must not overflow a solver)

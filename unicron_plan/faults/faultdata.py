@@ -8,6 +8,8 @@ this package's choice, kept small and named so they can be changed in one place.
 
 from __future__ import annotations
 
+import math
+
 # --- Unicron (arXiv 2401.00134), Table 1 (failures.md): error kind -> (severity, detection method) ---
 # Detection methods: node health (heartbeat), process supervision, exception propagation, and
 # online statistical monitoring of iteration time.
@@ -89,3 +91,6 @@ META_RSC_FAILURES_PER_1000_NODE_DAYS = (6.50, 2.34)
 # and log-sigma 1.0 (ASSUMPTION within that range); LANL: repair times fit a lognormal.
 REPAIR_MEDIAN_HOURS = 12.0
 REPAIR_SIGMA = 1.0
+# Its mean, median x exp(sigma^2 / 2) = 19.8 h: the expected repair the "lifetime" horizon assumes
+# for a failed node when the event gives no estimate (docs/model.md).
+REPAIR_MEAN_SECONDS = REPAIR_MEDIAN_HOURS * 3600.0 * math.exp(REPAIR_SIGMA ** 2 / 2)

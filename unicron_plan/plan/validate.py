@@ -62,6 +62,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
         tables, state, *more = derived
         type_tables = more[0] if more else None
     d_run = cost.d_run_seconds(instance, state.nodes_in_service())
+    repair = cost.pending_repair_seconds(instance) if instance.cost.horizon == "lifetime" else None
     problems: list[str] = []
     bad = problems.append
     if plan.instance != instance.name:
@@ -154,11 +155,11 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
             bad(f"{where}: action {pj.action!r}, expected {expected_action!r}")
         f_x = 0.0 if x == 0 else cost.waf(job.weight, table[x])
         f_y = 0.0 if y == 0 else cost.waf(job.weight, table_y[y])
-        d_trans = cost.job_transition_seconds(instance, job, state.previous.get(job.id, {}),
-                                              state.nodes_in_service())
+        d_trans, d_repeat = cost.job_transition_terms(instance, job, state.previous.get(job.id, {}),
+                                                      state.nodes_in_service(), repair_seconds=repair)
         changed = cost.is_changed(y, x, hit, exiting, moved)
-        penalty = cost.transition_penalty(f_x, d_trans, changed)
-        g = cost.gain(f_y, y, x, f_x, hit, d_run, d_trans, exiting, moved)
+        penalty = cost.charged(y, x, f_x, d_trans, d_repeat, changed)
+        g = cost.gain(f_y, y, x, f_x, hit, d_run, d_trans, exiting, moved, d_repeat)
         if not _close(pj.waf_tflops, f_y):
             bad(f"{where}: waf_tflops {pj.waf_tflops} != {f_y}")
         if not _close(pj.transition_penalty, penalty):

@@ -31,6 +31,10 @@ class GpuType(StrictModel):
     inter_node_gbps: float = Field(gt=0, description="Network bandwidth per GPU, GB/s.")
 
 
+#: The longest repair time an instance may state (ten years, in seconds).
+MAX_REPAIR_SECONDS = 10 * 365 * 86400.0
+
+
 class Node(StrictModel):
     """A server with `gpus` GPUs of one type."""
 
@@ -40,6 +44,10 @@ class Node(StrictModel):
     failed_gpus: list[int] = Field(default_factory=list,
                                    description="GPU indices already failed before the event.")
     rack: Optional[str] = Field(default=None, description="Rack name; a node without one is a rack of its own.")
+    expected_repair_seconds: Optional[float] = Field(
+        default=None, gt=0, le=MAX_REPAIR_SECONDS,
+        description="A node with failed GPUs whose repair is under way: the expected seconds until it returns "
+                    "(read by cost.horizon 'lifetime' after a job arrival; docs/model.md).")
 
     @model_validator(mode="after")
     def _failed_indices_in_range(self) -> "Node":
@@ -50,6 +58,8 @@ class Node(StrictModel):
             if g in seen:
                 raise ValueError(f"failed_gpus[{k}]: GPU index {g} is listed twice")
             seen.add(g)
+        if self.expected_repair_seconds is not None and not self.failed_gpus:
+            raise ValueError("expected_repair_seconds: the node has no failed GPU to repair")
         return self
 
 
@@ -399,6 +409,11 @@ class Event(StrictModel):
     kind: Literal["failure"] = Field(description="The event's kind: failure.")
     failed_nodes: list[str] = Field(default_factory=list, description="Nodes that lose every GPU, each once.")
     failed_gpus: list[FailedGpu] = Field(default_factory=list, description="Single GPUs that fail, each once.")
+    expected_repair_seconds: Optional[dict[str, Annotated[float, Field(gt=0, le=MAX_REPAIR_SECONDS)]]] = Field(
+        default=None, max_length=100_000,
+        description="Expected seconds until each failed node returns, by node id (a node of failed_nodes or of "
+                    "failed_gpus); read by cost.horizon 'lifetime' (docs/model.md). A node not listed gets "
+                    "cost.expected_repair_seconds.")
 
 
 # --- Event kinds beyond "failure". The discriminator is `kind`. ---
@@ -445,15 +460,22 @@ class Cost(StrictModel):
                     "or expected_run_seconds.")
     default_transition_seconds: Optional[float] = Field(default=None, ge=0,
         description="D_trans of jobs without transition_seconds (>= 0).")
-    horizon: Optional[Literal["cluster", "job", "event"]] = Field(
+    horizon: Optional[Literal["cluster", "job", "event", "lifetime"]] = Field(
         default=None,
         description="How long a plan's choice for a job is valued against its transition (docs/model.md, "
                     "'Planning horizon'): 'cluster' (the default here, Unicron's objective) the expected time "
                     "to the next failure anywhere in the cluster, D_run, for every job; 'job' the expected "
                     "time to the next failure of the job's own nodes, node MTBF / nodes held, which scales "
                     "the job's transition penalty by nodes held / H; 'event' 'cluster' after a failure or a "
-                    "job arrival, 'job' after a repair, a job exit or with no event. 'job' and 'event' need "
-                    "node_mtbf_hours.")
+                    "job arrival, 'job' after a repair, a job exit or with no event; 'lifetime' the expected "
+                    "time the job's new allocation lasts: until its own nodes fail or, after a failure or a "
+                    "job arrival, until the capacity under repair returns (when the change is charged again). "
+                    "'job', 'event' and 'lifetime' need node_mtbf_hours.")
+    expected_repair_seconds: Optional[float] = Field(
+        default=None, gt=0, le=MAX_REPAIR_SECONDS,
+        description="Expected seconds until a node that fails in the event returns, when the event gives "
+                    "none for it (cost.horizon 'lifetime'; default: the mean of the fault data's repair "
+                    "time, 71,225 s).")
     derive_transition_seconds: bool = Field(
         default=False,
         description="When true, jobs that name a model and give no transition_seconds get D_trans from "
@@ -464,7 +486,7 @@ class Cost(StrictModel):
     def _exactly_one_horizon(self) -> "Cost":
         if (self.expected_run_seconds is None) == (self.node_mtbf_hours is None):
             raise ValueError("give exactly one of 'expected_run_seconds' or 'node_mtbf_hours'")
-        if self.horizon in ("job", "event") and self.node_mtbf_hours is None:
+        if self.horizon in ("job", "event", "lifetime") and self.node_mtbf_hours is None:
             raise ValueError(f"horizon {self.horizon!r} needs node_mtbf_hours (expected_run_seconds is one "
                              "horizon for every job)")
         return self

@@ -143,7 +143,7 @@ class ScenarioCost(StrictModel):
     node_mtbf_hours: Optional[float] = Field(
         default=None, gt=0, description="Node MTBF the unicron policy uses for D_run; default "
                                         "failures.node_mtbf_hours, or for a trace its observed rate.")
-    horizon: Optional[Literal["cluster", "job", "event"]] = Field(
+    horizon: Optional[Literal["cluster", "job", "event", "lifetime"]] = Field(
         default=None, description="The unicron policy's planning horizon (instance cost.horizon, "
                                   "docs/model.md); absent: the simulator's default, 'event'.")
 

@@ -36,7 +36,10 @@ down-scaled by hand after a timeout (``manual_downscale_after_hours``).
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -61,7 +64,7 @@ def packaged_models() -> PolicyModels:
 
 
 #: Policies that take another policy's constants (and its scenario overrides, then their own).
-MODEL_OF = {"type-bound": "unicron"}
+MODEL_OF = {"type-bound": "unicron", "clairvoyant": "unicron"}
 
 
 def policy_model(name: str, scenario: Scenario | None = None) -> PolicyModel:
@@ -117,6 +120,19 @@ class Policy:
 
     def on_timer(self, eng: Engine, payload) -> None:
         """A time the policy scheduled with ``eng.push(time, "timer", payload)`` has come."""
+
+
+def mean_repair_seconds(failures) -> float:
+    """The mean of a failure model's node repair time (lognormal: median x exp(sigma^2 / 2); a mix: the
+    mean of its two kinds by their shares): what the ``"lifetime"`` planner expects of a failed node."""
+    def mean(r) -> float:
+        return r.median * 3600.0 * math.exp(r.sigma ** 2 / 2)
+    if failures.repair is not None:
+        mix = failures.repair
+        return mix.automatic_fraction * mean(mix.automatic_hours) + (1 - mix.automatic_fraction) * mean(mix.manual_hours)
+    if failures.repair_hours is not None:
+        return mean(failures.repair_hours)
+    return faultdata.REPAIR_MEAN_SECONDS
 
 
 def lost_since_checkpoint(model: PolicyModel, job: JobRun, t_fail: float) -> float:
@@ -209,6 +225,8 @@ class PlannerPolicy(Policy):
             from unicron_plan.schema import Instance
 
             cost = {"node_mtbf_hours": eng.mtbf_hours, "horizon": eng.scenario.cost.horizon or DEFAULT_HORIZON}
+            if cost["horizon"] == "lifetime" and eng.scenario.failures is not None:
+                cost["expected_repair_seconds"] = mean_repair_seconds(eng.scenario.failures)
             if eng.scenario.cost.default_transition_seconds is not None:
                 cost["default_transition_seconds"] = eng.scenario.cost.default_transition_seconds
             self._base_instance = Instance.model_validate({
@@ -438,6 +456,75 @@ class UnicronPolicy(PlannerPolicy):
 
         raw = solve(problem)
         return raw.counts, raw.types or {}
+
+
+class ClairvoyantPolicy(UnicronPolicy):
+    """A reference, not a planner one can run: unicron whose every job's change is valued over the
+    lifetime it will actually have, read from the run's own future events (simulator only).
+
+    At a re-plan at time t, job i's allocation lasts L_i = min(T_i, R, end - t): T_i the time to the
+    next SEV1 failure of a node it holds, R (after a failure) the time until the failed node's repair,
+    which re-decides the plan; the change is charged again at that return when it comes first. These
+    replace the expectations of ``"lifetime"`` (docs/model.md): the same objective with the future known
+    (on a mixed fleet, one lifetime per job on every GPU type).
+    """
+
+    name = "clairvoyant"
+
+    def __init__(self, model: PolicyModel | None = None):
+        super().__init__(model)
+        self._future = None  # node -> (SEV1 failure times, repair times), ascending
+        self._now = (None, None)
+
+    def _times(self, eng: Engine):
+        if self._future is None:
+            fut: dict[str, tuple[list, list]] = {}
+            for ev in eng.events:
+                if ev.kind == "failure" and ev.severity != "sev1":
+                    continue
+                fut.setdefault(ev.node, ([], []))[ev.kind == "repair"].append(ev.time)
+            self._future = fut
+        return self._future
+
+    def _next(self, eng: Engine, node: str, which: int) -> float:
+        times = self._times(eng).get(node, ([], []))[which]
+        k = bisect.bisect_right(times, eng.t)
+        return times[k] - eng.t if k < len(times) else math.inf
+
+    def replan(self, eng: Engine, failed: str | None, repaired: str | None, charge: bool) -> None:
+        self._eng, self._now = eng, (failed, repaired)
+        self._cache.clear()  # the future differs at every re-plan
+        super().replan(eng, failed, repaired, charge)
+
+    def choose(self, problem) -> dict[str, int]:
+        return super().choose(self.known_future(problem))
+
+    def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
+        return super().choose_types(self.known_future(problem))
+
+    def known_future(self, problem):
+        """``problem`` with each job's transition terms from its known lifetime."""
+        from unicron_plan.core import cost
+
+        eng, (failed, _) = self._eng, self._now
+        end = eng.horizon - eng.t
+        repair = self._next(eng, failed, 1) if failed is not None else math.inf
+        def recost(j, d: float, d_repeat: float):
+            gains = cost.gain(j.f, j.counts, j.x, j.f_x, j.hit, problem.d_run, d, j.exiting, j.off_type, d_repeat)
+            return dataclasses.replace(j, d_trans=d, d_repeat=d_repeat, gains=np.asarray(gains, dtype=float))
+
+        jobs, alternatives = [], {}
+        for j in problem.jobs:
+            held = problem.state.previous.get(j.id, {})
+            own = min((self._next(eng, n, 0) for n, g in held.items() if g > 0), default=math.inf)
+            life = max(min(own, repair, end), 1.0)
+            again = repair < min(own, end)
+            d = cost.d_trans_seconds(problem.instance, problem.instance.jobs[j.index]) * problem.d_run / life
+            d_repeat = d if again else 0.0
+            jobs.append(recost(j, d, d_repeat))
+            if j.id in problem.alternatives:  # mixed fleets: the same lifetime on every type
+                alternatives[j.id] = [recost(a, d, d_repeat) for a in problem.alternatives[j.id]]
+        return dataclasses.replace(problem, jobs=jobs, alternatives=alternatives)
 
 
 class TypeBoundPolicy(UnicronPolicy):
@@ -868,7 +955,7 @@ class BambooPolicy(OobleckPolicy):
 
 POLICIES: dict[str, type[Policy]] = {
     p.name: p for p in (UnicronPolicy, MegatronPolicy, OobleckPolicy, GreedyPolicy, EqualSharePolicy,
-                        VarunaPolicy, BambooPolicy, TypeBoundPolicy)
+                        VarunaPolicy, BambooPolicy, TypeBoundPolicy, ClairvoyantPolicy)
 }
 
 

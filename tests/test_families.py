@@ -1,0 +1,100 @@
+"""Scenario families (unicron_plan/tools/families.py) and the simulator's lifetime and clairvoyant planners."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from unicron_plan.cli import app
+from unicron_plan.io import dumps
+from unicron_plan.simulate.engine import Engine
+from unicron_plan.simulate.policies import make_policy, mean_repair_seconds
+from unicron_plan.simulate.run import load_scenario, simulate
+from unicron_plan.simulate.trace import draw_events, planning_mtbf_hours
+from unicron_plan.tools.families import FAMILIES, family_scenario
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_scenario_is_seeded_valid_and_within_its_ranges(family):
+    a = family_scenario(family, 3, 1024)
+    assert dumps(a) == dumps(family_scenario(family, 3, 1024))
+    assert dumps(a) != dumps(family_scenario(family, 4, 1024))
+    load_scenario(a)
+    f = a["failures"]
+    assert 1000.0 <= f["node_mtbf_hours"] <= 6332.5
+    assert f.get("weibull_shape") in (None, 0.7, 1.5)
+    medians = [f["repair_hours"]["median"]] if "repair_hours" in f else \
+        [f["repair"]["automatic_hours"]["median"], f["repair"]["manual_hours"]["median"]]
+    assert all(5 / 60 - 1e-3 <= m <= 24.0 for m in medians)
+    held = sum(j["current"]["gpus"] for j in a["jobs"])
+    assert 0 < held <= 1024
+    for job in a["jobs"]:
+        assert 60.0 <= job["transition_seconds"] <= 1000.0 and job["weight"] in (1.0, 1.5, 2.0)
+        counts = job["throughput"]["compact"]["counts"]
+        assert counts == sorted(counts) and len(counts) <= 64
+        if family == "min-counts":
+            assert all(c % counts[0] == 0 for c in counts) and counts[0] >= 32
+
+
+def test_families_draw_every_kind_of_failure_and_repair_model():
+    seen = set()
+    for seed in range(40):
+        f = family_scenario("jagged", seed, 1024)["failures"]
+        seen.add(("weibull" if "weibull_shape" in f else "exponential", "mix" if "repair" in f else "single"))
+    assert seen == {(a, b) for a in ("weibull", "exponential") for b in ("mix", "single")}
+
+
+def test_cli_generate_family(tmp_path):
+    out = tmp_path / "s.json"
+    r = CliRunner().invoke(app, ["generate", str(out), "--scenario", "--family", "near-linear", "--gpus", "1024",
+                                 "--seed", "2", "-q"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(out.read_text()) == json.loads(dumps(family_scenario("near-linear", 2, 1024)))
+    r = CliRunner().invoke(app, ["generate", str(out), "--family", "near-linear"])
+    assert r.exit_code == 2 and "--scenario" in r.output
+
+
+def test_the_lifetime_planner_expects_the_mean_of_the_repair_model():
+    f = load_scenario(family_scenario("jagged", 1, 1024)).failures
+    if f.repair_hours is not None:
+        expected = f.repair_hours.median * 3600 * np.exp(f.repair_hours.sigma ** 2 / 2)
+    else:
+        m = f.repair
+        expected = sum(share * r.median * 3600 * np.exp(r.sigma ** 2 / 2) for share, r in
+                       ((m.automatic_fraction, m.automatic_hours), (1 - m.automatic_fraction, m.manual_hours)))
+    assert mean_repair_seconds(f) == pytest.approx(expected)
+    # the draws agree with it (lognormal means, 20,000 draws: within 5%)
+    rng = np.random.default_rng(0)
+    from unicron_plan.simulate.trace import _repair_hours
+    drawn = np.mean([_repair_hours(f.repair_hours, f.repair, rng) for _ in range(20_000)]) * 3600
+    assert drawn == pytest.approx(expected, rel=0.05)
+
+
+def test_lifetime_and_clairvoyant_plans_keep_the_engine_invariants():
+    data = family_scenario("min-counts", 1, 1024, duration_hours=240.0)
+    data["cost"] = {"horizon": "lifetime"}
+    scenario = load_scenario(data)
+    events = draw_events(scenario, np.random.default_rng(1))
+    assert any(e.kind == "repair" for e in events)
+    for name in ("unicron", "clairvoyant"):
+        result = Engine(scenario, events, make_policy(name, scenario), planning_mtbf_hours(scenario),
+                        checks=True).run()
+        assert result["weighted_tflop"] > 0
+
+
+def test_the_clairvoyant_reads_the_runs_future():
+    data = family_scenario("jagged", 7, 1024, duration_hours=240.0)
+    out = simulate(load_scenario(data), ["clairvoyant", "unicron"], 7)
+    c, u = (out["policies"][p]["weighted_tflop"] for p in ("clairvoyant", "unicron"))
+    assert c > 0 and u > 0
+    policy = make_policy("clairvoyant")
+    scenario = load_scenario(data)
+    events = draw_events(scenario, np.random.default_rng(7))
+    eng = Engine(scenario, events, policy, planning_mtbf_hours(scenario))
+    node = next(e.node for e in events if e.kind == "repair")
+    fail = next(e.time for e in events if e.node == node and e.kind == "failure" and e.severity == "sev1")
+    back = next(e.time for e in events if e.node == node and e.kind == "repair" and e.time > fail)
+    eng.t = fail
+    assert policy._next(eng, node, 1) == pytest.approx(back - fail)
+    assert policy._next(eng, node, 0) > 0

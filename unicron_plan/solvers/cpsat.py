@@ -71,20 +71,30 @@ def scale_of(model: ipmodel.Formulation) -> tuple[float, float]:
     return s, err
 
 
+#: Terms (variables, row coefficients, objective terms, hints) added to a CpModel between two looks
+#: at the deadline: a few milliseconds of work.
+BUILD_CHECK_TERMS = 4096
+
+
 def build_cp(model: ipmodel.Formulation, scale: float, deadline: float | None = None):
-    """Phase 1: the neutral model as a CpModel with the scaled objective; returns (model, variables).
-    Raises DeadlineReached when ``deadline`` passes on the way."""
+    """Phase 1: the neutral model as a CpModel with the scaled objective, hinted with the model's
+    start (:meth:`ipmodel.Formulation.start_values`); returns (model, variables). Looks at
+    ``deadline`` every BUILD_CHECK_TERMS terms of every part (variables, rows, objective, hints)
+    and raises DeadlineReached once it has passed."""
     from ortools.sat.python import cp_model
 
     cp = cp_model.CpModel()
     xs = []
     for k, (name, lo, hi) in enumerate(zip(model.names, model.lb, model.ub)):
-        if k % 4096 == 0:
+        if k % BUILD_CHECK_TERMS == 0:
             check_deadline(deadline)
         xs.append(cp.new_int_var(lo, hi, name))
-    for k, r in enumerate(model.rows):
-        if k % 512 == 0:
+    done = 0  # row terms added since the last look at the deadline
+    for r in model.rows:
+        done += len(r.coefs) + 1
+        if done >= BUILD_CHECK_TERMS:
             check_deadline(deadline)
+            done = 0
         expr = cp_model.LinearExpr.weighted_sum([xs[v] for v in r.coefs], list(r.coefs.values()))
         if r.lo is not None and r.lo == r.hi:
             cp.add(expr == r.lo)
@@ -93,20 +103,23 @@ def build_cp(model: ipmodel.Formulation, scale: float, deadline: float | None = 
                 cp.add(expr >= r.lo)
             if r.hi is not None:
                 cp.add(expr <= r.hi)
+    check_deadline(deadline)
     terms = [(xs[v], int(round(g * scale))) for v, g in model.objective.items()]
+    check_deadline(deadline)
     cp.maximize(cp_model.LinearExpr.weighted_sum([t[0] for t in terms], [t[1] for t in terms]))
-    for v, val in enumerate(model.hint_values()):
+    for v, val in enumerate(model.start_values()):
+        if v % BUILD_CHECK_TERMS == 0:
+            check_deadline(deadline)
         cp.add_hint(xs[v], val)
+    check_deadline(deadline)
     return cp, xs
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
     """Solve with CP-SAT (time limit and workers from ``options``)."""
-    from unicron_plan.solvers.milp import extract
-
     import time
 
-    from unicron_plan.solvers.milp import fallback
+    from unicron_plan.solvers.milp import extract, fallback, seed
 
     if problem.alternatives:  # mixed fleets: solvers/mixed_ip.py (routed by get_solver)
         raise SolverUnavailableError("mixed GPU types go through solvers.get_solver (or solvers.mixed / solvers.mixed_ip)")
@@ -116,8 +129,9 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
         model = ipmodel.build(problem, deadline=options.deadline)
     except DeadlineReached:
         return fallback(problem, options, {})
+    relaxed = seed(problem, model, options.deadline)
     result, values, info = run(model, options)
-    raw = extract(problem, model, result, values, info, options.deadline)
+    raw = extract(problem, model, result, values, info, options.deadline, relaxed)
     if raw.solution == "optimal" and result["termination"] == "optimal" and not _close(raw.bound, raw.objective):
         # Optimal for the scaled objective, but the rounding error leaves a visible gap.
         raw.solution = "feasible"

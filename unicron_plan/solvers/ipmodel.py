@@ -56,6 +56,9 @@ class Formulation:
     b: dict[tuple[int, str], int] = field(default_factory=dict)  # (job index, node id) -> var
     w: dict[int, int] = field(default_factory=dict)  # job index -> var: moved at its own count
     hint: dict[int, int] = field(default_factory=dict)  # a feasible solution (keep or suspend)
+    #: A feasible solution from an exact solver (the DP's or the mixed solver's plan), as values:
+    #: engines start from it, and extraction never returns a plan worse than it.
+    start: list[int] | None = None
     _csr: tuple | None = field(default=None, repr=False)
 
     def var(self, name: str, lb: int, ub: int) -> int:
@@ -129,6 +132,10 @@ class Formulation:
         for v, val in self.hint.items():
             out[v] = val
         return out
+
+    def start_values(self) -> list[int]:
+        """The values an engine starts from: :attr:`start` when set, else the hint."""
+        return self.start if self.start is not None else self.hint_values()
 
     def stats(self) -> dict[str, int]:
         """Size of the model, for SolverInfo.options."""

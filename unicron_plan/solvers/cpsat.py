@@ -129,9 +129,15 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
         model = ipmodel.build(problem, deadline=options.deadline)
     except DeadlineReached:
         return fallback(problem, options, {})
+    built = time.perf_counter()
     relaxed = seed(problem, model, options.deadline)
+    seeded = time.perf_counter()
     result, values, info = run(model, options)
+    ran = time.perf_counter()
     raw = extract(problem, model, result, values, info, options.deadline, relaxed)
+    phases = {"model": round(built - started, 4), "start": round(seeded - built, 4),
+              "extract": round(time.perf_counter() - ran, 4)}  # build and engine: cpsat.run's
+    raw.options.update({f"{name}_seconds": t for name, t in phases.items() if t is not None})
     if raw.solution == "optimal" and result["termination"] == "optimal" and not _close(raw.bound, raw.objective):
         # Optimal for the scaled objective, but the rounding error leaves a visible gap.
         raw.solution = "feasible"
@@ -147,10 +153,14 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
         return not_started, None, {**info, "cpsat_status": "not started: too little time left to load OR-Tools"}
     from ortools.sat.python import cp_model
 
+    import time
+
+    copying = time.perf_counter()
     try:
         cp, xs = build_cp(model, scale, options.deadline)
     except DeadlineReached:
         cp = None
+    info["build_seconds"] = round(time.perf_counter() - copying, 4)
     options = options.for_engine(extract_cpu_seconds(model))
     if cp is None or options.expired():  # never started after the deadline
         return not_started, None, {**info, "cpsat_status": "not started: the deadline had passed"}
@@ -164,11 +174,13 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
         timer.start()
     if options.threads is not None:
         solver.parameters.num_workers = int(options.threads)
+    solving = time.perf_counter()
     try:
         status = solver.solve(cp)
     finally:
         if timer is not None:
             timer.cancel()
+    info["engine_seconds"] = round(time.perf_counter() - solving, 4)
     has_solution = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     if status == cp_model.OPTIMAL:
         termination = "optimal"

@@ -343,9 +343,15 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str =
         model = ipmodel.build(problem, deadline=options.deadline)
     except DeadlineReached:
         return fallback(problem, options, {"backend": backend})
+    built = time.perf_counter()
     relaxed = seed(problem, model, options.deadline)
+    seeded = time.perf_counter()
     result, values = run(model, options, backend)
+    ran = time.perf_counter()
     raw = extract(problem, model, result, values, {"backend": backend, **model.stats()}, options.deadline, relaxed)
+    phases = {"model": round(built - started, 4), "start": round(seeded - built, 4),
+              "copy_and_engine": round(ran - seeded, 4), "extract": round(time.perf_counter() - ran, 4)}
+    raw.options.update({f"{name}_seconds": t for name, t in phases.items() if t is not None})
     if backend == "cbc":
         raw = _confirm_cbc(problem, model, raw, options, started, relaxed)
     return ipmodel.replace_migration_aware(problem, raw, lambda m, o: run(m, o, backend)[1], options, started)

@@ -203,3 +203,31 @@ def test_cpsat_build_looks_at_the_deadline_every_few_thousand_terms(monkeypatch)
     gaps = np.diff([0] + looks)
     assert looks[-1] == total
     assert gaps.max() <= cpsat.BUILD_CHECK_TERMS + 2 * widest_row + 2, (gaps.max(), widest_row)
+
+
+def test_a_cpsat_run_that_ignores_its_stop_request_is_abandoned_at_the_deadline(monkeypatch):
+    """CP-SAT answered its stop request seconds late on a loaded machine: such a run is left behind
+    shortly after the deadline and the answer comes from the start."""
+    import threading
+    import time
+
+    from ortools.sat.python import cp_model
+
+    release = threading.Event()
+
+    def stuck(self, model, *args, **kwargs):
+        release.wait(60)  # a run that does not stop when asked
+        return cp_model.UNKNOWN
+
+    monkeypatch.setattr(cp_model.CpSolver, "solve", stuck)
+    problem = build_problem(api.load_instance(_queued(seed=4)))
+    model = ipmodel.build(problem)
+    relaxed = milp.seed(problem, model, None)
+    cpsat.build_cp(model, 1.0)  # OR-Tools loaded, so the run is not skipped for its import
+    try:
+        result, values, info = cpsat.run(model, SolverOptions(deadline=time.perf_counter() + 2.0))
+        assert info["cpsat_status"] == "abandoned at the deadline" and values is None
+        raw = milp.extract(problem, model, result, values, info, None, relaxed)
+        assert _close(raw.objective, _exact_single(problem)) and raw.options["fallback"] == "dp"
+    finally:
+        release.set()

@@ -33,6 +33,7 @@ SCALE_BUDGET = 2.0 ** 48
 #: CPU seconds of importing OR-Tools' CP-SAT (about 0.3 s measured, with a margin): under a limit it
 #: is not imported when the time left would not cover it.
 IMPORT_CPU_SECONDS = 0.45
+GRACE_SECONDS = 0.15  # a CP-SAT run still going this long after the deadline is abandoned
 
 
 def available() -> bool:
@@ -175,11 +176,21 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
     if options.threads is not None:
         solver.parameters.num_workers = int(options.threads)
     solving = time.perf_counter()
-    try:
+    if timer is None:
         status = solver.solve(cp)
-    finally:
-        if timer is not None:
-            timer.cancel()
+    else:
+        # CP-SAT can answer its stop request late (seconds, on a loaded machine, in presolve): the run
+        # goes on a thread (CP-SAT releases the GIL) and is abandoned if it has not stopped shortly
+        # after the deadline; the timer has asked it to stop, and it ends on its own.
+        answer: list = []
+        runner = threading.Thread(target=lambda: answer.append(solver.solve(cp)), name="cpsat", daemon=True)
+        runner.start()
+        runner.join(max(options.deadline - time.perf_counter(), 0.0) + GRACE_SECONDS)
+        info["engine_seconds"] = round(time.perf_counter() - solving, 4)
+        if not answer:
+            return not_started, None, {**info, "cpsat_status": "abandoned at the deadline"}
+        timer.cancel()
+        status = answer[0]
     info["engine_seconds"] = round(time.perf_counter() - solving, 4)
     has_solution = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     if status == cp_model.OPTIMAL:

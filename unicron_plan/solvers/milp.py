@@ -368,20 +368,21 @@ def run(model: ipmodel.Formulation, options: SolverOptions, backend: str = "high
 
 def seed(problem: Problem, model: ipmodel.Formulation, deadline: float | None) -> tuple:
     """The DP relaxation of ``problem`` (:func:`unicron_plan.solvers.dp.relaxation_bound`, stopped at
-    ``deadline``), returned for :func:`extract`; on a count-level model its counts, when they satisfy
-    the model (the churn limit may cut them), become the model's start: the engine starts from them
-    and the answer is never below them (exact or the best held at the deadline)."""
+    ``deadline``), returned for :func:`extract`; its counts (at node level placed in whole tp groups,
+    :func:`unicron_plan.solvers.group_place.place_groups`), when they satisfy the model (the churn
+    limit and the node-level constraints may cut them), become the model's start: the engine starts
+    from them and the answer is never below them (exact or the best held at the deadline)."""
     from unicron_plan.solvers.dp import relaxation_bound
 
     relaxed = relaxation_bound(problem, deadline)
-    if not model.node_level:
-        counts = relaxed[0]
-        values = [0] * len(model.names)
-        for j in problem.jobs:
-            k = int(np.flatnonzero(j.counts == counts[j.id])[0])
-            values[model.z[(j.index, k)]] = 1
-        if model.feasible(values):
-            model.start = values
+    placement = None
+    if model.node_level:  # the counts placed in whole tp groups, when that works
+        from unicron_plan.solvers.group_place import place_groups
+
+        placement = place_groups(problem, relaxed[0])
+    values = ipmodel.solution_values(model, relaxed[0], placement)
+    if values is not None and model.feasible(values):
+        model.start = values
     return relaxed
 
 

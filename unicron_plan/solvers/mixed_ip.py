@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from unicron_plan.core.problem import Problem, RawSolution
-from unicron_plan.errors import InfeasibleError
+from unicron_plan.errors import InfeasibleError, MissingExtraError
 from unicron_plan.solvers import DeadlineReached, SolverOptions, check_deadline
 from unicron_plan.solvers.ipmodel import Formulation, keep_or_suspend
 
@@ -56,6 +56,8 @@ def _start(problem: Problem, options: SolverOptions, model: Formulation,
     try:
         counts, types, value, bound, stopped, _ = solve_types(problem, options.deadline)
     except InfeasibleError:  # none found in time (or none exists: the engine says which)
+        return None
+    except MissingExtraError:  # the mixed solver's HiGHS is not installed: the engine alone
         return None
     if model is not None:
         values = [0] * len(model.names)

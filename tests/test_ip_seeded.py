@@ -100,7 +100,6 @@ def test_mixed_false_optimal_is_refuted_against_the_exact_mixed_optimum(backend,
     def worse(model, options, *args, **kwargs):
         """The start (the optimum) with one running job one option lower: feasible, worse."""
         values = list(model.start)
-        problem = model.problem
         chosen = [v for v, x in enumerate(values) if x and model.objective.get(v) is not None]
         for v in chosen:
             down = [u for u in model.objective if model.names[u].rsplit("_", 1)[0] == model.names[v].rsplit("_", 1)[0]
@@ -113,7 +112,6 @@ def test_mixed_false_optimal_is_refuted_against_the_exact_mixed_optimum(backend,
             status["bound"] = sum(model.objective.get(v, 0.0) * x for v, x in enumerate(values))
         else:
             values = model.hint_values()
-        del problem
         return (status, values, {"cpsat_status": "OPTIMAL"}) if backend == "cpsat" else (status, values)
 
     target = cpsat if backend == "cpsat" else milp

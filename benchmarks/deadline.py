@@ -10,7 +10,10 @@ Each run is a new process, `unicron-plan solve FILE --solver S --time-limit T --
 its wall time runs from before the process is spawned until it has exited (start-up, imports,
 reading, building, solving, placing, validating, writing and exit all count) and its CPU time is
 the child's user + system time. The target: every run ends within T + 0.5 s, with a plan that
-validates, objective >= the keep-or-suspend plan's, and bound >= objective.
+validates, objective >= the keep-or-suspend plan's, and bound >= objective. The IP backends'
+phases (``*_seconds`` in the plan's ``solver.options``: model building, the DP's start, the
+engine's model copy and run, extraction; CP-SAT's copy is ``build_seconds``) are summarised per
+route and T.
 
 Routes (the solver name; ``mixed:`` = a mixed-fleet instance, solved through the solver's
 mixed-fleet form, solvers.MIXED_ROUTES):
@@ -191,7 +194,8 @@ def main() -> None:
                             row.update(objective=plan.objective, bound=plan.bound, gap=plan.gap,
                                        solution=plan.status.solution, fallback=opts.get("fallback", ""),
                                        valid=valid, at_least_keep_or_suspend=bool(
-                                           plan.objective >= floor - 1e-9 * abs(floor)))
+                                           plan.objective >= floor - 1e-9 * abs(floor)),
+                                       backend_phases={k: v for k, v in opts.items() if k.endswith("_seconds")})
                             ok = ok and valid and row["at_least_keep_or_suspend"] and plan.bound >= plan.objective
                         row["ok"] = ok
                         rows.append(row)
@@ -221,6 +225,19 @@ def main() -> None:
         tail = f"{s['worst_after_deadline_or_read']:>+10.2f}" if after else f"{'-':>10}"
         print(f"{route:15} {s['runs']:>4} {s['within']:>12} {s['worst_over']:>+10.2f} {s['median_over']:>+11.2f} "
               f"{s['median_cpu']:>10.2f} {s['max_cpu']:>7.2f} {tail}")
+    print("\nbackend phases (seconds the backend reports in solver.options), median / max per route and T:")
+    for route in routes:
+        for limit in limits:
+            mine = [r["backend_phases"] for r in rows if r["route"] == route and r["limit"] == limit
+                    and r.get("backend_phases")]
+            names = sorted({k for p in mine for k in p})
+            if names:
+                cells = ", ".join(f"{k[:-8]} {statistics.median(p.get(k, 0.0) for p in mine):.3f} / "
+                                  f"{max(p.get(k, 0.0) for p in mine):.3f}" for k in names)
+                summary.setdefault(route, {}).setdefault("phases", {})[str(limit)] = {
+                    k: {"median": statistics.median(p.get(k, 0.0) for p in mine), "max": max(p.get(k, 0.0) for p in mine)}
+                    for k in names}
+                print(f"{route:15} T={limit:<4} {cells}")
     print(f"load average before {load_before[0]:.1f} {load_before[1]:.1f} {load_before[2]:.1f}, "
           f"after {load_after[0]:.1f} {load_after[1]:.1f} {load_after[2]:.1f} (1/5/15 min; {os.cpu_count()} CPUs)")
     if args.json:

@@ -33,6 +33,7 @@ SCALE_BUDGET = 2.0 ** 48
 #: CPU seconds of importing OR-Tools' CP-SAT (about 0.3 s measured, with a margin): under a limit it
 #: is not imported when the time left would not cover it.
 IMPORT_CPU_SECONDS = 0.45
+GRACE_SECONDS = 0.15  # a CP-SAT run still going this long after the deadline is abandoned
 
 
 def available() -> bool:
@@ -71,20 +72,30 @@ def scale_of(model: ipmodel.Formulation) -> tuple[float, float]:
     return s, err
 
 
+#: Terms (variables, row coefficients, objective terms, hints) added to a CpModel between two looks
+#: at the deadline: a few milliseconds of work.
+BUILD_CHECK_TERMS = 4096
+
+
 def build_cp(model: ipmodel.Formulation, scale: float, deadline: float | None = None):
-    """Phase 1: the neutral model as a CpModel with the scaled objective; returns (model, variables).
-    Raises DeadlineReached when ``deadline`` passes on the way."""
+    """Phase 1: the neutral model as a CpModel with the scaled objective, hinted with the model's
+    start (:meth:`ipmodel.Formulation.start_values`); returns (model, variables). Looks at
+    ``deadline`` every BUILD_CHECK_TERMS terms of every part (variables, rows, objective, hints)
+    and raises DeadlineReached once it has passed."""
     from ortools.sat.python import cp_model
 
     cp = cp_model.CpModel()
     xs = []
     for k, (name, lo, hi) in enumerate(zip(model.names, model.lb, model.ub)):
-        if k % 4096 == 0:
+        if k % BUILD_CHECK_TERMS == 0:
             check_deadline(deadline)
         xs.append(cp.new_int_var(lo, hi, name))
-    for k, r in enumerate(model.rows):
-        if k % 512 == 0:
+    done = 0  # row terms added since the last look at the deadline
+    for r in model.rows:
+        done += len(r.coefs) + 1
+        if done >= BUILD_CHECK_TERMS:
             check_deadline(deadline)
+            done = 0
         expr = cp_model.LinearExpr.weighted_sum([xs[v] for v in r.coefs], list(r.coefs.values()))
         if r.lo is not None and r.lo == r.hi:
             cp.add(expr == r.lo)
@@ -93,20 +104,23 @@ def build_cp(model: ipmodel.Formulation, scale: float, deadline: float | None = 
                 cp.add(expr >= r.lo)
             if r.hi is not None:
                 cp.add(expr <= r.hi)
+    check_deadline(deadline)
     terms = [(xs[v], int(round(g * scale))) for v, g in model.objective.items()]
+    check_deadline(deadline)
     cp.maximize(cp_model.LinearExpr.weighted_sum([t[0] for t in terms], [t[1] for t in terms]))
-    for v, val in enumerate(model.hint_values()):
+    for v, val in enumerate(model.start_values()):
+        if v % BUILD_CHECK_TERMS == 0:
+            check_deadline(deadline)
         cp.add_hint(xs[v], val)
+    check_deadline(deadline)
     return cp, xs
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
     """Solve with CP-SAT (time limit and workers from ``options``)."""
-    from unicron_plan.solvers.milp import extract
-
     import time
 
-    from unicron_plan.solvers.milp import fallback
+    from unicron_plan.solvers.milp import extract, fallback, seed
 
     if problem.alternatives:  # mixed fleets: solvers/mixed_ip.py (routed by get_solver)
         raise SolverUnavailableError("mixed GPU types go through solvers.get_solver (or solvers.mixed / solvers.mixed_ip)")
@@ -116,8 +130,15 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
         model = ipmodel.build(problem, deadline=options.deadline)
     except DeadlineReached:
         return fallback(problem, options, {})
+    built = time.perf_counter()
+    relaxed = seed(problem, model, options.deadline)
+    seeded = time.perf_counter()
     result, values, info = run(model, options)
-    raw = extract(problem, model, result, values, info, options.deadline)
+    ran = time.perf_counter()
+    raw = extract(problem, model, result, values, info, options.deadline, relaxed)
+    phases = {"model": round(built - started, 4), "start": round(seeded - built, 4),
+              "extract": round(time.perf_counter() - ran, 4)}  # build and engine: cpsat.run's
+    raw.options.update({f"{name}_seconds": t for name, t in phases.items() if t is not None})
     if raw.solution == "optimal" and result["termination"] == "optimal" and not _close(raw.bound, raw.objective):
         # Optimal for the scaled objective, but the rounding error leaves a visible gap.
         raw.solution = "feasible"
@@ -133,10 +154,14 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
         return not_started, None, {**info, "cpsat_status": "not started: too little time left to load OR-Tools"}
     from ortools.sat.python import cp_model
 
+    import time
+
+    copying = time.perf_counter()
     try:
         cp, xs = build_cp(model, scale, options.deadline)
     except DeadlineReached:
         cp = None
+    info["build_seconds"] = round(time.perf_counter() - copying, 4)
     options = options.for_engine(extract_cpu_seconds(model))
     if cp is None or options.expired():  # never started after the deadline
         return not_started, None, {**info, "cpsat_status": "not started: the deadline had passed"}
@@ -150,11 +175,23 @@ def run(model: ipmodel.Formulation, options: SolverOptions):
         timer.start()
     if options.threads is not None:
         solver.parameters.num_workers = int(options.threads)
-    try:
+    solving = time.perf_counter()
+    if timer is None:
         status = solver.solve(cp)
-    finally:
-        if timer is not None:
-            timer.cancel()
+    else:
+        # CP-SAT can answer its stop request late (seconds, on a loaded machine, in presolve): the run
+        # goes on a thread (CP-SAT releases the GIL) and is abandoned if it has not stopped shortly
+        # after the deadline; the timer has asked it to stop, and it ends on its own.
+        answer: list = []
+        runner = threading.Thread(target=lambda: answer.append(solver.solve(cp)), name="cpsat", daemon=True)
+        runner.start()
+        runner.join(max(options.deadline - time.perf_counter(), 0.0) + GRACE_SECONDS)
+        info["engine_seconds"] = round(time.perf_counter() - solving, 4)
+        if not answer:
+            return not_started, None, {**info, "cpsat_status": "abandoned at the deadline"}
+        timer.cancel()
+        status = answer[0]
+    info["engine_seconds"] = round(time.perf_counter() - solving, 4)
     has_solution = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     if status == cp_model.OPTIMAL:
         termination = "optimal"

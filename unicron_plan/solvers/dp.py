@@ -24,7 +24,16 @@ What makes it fast, every rule exact (docs/performance.md has the proofs):
    min(C - the later jobs' minimum counts, sum of kept maximum counts)] are
    stored (beyond the top the array is a plateau), and the ends of the window
    whose states cannot reach LB (V[c] + lam (C - c) + sum_{i>j} m_i < LB) are cut.
-5. Backtracking memory is bounded: the argmax per (job, c) is stored in the
+5. Linear stretches (equal values per GPU): call an option whose Lagrangian deficit
+   m_i - (G_i(y) - lam y) is zero (to float rounding) tight; a job whose envelope runs at slope
+   lam has a whole arithmetic run of tight counts, and any choice among them is worth the same
+   at the same total. A plan of tight options using T GPUs is worth UB - lam (C - T); every plan
+   of tight options uses at most T* GPUs, the largest such total (a bitset over 0..C, one
+   shift-or per doubling of each run), and every other plan has a deficit of at least d, the
+   smallest positive one. So OPT <= max(UB - lam (C - T*), UB - d), and a tight plan reaching
+   T* that meets this bound is optimal with no DP pass; it is read back from the bitsets.
+   When it does not meet it, it still raises LB for rules 3-4.
+6. Backtracking memory is bounded: the argmax per (job, c) is stored in the
    smallest unsigned type; when that would exceed ``MEMORY_BUDGET_BYTES`` the
    value arrays are checkpointed every B jobs and each segment's choices are
    recomputed during the backtrack (O(sqrt(m)) arrays alive).
@@ -577,12 +586,75 @@ def _solve_joined(options, capacity: int, stats: dict, prune: bool, deadline: fl
         # GPU (linear stretches along the envelope), any plan filling the reachable capacity does.
         stats["bound_met"] = "greedy"
         return best
+    packed = _packing(flat, lam, capacity, ub, rounding, deadline)
+    if packed is not None:  # rule 5: a packing of the zero-deficit options
+        counts, value, proven = packed
+        if value > lb:
+            best, lb = (counts, value), value
+            stats["lb"] = lb
+        if proven:
+            stats["bound_met"] = "packing"
+            return best
     try:
         return _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline, flat, cores)
     except _TimeUp:
         stats["timed_out"] = True
         core = stats.get("core_plan")
         return core if core is not None and core[1] > best[1] else best
+
+
+def _packing(flat: "_Flat", lam: float, capacity: int, ub: float, rounding: float, deadline: float | None):
+    """Rule 5 of the module docstring: (counts, value, proven optimal) of the fullest plan made of
+    zero-deficit options only, or None (no job has two such options, the bitsets would exceed
+    MEMORY_BUDGET_BYTES, or the deadline passed).
+
+    Bitsets over 0..capacity, job by job (an arithmetic run of a job's zero-deficit counts, a
+    linear stretch of its envelope, in log2(length) shift-ors, as :func:`reachable_sum`), give the
+    largest total T <= C of such a plan; one plan reaching T is read back from the stored bitsets."""
+    m = len(flat.off) - 1
+    zero = flat.deficit <= rounding / (m + 1)  # float noise on an exactly linear stretch
+    per_job = np.add.reduceat(zero.astype(np.int64), flat.off[:-1])
+    if not per_job.all() or int(per_job.max()) < 2 or m * (capacity // 8 + 16) > MEMORY_BUDGET_BYTES:
+        return None
+    at = np.flatnonzero(zero)  # the zero-deficit options, job by job, counts ascending
+    zoff = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(per_job, out=zoff[1:])
+    zy = flat.y[at]
+    mask = (1 << (capacity + 1)) - 1
+    reach = [1]  # reach[j]: bit t set when the first j jobs' zero-deficit counts can total t
+    for j in range(m):
+        if deadline is not None and time.perf_counter() >= deadline:
+            return None
+        new = 0
+        for first, step, n in _runs(zy[zoff[j]:zoff[j + 1]]):
+            t = (reach[-1] << first) & mask
+            cover = 1
+            while cover < n and t:
+                take = min(cover, n - cover)
+                t |= (t << (take * step)) & mask
+                cover += take
+            new |= t
+        if not new:
+            return None
+        reach.append(new)
+    top = total = reach[-1].bit_length() - 1
+    picks = np.empty(m, dtype=np.int64)
+    for j in range(m - 1, -1, -1):  # read a plan back: job j's count y with total - y reachable before it
+        ys = zy[zoff[j]:zoff[j + 1]]
+        ks = total - ys
+        lo, hi = int(max(ks.min(), 0)), int(ks.max())
+        window = (reach[j] >> lo) & ((1 << (hi - lo + 1)) - 1)
+        bits = np.unpackbits(np.frombuffer(window.to_bytes((hi - lo) // 8 + 1, "little"), dtype=np.uint8),
+                             bitorder="little")
+        ok = np.flatnonzero((ks >= lo) & (bits[np.clip(ks - lo, 0, hi - lo)] == 1))
+        picks[j] = at[zoff[j] + int(ok[0])]
+        total -= int(flat.y[picks[j]])
+    value = float(flat.g[picks].sum())
+    positive = flat.deficit[~zero]
+    # Every plan of zero-deficit options uses at most top GPUs: worth at most ub - lam (C - top);
+    # any other plan gives up at least the smallest positive deficit.
+    bound = max(ub - lam * (capacity - top), ub - float(positive.min()) if len(positive) else -math.inf)
+    return flat.y[picks].tolist(), value, value >= bound - rounding
 
 
 def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline, flat=None, cores=True):

@@ -56,7 +56,11 @@ class Formulation:
     b: dict[tuple[int, str], int] = field(default_factory=dict)  # (job index, node id) -> var
     w: dict[int, int] = field(default_factory=dict)  # job index -> var: moved at its own count
     hint: dict[int, int] = field(default_factory=dict)  # a feasible solution (keep or suspend)
+    #: A feasible solution from an exact solver (the DP's or the mixed solver's plan), as values:
+    #: engines start from it, and extraction never returns a plan worse than it.
+    start: list[int] | None = None
     _csr: tuple | None = field(default=None, repr=False)
+    _zjoined: tuple | None = field(default=None, repr=False)
 
     def var(self, name: str, lb: int, ub: int) -> int:
         """Add an integer variable lb..ub and return its index."""
@@ -71,13 +75,22 @@ class Formulation:
         self._csr = None
 
     def counts(self, values) -> dict[str, int]:
-        """The count of every job from variable values (the z with the largest value wins)."""
-        out = {}
-        for j in self.problem.jobs:
-            ks = range(len(j.counts))
-            k = max(ks, key=lambda k: values[self.z[(j.index, k)]])
-            out[j.id] = int(j.counts[k])
-        return out
+        """The count of every job from variable values (the first z with the largest value wins)."""
+        jobs = self.problem.jobs
+        if self._zjoined is None or len(self._zjoined[0]) != len(self.z):
+            cols = np.fromiter((self.z[(j.index, k)] for j in jobs for k in range(len(j.counts))), dtype=np.int64)
+            sizes = np.fromiter((len(j.counts) for j in jobs), dtype=np.int64, count=len(jobs))
+            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            allowed = np.concatenate([j.counts for j in jobs]) if jobs else np.zeros(0, dtype=np.int64)
+            self._zjoined = (cols, sizes, starts, allowed)
+        cols, sizes, starts, allowed = self._zjoined
+        if not len(jobs):
+            return {}
+        vals = np.asarray(values, dtype=np.float64)[cols]
+        top = np.repeat(np.maximum.reduceat(vals, starts), sizes)
+        at = np.flatnonzero(vals == top)
+        first = at[np.unique(np.searchsorted(starts, at, side="right") - 1, return_index=True)[1]]
+        return {j.id: int(c) for j, c in zip(jobs, allowed[first].tolist())}
 
     def placement(self, values) -> dict[str, dict[str, int]] | None:
         """{job: {node: GPUs}} at node level, in cluster order; None at count level."""
@@ -130,9 +143,47 @@ class Formulation:
             out[v] = val
         return out
 
+    def start_values(self) -> list[int]:
+        """The values an engine starts from: :attr:`start` when set, else the hint."""
+        return self.start if self.start is not None else self.hint_values()
+
     def stats(self) -> dict[str, int]:
         """Size of the model, for SolverInfo.options."""
         return {"variables": len(self.names), "rows": len(self.rows)}
+
+
+def solution_values(model: Formulation, counts: dict[str, int],
+                    placement: dict[str, dict[str, int]] | None = None) -> list[int] | None:
+    """The values of ``model`` for a plan (counts and, at node level, its placement): the node and
+    rack indicators set where the plan uses them, a move at the same count where it leaves the
+    previous split. None when a count is not allowed or a node-level plan has no placement; the
+    caller checks :meth:`Formulation.feasible`."""
+    problem = model.problem
+    values = [0] * len(model.names)
+    for j in problem.jobs:
+        at = np.flatnonzero(j.counts == counts[j.id])
+        if not len(at):
+            return None
+        values[model.z[(j.index, int(at[0]))]] = 1
+    if not model.node_level:
+        return values
+    if placement is None:
+        return None
+    for (i, nid), v in model.b.items():
+        j = problem.jobs[i]
+        values[v] = placement.get(j.id, {}).get(nid, 0) // j.tp
+    for r in model.rows:  # indicator rows b - h * ind <= 0 (node use, rack use)
+        if r.lo is None and r.hi == 0 and len(r.coefs) == 2:
+            (v1, c1), (v2, c2) = r.coefs.items()
+            b, ind = (v1, v2) if c2 < 0 < c1 else (v2, v1)
+            if model.names[ind][:2] in ("u_", "r_") and values[b] > 0:
+                values[ind] = 1
+    previous = problem.state.previous
+    for i, w in model.w.items():
+        j = problem.jobs[i]
+        if counts[j.id] == j.x and any(placement.get(j.id, {}).get(nid, 0) < p for nid, p in previous[j.id].items()):
+            values[w] = 1
+    return values
 
 
 def extract_cpu_seconds(model: Formulation) -> float:

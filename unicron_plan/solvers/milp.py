@@ -169,8 +169,11 @@ def _wait_for_abandoned(options: SolverOptions) -> None:
 def _call_highs(model: ipmodel.Formulation, options: SolverOptions, start: list | None = None
                 ) -> tuple[dict, list | None]:
     """Phase 2 with HiGHS: (termination, whether a solution exists, the dual bound; values or None).
-    ``start``: feasible values HiGHS starts from (its incumbent is read back, never the start)."""
+    ``start``: feasible values HiGHS starts from (default: the model's :attr:`~ipmodel.Formulation.start`;
+    its incumbent is read back, never the start)."""
     import highspy
+
+    start = start if start is not None else model.start
 
     options = options.for_engine(ipmodel.extract_cpu_seconds(model))
     try:
@@ -201,8 +204,8 @@ def _call_highs(model: ipmodel.Formulation, options: SolverOptions, start: list 
         h.cbMipInterrupt += stop_at_deadline
         h.cbSimplexInterrupt += stop_at_deadline
         h.cbIpmInterrupt += stop_at_deadline
-    # No MIP start: a run stopped before any solution falls back to the keep-or-suspend plan
-    # instead (see extract).
+    # A run stopped before any solution falls back to the start, else the keep-or-suspend plan
+    # (see extract).
     if left is None:
         h.run()
     else:
@@ -340,37 +343,47 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str =
         model = ipmodel.build(problem, deadline=options.deadline)
     except DeadlineReached:
         return fallback(problem, options, {"backend": backend})
-    result, values = run(model, options, backend, start=_start(problem, model, options))
-    raw = extract(problem, model, result, values, {"backend": backend, **model.stats()}, options.deadline)
+    built = time.perf_counter()
+    relaxed = seed(problem, model, options.deadline)
+    seeded = time.perf_counter()
+    result, values = run(model, options, backend)
+    ran = time.perf_counter()
+    raw = extract(problem, model, result, values, {"backend": backend, **model.stats()}, options.deadline, relaxed)
+    phases = {"model": round(built - started, 4), "start": round(seeded - built, 4),
+              "copy_and_engine": round(ran - seeded, 4), "extract": round(time.perf_counter() - ran, 4)}
+    raw.options.update({f"{name}_seconds": t for name, t in phases.items() if t is not None})
     if backend == "cbc":
-        raw = _confirm_cbc(problem, model, raw, options, started)
+        raw = _confirm_cbc(problem, model, raw, options, started, relaxed)
     return ipmodel.replace_migration_aware(problem, raw, lambda m, o: run(m, o, backend)[1], options, started)
 
 
 def run(model: ipmodel.Formulation, options: SolverOptions, backend: str = "highs", preprocess: bool = True,
         start: list | None = None):
     """Phases 1 and 2 for one Formulation: (status dict, variable values or None); ``start``
-    (HiGHS only): feasible values to start from."""
+    (HiGHS only): feasible values to start from (default: the model's start)."""
     if backend == "highs":
         return _call_highs(model, options, start)
     return _call_cbc(model, options, preprocess)
 
 
-def _start(problem: Problem, model: ipmodel.Formulation, options: SolverOptions) -> list | None:
-    """For a count-level model, the DP relaxation's counts as values, when they satisfy the model
-    (the churn limit may cut them): HiGHS then never answers below them. None otherwise."""
+def seed(problem: Problem, model: ipmodel.Formulation, deadline: float | None) -> tuple:
+    """The DP relaxation of ``problem`` (:func:`unicron_plan.solvers.dp.relaxation_bound`, stopped at
+    ``deadline``), returned for :func:`extract`; its counts (at node level placed in whole tp groups,
+    :func:`unicron_plan.solvers.group_place.place_groups`), when they satisfy the model (the churn
+    limit and the node-level constraints may cut them), become the model's start: the engine starts
+    from them and the answer is never below them (exact or the best held at the deadline)."""
     from unicron_plan.solvers.dp import relaxation_bound
 
-    if model.node_level:
-        return None
-    counts, _, _, exact = relaxation_bound(problem, options.deadline)
-    if not exact:
-        return None
-    values = [0] * len(model.names)
-    for j in problem.jobs:
-        k = int(np.flatnonzero(j.counts == counts[j.id])[0])
-        values[model.z[(j.index, k)]] = 1
-    return values if model.feasible(values) else None
+    relaxed = relaxation_bound(problem, deadline)
+    placement = None
+    if model.node_level:  # the counts placed in whole tp groups, when that works
+        from unicron_plan.solvers.group_place import place_groups
+
+        placement = place_groups(problem, relaxed[0])
+    values = ipmodel.solution_values(model, relaxed[0], placement)
+    if values is not None and model.feasible(values):
+        model.start = values
+    return relaxed
 
 
 def fallback(problem: Problem, options: SolverOptions, info: dict) -> RawSolution:
@@ -399,7 +412,7 @@ def fallback(problem: Problem, options: SolverOptions, info: dict) -> RawSolutio
 
 
 def _confirm_cbc(problem: Problem, model: ipmodel.Formulation, raw: RawSolution, options: SolverOptions,
-                 started: float) -> RawSolution:
+                 started: float, relaxed: tuple | None = None) -> RawSolution:
     """CBC's "Optimal" is not a proof: with preprocessing it has returned plans far below the
     optimum (tests/data/cbc-false-optimal-*.json). Unless the DP relaxation already proves the
     plan optimal, a second run without preprocessing must reach the same objective; otherwise
@@ -411,7 +424,7 @@ def _confirm_cbc(problem: Problem, model: ipmodel.Formulation, raw: RawSolution,
     if not options.expired():
         result, values = run(model, options, "cbc", preprocess=False)
         if result["termination"] == "optimal" and values is not None and model.feasible(values):
-            second = extract(problem, model, result, values, dict(raw.options))
+            second = extract(problem, model, result, values, dict(raw.options), options.deadline, relaxed)
     if second is None:
         raw.options = {**raw.options, "cbc_unconfirmed": True}
         raw.solution, raw.termination = "feasible", "time_limit"
@@ -426,15 +439,30 @@ def _confirm_cbc(problem: Problem, model: ipmodel.Formulation, raw: RawSolution,
     return best
 
 
+def _known_plans(problem: Problem, model: ipmodel.Formulation) -> list[tuple[str, list, float]]:
+    """The plans held without the engine, best first, as (name, values, objective): the model's start
+    (the DP's plan, ``dp``) and the keep-or-suspend hint, those that satisfy the model."""
+    out = []
+    for name, values in (("dp", model.start), ("keep-or-suspend", model.hint_values())):
+        if values is not None and model.feasible(values):
+            out.append((name, values, problem.objective(model.counts(values), model.placement(values))))
+    return sorted(out, key=lambda p: -p[2])
+
+
 def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, info: dict,
-            deadline: float | None = None) -> RawSolution:
+            deadline: float | None = None, relaxed: tuple | None = None) -> RawSolution:
     """Phase 3 (shared with cpsat): counts, split, status and a bound that is never below the objective.
-    The DP relaxation that caps the bound stops at ``deadline`` (its Lagrangian bound then)."""
+
+    The plan returned is the engine's, unless a plan held without it (:func:`_known_plans`: the
+    DP's start, keep-or-suspend) is better: an engine stopped, refuted or in error never answers
+    below them. ``relaxed``: the DP relaxation from :func:`seed`, which caps the bound (computed
+    here when not given, stopped at ``deadline``: its Lagrangian bound then)."""
     from unicron_plan.solvers.dp import relaxation_bound
 
     termination = result["termination"]
     info = {**info, **{k: v for k, v in result.items() if k.endswith("_status")}}
-    if termination == "infeasible" and model.feasible(model.hint_values()):
+    known = _known_plans(problem, model)
+    if termination == "infeasible" and known:
         # A claim of infeasibility refuted by a plan in hand: the solver is wrong, not the instance.
         info = {**info, "infeasible_claim_refuted": True}
         termination, values = "error", None
@@ -442,43 +470,39 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         raise InfeasibleError("the constraints admit no plan (the solver proved it); relax tp, pinned, "
                               "max_nodes, same_rack, max_changed_jobs or min_gain_fraction")
     if termination == "error" and "infeasible_claim_refuted" not in info:
-        # The solver gave up: keep-or-suspend is still a plan (feasible, termination error).
+        # The solver gave up: the plans held are still plans (feasible, termination error).
         detail = {k: v for k, v in result.items() if k.endswith("_status")} or info.get("cpsat_status")
         info, values = {**info, "solver_error": str(detail)}, None
-    if values is not None and termination != "optimal" and not model.feasible(values):
-        # An incumbent that breaks a row of the model is no incumbent.
-        info, values = {**info, "incumbent_discarded": "infeasible values"}, None
-    if values is None or any(v is None for v in values):
-        # Stopped before any solution: the keep-or-suspend hint is feasible by construction.
-        values = model.hint_values()
-        if not model.feasible(values):
-            if "solver_error" in info:
-                raise UnicronError(f"the IP solver stopped with an error ({info['solver_error']}) "
+    if values is not None and any(v is None for v in values):
+        values = None
+    if values is not None and not model.feasible(values):
+        # An incumbent (or an "optimal" answer) that breaks a row of the model is no answer.
+        if termination == "optimal":
+            info, termination = {**info, "optimal_claim_refuted": "infeasible values"}, "error"
+        else:
+            info = {**info, "incumbent_discarded": "infeasible values"}
+        values = None
+    if values is None:
+        # Stopped before any solution: the best plan held.
+        if not known:
+            if "solver_error" in info or "optimal_claim_refuted" in info:
+                raise UnicronError(f"the IP solver stopped with an error ({info.get('solver_error', 'infeasible values')}) "
                                    f"before finding a plan; try another --solver")
             raise InfeasibleError(f"no plan found ({termination}); raise the time limit")
-        info = {**info, "fallback": "keep-or-suspend"}
-    if termination == "optimal" and not model.feasible(values):
-        # An "optimal" answer that breaks a row of the model is no answer.
-        info = {**info, "optimal_claim_refuted": "infeasible values"}
-        termination = "error"
-        values = model.hint_values()
-        if not model.feasible(values):
-            raise UnicronError("the IP solver returned values that break its model; try another --solver")
-        info = {**info, "fallback": "keep-or-suspend"}
+        name, values, _ = known[0]
+        info = {**info, "fallback": name}
     counts = model.counts(values)
     objective = problem.objective(counts, model.placement(values))
-    hint = model.hint_values()
-    hint_value = problem.objective(model.counts(hint), model.placement(hint)) if model.feasible(hint) else None
-    if termination == "optimal" and hint_value is not None \
-            and hint_value > objective + 1e-9 * max(1.0, abs(objective)):
-        # Checked against a known feasible plan: a better one refutes the claim.
-        info = {**info, "optimal_claim_refuted": "keep-or-suspend is better"}
-        termination = "error"
-    if termination != "optimal" and "fallback" not in info and hint_value is not None and hint_value > objective:
-        # A time-limited incumbent can be worse than simply keeping everyone who can stay.
-        values, info = hint, {**info, "fallback": "keep-or-suspend"}
-        counts, objective = model.counts(values), hint_value
-    _, relaxed_value, relaxed, relaxed_exact = relaxation_bound(problem, deadline)  # a bound, exact or not
+    if known and known[0][2] > objective:
+        name, better, better_value = known[0]
+        if termination == "optimal" and better_value > objective + 1e-9 * max(1.0, abs(objective)):
+            # Checked against a known feasible plan: a better one refutes the claim.
+            info, termination = {**info, "optimal_claim_refuted": f"{name} is better"}, "error"
+        if termination != "optimal":
+            values, info = better, {**info, "fallback": name}
+            counts, objective = model.counts(values), better_value
+    relaxed = relaxed if relaxed is not None else relaxation_bound(problem, deadline)
+    _, relaxed_value, relaxed, relaxed_exact = relaxed  # a bound, exact or not
     solver_bound = result["bound"]
     if relaxed_exact and not dp_limitations(problem) \
             and objective < relaxed_value - 1e-12 * max(1.0, abs(relaxed_value)):
@@ -493,10 +517,7 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         info = {**info, "solver_bound_discarded": float(solver_bound)}
         solver_bound = math.inf
     bound = min(solver_bound, relaxed + 1e-9 * max(1.0, abs(relaxed)))
-    if termination == "optimal":
-        solution = "optimal"
-    else:
-        solution = "feasible"
+    solution = "optimal" if termination == "optimal" else "feasible"
     if math.isclose(objective, relaxed, rel_tol=1e-12, abs_tol=1e-9):
         solution = "optimal"  # the relaxation's optimum is attained: proven without the solver
         termination = "optimal"

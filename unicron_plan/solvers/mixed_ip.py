@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from unicron_plan.core.problem import Problem, RawSolution
-from unicron_plan.errors import InfeasibleError
+from unicron_plan.errors import InfeasibleError, MissingExtraError
 from unicron_plan.solvers import DeadlineReached, SolverOptions, check_deadline
 from unicron_plan.solvers.ipmodel import Formulation, keep_or_suspend
 
@@ -46,8 +46,43 @@ def build(problem: Problem, deadline: float | None = None) -> tuple[Formulation,
     return model, meaning
 
 
+def _start(problem: Problem, options: SolverOptions, model: Formulation,
+           meaning: dict[int, tuple[str, str, int]]) -> tuple | None:
+    """The mixed solver's plan (:func:`unicron_plan.solvers.mixed.solve_types`, stopped at the
+    deadline) as (counts, types, value, bound, exact), set as the model's start; None when it
+    found no plan."""
+    from unicron_plan.solvers.mixed import solve_types
+
+    try:
+        counts, types, value, bound, stopped, _ = solve_types(problem, options.deadline)
+    except InfeasibleError:  # none found in time (or none exists: the engine says which)
+        return None
+    except MissingExtraError:  # the mixed solver's HiGHS is not installed: the engine alone
+        return None
+    if model is not None:
+        values = [0] * len(model.names)
+        for v, (jid, t, y) in meaning.items():
+            if counts[jid] == y and (types[jid] == t or y == 0):
+                values[v] = 1
+        if model.feasible(values):
+            model.start = values
+    return counts, types, problem.with_types(types).objective(counts), bound, not stopped
+
+
+def _trivial_bound(problem: Problem) -> float:
+    """Every job at its best option on its best type, capacities ignored: an upper bound that costs
+    no solve."""
+    return math.fsum(max(float(a.gains.max()) for a in problem.alternatives.get(j.id, [j])) for j in problem.jobs)
+
+
 def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawSolution:
-    """Solve the model with ``backend`` (``highs`` or ``cbc`` through PuLP, ``cpsat``: OR-Tools)."""
+    """Solve the model with ``backend`` (``highs`` or ``cbc`` through PuLP, ``cpsat``: OR-Tools).
+
+    The mixed solver runs first (under the same deadline): its plan is the engine's start, its
+    bound caps the engine's, and the answer is the best of the engine's plan, the mixed solver's
+    and keep-or-suspend. An engine's ``optimal`` below the mixed solver's exact optimum is refuted;
+    the answer is ``optimal`` when the mixed solver proved the plan returned, or when the engine's
+    claim meets the bound."""
     from unicron_plan.solvers.mixed import _limitations
 
     if _limitations(problem):  # node-level or churn constraints: the node-level model over types
@@ -59,6 +94,7 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
         model, meaning = build(problem, options.deadline)
     except DeadlineReached:
         model = meaning = None
+    start = None if options.expired() else _start(problem, options, model, meaning)
     if model is None:
         result, values, info = {"termination": "time_limit", "has_solution": False, "bound": math.inf}, None, \
             {"backend": backend, "stopped": "time limit while building"}
@@ -71,38 +107,52 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
 
         result, values = milp.run(model, options, backend)
         info = {"backend": backend, **model.stats()}
-    if result["termination"] == "infeasible":
+    if result["termination"] == "infeasible" and start is None:
         raise InfeasibleError("the jobs that may not suspend (pinned, hysteresis) do not fit on any choice of "
                               "GPU types (the solver proved it)")
-    counts, types = {}, {}
+    plans = []  # (value, name, counts, types): the engine's first, so that it wins ties
     if values is not None and model.feasible(values):
+        counts, types = {}, {}
         for v, (jid, t, y) in meaning.items():
             if values[v] > 0.5:
                 counts[jid], types[jid] = y, t
-    optimal = result["termination"] == "optimal" and bool(counts)
-    if not optimal:
-        # Stopped: the plan held, or keeping every job that can stay (on its type) and suspending the
-        # others, whichever is better.
-        kept = keep_or_suspend(problem)
-        kept_value = None if kept is None else problem.objective(kept[0])
-        if kept_value is not None and (not counts or kept_value > problem.with_types(types).objective(counts)):
-            counts, types = kept[0], {j.id: j.gpu_type for j in problem.jobs}
-            info = {**info, "fallback": "keep-or-suspend"}
-        if not counts:
-            raise InfeasibleError(f"no plan found ({result['termination']}); raise the time limit")
-        if result["termination"] == "optimal":
-            result = {**result, "termination": "time_limit"}
-    objective = problem.with_types(types).objective(counts)
-    optimal = result["termination"] == "optimal"
-    bound = result["bound"] if math.isfinite(result["bound"]) else math.inf
-    if not math.isfinite(bound):  # CBC reports no bound (and its "optimal" is no proof): the relaxation's
-        from unicron_plan.solvers.mixed import relaxation
-
-        bound = relaxation(problem, options.deadline)[1]
+        plans.append((problem.with_types(types).objective(counts), None, counts, types))
+    elif values is not None:
+        info = {**info, "incumbent_discarded": "infeasible values"}
+    if start is not None:
+        plans.append((start[2], "mixed", start[0], start[1]))
+    kept = keep_or_suspend(problem)
+    if kept is not None:
+        plans.append((problem.objective(kept[0]), "keep-or-suspend", kept[0], {j.id: j.gpu_type for j in problem.jobs}))
+    if not plans:
+        raise InfeasibleError(f"no plan found ({result['termination']}); raise the time limit")
+    objective, name, counts, types = max(plans, key=lambda p: p[0])  # the first of the best
+    termination = result["termination"]
+    if termination == "infeasible":
+        info, termination = {**info, "infeasible_claim_refuted": True}, "error"
+    exact = start is not None and start[4]
+    if termination == "optimal" and exact and plans[0][1] is None \
+            and plans[0][0] < start[2] - 1e-12 * max(1.0, abs(start[2])):
+        info, termination = {**info, "optimal_claim_refuted": "below the exact mixed optimum"}, "error"
+    if name is not None:
+        info = {**info, "fallback": name}
+        if termination == "optimal":
+            termination = "time_limit"  # the engine's claim was about another plan
+    bound = result["bound"]
+    if bound < objective - 1e-9 * max(1.0, abs(objective)):  # below a feasible plan: no bound
+        info, bound = {**info, "solver_bound_discarded": float(bound)}, math.inf
+    if start is not None:
+        bound = min(bound, start[3])
+    if not math.isfinite(bound):  # no engine bound (CBC reports none) and no mixed solver's
+        bound = _trivial_bound(problem)
     bound = max(bound, objective)
-    if optimal and not math.isclose(bound, objective, rel_tol=1e-9, abs_tol=1e-6):
-        optimal = False  # the backend's rounding leaves a visible gap: no proof
+    proven = exact and objective >= start[2] - 1e-12 * max(1.0, abs(start[2]))
+    if proven:
+        info = {**info, "proof": "mixed solver"}
+    optimal = proven or (termination == "optimal" and math.isclose(bound, objective, rel_tol=1e-9, abs_tol=1e-6))
+    if termination == "optimal" and not optimal:
+        termination = "time_limit"  # the backend's rounding leaves a visible gap: no proof
     return RawSolution(counts=counts, objective=objective, bound=objective if optimal else bound,
-                       termination="optimal" if optimal else result["termination"],
+                       termination="optimal" if optimal else termination,
                        solution="optimal" if optimal else "feasible", types=types,
                        options={**{k: v for k, v in info.items() if v is not None}, "model": "mixed types"})

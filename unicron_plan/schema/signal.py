@@ -53,3 +53,6 @@ class ActionBody(StrictModel):
     commands: list[list[str]] = Field(default_factory=list, max_length=100,
                                       description="The scheduler commands run, as argument lists.")
     detail: str = Field("", max_length=4096, description="What was verified, or why it failed.")
+    failed_nodes: list[str] = Field(default_factory=list, max_length=1000,
+                                    description="Nodes found down or not responding: a failed restart is then "
+                                                "escalated to SEV1, their failure.")

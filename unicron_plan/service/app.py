@@ -238,7 +238,8 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
         data = await _read_json(request, SIGNALS_MAX_BODY_BYTES, parse_seconds)
         return _json(await run_in_threadpool(desk.post_signals, data))
 
-    @app.post("/v1/actions", response_model=RevisionReply, summary="Record what was done about an incident")
+    @app.post("/v1/actions", response_model=None,
+              summary="Record what was done about an incident (a failed restart with dead nodes: escalated)")
     async def post_action(request: Request):
         data = await _read_json(request, SIGNALS_MAX_BODY_BYTES, parse_seconds)
         return _json(await run_in_threadpool(desk.post_action, data))

@@ -261,9 +261,17 @@ class SignalDesk:
         from unicron_plan.schema.signal import ActionBody
 
         body = parse_model(ActionBody, data)
-        if self.coord.store.get(body.signal, "signal") is None:
+        incident = self.coord.store.get(body.signal, "signal")
+        if incident is None:
             raise InvalidInstanceError("signal", f"no signal entry at revision {body.signal}")
-        return {"revision": self.coord.record_entry("action", body.model_dump(mode="json", exclude_none=True))}
+        reply = {"revision": self.coord.record_entry("action", body.model_dump(mode="json", exclude_none=True))}
+        if body.outcome == "failed" and body.action == "restart" and body.failed_nodes:
+            # the action failed for its nodes: escalate to SEV1, their failure (Unicron: a failed action escalates)
+            reply["incidents"] = [self._act({**incident, "node": node, "severity": "SEV1", "action": "reconfigure",
+                                             "escalated_from": incident["severity"], "source": "action",
+                                             "evidence": f"restart failed: {body.detail}"[:4096]})
+                                  for node in sorted(set(body.failed_nodes))[:100]]
+        return reply
 
     def close(self) -> None:
         self.detector.close()
@@ -278,7 +286,7 @@ class SignalDesk:
 
         from unicron_plan.errors import UnicronError
 
-        body = record_body(rec)
+        body = record_body({k: v for k, v in rec.items() if k not in ("detected_at", "plan_id", "outcome")})
         body["detected_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         if body["action"] == "reconfigure":
             node = body["node"]

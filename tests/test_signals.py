@@ -105,6 +105,16 @@ def test_duplicates_from_many_ranks_are_one_incident():
     assert len(acts) == 2
 
 
+def test_an_incident_closes_when_the_job_trains_again():
+    d, acts, clock = _detector()
+    d.receive([_sig(kind="cuda_error")])
+    d.receive([_sig(kind="cuda_error", rank=1)])
+    assert len(acts) == 1
+    _beats(d, clock, "a", [0], steps=3, seconds=1.0)  # restarted: steps again
+    d.receive([_sig(kind="cuda_error", rank=1)])  # a new fault, well within the window
+    assert len(acts) == 2
+
+
 def test_a_more_severe_report_is_its_own_incident():
     d, acts, clock = _detector()
     d.receive([_sig(kind="cuda_error", node="n1")])

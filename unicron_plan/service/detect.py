@@ -10,7 +10,8 @@ time) and, per job and node, the incidents open now. It turns reports into incid
   average gap between heartbeats; at least ``min_hang_seconds``) is hung; the ranks of one job
   found hung in one check are one incident;
 - reports that arrive while an incident of the same job (or, for SEV1, node) is open, within
-  ``incident_window`` and not more severe, are duplicates: counted, not recorded again.
+  ``incident_window`` and not more severe, are duplicates: counted, not recorded again. A job's
+  incident closes early when one of its ranks has sent ``min_steps`` heartbeats since (it trains again).
 
 Each incident is handed to ``act(record) -> dict`` (the coordinator records it in its
 history as type ``signal`` and carries out SEV1: the node's failure event, so a plan
@@ -113,6 +114,11 @@ class Detector:
             if r.beats:
                 r.mean_gap += (now - r.last - r.mean_gap) / min(r.beats, 20)  # running mean of the last ~20
             r.steps, r.beats, r.last, r.node = max(r.steps, sig.step or 0), r.beats + 1, now, sig.node or r.node
+            inc = self.open.get(("job", sig.job))
+            if inc is not None and r.beats >= self.settings.min_steps:  # the job trains again: the incident is over
+                for k in inc.keys:
+                    if self.open.get(k) is inc and k[0] == "job":
+                        del self.open[k]
 
     def _error(self, sig) -> dict | None:
         cls = CLASSES[sig.kind]

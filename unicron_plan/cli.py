@@ -561,7 +561,7 @@ def _watch_target(coordinator, job, rank, node, token_file, need_job: bool = Tru
     cfg = {k: v if v is not None else env[k] for k, v in given.items()}
     if not need_job and cfg["rank"] is None:
         cfg["rank"] = 0
-    for key, var in (("coordinator", "UNICRON_COORDINATOR"), ("job", "SLURM_JOB_ID"), ("rank", "SLURM_PROCID")):
+    for key, var in (("coordinator", "UNICRON_COORDINATOR"), ("job", "SLURM_JOB_ID"), ("rank", "SLURM_PROCID or RANK")):
         if cfg[key] is None and (need_job or key != "job"):
             raise InvalidInstanceError(f"--{key}", f"not given, and ${var} is not set")
     try:
@@ -583,7 +583,7 @@ _NODE = typer.Option(None, "--node", help="The node's id in the cluster (default
 def watch(command: list[str] = typer.Argument(..., help="The command to run, after --."),
           coordinator: Optional[str] = _COORD,
           job: Optional[str] = typer.Option(None, "--job", help="The job's id (default $SLURM_JOB_ID)."),
-          rank: Optional[int] = typer.Option(None, "--rank", min=0, help="The rank (default $SLURM_PROCID)."),
+          rank: Optional[int] = typer.Option(None, "--rank", min=0, help="The rank (default $RANK, $OMPI_COMM_WORLD_RANK, $PMI_RANK or $SLURM_PROCID)."),
           node: Optional[str] = _NODE, token_file: Optional[str] = _TOKEN) -> None:
     """Run COMMAND, its output passed through, and report its abnormal exit and its error lines on
     stderr (NCCL, CUDA, Xid ...) to the coordinator; signals are passed on to it. Exits with its status."""

@@ -234,7 +234,8 @@ class Watch:
     @classmethod
     def from_env(cls, **overrides) -> "Watch":
         """A watch configured from the environment: ``UNICRON_COORDINATOR``, ``UNICRON_TOKEN_FILE``, the job
-        from ``SLURM_JOB_ID`` and the rank from ``SLURM_PROCID``, ``RANK`` or ``OMPI_COMM_WORLD_RANK``."""
+        from ``SLURM_JOB_ID``, the rank from ``RANK`` (torchrun), ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` or
+        ``SLURM_PROCID``, the node from ``SLURMD_NODENAME``."""
         env = environment()
         env.update({k: v for k, v in overrides.items() if v is not None})
         missing = [k for k in ("coordinator", "job", "rank") if env.get(k) is None]
@@ -247,7 +248,8 @@ class Watch:
 def environment() -> dict:
     """The watch's settings found in the environment (absent ones are None)."""
     e = os.environ
-    rank = next((e[k] for k in ("SLURM_PROCID", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK") if k in e), None)
+    # the launcher's rank first: under `mpirun` inside a Slurm job SLURM_PROCID is that of mpirun's daemon
+    rank = next((e[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID") if k in e), None)
     return {"coordinator": e.get("UNICRON_COORDINATOR"), "job": e.get("SLURM_JOB_ID"),
             "rank": None if rank is None else int(rank), "node": e.get("SLURMD_NODENAME"),
             "token_file": e.get("UNICRON_TOKEN_FILE")}

@@ -101,6 +101,15 @@ mpirun --allow-run-as-root --oversubscribe --map-by ppr:2:node --mca btl self,tc
         self.job = int(out.strip().split(";")[0])
         return self.job
 
+    def start_node_agents(self) -> None:
+        """One `unicron-plan watch-node --heartbeat` per node (node health), as a node's daemon would run."""
+        self.node_agents = {}
+        for node in _sh("sinfo", "-h", "-N", "-o", "%N").split():
+            self.node_agents[node] = subprocess.Popen(
+                [sys.executable, "-m", "unicron_plan.cli", "watch-node", "--heartbeat", "0.5", "--node", node,
+                 "--coordinator", self.url, "--token-file", str(self.token_file)],
+                stdout=subprocess.DEVNULL, stderr=open(self.work / f"node-{node}.log", "a"), cwd=ROOT)
+
     def start_agent(self) -> None:
         log = open(self.work / "agent.log", "a")
         self.agent = subprocess.Popen(
@@ -109,6 +118,10 @@ mpirun --allow-run-as-root --oversubscribe --map-by ppr:2:node --mca btl self,tc
              "--verify-seconds", "90"], stdout=log, stderr=log, env=_env(), cwd=ROOT)
 
     def stop(self) -> None:
+        for proc in getattr(self, "node_agents", {}).values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(20)
         if self.agent is not None and self.agent.poll() is None:
             self.agent.terminate()
             try:
@@ -157,6 +170,20 @@ mpirun --allow-run-as-root --oversubscribe --map-by ppr:2:node --mca btl self,tc
                     return e
             time.sleep(0.2)
         raise AssertionError(f"no such history entry: {self.history()[-6:]}\n{self.agent_log()}")
+
+    def wait_in_sync(self, timeout: float = 180) -> None:
+        """Until the coordinator has the job, nothing is pending, and its ranks run on the coordinator's nodes."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            inst = httpx.get(self.url + "/v1/state", headers=self.headers, timeout=30).json()["instance"]
+            job = next((j for j in (inst or {}).get("jobs", []) if j["id"] == str(self.job)), None)
+            ranks = self.ranks()
+            if job and not inst.get("event") and job["current"]["gpus"] and ranks \
+                    and {r["node"] for r in ranks.values()} == set(job["current"]["nodes"]) \
+                    and len(ranks) == 2 * len(job["current"]["nodes"]):
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"not in sync: {self.agent_log()}")
 
     def revision(self) -> int:
         entries = httpx.get(self.url + "/v1/history", headers=self.headers, timeout=30).json()["entries"]
@@ -213,6 +240,41 @@ def _signal(sig: int, rank: int):
     return inject
 
 
+def _node_dies(sc: Scenario):
+    """A node other than the job's first (where its batch script runs) dies: its slurmd, its node agent,
+    and the job's processes on it (the ranks, their `watch` and MPI's daemon) are killed at once."""
+    def inject(ranks):
+        first = sorted({r["node"] for r in ranks.values()})[0]
+        node = next(r["node"] for _, r in sorted(ranks.items()) if r["node"] != first)
+        ours = [r["pid"] for r in ranks.values() if r["node"] == node]
+        wrappers = [_parent(pid) for pid in ours]  # each rank's `watch` (killed first: a dead node reports nothing)
+        pids = wrappers + sorted({_parent(pid) for pid in wrappers}) + ours  # then MPI's daemon, then the ranks
+        slurmd = int((TESTBED / "run" / f"slurmd-{node}.pid").read_text())
+        sc.node_agents[node].kill()
+        for pid in [slurmd, *pids]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        sc.dead_node = node
+        return f"node {node}: slurmd (pid {slurmd}), its node agent and the job's processes {pids} killed"
+    return inject
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _restore_testbed() -> None:
+    """Start the slurmd the test killed again (the testbed's `up` is idempotent) and put back in service
+    the nodes the plans drained."""
+    subprocess.run([str(ROOT / "scripts" / "slurm-testbed"), "up"], capture_output=True, env=_env(), timeout=300)
+    for line in _sh("sinfo", "-h", "-N", "-o", "%N %T %E", check=False).splitlines():
+        node, state, reason = (line.split(None, 2) + ["", ""])[:3]
+        if "unicron-plan" in reason and ("drain" in state or "down" in state):
+            _sh("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+
+
 def test_faults_are_detected_classified_acted_on_and_training_goes_on(testbed, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -222,8 +284,10 @@ def test_faults_are_detected_classified_acted_on_and_training_goes_on(testbed, t
         try:
             sc.submit()
             sc.start_agent()
-            sc.wait_training(after=0, steps=12)
+            sc.start_node_agents()
             sc.wait_entry(lambda e: e["type"] == "cluster")
+            sc.wait_in_sync()
+            sc.wait_training(after=time.time(), steps=12)
             results = [
                 _fault(sc, _write(sc, 1, "CUDA error: unspecified launch failure"), "cuda_error", "SEV2", "restart"),
                 _fault(sc, _signal(signal.SIGKILL, 2), "exited_abnormally", "SEV2", "restart"),
@@ -241,6 +305,10 @@ def test_faults_are_detected_classified_acted_on_and_training_goes_on(testbed, t
             signals = [e["body"] for e in httpx.get(sc.url + "/v1/history", headers=sc.headers,
                                                     timeout=30).json()["entries"] if e["type"] == "signal"]
             assert [s["kind"] for s in signals] == ["cuda_error", "exited_abnormally", "task_hang", "ecc_error"]
-            assert signals[2]["ranks"] and set(signals[2]["ranks"]) <= {0, 1, 2, 3}
+            assert signals[2]["ranks"] and set(signals[2]["ranks"]) <= set(range(len(sc.ranks())))
+            sc.wait_in_sync()
+            dead = _fault(sc, _node_dies(sc), "lost_connection", "SEV1", "reconfigure")
+            assert dead["signal"]["node"] not in dead["nodes"]
         finally:
             sc.stop()
+            _restore_testbed()

@@ -33,7 +33,8 @@ def _detector(**settings):
         acts.append(rec)
         return {"revision": len(acts), **rec}
 
-    d = Detector(act, lambda node: ["a", "b"] if node == "n1" else [], DetectorSettings(**settings), clock=clock)
+    jobs = {"n1": ["a", "b"], "n2": ["a"]}
+    d = Detector(act, lambda node: jobs.get(node, []), DetectorSettings(**settings), clock=clock)
     return d, acts, clock
 
 
@@ -137,6 +138,31 @@ def test_sev3_reattempts_then_escalates_within_the_window():
     assert acts[2]["severity"] == "SEV3"
 
 
+def _node_beats(d, clock, node, count, seconds):
+    for _ in range(count):
+        clock.now += seconds
+        d.receive([Signal.model_validate({"node": node, "rank": 0, "kind": "heartbeat", "step": 1})])
+
+
+def test_a_silent_node_is_lost_and_its_jobs_hang_is_the_same_incident():
+    d, acts, clock = _detector()
+    for k in range(1, 6):  # ranks of job a on n1 and n2, the two nodes' heartbeats
+        clock.now += 0.5
+        d.receive([_sig(rank=r, node=f"n{1 + r // 2}", kind="heartbeat", step=k, iteration_seconds=0.5)
+                   for r in range(4)]
+                  + [Signal.model_validate({"node": n, "rank": 0, "kind": "heartbeat", "step": k}) for n in ("n1", "n2")])
+    clock.now += 1.5  # everything silent: n1's node heartbeat keeps going
+    d.receive([Signal.model_validate({"node": "n1", "rank": 0, "kind": "heartbeat", "step": 6})])
+    assert d.check() == []  # the job's hang waits for the verdict on n2 (silent for half its threshold)
+    clock.now += 0.6
+    (lost,) = d.check()
+    assert (lost["kind"], lost["severity"], lost["action"], lost["node"]) == ("lost_connection", "SEV1",
+                                                                             "reconfigure", "n2")
+    assert acts[0]["jobs"] == ["a"]
+    _node_beats(d, clock, "n1", 10, 0.5)
+    assert d.check() == []  # the job's hang is part of the incident; n2 is not lost again until it beats
+
+
 def test_node_reader_report_names_the_nodes_jobs():
     d, acts, clock = _detector()
     d.receive([_sig(job=None, kind="cuda_error", node="n1", source="kernel")])
@@ -166,12 +192,12 @@ def test_sev1_becomes_the_nodes_failure_and_a_plan(tmp_path):
     (inc,) = r.json()["incidents"]
     assert inc["severity"] == "SEV1" and inc["action"] == "reconfigure" and inc["plan_id"]
     entries = c.get("/v1/history").json()["entries"]
-    assert [e["type"] for e in entries] == ["cluster", "event", "plan", "signal"]
-    sig = entries[-1]["body"]
+    assert [e["type"] for e in entries] == ["cluster", "signal", "event", "plan"]
+    sig = entries[1]["body"]
     assert {k: sig[k] for k in ("job", "rank", "node", "kind", "severity", "action")} == {
         "job": "gpt3-13b", "rank": 5, "node": "n1", "kind": "ecc_error", "severity": "SEV1", "action": "reconfigure"}
-    assert "ECC" in sig["evidence"] and sig["plan_id"] == inc["plan_id"]
-    assert entries[1]["body"]["failed_nodes"] == ["n1"]
+    assert "ECC" in sig["evidence"] and entries[3]["body"]["plan_id"] == inc["plan_id"]
+    assert entries[2]["body"]["failed_nodes"] == ["n1"]
     # the plan can be applied: a signal entry does not move the state's revision
     assert c.post(f"/v1/plans/{inc['plan_id']}/apply").status_code == 200
     # and a restart replays the same state
@@ -204,8 +230,9 @@ def test_sev1_of_an_unknown_node_is_recorded_without_a_plan(tmp_path):
     _cluster(c)
     (inc,) = c.post("/v1/signals", json={"signals": [{"job": "gpt3-13b", "rank": 0, "node": "nX",
                                                       "kind": "nvlink_error"}]}).json()["incidents"]
-    body = c.get("/v1/history").json()["entries"][-1]["body"]
-    assert "plan_id" not in inc and body["outcome"].startswith("no plan:") and "nX" in body["outcome"]
+    sig, act = [e["body"] for e in c.get("/v1/history").json()["entries"][-2:]]
+    assert "plan_id" not in inc and sig["kind"] == "nvlink_error"
+    assert act["outcome"] == "failed" and act["detail"].startswith("no plan:") and "nX" in act["detail"]
 
 
 @pytest.mark.parametrize("body,field", [

@@ -551,7 +551,7 @@ def _print_sweep(result: dict) -> None:
 
 
 # --- in-band detection (docs/detection.md) ---
-def _watch_target(coordinator, job, rank, node, token_file, need_job: bool = True):
+def _watch_target(coordinator, job, rank, node, token_file, need_job: bool = True, **options):
     """A :class:`unicron_plan.watch.Watch` from the options, the environment filling what is not given."""
     from unicron_plan.errors import InvalidInstanceError
     from unicron_plan.watch import Watch, environment
@@ -565,7 +565,7 @@ def _watch_target(coordinator, job, rank, node, token_file, need_job: bool = Tru
         if cfg[key] is None and (need_job or key != "job"):
             raise InvalidInstanceError(f"--{key}", f"not given, and ${var} is not set")
     try:
-        return Watch(**cfg)
+        return Watch(**cfg, **options)
     except ValueError as exc:
         raise InvalidInstanceError("--coordinator", str(exc)) from None
     except OSError as exc:
@@ -599,14 +599,21 @@ def watch_node(kernel_log: Optional[str] = typer.Option(None, "--kernel-log",
                                                               "e.g. `journalctl -k -o short | ...`)."),
                dcgmi: Optional[str] = typer.Option(None, "--dcgmi",
                                                    help="Output of `dcgmi health -c -j` ('-': stdin)."),
+               heartbeat: Optional[float] = typer.Option(None, "--heartbeat", min=0.05, max=3600.0,
+                                                         help="Then send the node's heartbeat every so many "
+                                                              "seconds until stopped (SIGTERM, SIGINT)."),
                coordinator: Optional[str] = _COORD, node: Optional[str] = _NODE,
                token_file: Optional[str] = _TOKEN) -> None:
-    """Report a node's GPU errors (the driver's Xid lines, DCGM's health check) to the coordinator."""
-    from unicron_plan.errors import InvalidInstanceError
-    from unicron_plan.watch import report_node
+    """Report a node's GPU errors (the driver's Xid lines, DCGM's health check) to the coordinator, and
+    with --heartbeat its health (a node that stops beating is lost: its failure, a plan follows)."""
+    import signal
+    import threading
 
-    if kernel_log is None and dcgmi is None:
-        raise InvalidInstanceError("--kernel-log", "give --kernel-log, --dcgmi or both")
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.watch import node_heartbeat, report_node
+
+    if kernel_log is None and dcgmi is None and heartbeat is None:
+        raise InvalidInstanceError("--kernel-log", "give --kernel-log, --dcgmi, --heartbeat or several")
     if kernel_log == "-" and dcgmi == "-":
         raise InvalidInstanceError("--dcgmi", "only one of --kernel-log and --dcgmi can read stdin")
 
@@ -624,12 +631,27 @@ def watch_node(kernel_log: Optional[str] = typer.Option(None, "--kernel-log",
     if dcgmi is not None:
         with opened(dcgmi) as fh:
             dcgm_text = fh.read(16 * 1024 * 1024)
-    target = _watch_target(coordinator, None, None, node, token_file, need_job=False)
+    if heartbeat is not None:
+        from unicron_plan.watch import HEARTBEAT_INTERVAL
+
+        kw = {"heartbeat_interval": min(heartbeat, HEARTBEAT_INTERVAL)}
+    else:
+        kw = {}
+    target = _watch_target(coordinator, None, None, node, token_file, need_job=False, **kw)
     try:
         count = report_node(target, lines, dcgm_text)
     except ValueError as exc:  # not JSON
         raise InvalidInstanceError("--dcgmi", f"not JSON: {exc}") from None
-    typer.echo(f"{count} report(s) for node {target.node}; {target.lost} not sent", err=True)
+    if kernel_log is not None or dcgmi is not None:
+        typer.echo(f"{count} report(s) for node {target.node}; {target.lost} not sent", err=True)
+    if heartbeat is not None:
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *a: stop.set())
+        node_heartbeat(target, heartbeat, stop)
+        target.close()
+    else:
+        target.stop()
 # --- end in-band detection ---
 
 

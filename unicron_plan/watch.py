@@ -335,5 +335,11 @@ def report_node(watch: Watch, lines, dcgm_text: str | None = None, max_reports: 
             continue
         seen.add((kind, gpu))
         watch.report(kind, evidence, wait=False, source=source)
-    watch.stop()
     return len(seen)
+
+
+def node_heartbeat(watch: Watch, seconds: float, stop) -> None:
+    """Send the node's heartbeat every ``seconds`` until ``stop`` (a threading.Event) is set: the
+    coordinator calls a node silent for its threshold ``lost_connection`` (SEV1)."""
+    while not stop.wait(seconds):
+        watch.step()

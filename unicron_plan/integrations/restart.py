@@ -124,8 +124,14 @@ def act_on_signals(client, cli: SlurmCli, state_dir: Path, verify_seconds: float
         j.pop("doing")
         journal.save(j)
     plan_id = None
+    awaiting = None  # (revision, at) of a SEV1 incident whose plan is not recorded yet
     for entry in client.history(since=j["since"], limit=1000):
         body = entry.body
+        if awaiting is not None:
+            if entry.type == "plan":
+                plan_id, awaiting = body["plan_id"], None
+            elif entry.type == "action" and body.get("signal") == awaiting[0]:
+                awaiting = None  # no plan could be made for it
         if entry.type == "signal":
             if body.get("action") == "restart":
                 jobs = [body["job"]] if body.get("job") else list(body.get("jobs") or [])
@@ -140,11 +146,37 @@ def act_on_signals(client, cli: SlurmCli, state_dir: Path, verify_seconds: float
                     journal.save(j)
                     _restart(client, cli, doing, verify_seconds, log)
                     j.pop("doing")
-            elif body.get("action") == "reconfigure" and body.get("plan_id"):
-                plan_id = body["plan_id"]
-        j["since"] = entry.revision
-        journal.save(j)
+            elif body.get("action") == "reconfigure":
+                awaiting = (entry.revision, entry.at)
+        if awaiting is None:
+            j["since"] = entry.revision
+            journal.save(j)
+    if awaiting is not None and _age(awaiting[1]) < AWAIT_PLAN_SECONDS:
+        return AWAITING  # the coordinator is making the plan: the next pass takes it
     return plan_id
+
+
+#: How far back (history entries before the last one handled) a pending failure is matched to its incident.
+RECENT_ENTRIES = 200
+#: Longest the agent waits for the plan of a SEV1 incident to be recorded after the incident.
+AWAIT_PLAN_SECONDS = 30.0
+AWAITING = "awaiting"
+
+
+def _age(at: str) -> float:
+    from datetime import datetime, timezone
+
+    try:
+        return (datetime.now(timezone.utc) - datetime.fromisoformat(at.replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return float("inf")
+
+
+def isolated_nodes(client, since: int) -> set[str]:
+    """Nodes of SEV1 incidents recorded after ``since``: the coordinator takes them out although Slurm
+    may show them healthy (no repair is inferred for them)."""
+    return {e.body["node"] for e in client.history(since=since, limit=1000)
+            if e.type == "signal" and e.body.get("action") == "reconfigure" and e.body.get("node")}
 
 
 def _restart(client, cli: SlurmCli, doing: dict, verify_seconds: float, log) -> None:
@@ -176,10 +208,26 @@ class InBandAgent(SlurmAgent):
                 return done
         return super().run_once()
 
+    def _events(self, coord, inst):
+        """The agent's events, but a node the coordinator isolated for an in-band SEV1 is not "repaired"
+        because Slurm still shows it healthy (the history is read after the state was)."""
+        events, drift = super()._events(coord, inst)
+        pending = set(((coord or {}).get("event") or {}).get("failed_nodes") or [])
+        isolated = set()
+        if pending and any(ev.get("kind") == "repair" for ev in events):
+            since = SignalJournal(Path(self.cfg.state_dir) / "signals.json").load().get("since", 0)
+            isolated = pending & isolated_nodes(self.client, max(0, since - RECENT_ENTRIES))
+        for ev in events:
+            if ev.get("kind") == "repair":
+                ev["repaired_nodes"] = [n for n in ev["repaired_nodes"] if n not in isolated]
+        return [ev for ev in events if ev.get("kind") != "repair" or ev["repaired_nodes"]], drift
+
     def signals_pass(self) -> Optional[dict]:
         """Restarts carried out; a SEV1 incident's plan, when it is the coordinator's latest, carried
         out like the agent's own (journal ``carrying``), with its result."""
         plan_id = act_on_signals(self.client, self.cli, self.cfg.state_dir, self.cfg.verify_seconds, self.log)
+        if plan_id == AWAITING:
+            return {"status": "awaiting-plan"}
         if plan_id is None or self.cfg.mode != "apply":
             return None
         plan = _dict(self.client.get_plan(plan_id))

@@ -18,8 +18,8 @@ _ID = dict(min_length=1, max_length=200)
 class Signal(StrictModel):
     """One report: a heartbeat, a rank's clean end, or an error of a kind of the classification table."""
 
-    job: Optional[str] = Field(None, description="The job's id, as in the cluster (a node reader: none, "
-                                                 "the node's jobs are meant).", **_ID)
+    job: Optional[str] = Field(None, description="The job's id, as in the cluster (none: a report of the node "
+                                                 "itself, its heartbeat or an error of its jobs).", **_ID)
     rank: int = Field(ge=0, le=2**31, description="The reporting process's rank (a node reader: 0).")
     node: Optional[str] = Field(None, description="The node it runs on, as in the cluster.", **_ID)
     kind: SignalKind = Field(description="heartbeat, closed, or an error kind (docs/detection.md).")
@@ -34,8 +34,8 @@ class Signal(StrictModel):
 
     @model_validator(mode="after")
     def _names_what(self):
-        if self.job is None and (self.kind in PROGRESS_KINDS or self.node is None):
-            raise ValueError("job: required (a node reader's error names its node instead)")
+        if self.job is None and self.node is None:
+            raise ValueError("job: required (a node's own report names its node instead)")
         return self
 
 

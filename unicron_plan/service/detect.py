@@ -74,6 +74,7 @@ class Detector:
         self.settings = settings or DetectorSettings()
         self.lock = threading.Lock()
         self.ranks: dict[tuple[str, int], _Rank] = {}
+        self.nodes: dict[str, _Rank] = {}  # node heartbeats (`watch-node --heartbeat`): node health
         self.open: dict[tuple[str, str], _Incident] = {}  # ("job"|"node", id) -> incident
         self.sev3_at: dict[str, float] = {}  # job -> time of its last SEV3 incident
         self._thread: threading.Thread | None = None
@@ -89,24 +90,28 @@ class Detector:
                 self.count("heartbeat", "progress")
             elif sig.kind == "closed":
                 with self.lock:
-                    self.ranks.pop((sig.job, sig.rank), None)
+                    if sig.job is None:
+                        self.nodes.pop(sig.node, None)
+                    else:
+                        self.ranks.pop((sig.job, sig.rank), None)
                 self.count("closed", "progress")
             else:
                 rec = self._error(sig)
                 if rec is not None:
                     opened.append(rec)
-        if self.ranks:
+        if self.ranks or self.nodes:
             self.start()
         return opened
 
     def _beat(self, sig) -> None:
         now = self.clock()
         with self.lock:
-            r = self.ranks.get((sig.job, sig.rank))
+            table, key = (self.ranks, (sig.job, sig.rank)) if sig.job is not None else (self.nodes, sig.node)
+            r = table.get(key)
             if r is None:
-                if len(self.ranks) >= self.settings.max_ranks:
+                if len(self.ranks) + len(self.nodes) >= self.settings.max_ranks:
                     return
-                r = self.ranks[(sig.job, sig.rank)] = _Rank(sig.job, sig.node, last=now)
+                r = table[key] = _Rank(sig.job, sig.node, last=now)
             steps = max(0, (sig.step or 0) - r.steps)
             if steps and sig.iteration_seconds is not None:
                 total = r.steps * r.mean_iteration + steps * sig.iteration_seconds
@@ -114,7 +119,7 @@ class Detector:
             if r.beats:
                 r.mean_gap += (now - r.last - r.mean_gap) / min(r.beats, 20)  # running mean of the last ~20
             r.steps, r.beats, r.last, r.node = max(r.steps, sig.step or 0), r.beats + 1, now, sig.node or r.node
-            inc = self.open.get(("job", sig.job))
+            inc = self.open.get(("job", sig.job)) if sig.job is not None else None
             if inc is not None and r.beats >= self.settings.min_steps:  # the job trains again: the incident is over
                 for k in inc.keys:
                     if self.open.get(k) is inc and k[0] == "job":
@@ -131,18 +136,37 @@ class Detector:
         return self._incident(rec)
 
     # ------------------------------------------------------------------ hangs
+    def _silent(self, r: _Rank, now: float, share: float = 1.0) -> bool:
+        """``r`` has stepped enough and is silent for ``share`` of its hang threshold."""
+        s = self.settings
+        if r.steps < s.min_steps or r.beats < 2:
+            return False
+        return now - r.last > share * max(s.hang_factor * max(r.mean_iteration, r.mean_gap), s.min_hang_seconds)
+
     def check(self) -> list[dict]:
-        """Look for hung ranks now; one incident per job whose ranks are hung."""
+        """Look for silent nodes and hung ranks now: one ``lost_connection`` per node, one hang per job.
+        A job's hang waits while one of its nodes is silent for half its threshold (the node's verdict
+        comes first: a dead node is SEV1, not a restart)."""
         s, now = self.settings, self.clock()
         hung: dict[str, list[tuple[int, _Rank]]] = {}
         with self.lock:
+            lost = sorted(n for n, r in self.nodes.items() if self._silent(r, now))
+            suspect = {n for n, r in self.nodes.items() if self._silent(r, now, 0.5)}
             for (job, rank), r in self.ranks.items():
-                if r.steps < s.min_steps or r.beats < 2:
-                    continue
-                expected = max(r.mean_iteration, r.mean_gap)
-                if now - r.last > max(s.hang_factor * expected, s.min_hang_seconds):
+                if self._silent(r, now):
                     hung.setdefault(job, []).append((rank, r))
+            for node in lost:
+                del self.nodes[node]  # until it beats again
+            hung = {j: rs for j, rs in hung.items() if not suspect & {r.node for _, r in rs}}
         out = []
+        for node in lost:
+            cls = CLASSES["lost_connection"]
+            got = self._incident({"job": None, "rank": 0, "node": node, "kind": "lost_connection",
+                                  "severity": cls.severity, "action": cls.action, "detection": cls.detection,
+                                  "source": "heartbeat", "evidence": f"node {node}: no heartbeat for the "
+                                                                    f"threshold (x{s.hang_factor:g} its gap)"})
+            if got is not None:
+                out.append(got)
         for job, ranks in hung.items():
             ranks.sort(key=lambda x: x[0])
             first, r = ranks[0]
@@ -287,23 +311,25 @@ class SignalDesk:
         return [] if base is None else [j.id for j in base.jobs if node in j.current.nodes]
 
     def _act(self, rec: dict) -> dict:
-        """Record an incident; SEV1 of a node first posts the node's failure event (a plan follows)."""
+        """Record an incident; for SEV1 of a node then post the node's failure event (its plan is the next
+        ``plan`` entry; when none can be made, an ``action`` entry with outcome failed says why)."""
         from datetime import datetime, timezone
 
         from unicron_plan.errors import UnicronError
 
-        body = record_body({k: v for k, v in rec.items() if k not in ("detected_at", "plan_id", "outcome")})
+        body = record_body({k: v for k, v in rec.items() if k not in ("detected_at", "outcome")})
         body["detected_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        rev = self.coord.record_entry("signal", body)
+        answer = {"revision": rev, **{k: body[k] for k in ("job", "node", "kind", "severity", "action")}}
         if body["action"] == "reconfigure":
             node = body["node"]
-            if node is None:
-                body["outcome"] = "no node named: nothing to isolate"
-            else:
-                try:
-                    reply = self.coord.post_event({"kind": "failure", "failed_nodes": [node], "failed_gpus": []})
-                    body["plan_id"] = reply["plan_id"]
-                except UnicronError as exc:
-                    body["outcome"] = f"no plan: {exc}"
-        rev = self.coord.record_entry("signal", body)
-        return {"revision": rev, **{k: body[k] for k in ("job", "node", "kind", "severity", "action")},
-                **({"plan_id": body["plan_id"]} if "plan_id" in body else {})}
+            try:
+                if node is None:
+                    raise UnicronError("no node named: nothing to isolate")
+                reply = self.coord.post_event({"kind": "failure", "failed_nodes": [node], "failed_gpus": []})
+                answer["plan_id"] = reply["plan_id"]
+            except UnicronError as exc:
+                self.coord.record_entry("action", {"signal": rev, "action": "reconfigure", "outcome": "failed",
+                                                   "detail": f"no plan: {exc}"[:4096]})
+                answer["outcome"] = f"no plan: {exc}"
+        return answer

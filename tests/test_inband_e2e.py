@@ -91,9 +91,14 @@ class Scenario:
         script.write_text(f"""#!/bin/bash
 export E2E_DIR={self.work} E2E_ITERATION_SECONDS={ITERATION}
 export UNICRON_COORDINATOR={self.url} UNICRON_TOKEN_FILE={self.token_file}
+# MPI's daemons are started by srun with no GPUs (the ranks use none here; a step that asks for the
+# job's GPUs after a requeue onto other nodes hits Slurm 22.05's "node offset invalid")
 mpirun --allow-run-as-root --oversubscribe --map-by ppr:2:node --mca btl self,tcp \\
-  --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \\
-  {py} -m unicron_plan.cli watch -- {py} {ROOT / 'tests' / 'inband_train.py'} || sleep 600
+  --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo --mca plm_slurm_args "--gres=none" \\
+  {py} -m unicron_plan.cli watch -- {py} {ROOT / 'tests' / 'inband_train.py'}
+status=$?
+date +%s.%N >> {self.work}/mpirun-exit-$SLURM_JOB_ID   # when the launcher saw the job's ranks fail
+[ $status -eq 0 ] || sleep 600   # keep the allocation: the agent restarts the job in place
 """)
         out = _sh("sbatch", "--parsable", "--requeue", "-N", str(nodes), "--ntasks-per-node=2",
                   "--gres=gpu:h100:8", "--comment", f"unicron-plan: weight=1 throughput={THROUGHPUT}",
@@ -103,6 +108,9 @@ mpirun --allow-run-as-root --oversubscribe --map-by ppr:2:node --mca btl self,tc
 
     def start_node_agents(self) -> None:
         """One `unicron-plan watch-node --heartbeat` per node (node health), as a node's daemon would run."""
+        for proc in getattr(self, "node_agents", {}).values():
+            proc.kill()
+            proc.wait(20)
         self.node_agents = {}
         for node in _sh("sinfo", "-h", "-N", "-o", "%N").split():
             self.node_agents[node] = subprocess.Popen(
@@ -196,21 +204,33 @@ def _seconds(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
+def _launcher_exits(sc: Scenario) -> list[float]:
+    path = sc.work / f"mpirun-exit-{sc.job}"
+    return [float(x) for x in path.read_text().split()] if path.exists() else []
+
+
 def _fault(sc: Scenario, inject, kind: str, severity: str, action: str) -> dict:
-    """Inject, then wait for the incident and its action; the job must train on from its checkpoint."""
+    """Inject, then wait for the incident and its action; the job must train on from its checkpoint.
+    Also notes when the MPI launcher saw the ranks fail, if it did before the restart."""
     sc.since = sc.revision()
     before = sc.ranks()
+    exits_before = len(_launcher_exits(sc))
+    baseline: dict = {}
     t0 = time.time()
     detail = inject(before)
-    sig = sc.wait_entry(lambda e: e["type"] == "signal" and e["body"]["kind"] == kind)["body"]
-    assert (sig["severity"], sig["action"], str(sig["job"])) == (severity, action, str(sc.job)), sig
+
+    entry = sc.wait_entry(lambda e: e["type"] == "signal" and e["body"]["kind"] == kind)
+    sig = entry["body"]
+    assert (sig["severity"], sig["action"]) == (severity, action), sig
+    assert str(sig["job"]) == str(sc.job) or (sig["job"] is None and str(sc.job) in sig["jobs"]), sig
     detected = _seconds(sig["detected_at"]) - t0
     if action == "restart":
         done = sc.wait_entry(lambda e: e["type"] == "action" and e["body"]["job"] == str(sc.job), timeout=180)
         assert done["body"]["outcome"] == "done", done
         assert any(c[:2] == ["scontrol", "requeuehold"] for c in done["body"]["commands"])
     else:
-        plan_id = sig["plan_id"]
+        plan_id = sc.wait_entry(lambda e: e["type"] == "plan" and e["revision"] > entry["revision"])["body"]["plan_id"]
+        sig["plan_id"] = plan_id
         sc.wait_entry(lambda e: e["type"] == "apply" and e["body"]["plan_id"] == plan_id, timeout=240)
     sc.wait_training(after=time.time(), steps=5)
     lines = [line for line in sc.progress() if line["t"] > t0]
@@ -220,10 +240,17 @@ def _fault(sc: Scenario, inject, kind: str, severity: str, action: str) -> dict:
     restart = max(k for k, line in enumerate(lines) if line["step"] == resumed + 1)  # from the last checkpoint
     assert resumed > 0 and resumed % 5 == 0
     assert [line["step"] for line in lines[restart:]] == list(range(resumed + 1, resumed + 1 + len(lines) - restart))
-    print(f"{kind}: {severity} {action}, detected after {detected:.2f} s, resumed at step {resumed} "
-          f"on {sorted({r['node'] for r in after.values()})} ({detail})", flush=True)
-    return {"kind": kind, "detected_seconds": detected, "nodes": sorted({r["node"] for r in after.values()}),
-            "signal": sig}
+    exits = _launcher_exits(sc)[exits_before:]
+    if exits:
+        baseline["launcher_seconds"] = exits[0] - t0
+    result = {"kind": kind, "detected_seconds": detected, "nodes": sorted({r["node"] for r in after.values()}),
+              "signal": sig, "observed_seconds": time.time() - t0, **baseline}
+    print(f"{kind}: {severity} {action}, detected after {detected:.2f} s, baseline {baseline}, resumed at step "
+          f"{resumed} on {result['nodes']} ({detail})", flush=True)
+    if os.environ.get("E2E_RESULTS"):
+        with open(os.environ["E2E_RESULTS"], "a") as fh:
+            fh.write(json.dumps({k: v for k, v in result.items() if k != "signal"}) + "\n")
+    return result
 
 
 def _write(sc: Scenario, rank: int, message: str):
@@ -268,11 +295,31 @@ def _parent(pid: int) -> int:
 def _restore_testbed() -> None:
     """Start the slurmd the test killed again (the testbed's `up` is idempotent) and put back in service
     the nodes the plans drained."""
-    subprocess.run([str(ROOT / "scripts" / "slurm-testbed"), "up"], capture_output=True, env=_env(), timeout=300)
+    env = _env()
+    configured = TESTBED / "etc" / "configured"  # "nodes=8/h100 extra=4/a100 rack_size=4": the same layout again
+    if configured.exists():
+        got = dict(item.split("=", 1) for item in configured.read_text().split())
+        env.update(zip(("NODES", "GPU_TYPE"), got["nodes"].split("/")))
+        env.update(zip(("EXTRA_NODES", "EXTRA_GPU_TYPE"), got["extra"].split("/")))
+        env["RACK_SIZE"] = got["rack_size"]
+    subprocess.run([str(ROOT / "scripts" / "slurm-testbed"), "up"], capture_output=True, env=env, timeout=300)
     for line in _sh("sinfo", "-h", "-N", "-o", "%N %T %E", check=False).splitlines():
         node, state, reason = (line.split(None, 2) + ["", ""])[:3]
         if "unicron-plan" in reason and ("drain" in state or "down" in state):
             _sh("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+
+
+def _round(sc: Scenario) -> None:
+    """Every fault once, the testbed restored after (for the RQ1 samples of benchmarks/inband_rq1.py)."""
+    _fault(sc, _write(sc, 1, "CUDA error: unspecified launch failure"), "cuda_error", "SEV2", "restart")
+    _fault(sc, _signal(signal.SIGKILL, 2), "exited_abnormally", "SEV2", "restart")
+    _fault(sc, _signal(signal.SIGSTOP, 3), "task_hang", "SEV2", "restart")
+    _fault(sc, _write(sc, 2, "CUDA error: uncorrectable ECC error encountered"), "ecc_error", "SEV1", "reconfigure")
+    sc.wait_in_sync()
+    _fault(sc, _node_dies(sc), "lost_connection", "SEV1", "reconfigure")
+    _restore_testbed()
+    sc.start_node_agents()
+    sc.wait_in_sync()
 
 
 def test_faults_are_detected_classified_acted_on_and_training_goes_on(testbed, tmp_path):
@@ -288,6 +335,8 @@ def test_faults_are_detected_classified_acted_on_and_training_goes_on(testbed, t
             sc.wait_entry(lambda e: e["type"] == "cluster")
             sc.wait_in_sync()
             sc.wait_training(after=time.time(), steps=12)
+            for _ in range(int(os.environ.get("E2E_ROUNDS", "1")) - 1):  # more rounds: RQ1 samples
+                _round(sc)
             results = [
                 _fault(sc, _write(sc, 1, "CUDA error: unspecified launch failure"), "cuda_error", "SEV2", "restart"),
                 _fault(sc, _signal(signal.SIGKILL, 2), "exited_abnormally", "SEV2", "restart"),

@@ -34,7 +34,9 @@ pytestmark = [pytest.mark.inband_e2e, pytest.mark.slurm]
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTBED = Path(os.environ.get("UNICRON_TESTBED_DIR", "/var/lib/unicron-testbed"))
-THROUGHPUT = "8:100,16:195,24:285,32:370"
+# the job trains on 16 GPUs (two nodes) at most: its plans move it, never resize it (a requeued Slurm 22.05
+# job updated to another node count stays pending in this testbed)
+THROUGHPUT = "8:100,16:195"
 TOKEN = "inband-e2e-token"
 ITERATION = 0.2
 
@@ -100,7 +102,7 @@ status=$?
 date +%s.%N >> {self.work}/mpirun-exit-$SLURM_JOB_ID   # when the launcher saw the job's ranks fail
 [ $status -eq 0 ] || sleep 600   # keep the allocation: the agent restarts the job in place
 """)
-        out = _sh("sbatch", "--parsable", "--requeue", "-N", str(nodes), "--ntasks-per-node=2",
+        out = _sh("sbatch", "--parsable", "--requeue", "-N", str(nodes),
                   "--gres=gpu:h100:8", "--comment", f"unicron-plan: weight=1 throughput={THROUGHPUT}",
                   "-o", str(self.work / "job-%j.out"), "-D", str(self.work), str(script))
         self.job = int(out.strip().split(";")[0])

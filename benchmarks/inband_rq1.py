@@ -111,7 +111,7 @@ def _median(xs):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--hang-window", type=float, default=60.0)
+    ap.add_argument("--hang-window", type=float, default=30.0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--skip-in-band", action="store_true")
     ap.add_argument("--skip-baseline", action="store_true")

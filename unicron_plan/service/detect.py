@@ -150,6 +150,7 @@ class Detector:
         s, now = self.settings, self.clock()
         hung: dict[str, list[tuple[int, _Rank]]] = {}
         with self.lock:
+            self._prune(now)
             lost = sorted(n for n, r in self.nodes.items() if self._silent(r, now))
             suspect = {n for n, r in self.nodes.items() if self._silent(r, now, 0.5)}
             for (job, rank), r in self.ranks.items():
@@ -231,6 +232,14 @@ class Detector:
         answer = self.act(rec)
         inc.revision = answer.get("revision")
         return answer
+
+    def _prune(self, now: float) -> None:
+        """Drop incidents past their window and SEV3 times past theirs (bounded memory; caller holds the lock)."""
+        s = self.settings
+        for key in [k for k, inc in self.open.items() if now - inc.opened > s.incident_window]:
+            del self.open[key]
+        for job in [j for j, at in self.sev3_at.items() if now - at > s.repeat_window]:
+            del self.sev3_at[job]
 
     def _forget(self, job) -> None:
         """Drop the heartbeats of ``job``'s ranks: after an incident they start afresh (a restart is no hang)."""

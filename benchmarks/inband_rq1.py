@@ -8,9 +8,10 @@ coordinator and agent, MPI ranks under `unicron-plan watch`, node heartbeats eve
 fault's detection time is its incident's ``detected_at`` minus the moment it was injected.
 
 Without in-band detection: the same job with reports going nowhere and nothing acting, the same
-faults; detection is when the MPI launcher saw the ranks fail (mpirun's exit), for a stopped rank
-whether anything noticed within ``--hang-window`` seconds (MPI has no collective timeout), and for
-a dead node when Slurm marked it down (the testbed's SlurmdTimeout). After each fault the job is
+faults; detection is when the MPI launcher saw the ranks fail (mpirun's exit) within ``--window``
+seconds (MPI has no collective timeout: a stopped rank, or a rank that raised and then waits in
+MPI_Finalize at exit, is never noticed), and for a dead node when Slurm marked it down (the
+testbed's SlurmdTimeout). After each fault the job is
 cancelled and submitted again. Bounded: ``--rounds`` (at most 10) of five faults each, every wait
 bounded in time. Prints the medians and writes every sample to ``--out``.
 """
@@ -62,7 +63,7 @@ def without(rounds: int, hang_window: float, work: Path) -> list[dict]:
         sc.submit()
         sc.wait_training(after=time.time(), steps=8)
 
-    def launcher(inject, kind, window=120.0):
+    def launcher(inject, kind, window=hang_window):
         fresh()
         before, t0 = len(e2e._launcher_exits(sc)), time.time()
         inject(sc.ranks())
@@ -77,7 +78,7 @@ def without(rounds: int, hang_window: float, work: Path) -> list[dict]:
             launcher(e2e._write(sc, 1, "CUDA error: unspecified launch failure"), "cuda_error")
             launcher(e2e._signal(signal.SIGKILL, 2), "exited_abnormally")
             launcher(e2e._write(sc, 2, "CUDA error: uncorrectable ECC error encountered"), "ecc_error")
-            launcher(e2e._signal(signal.SIGSTOP, 3), "task_hang", window=hang_window)
+            launcher(e2e._signal(signal.SIGSTOP, 3), "task_hang")
             # a dead node: Slurm's own detection (SlurmdTimeout)
             fresh()
             sc.node_agents = {n: subprocess.Popen(["sleep", "600"]) for n in
@@ -111,7 +112,7 @@ def _median(xs):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--hang-window", type=float, default=30.0)
+    ap.add_argument("--window", type=float, default=30.0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--skip-in-band", action="store_true")
     ap.add_argument("--skip-baseline", action="store_true")
@@ -122,7 +123,7 @@ def main() -> None:
         inb = [] if args.skip_in_band else in_band(rounds, Path(tmp) / "in-band.jsonl")
         work = Path(tmp) / "baseline"
         work.mkdir()
-        base = [] if args.skip_baseline else without(rounds, args.hang_window, work)
+        base = [] if args.skip_baseline else without(rounds, args.window, work)
     conf = Path(os.environ.get("SLURM_CONF", e2e.TESTBED / "etc" / "slurm.conf"))
     timeout = next((line.split("=", 1)[1].strip() for line in conf.read_text().splitlines()
                     if line.startswith("SlurmdTimeout=")), "300 (Slurm's default)") if conf.exists() else "?"
@@ -133,7 +134,7 @@ def main() -> None:
               f"without median {_median(v['without'])} of {len(v['without'])} "
               f"(undetected in the window: {sum(x is None for x in v['without'])})")
     if args.out:
-        args.out.write_text(json.dumps({"settings": {"rounds": rounds, "hang_window_seconds": args.hang_window,
+        args.out.write_text(json.dumps({"settings": {"rounds": rounds, "window_seconds": args.window,
                                                      "slurmd_timeout": timeout,
                                                      "iteration_seconds": e2e.ITERATION},
                                         "in_band": inb, "without": base}, indent=1) + "\n")

@@ -111,9 +111,7 @@ date +%s.%N >> {self.work}/mpirun-exit-$SLURM_JOB_ID   # when the launcher saw t
 
     def start_node_agents(self) -> None:
         """One `unicron-plan watch-node --heartbeat` per node (node health), as a node's daemon would run."""
-        for proc in getattr(self, "node_agents", {}).values():
-            proc.kill()
-            proc.wait(20)
+        self.stop_node_agents()
         self.node_agents = {}
         for node in _sh("sinfo", "-h", "-N", "-o", "%N").split():
             self.node_agents[node] = subprocess.Popen(
@@ -128,11 +126,20 @@ date +%s.%N >> {self.work}/mpirun-exit-$SLURM_JOB_ID   # when the launcher saw t
              "--token-file", str(self.token_file), "--interval", "1", "--state-dir", str(self.work / "agent"),
              "--verify-seconds", "90"], stdout=log, stderr=log, env=_env(), cwd=ROOT)
 
-    def stop(self) -> None:
+    def stop_node_agents(self) -> None:
+        """Stop the node agents cleanly (SIGTERM: each says `closed`, so its node is not taken for lost)."""
         for proc in getattr(self, "node_agents", {}).values():
             if proc.poll() is None:
+                proc.terminate()
+        for proc in getattr(self, "node_agents", {}).values():
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(20)
+
+    def stop(self) -> None:
+        self.stop_node_agents()
         if self.agent is not None and self.agent.poll() is None:
             self.agent.terminate()
             try:

@@ -76,7 +76,7 @@ def testbed():
 
 
 class Scenario:
-    """The coordinator, the agent and one training job; helpers to watch them."""
+    """The coordinator, the agent and one training job, and what each of them shows."""
 
     def __init__(self, work: Path, url: str):
         self.work, self.url = work, url

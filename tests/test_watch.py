@@ -134,7 +134,7 @@ def test_exception_is_reported_classified_and_reraised(recorder, tmp_path):
 
 
 def test_coordinator_down_costs_no_wait_and_losses_are_counted():
-    from tests.servers import free_port  # noqa: F401 - same helper as the service tests
+    from servers import free_port
 
     w = Watch(f"http://127.0.0.1:{free_port()}", job="1", rank=0, heartbeat_interval=0.02)
     for _ in range(10_000):

@@ -265,6 +265,15 @@ def test_signals_need_the_token_and_a_bounded_body(tmp_path):
     assert big.status_code == 413
 
 
+def test_openapi_documents_the_bodies(tmp_path):
+    c, _ = _client(tmp_path)
+    doc = c.get("/openapi.json").json()
+    for path, name in (("/v1/signals", "SignalsBody"), ("/v1/actions", "ActionBody")):
+        ref = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        assert ref.endswith(name) and name in doc["components"]["schemas"]
+    assert "Signal" in doc["components"]["schemas"]
+
+
 def test_every_taxonomy_kind_has_a_class():
     from unicron_plan.faults import faultdata
 

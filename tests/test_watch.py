@@ -114,6 +114,8 @@ def test_steps_become_heartbeats_and_close_ends(recorder):
     assert beats and beats[-1]["step"] == 5 and beats[-1]["job"] == "7" and beats[-1]["rank"] == 2
     assert all(s["iteration_seconds"] > 0 for s in beats)
     assert recorder.kinds()[-1] == "closed" and w.lost == 0
+    w.report("cuda_error", "after the end")  # a closed watch drops and counts it
+    assert w.lost == 1
 
 
 def test_exception_is_reported_classified_and_reraised(recorder, tmp_path):

@@ -106,6 +106,9 @@ class Watch:
         sender up to FLUSH_SECONDS to deliver it (the process is usually about to end)."""
         item = {"job": self.job, "rank": self.rank, "node": self.node, "kind": kind,
                 "evidence": evidence[:MAX_TEXT], "step": self.steps, **fields}
+        if not self._thread.is_alive():
+            self._lose(1, "the watch is closed")
+            return
         if len(self._queue) == self._queue.maxlen:
             self._lose(1, "queue full")
         self._queue.append(item)

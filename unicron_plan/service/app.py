@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError, SolverUnavailableError
 from unicron_plan.io import field_path, parse_document_async
 from unicron_plan.schema import Instance, Job, Plan
+from unicron_plan.schema.signal import ActionBody, SignalsBody
 from unicron_plan.schema.service import (HealthReply, HistoryEntry, HistoryReply, PlanReply, RevisionReply,  # noqa: F401
                                          StateReply)
 from unicron_plan.service.coordinator import Conflict, Coordinator
@@ -42,7 +43,8 @@ class BodyTooLarge(Exception):
 
 
 # Request bodies are parsed by hand (strict JSON); these give /openapi.json their schemas.
-_BODY_MODELS = {("/v1/cluster", "put"): Instance, ("/v1/jobs", "post"): Job}
+_BODY_MODELS = {("/v1/cluster", "put"): Instance, ("/v1/jobs", "post"): Job,
+                ("/v1/signals", "post"): SignalsBody, ("/v1/actions", "post"): ActionBody}
 _EVENT_SCHEMA_NAME = "Event"
 
 

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from conftest import ROOT
 from unicron_plan.io import read_json
 from unicron_plan.schema.service import HealthReply, HistoryReply, PlanReply, RevisionReply, StateReply
-from unicron_plan.service.app import create_app
+from unicron_plan.service.app import SIGNALS_MAX_BODY_BYTES, create_app
 from unicron_plan.service.openapi import ErrorReply
 
 TOKEN = "t0ken"
@@ -65,9 +65,11 @@ def _every_answer(tmp_path, monkeypatch) -> tuple[set, dict]:
         path = route.replace("{job_id}", "x").replace("{plan_id}", "p1")
         a(method, route, path, auth=False)  # 401 without the token
     # 400, 413, 422 of each body
-    for route, method in (("/v1/cluster", "put"), ("/v1/events", "post"), ("/v1/jobs", "post")):
+    for route, method in (("/v1/cluster", "put"), ("/v1/events", "post"), ("/v1/jobs", "post"),
+                          ("/v1/signals", "post"), ("/v1/actions", "post")):
+        big = SIGNALS_MAX_BODY_BYTES + 1 if route in ("/v1/signals", "/v1/actions") else 300_000
         a(method, route, content=b'{"a": 1, "a": 2}', headers={"content-type": "application/json"})
-        a(method, route, content=b"[" + b" " * 300_000 + b"]", headers={"content-type": "application/json"})
+        a(method, route, content=b"[" + b" " * big + b"]", headers={"content-type": "application/json"})
         a(method, route, json={"schema_version": "2"})
     # 200s: the cluster, an event of each kind, a job, the plan, apply, reads
     assert a("put", "/v1/cluster", json=_cluster()).status_code == 200
@@ -91,6 +93,13 @@ def _every_answer(tmp_path, monkeypatch) -> tuple[set, dict]:
     assert a("delete", "/v1/jobs/{job_id}", "/v1/jobs/j3").status_code == 200
     for route in ("/v1/state", "/v1/history", "/healthz", "/metrics"):
         a("get", route)
+    # in-band reports and what was done about them (docs/detection.md)
+    sev2 = a("post", "/v1/signals", json={"signals": [{"job": "j1", "rank": 0, "node": "n0",
+                                                         "kind": "exited_abnormally", "exit_code": 1,
+                                                         "source": "exit"}]}).json()
+    (incident,) = sev2["incidents"]
+    assert a("post", "/v1/actions", json={"signal": incident["revision"], "action": "restart", "outcome": "done",
+                                          "job": "j1"}).status_code == 200
     a("get", "/v1/history", params={"since": -1})  # 422: a query parameter out of range
     a("get", "/v1/plans/{plan_id}", "/v1/plans/p999999")  # 404
     a("post", "/v1/plans/{plan_id}/apply", "/v1/plans/nope/apply")  # 404
@@ -100,10 +109,15 @@ def _every_answer(tmp_path, monkeypatch) -> tuple[set, dict]:
     for name in ("put_cluster", "post_event", "add_job", "remove_job", "apply", "get_plan", "state_document",
                  "history", "contingency_status", "explain_plan"):
         monkeypatch.setattr(coord, name, bug)
+    for name in ("post_signals", "post_action"):
+        monkeypatch.setattr(app.state.signals, name, bug)
     monkeypatch.setattr(coord, "metrics", None)
     for route, method in doc_routes(doc):
         path = route.replace("{job_id}", "j1").replace("{plan_id}", "p1")
-        kw = {"json": {"kind": "failure", "failed_nodes": ["n0"]}} if route == "/v1/events" else \
+        kw = {"json": {"signals": [{"job": "j1", "rank": 0, "kind": "heartbeat", "step": 1}]}} \
+            if route == "/v1/signals" else {"json": {"signal": 1, "action": "restart", "outcome": "done"}} \
+            if route == "/v1/actions" else {"json": {"kind": "failure", "failed_nodes": ["n0"]}} \
+            if route == "/v1/events" else \
             {"json": _cluster()} if route == "/v1/cluster" else {"json": QUEUED} if route == "/v1/jobs" else {}
         a(method, route, path, **kw)
     return a.seen, doc

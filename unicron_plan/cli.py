@@ -597,6 +597,111 @@ def _print_sweep(result: dict) -> None:
 # --- end simulate ---
 
 
+# --- in-band detection (docs/detection.md) ---
+def _watch_target(coordinator, job, rank, node, token_file, need_job: bool = True, **options):
+    """A :class:`unicron_plan.watch.Watch` from the options, the environment filling what is not given."""
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.watch import Watch, environment
+
+    env = environment()
+    given = {"coordinator": coordinator, "job": job, "rank": rank, "node": node, "token_file": token_file}
+    cfg = {k: v if v is not None else env[k] for k, v in given.items()}
+    if not need_job and cfg["rank"] is None:
+        cfg["rank"] = 0
+    for key, var in (("coordinator", "UNICRON_COORDINATOR"), ("job", "SLURM_JOB_ID"), ("rank", "SLURM_PROCID or RANK")):
+        if cfg[key] is None and (need_job or key != "job"):
+            raise InvalidInstanceError(f"--{key}", f"not given, and ${var} is not set")
+    try:
+        return Watch(**cfg, **options)
+    except ValueError as exc:
+        raise InvalidInstanceError("--coordinator", str(exc)) from None
+    except OSError as exc:
+        raise InvalidInstanceError("--token-file", f"{token_file}: {exc.strerror}") from None
+
+
+_COORD = typer.Option(None, "--coordinator", help="The coordinator's URL (default $UNICRON_COORDINATOR).")
+_TOKEN = typer.Option(None, "--token-file", help="File holding the coordinator's token "
+                                                 "(default $UNICRON_TOKEN_FILE).")
+_NODE = typer.Option(None, "--node", help="The node's id in the cluster (default $SLURMD_NODENAME, else the host).")
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+@handle_errors
+def watch(command: list[str] = typer.Argument(..., help="The command to run, after --."),
+          coordinator: Optional[str] = _COORD,
+          job: Optional[str] = typer.Option(None, "--job", help="The job's id (default $SLURM_JOB_ID)."),
+          rank: Optional[int] = typer.Option(None, "--rank", min=0, help="The rank (default $RANK, $OMPI_COMM_WORLD_RANK, $PMI_RANK or $SLURM_PROCID)."),
+          node: Optional[str] = _NODE, token_file: Optional[str] = _TOKEN) -> None:
+    """Run COMMAND, its output passed through, and report its abnormal exit and its error lines on
+    stderr (NCCL, CUDA, Xid ...) to the coordinator; signals are passed on to it. Exits with its status."""
+    from unicron_plan.watch import supervise
+
+    raise typer.Exit(supervise(list(command), _watch_target(coordinator, job, rank, node, token_file)))
+
+
+@app.command("watch-node")
+@handle_errors
+def watch_node(kernel_log: Optional[str] = typer.Option(None, "--kernel-log",
+                                                         help="A kernel log to read Xid lines from ('-': stdin; "
+                                                              "e.g. `journalctl -k -o short | ...`)."),
+               dcgmi: Optional[str] = typer.Option(None, "--dcgmi",
+                                                   help="Output of `dcgmi health -c -j` ('-': stdin)."),
+               heartbeat: Optional[float] = typer.Option(None, "--heartbeat", min=0.05, max=3600.0,
+                                                         help="Then send the node's heartbeat every so many "
+                                                              "seconds until stopped (SIGTERM, SIGINT)."),
+               coordinator: Optional[str] = _COORD, node: Optional[str] = _NODE,
+               token_file: Optional[str] = _TOKEN) -> None:
+    """Report a node's GPU errors (the driver's Xid lines, DCGM's health check) to the coordinator, and
+    with --heartbeat its health (a node that stops beating is lost: its failure, a plan follows)."""
+    import signal
+    import threading
+
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.watch import node_heartbeat, report_node
+
+    if kernel_log is None and dcgmi is None and heartbeat is None:
+        raise InvalidInstanceError("--kernel-log", "give --kernel-log, --dcgmi, --heartbeat or several")
+    if kernel_log == "-" and dcgmi == "-":
+        raise InvalidInstanceError("--dcgmi", "only one of --kernel-log and --dcgmi can read stdin")
+
+    def opened(path):
+        if path == "-":
+            return sys.stdin
+        try:
+            return open(path, encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise InvalidInstanceError("--kernel-log" if path == kernel_log else "--dcgmi",
+                                       f"{path}: {exc.strerror}") from None
+
+    lines = opened(kernel_log) if kernel_log is not None else []
+    dcgm_text = None
+    if dcgmi is not None:
+        with opened(dcgmi) as fh:
+            dcgm_text = fh.read(16 * 1024 * 1024)
+    if heartbeat is not None:
+        from unicron_plan.watch import HEARTBEAT_INTERVAL
+
+        kw = {"heartbeat_interval": min(heartbeat, HEARTBEAT_INTERVAL)}
+    else:
+        kw = {}
+    target = _watch_target(coordinator, None, None, node, token_file, need_job=False, **kw)
+    try:
+        count = report_node(target, lines, dcgm_text)
+    except ValueError as exc:  # not JSON
+        raise InvalidInstanceError("--dcgmi", f"not JSON: {exc}") from None
+    if kernel_log is not None or dcgmi is not None:
+        typer.echo(f"{count} report(s) for node {target.node}; {target.lost} not sent", err=True)
+    if heartbeat is not None:
+        stop = threading.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *a: stop.set())
+        node_heartbeat(target, heartbeat, stop)
+        target.close()
+    else:
+        target.stop()
+# --- end in-band detection ---
+
+
 from unicron_plan.integrations.cli import register as _register_integrations  # noqa: E402
 
 _register_integrations(app, handle_errors)  # import / export (scheduler adapters)
@@ -691,7 +796,7 @@ def command(typer_app: typer.Typer):
 
 
 _CORE_COMMANDS = {"solve", "validate", "schema", "solvers", "models", "contingency", "generate", "bench", "simulate",
-                  "sweep", "import", "export"}
+                  "sweep", "import", "export", "watch", "watch-node"}
 
 
 if __name__ == "__main__":  # pragma: no cover

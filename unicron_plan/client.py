@@ -94,6 +94,14 @@ class PlannerClient:
         params = {"since": since, **({"limit": limit} if limit else {})}
         return HistoryReply.model_validate(self._call("GET", "/v1/history", params=params)).entries
 
+    def post_signals(self, signals: list[dict]) -> dict:
+        """In-band reports (docs/detection.md); the incidents they opened."""
+        return self._call("POST", "/v1/signals", json={"signals": signals})
+
+    def post_action(self, action: dict) -> RevisionReply:
+        """Record what was done about an incident (history type ``action``)."""
+        return RevisionReply.model_validate(self._call("POST", "/v1/actions", json=action))
+
     def health(self) -> HealthReply:
         """Status, revision and the warm-contingency progress."""
         return HealthReply.model_validate(self._call("GET", "/healthz"))

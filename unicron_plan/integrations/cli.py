@@ -178,7 +178,8 @@ def agent_slurm(coordinator: str = typer.Option(..., "--coordinator", help="URL 
                                                      help="How long to wait for Slurm to reach the plan.")):
     """Keep Slurm at the coordinator's plans: events in, scontrol out, apply confirmed."""
     from unicron_plan.client import PlannerClient
-    from unicron_plan.integrations.agent import AgentConfig, SlurmAgent
+    from unicron_plan.integrations.agent import AgentConfig
+    from unicron_plan.integrations.restart import InBandAgent as SlurmAgent  # acts on in-band incidents too
     from unicron_plan.io import dumps
 
     if expected_run_seconds is None and node_mtbf_hours is None:

@@ -22,12 +22,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError, SolverUnavailableError
 from unicron_plan.io import field_path, parse_document_async
 from unicron_plan.schema import Instance, Job, Plan
+from unicron_plan.schema.signal import ActionBody, SignalsBody
 from unicron_plan.schema.service import (HealthReply, HistoryEntry, HistoryReply, PlanReply, RevisionReply,  # noqa: F401
                                          StateReply)
 from unicron_plan.service.coordinator import Conflict, Coordinator
+from unicron_plan.service.detect import SignalDesk
 from unicron_plan.service.state import NotFound
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+#: Largest body of an in-band report (256 signals of at most 4 KB of evidence each, and their fields).
+SIGNALS_MAX_BODY_BYTES = 2 * 1024 * 1024
 #: Longest a request body's JSON may take to read (a thread reads it; the event loop goes on).
 DEFAULT_PARSE_SECONDS = 10.0
 #: Largest revision a query may name (SQLite integers are 64-bit).
@@ -39,7 +43,8 @@ class BodyTooLarge(Exception):
 
 
 # Request bodies are parsed by hand (strict JSON); these give /openapi.json their schemas.
-_BODY_MODELS = {("/v1/cluster", "put"): Instance, ("/v1/jobs", "post"): Job}
+_BODY_MODELS = {("/v1/cluster", "put"): Instance, ("/v1/jobs", "post"): Job,
+                ("/v1/signals", "post"): SignalsBody, ("/v1/actions", "post"): ActionBody}
 _EVENT_SCHEMA_NAME = "AnyEvent"  # (one of the four kinds; "Event" is the failure event's own schema)
 
 
@@ -141,15 +146,19 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     """The FastAPI application serving the state in ``state_dir`` (``access_log``: one log line a request)."""
     coord = Coordinator(state_dir, solver=solver, contingency=contingency, settle_heap=settle_heap)
 
+    desk = SignalDesk(coord)
+
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
+        desk.close()
         coord.close()
 
     # /docs is the package's own page over /openapi.json: no script or style from outside (air-gapped)
     app = FastAPI(title="unicron-plan coordinator", version="1", lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Cluster state, events and validated plans over HTTP (docs/service.md).")
     app.state.coordinator = coord
+    app.state.signals = desk
     if contingency:
         app.add_middleware(_PauseWarmWorker, coordinator=coord)
     if token is not None:
@@ -224,6 +233,18 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     @app.delete("/v1/jobs/{job_id:path}", response_model=RevisionReply, summary="Remove a job (its GPUs are freed)")
     async def delete_job(job_id: str):
         return _json(await run_in_threadpool(coord.remove_job, job_id))
+
+    @app.post("/v1/signals", response_model=None,
+              summary="In-band reports of training ranks and node readers: heartbeats, errors (docs/detection.md)")
+    async def post_signals(request: Request):
+        data = await _read_json(request, SIGNALS_MAX_BODY_BYTES, parse_seconds)
+        return _json(await run_in_threadpool(desk.post_signals, data))
+
+    @app.post("/v1/actions", response_model=None,
+              summary="Record what was done about an incident (a failed restart with dead nodes: escalated)")
+    async def post_action(request: Request):
+        data = await _read_json(request, SIGNALS_MAX_BODY_BYTES, parse_seconds)
+        return _json(await run_in_threadpool(desk.post_action, data))
 
     @app.post("/v1/plans/{plan_id}/apply", response_model=RevisionReply,
               summary="Confirm a plan was carried out (409 if the state moved on)")

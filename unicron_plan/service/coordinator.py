@@ -375,6 +375,13 @@ class Coordinator:
             self._commit([("apply", {"plan_id": plan_id})], replace(new, revision=rev))
             return {"revision": rev}
 
+    def record_entry(self, kind: str, body: dict) -> int:
+        """Append a history entry that changes no state (``signal``, ``action``: docs/detection.md);
+        the state's revision stays, so a plan made before it can still be applied."""
+        with self.lock:
+            (rev,), _ = self._commit([(kind, body)], self.state)
+            return rev
+
     # ------------------------------------------------------------------ reads
     def get_plan(self, plan_id: str) -> dict:
         if not (plan_id.startswith("p") and plan_id[1:].isdigit() and len(plan_id) < 20):

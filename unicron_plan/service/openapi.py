@@ -36,6 +36,8 @@ ROUTE_STATUS = {
     ("/v1/events", "post"): (400, 401, 413, 422, 500),
     ("/v1/jobs", "post"): (400, 401, 413, 422, 500),
     ("/v1/jobs/{job_id}", "delete"): (401, 404, 422, 500),
+    ("/v1/signals", "post"): (400, 401, 413, 422, 500),
+    ("/v1/actions", "post"): (400, 401, 413, 422, 500),
     ("/v1/plans/{plan_id}/apply", "post"): (401, 404, 409, 500),
     ("/v1/plans/{plan_id}", "get"): (401, 404, 500),
     ("/v1/plans/{plan_id}/explain", "get"): (401, 404, 409, 500),

@@ -268,12 +268,18 @@ def state_document(state: State) -> dict:
             "instance": None if inst is None else inst.model_dump(mode="json", exclude_none=True)}
 
 
+#: History entries that record what was seen or done and change no state (docs/detection.md).
+ENTRIES_WITHOUT_STATE = ("signal", "action")
+
+
 def replay(entries) -> State:
     """The state from log entries ``(revision, type, body)`` in order (plan entries change nothing)."""
     state, plans = State(), {}
     for revision, kind, body in entries:
         if kind == "plan":
             plans[body["plan_id"]] = body
+            continue
+        if kind in ENTRIES_WITHOUT_STATE:
             continue
         if kind == "cluster":
             state = set_cluster(state, body)

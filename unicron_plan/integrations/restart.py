@@ -1,0 +1,238 @@
+"""The Slurm agent's in-band actions (docs/detection.md): what the coordinator's ``signal`` entries ask.
+
+:func:`act_on_signals` reads the history after the last entry it handled (kept in
+``signals.json`` in the agent's state directory, written before and after each action so a
+restarted agent neither skips nor repeats one) and, per incident:
+
+- ``restart`` (SEV2): :func:`restart_in_place` requeues the job (held), pins it to the nodes it
+  ran on, releases it and verifies that it runs there again; the outcome, the commands and
+  any node found not responding are posted back (``POST /v1/actions``); a failed restart
+  with unresponsive nodes is escalated by the coordinator to SEV1;
+- ``reconfigure`` (SEV1): the coordinator has recorded the node's failure and its plan;
+  the plan id is returned for the agent to carry out like any plan;
+- ``reattempt`` (SEV3): the process retries by itself; nothing to do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from unicron_plan.integrations.agent import CommandFailed, SlurmAgent, SlurmCli, _dict
+from unicron_plan.integrations.slurm import compress
+
+#: Longest a requeued job may stay COMPLETING before the restart is given up.
+SETTLE_SECONDS = 60.0
+_RESTARTS = re.compile(r"\bRestarts=(\d+)")
+
+
+def _restarts(cli: SlurmCli, job: int) -> int:
+    """How often Slurm has requeued ``job`` (``Restarts=`` of ``scontrol show job``), -1 if unknown."""
+    try:
+        m = _RESTARTS.search(cli.run(["scontrol", "show", "job", str(job)]))
+    except CommandFailed:
+        return -1
+    return int(m.group(1)) if m else -1
+
+
+def _unresponsive(cli: SlurmCli, nodes: list[str]) -> list[str]:
+    """The nodes among ``nodes`` that Slurm marks down or not responding (a ``*`` after the state)."""
+    out = []
+    for node in nodes:
+        try:
+            state = cli.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"]).strip().lower()
+        except CommandFailed:
+            continue
+        if state.endswith("*") or state.startswith(("down", "fail")):
+            out.append(node)
+    return out
+
+
+def restart_in_place(cli: SlurmCli, job: int, verify_seconds: float = 60.0, before: int | None = None,
+                     nodes: list[str] | None = None) -> dict:
+    """Requeue ``job`` and start it again on the nodes it ran on; verified. ``before``/``nodes``: the
+    restart count and nodes recorded when a previous attempt was cut short (the requeue is then not
+    repeated if it happened). Returns ``{"outcome": "done"|"failed", "detail", "failed_nodes"}``."""
+    state, now_nodes = cli.job_state(job)
+    nodes = nodes or now_nodes
+    if not nodes:
+        return {"outcome": "failed", "detail": f"job {job} is {state or 'unknown to Slurm'}: no nodes to restart on"}
+    if before is None or _restarts(cli, job) <= before:
+        if state in ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING") or not state:
+            try:
+                cli.run(["scontrol", "requeuehold", str(job)], record=True)
+            except CommandFailed as exc:
+                return {"outcome": "failed", "detail": str(exc), "failed_nodes": _unresponsive(cli, nodes)}
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while cli.job_state(job)[0] in ("COMPLETING", "RUNNING"):
+        if time.monotonic() > deadline:
+            return {"outcome": "failed", "detail": f"job {job} still completing after {SETTLE_SECONDS:g} s",
+                    "failed_nodes": _unresponsive(cli, nodes)}
+        time.sleep(0.25)
+    n, hl = len(nodes), compress(nodes)
+    try:
+        for argv in (["scontrol", "update", f"JobId={job}", f"NumNodes={n}-{n}", f"ReqNodeList={hl}"],
+                     ["scontrol", "update", f"JobId={job}", "StartTime=now"],
+                     ["scontrol", "release", str(job)]):
+            cli.run(argv, record=True)
+    except CommandFailed as exc:
+        return {"outcome": "failed", "detail": str(exc), "failed_nodes": _unresponsive(cli, nodes)}
+    deadline = time.monotonic() + verify_seconds
+    while True:
+        state, now_nodes = cli.job_state(job)
+        if state == "RUNNING" and set(now_nodes) == set(nodes):
+            return {"outcome": "done", "detail": f"job {job} runs again on {hl}"}
+        if time.monotonic() > deadline:
+            return {"outcome": "failed", "detail": f"job {job} is {state or 'gone'}, not running on {hl} after "
+                                                   f"{verify_seconds:g} s", "failed_nodes": _unresponsive(cli, nodes)}
+        time.sleep(0.25)
+
+
+class SignalJournal:
+    """``signals.json``: the last history revision handled and the restart under way (if any)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def load(self) -> dict:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def save(self, data: dict) -> None:
+        from unicron_plan.io import write_atomic
+
+        write_atomic(self.path, json.dumps(data))
+
+
+def act_on_signals(client, cli: SlurmCli, state_dir: Path, verify_seconds: float = 60.0,
+                   log: Callable[[dict], None] = lambda rec: None) -> Optional[str]:
+    """Carry out the restarts the coordinator's new ``signal`` entries ask for; the id of the newest plan
+    of a SEV1 incident (for the agent to carry out), or None. The first call starts at the present."""
+    journal = SignalJournal(Path(state_dir) / "signals.json")
+    j = journal.load()
+    if "since" not in j:
+        j = {"since": client.health().revision}
+        journal.save(j)
+    doing = j.get("doing")
+    if doing:  # an agent stopped in the middle of a restart: finish it (the requeue is not repeated)
+        _restart(client, cli, doing, verify_seconds, log)
+        j.pop("doing")
+        journal.save(j)
+    plan_id = None
+    awaiting = None  # (revision, at) of a SEV1 incident whose plan is not recorded yet
+    for entry in client.history(since=j["since"], limit=1000):
+        body = entry.body
+        if awaiting is not None:
+            if entry.type == "plan":
+                plan_id, awaiting = body["plan_id"], None
+            elif entry.type == "action" and body.get("signal") == awaiting[0]:
+                awaiting = None  # no plan could be made for it
+        if entry.type == "signal":
+            if body.get("action") == "restart":
+                jobs = [body["job"]] if body.get("job") else list(body.get("jobs") or [])
+                for job in jobs:
+                    if not str(job).isdigit():
+                        log({"signal": entry.revision, "skipped": f"job {job!r} is not a Slurm job id"})
+                        continue
+                    state, nodes = cli.job_state(int(job))
+                    doing = {"signal": entry.revision, "job": str(job), "nodes": nodes,
+                             "before": _restarts(cli, int(job))}
+                    j["doing"] = doing
+                    journal.save(j)
+                    _restart(client, cli, doing, verify_seconds, log)
+                    j.pop("doing")
+            elif body.get("action") == "reconfigure":
+                awaiting = (entry.revision, entry.at)
+        if awaiting is None:
+            j["since"] = entry.revision
+            journal.save(j)
+    if awaiting is not None and _age(awaiting[1]) < AWAIT_PLAN_SECONDS:
+        return AWAITING  # the coordinator is making the plan: the next pass takes it
+    return plan_id
+
+
+#: How far back (history entries before the last one handled) a pending failure is matched to its incident.
+RECENT_ENTRIES = 200
+#: Longest the agent waits for the plan of a SEV1 incident to be recorded after the incident.
+AWAIT_PLAN_SECONDS = 30.0
+AWAITING = "awaiting"
+
+
+def _age(at: str) -> float:
+    from datetime import datetime, timezone
+
+    try:
+        return (datetime.now(timezone.utc) - datetime.fromisoformat(at.replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return float("inf")
+
+
+def isolated_nodes(client, since: int) -> set[str]:
+    """Nodes of SEV1 incidents recorded after ``since``: the coordinator takes them out although Slurm
+    may show them healthy (no repair is inferred for them)."""
+    return {e.body["node"] for e in client.history(since=since, limit=1000)
+            if e.type == "signal" and e.body.get("action") == "reconfigure" and e.body.get("node")}
+
+
+def _restart(client, cli: SlurmCli, doing: dict, verify_seconds: float, log) -> None:
+    commands: list[list[str]] = []
+    previous = cli.on_command
+
+    def keep(argv):
+        commands.append(list(argv))
+        if previous:
+            previous(argv)
+
+    cli.on_command = keep
+    try:
+        result = restart_in_place(cli, int(doing["job"]), verify_seconds, doing.get("before"), doing.get("nodes"))
+    finally:
+        cli.on_command = previous
+    action = {"signal": doing["signal"], "action": "restart", "job": doing["job"], "commands": commands, **result}
+    log({"restart": action})
+    client.post_action(action)
+
+
+class InBandAgent(SlurmAgent):
+    """The Slurm agent that also acts on in-band incidents, before each of its passes."""
+
+    def run_once(self) -> dict:
+        if self.journal.load().get("status") not in ("posting", "carrying"):  # a plan under way goes first
+            done = self.signals_pass()
+            if done is not None:
+                return done
+        return super().run_once()
+
+    def _events(self, coord, inst):
+        """The agent's events, but a node the coordinator isolated for an in-band SEV1 is not "repaired"
+        because Slurm still shows it healthy (the history is read after the state was)."""
+        events, drift = super()._events(coord, inst)
+        pending = set(((coord or {}).get("event") or {}).get("failed_nodes") or [])
+        isolated = set()
+        if pending and any(ev.get("kind") == "repair" for ev in events):
+            since = SignalJournal(Path(self.cfg.state_dir) / "signals.json").load().get("since", 0)
+            isolated = pending & isolated_nodes(self.client, max(0, since - RECENT_ENTRIES))
+        for ev in events:
+            if ev.get("kind") == "repair":
+                ev["repaired_nodes"] = [n for n in ev["repaired_nodes"] if n not in isolated]
+        return [ev for ev in events if ev.get("kind") != "repair" or ev["repaired_nodes"]], drift
+
+    def signals_pass(self) -> Optional[dict]:
+        """Restarts carried out; a SEV1 incident's plan, when it is the coordinator's latest, carried
+        out like the agent's own (journal ``carrying``), with its result."""
+        plan_id = act_on_signals(self.client, self.cli, self.cfg.state_dir, self.cfg.verify_seconds, self.log)
+        if plan_id == AWAITING:
+            return {"status": "awaiting-plan"}
+        if plan_id is None or self.cfg.mode != "apply":
+            return None
+        plan = _dict(self.client.get_plan(plan_id))
+        if plan["revision"] != self.client.health().revision:
+            self.log({"signal_plan": plan_id, "skipped": "the state moved on since the plan"})
+            return None
+        self.journal.save({"status": "carrying", "plan": plan, "attempts": 0, "commands": []})
+        return self._finish(self.journal.load())

@@ -132,7 +132,7 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
             plan_ids[vector] = f"p{len(plan_ids):05d}"
             plans[plan_ids[vector]] = {"counts": {j: counts[j] for j in ids}, **({"types": types} if types else {})}
         failures[fkey] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
-    if problem.alternatives:
+    if prepared.type_tables:
         stats["mixed_types"] = True
     stats.update(failures=len(failures), infeasible=len(infeasible), plans=len(plans),
                  wall_seconds=time.perf_counter() - start)

@@ -306,7 +306,9 @@ def solve(problem, failures: list[tuple[str, list[str]]], prepared, options: Sol
     base = problem.instance
     results: dict = {}
     stats: dict = {}
-    if problem.alternatives or constraints.dp_limitations(problem):
+    # Mixed fleets by the instance's tables, not the base problem's alternatives: a job whose moves are
+    # all filtered by its hysteresis before a failure may move once the failure hits it.
+    if prepared.type_tables or problem.alternatives or constraints.dp_limitations(problem):
         left_out = _solve_each(base, prepared, failures, results, advance, options, evaluate, stats)
         stats.update(method="full solve per class of failures", not_stored=left_out)
     else:

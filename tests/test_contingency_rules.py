@@ -188,3 +188,26 @@ def test_no_module_outside_solvers_uses_dps_private_functions():
                 assert not [a.name for a in node.names if a.name.startswith("_")], path
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "dp":
                 assert not node.attr.startswith("_") or node.attr.startswith("__"), (path, node.attr)
+
+
+@pytest.mark.parametrize("placement", ["shuffled", "ordered"])
+@pytest.mark.parametrize("scale", [0.0, 1.0, float("inf")], ids=["alone", "by-cost", "tables"])
+def test_groups_alone_or_on_the_tables_equal_a_fresh_solve(placement, scale, monkeypatch):
+    # Every group solved on its own (scale 0), on the prefix/suffix tables (inf), or each where its
+    # work is smaller (1): every stored entry is the optimum, with jobs placed either way
+    from unicron_plan.core.problem import build_problem
+    from unicron_plan.solvers import contingency as solver, dp
+    from unicron_plan.tools.generate import generate_instance
+
+    monkeypatch.setattr(solver, "ALONE_COST_SCALE", scale)
+    monkeypatch.setattr(solver, "DIRECT_GROUPS", 0)
+    for kind in ("identical", "near-linear"):
+        doc = generate_instance(5, gpus=512, jobs=12, nodes_per_rack=8, demand=1.3, curves=kind,
+                                placement=placement, failed_nodes=0)
+        index = build_contingency(api.load_instance(doc), racks=True)
+        assert index["stats"]["method"] == "groups"
+        for key, entry in index["failures"].items():
+            problem = build_problem(api.load_instance(_with_failure(doc, entry["failed_nodes"])))
+            expected = dp.solve(problem).objective
+            assert entry["objective"] == pytest.approx(expected, rel=1e-12), (kind, key)
+            assert problem.objective(index["plans"][entry["plan"]]["counts"]) == pytest.approx(expected, rel=1e-12)

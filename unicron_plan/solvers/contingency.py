@@ -41,6 +41,7 @@ from unicron_plan.schema import Instance
 from unicron_plan.solvers import SolverOptions, dp
 
 DIRECT_GROUPS = 4  # per D_run and GPU type, at most this many groups that hit jobs are solved by the DP each
+ALONE_COST_SCALE = 1.0  # a group is solved on its own when its span costs more than this x the DP's pass (_cores)
 
 
 def node_classes(instance: Instance, previous: dict[str, dict[str, int]] | None = None) -> list[list[str]]:
@@ -181,28 +182,36 @@ def _solve_group(t: _TypeTables, P: np.ndarray, S: np.ndarray, hit_idx: list[int
     return value, out
 
 
-def _cores(opts: list, work: list, capacity: int) -> tuple[list, list]:
-    """Each job's options that can be in an optimal plan of any group of ``work``, and ``work`` with
-    each group's hit options cut the same way.
+def _cores(opts: list, work: list, capacity: int) -> tuple[list, list, list]:
+    """(each job's options that can be in an optimal plan of a group solved on the tables, those groups
+    with their hit options cut the same way, the groups cheaper to solve by the DP on their own).
 
     With one multiplier lam >= 0 (the LP's at full capacity), a group's optimum is at most
     UB = lam C' + sum_i max_y (G_i(y) - lam y), and a count's slack max_y (G_i - lam y) - (G_i(y) - lam y)
     summed over a plan is at most UB - value. So with LB a feasible plan's value, every optimal plan of
     the group uses only counts of slack <= UB - LB. LB: the no-failure optimum with the hit jobs' gains,
-    shrinking the one job that loses least to fit the group's capacity. A group with no such plan keeps
-    every option (no cut).
-    """
+    shrinking the one job that loses least to fit the group's capacity.
 
+    The work of a group on the tables is its span (the jobs from its first hit job to its last, in type
+    order) folded over the capacity; that of the DP on its own is about the options its final pass
+    keeps at no failure (the same for every group, wherever its hit jobs sit). A group goes where its
+    work is smaller, counted in options: on the tables its span's options within its own gap (every
+    option when it has no LB), on its own the no-failure DP's. The groups on their own do not widen
+    the tables' cores.
+    """
     if not opts or not work:
-        return opts, work
+        return opts, work, []
     lam = dp.lp_multiplier(opts, capacity)
     red = [g - lam * y for y, g in opts]
     h = np.array([float(r.max()) for r in red])
-    base, _ = dp.solve_options(opts, capacity)
+    slack = [np.sort(hi - r) for hi, r in zip(h, red)]  # per job, ascending: options within a gap by bisection
+    stats: dict = {}
+    base, _ = dp.solve_options(opts, capacity, stats)
+    direct_cost = stats.get("kept", len(opts))
     at = [int(np.searchsorted(y, c)) for (y, _), c in zip(opts, base)]
     scale = lam * capacity + sum(float(np.abs(g).max()) for _, g in opts) + 1.0
     tol = dp.REL_TOL * scale
-    gaps, cut_work = [], []
+    gaps, tabled, direct = [], [], []
     for key, hit_idx, cap, hit_opts in work:
         counts = list(base)
         values = [float(g[k]) for (_, g), k in zip(opts, at)]
@@ -218,13 +227,19 @@ def _cores(opts: list, work: list, capacity: int) -> tuple[list, list]:
         lb += max(_shrunk_value(opts, hit_opts, counts, values, cap),
                   _refilled_value(base, values, hit_opts, cap))
         gap = ub - lb + tol
+        span = range(hit_idx[0], hit_idx[-1] + 1)
+        if np.isfinite(gap):
+            span_cost = sum(int(np.searchsorted(slack[i], gap, side="right")) for i in span)
+        else:
+            span_cost = sum(len(slack[i]) for i in span)
+        if span_cost > ALONE_COST_SCALE * direct_cost:
+            direct.append((key, hit_idx, cap, hit_opts))
+            continue
         gaps.append(gap)
         cut = {i: _within(y, g, lam, gap) for i, (y, g) in hit_opts.items()}
-        cut_work.append((key, hit_idx, cap, cut))
-    widest = max(gaps)
-    if not np.isfinite(widest):
-        return opts, work
-    return [_within(y, g, lam, widest) for y, g in opts], cut_work
+        tabled.append((key, hit_idx, cap, cut))
+    widest = max(gaps, default=np.inf)
+    return ([_within(y, g, lam, widest) for y, g in opts] if np.isfinite(widest) else opts), tabled, direct
 
 
 def _within(y: np.ndarray, g: np.ndarray, lam: float, gap: float) -> tuple[np.ndarray, np.ndarray]:
@@ -413,7 +428,7 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
         else:
             by_d_run[key[0]].append(key)
             answers[key] = (0.0, {})
-    kept = total = tables = 0
+    kept = total = tables = direct = 0
     for d_run, keys in by_d_run.items():
         for t, js in by_type.items():
             capacity = problem.capacity[t]
@@ -445,7 +460,12 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
                 for key, hit_idx, cap, hit_opts in work:
                     answers[key] = _add(answers[key], _solve_direct(js, t, opts, hit_opts, cap))
                 continue
-            cores, work = _cores(opts, work, capacity)
+            cores, work, alone = _cores(opts, work, capacity)
+            for key, hit_idx, cap, hit_opts in alone:
+                answers[key] = _add(answers[key], _solve_direct(js, t, opts, hit_opts, cap))
+            direct += len(alone)
+            if not work:
+                continue
             kept += sum(len(y) for y, _ in cores)
             tables += 1
             solved = _solve_on_tables(js, cores, capacity, work)
@@ -458,7 +478,7 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
             results[fkey] = (failed, value, counts, None)
             advance()
     stats.update(groups=len(groups), d_run_values=len(by_d_run), options=total, options_in_cores=kept,
-                 tables=tables, method="groups")
+                 tables=tables, groups_alone=direct, method="groups")
 
 
 def _solve_direct(js: list, gpu_type: str, opts: list, hit_opts: dict, cap: int) -> tuple:

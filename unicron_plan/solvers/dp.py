@@ -900,18 +900,24 @@ def can_beat(options: list[tuple[np.ndarray, np.ndarray]], capacity: int, value:
     if int(joined.y[tops].sum()) <= capacity:  # every job at its best count
         best = math.fsum(joined.g[tops].tolist())
         return value < best - REL_TOL * (abs(best) + 1.0)
-    step = count_step(joined.y)
-    if step > 1:
-        options = [(y // step, g) for y, g in options]
-        joined = _Joined(joined.y // step, joined.g, joined.off)
-        capacity //= step
-    lam = _lp(options, capacity, joined)[0]
-    flat, red_max = _flatten(options, lam, joined=joined)
-    ub = lam * capacity + math.fsum(red_max)
-    tol = REL_TOL * (lam * capacity + sum(float(np.abs(g).max()) for _, g in options) + 1.0)
-    if value >= ub - tol:
-        return False
-    if not search:
-        return True
+    tol = None
+    step = 1
+    while True:
+        lam = _lp(options, capacity, joined)[0]
+        red_max = np.maximum.reduceat(joined.g - lam * joined.y, joined.off[:-1]).tolist()
+        if tol is None:  # one tolerance for both units: lam C is the same in either
+            tol = REL_TOL * (lam * capacity + sum(float(np.abs(g).max()) for _, g in options) + 1.0)
+        if value >= lam * capacity + math.fsum(red_max) - tol:
+            return False
+        if not search:
+            return True
+        if step == 1 and count_step(joined.y) > 1:  # the bound at whole steps may be tighter: once more
+            step = count_step(joined.y)
+            options = [(y // step, g) for y, g in options]
+            joined = _Joined(joined.y // step, joined.g, joined.off)
+            capacity //= step
+            continue
+        break
+    flat, red_max = _flatten(options, lam, red_max, joined=joined)
     found = _attempt(options, red_max, lam, capacity, value + tol, {}, flat=flat)
     return found is not None and found[1] > value + tol

@@ -211,3 +211,24 @@ def test_groups_alone_or_on_the_tables_equal_a_fresh_solve(placement, scale, mon
             expected = dp.solve(problem).objective
             assert entry["objective"] == pytest.approx(expected, rel=1e-12), (kind, key)
             assert problem.objective(index["plans"][entry["plan"]]["counts"]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_can_beat_agrees_with_the_dp_optimum_on_random_options():
+    # The proof of a stored plan: never True at the optimum, always True below it (whole-node steps
+    # and single GPUs, tight and loose capacities)
+    from unicron_plan.solvers import dp
+
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        step = int(rng.choice([1, 8]))
+        options = []
+        for _ in range(int(rng.integers(1, 7))):
+            counts = np.unique(rng.integers(1, 9, size=int(rng.integers(1, 5)))) * step
+            gains = np.sort(rng.uniform(0, 100, size=len(counts))) if rng.random() < 0.5 else \
+                rng.uniform(0, 100, size=len(counts))
+            options.append(dp.pareto_arrays(np.concatenate([[0], counts]), np.concatenate([[0.0], gains])))
+        capacity = int(rng.integers(0, 40)) * step + int(rng.integers(0, step))
+        _, best = dp.solve_options(options, capacity)
+        assert not dp.can_beat(options, capacity, best), trial
+        assert dp.can_beat(options, capacity, best - 1e-3 * (abs(best) + 1.0)), trial
+        assert dp.can_beat(options, capacity, best - 1e-3 * (abs(best) + 1.0), search=False), trial

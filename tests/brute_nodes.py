@@ -37,6 +37,17 @@ def node_brute(instance) -> tuple[float, dict[str, int]] | None:
     return found[0], {j.id: c for j, c in zip(instance.jobs, found[1])}
 
 
+def local_splits(job, total: int, caps: list[int], unit: int, racks: list):
+    """The :func:`splits` of ``total`` that keep the job's max_nodes and same_rack (``racks``: per node)."""
+    for a in splits(total, caps, unit):
+        used = [k for k, v in enumerate(a) if v]
+        if job.max_nodes is not None and len(used) > job.max_nodes:
+            continue
+        if job.same_rack and len({racks[k] for k in used}) > 1:
+            continue
+        yield a
+
+
 def node_options(instance, problem, nodes) -> list[list[tuple]]:
     """Per job, every (gain, changed 0/1, GPUs per node of ``nodes``, count) on its own GPU type that
     the rules allow."""
@@ -64,12 +75,7 @@ def node_options(instance, problem, nodes) -> list[list[tuple]]:
                     and g < (1 + job.min_gain_fraction) * stay:
                 continue
             caps = [n.healthy_after if n.gpu_type == job.throughput.gpu_type else 0 for n in nodes]
-            for a in splits(c, caps, tp):
-                used = [k for k, v in enumerate(a) if v]
-                if job.max_nodes is not None and len(used) > job.max_nodes:
-                    continue
-                if job.same_rack and len({racks[k] for k in used}) > 1:
-                    continue
+            for a in local_splits(job, c, caps, tp, racks):
                 if job.pinned and (a != prev or any(state.nodes[n].drained for n in state.previous.get(job.id, {}))):
                     continue
                 if not hit and c == x and x > 0 and a != prev:

@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from brute_nodes import combine, node_options, problem_without_precheck, splits
+from brute_nodes import combine, local_splits, node_options, problem_without_precheck
 from randgen_ip import add_constraints
 from unicron_plan import api
 from unicron_plan.plan.contingency import build_contingency, candidate_failures
@@ -37,13 +37,7 @@ def _off_type_options(job, terms, problem, nodes, racks, t: str, hit: bool) -> l
         g = there.gain_of(c)
         if job.min_gain_fraction is not None and not hit and g < (1 + job.min_gain_fraction) * stay:
             continue
-        for a in splits(c, caps, tp):
-            used = [k for k, v in enumerate(a) if v]
-            if job.max_nodes is not None and len(used) > job.max_nodes:
-                continue
-            if job.same_rack and len({racks[k] for k in used}) > 1:
-                continue
-            out.append((g, 1, a, c, t))
+        out += [(g, 1, a, c, t) for a in local_splits(job, c, caps, tp, racks)]
     return out
 
 
@@ -131,8 +125,8 @@ def test_hit_job_moving_to_another_type_is_exempt_from_its_hysteresis():
     assert entry["objective"] == pytest.approx(_reference(doc, ["n0"]))
 
 
-def test_a_node_down_as_a_whole_with_a_binding_churn_limit():
-    # n00001 has every GPU failed already; a binding max_changed_jobs sends every failure to auto.
+def _down_node_doc() -> dict:
+    """8 nodes, n00001 with every GPU failed already (its jobs moved off), a binding max_changed_jobs."""
     from unicron_plan.tools.generate import generate_instance
 
     doc = generate_instance(3, gpus=64, jobs=4, failed_nodes=0)
@@ -141,6 +135,12 @@ def test_a_node_down_as_a_whole_with_a_binding_churn_limit():
         if "n00001" in job["current"]["nodes"]:
             job["current"] = {"gpus": 0, "nodes": []}
     doc["max_changed_jobs"] = 1
+    return doc
+
+
+def test_a_node_down_as_a_whole_with_a_binding_churn_limit():
+    # the binding max_changed_jobs sends every failure to auto; without it, the grouped DP
+    doc = _down_node_doc()
     for churn in (True, False):
         if not churn:
             doc.pop("max_changed_jobs")
@@ -159,14 +159,8 @@ def test_cli_contingency_with_a_down_node_and_binding_churn_exits_0(tmp_path):
 
     from unicron_plan.cli import app
     from unicron_plan.io import dumps
-    from unicron_plan.tools.generate import generate_instance
 
-    doc = generate_instance(3, gpus=64, jobs=4, failed_nodes=0)
-    doc["cluster"]["nodes"][1]["failed_gpus"] = list(range(8))
-    for job in doc["jobs"]:
-        if "n00001" in job["current"]["nodes"]:
-            job["current"] = {"gpus": 0, "nodes": []}
-    doc["max_changed_jobs"] = 1
+    doc = _down_node_doc()
     path = tmp_path / "i.json"
     path.write_text(dumps(doc))
     res = CliRunner().invoke(app, ["contingency", str(path), "--out", str(tmp_path / "c"), "-q", "--racks"])

@@ -14,8 +14,9 @@ own rules (:func:`_job_options`). Per D_run and GPU type:
 * a group that hits no job of the type is the type's DP (``dp.solve_options``, with all of its pruning)
   at the group's capacity, once per capacity;
 * groups that hit jobs are solved by the structure of the failure, not by the jobs' order
-  (:func:`_solve_by_structure`): the jobs a failure does not touch are combined from precomputed
-  tables, the few it touches are folded onto them (docs/solvers.md, "Contingency").
+  (:func:`_cores`): on prefix and suffix tables shared by the groups, folding each group's span
+  (its first to its last hit job) between them, or by the DP on their own, whichever is less
+  work; the DP's work does not depend on where the hit jobs sit (docs/solvers.md, "Contingency").
 
 Constraints the DP cannot express (node-level tp, max_nodes, same_rack, max_changed_jobs), and mixed
 fleets (GPU type and count per job), have each failure solved on its own by the exact solver ``auto``

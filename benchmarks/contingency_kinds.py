@@ -1,10 +1,11 @@
 """Rack contingency at 2,048 nodes on every curve kind: wall and CPU seconds and peak memory per kind.
 
     PYTHONPATH=. python benchmarks/contingency_kinds.py [--quick] [--runs N] [--kinds K1,K2] [--json OUT]
+        [--placement shuffled|ordered]
 
 Per kind (``synthetic`` and every kind of ``unicron_plan.tools.adversarial.KINDS``, the queued ones
 included), the instance is ``generate_instance(0, gpus=16384, jobs=128, failed_nodes=0,
-curves=KIND)`` (2,048 nodes of 8 GPUs, 64 racks of 32 nodes: 2,112 failures); each run is a fresh
+curves=KIND, placement=PLACEMENT)`` (2,048 nodes of 8 GPUs, 64 racks of 32 nodes: 2,112 failures); each run is a fresh
 Python process that generates it, then times ``build_contingency(instance, racks=True)`` alone
 (wall and process CPU seconds) and reports its peak RSS. Runs of the kinds alternate (all kinds, then
 all again), so a drift in the machine's speed touches every kind alike; medians are reported.
@@ -28,7 +29,8 @@ import json, resource, sys, time
 from unicron_plan import api
 from unicron_plan.plan.contingency import build_contingency
 from unicron_plan.tools.generate import generate_instance
-inst = api.load_instance(generate_instance(0, gpus=16384, jobs=128, failed_nodes=0, curves=sys.argv[1]))
+inst = api.load_instance(generate_instance(0, gpus=16384, jobs=128, failed_nodes=0, curves=sys.argv[1],
+                                           placement=sys.argv[2]))
 w, c = time.perf_counter(), time.process_time()
 index = build_contingency(inst, racks=True)
 w, c = time.perf_counter() - w, time.process_time() - c
@@ -46,15 +48,18 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--kinds", default=",".join(("synthetic",) + KINDS))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--placement", choices=("shuffled", "ordered"), default="shuffled",
+                    help="running jobs on shuffled nodes (as real clusters place them) or in node order")
     a = ap.parse_args()
     kinds = [k.strip() for k in a.kinds.split(",") if k.strip()]
     runs = 1 if a.quick else min(max(a.runs, 1), 7)
     out = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()} (shared)",
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": os.getloadavg(), "kinds": {}}
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": os.getloadavg(),
+           "placement": a.placement, "kinds": {}}
     got: dict[str, list] = {k: [] for k in kinds}
     for _ in range(runs):
         for kind in kinds:
-            r = subprocess.run([sys.executable, "-c", CHILD, kind], capture_output=True, text=True, timeout=600)
+            r = subprocess.run([sys.executable, "-c", CHILD, kind, a.placement], capture_output=True, text=True, timeout=600)
             if r.returncode != 0:
                 raise SystemExit(f"{kind}: {r.stderr.strip().splitlines()[-1]}")
             got[kind].append(json.loads(r.stdout))

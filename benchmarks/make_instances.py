@@ -21,12 +21,15 @@ from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import brute, dp
 
 ROOT = Path(__file__).resolve().parent.parent
-SPECS = [
-    ("jagged-128-4jobs", dict(seed=5, gpus=128, jobs=4, max_counts=12), True),
-    ("jagged-2048-32jobs", dict(seed=3, gpus=2048, jobs=32), False),
-    ("jagged-16384-128jobs", dict(seed=1, gpus=16384, jobs=128), False),
+SPECS = [  # running jobs in node order (written before shuffled placement was the generator's default)
+    ("jagged-128-4jobs", dict(seed=5, gpus=128, jobs=4, max_counts=12, placement="ordered"), True),
+    ("jagged-2048-32jobs", dict(seed=3, gpus=2048, jobs=32, placement="ordered"), False),
+    ("jagged-16384-128jobs", dict(seed=1, gpus=16384, jobs=128, placement="ordered"), False),
+] + [  # the large ones again with running jobs on shuffled nodes, as real clusters place them
+    ("jagged-2048-32jobs-shuffled", dict(seed=3, gpus=2048, jobs=32), False),
+    ("jagged-16384-128jobs-shuffled", dict(seed=1, gpus=16384, jobs=128), False),
 ] + [  # the smallest instance of each adversarial curve kind (unicron_plan.tools.adversarial)
-    (f"adversarial-{kind}-512-8jobs", dict(seed=3, gpus=512, jobs=8, curves=kind,
+    (f"adversarial-{kind}-512-8jobs", dict(seed=3, gpus=512, jobs=8, curves=kind, placement="ordered",
                                            # two failed nodes leave 496 GPUs: not a multiple of 3
                                            **({"failed_nodes": 2} if kind.startswith("queued-") else {})),
      False) for kind in KINDS

@@ -28,15 +28,38 @@ def splits(total: int, caps: list[int], unit: int):
 def node_brute(instance) -> tuple[float, dict[str, int]] | None:
     """(optimal objective, counts) of the node-level problem, or None when infeasible."""
     problem = problem_without_precheck(instance)
+    nodes = [n for n in problem.state.nodes.values() if not n.drained and n.healthy_after > 0]
+    options = node_options(instance, problem, nodes)
+    limit = instance.max_changed_jobs if instance.max_changed_jobs is not None else len(options)
+    found = combine(options, tuple(n.healthy_after for n in nodes), limit)
+    if found is None:
+        return None
+    return found[0], {j.id: c for j, c in zip(instance.jobs, found[1])}
+
+
+def local_splits(job, total: int, caps: list[int], unit: int, racks: list):
+    """The :func:`splits` of ``total`` that keep the job's max_nodes and same_rack (``racks``: per node)."""
+    for a in splits(total, caps, unit):
+        used = [k for k, v in enumerate(a) if v]
+        if job.max_nodes is not None and len(used) > job.max_nodes:
+            continue
+        if job.same_rack and len({racks[k] for k in used}) > 1:
+            continue
+        yield a
+
+
+def node_options(instance, problem, nodes) -> list[list[tuple]]:
+    """Per job, every (gain, changed 0/1, GPUs per node of ``nodes``, count) on its own GPU type that
+    the rules allow."""
     state = problem.state
-    nodes = [n for n in state.nodes.values() if not n.drained and n.healthy_after > 0]
     names = [n.id for n in nodes]
     racks = [n.rack if n.rack is not None else ("node", n.id) for n in nodes]
     options = []  # per job: list of (gain, changed, split vector, count)
     for job, terms in zip(instance.jobs, problem.jobs):
         x, hit = job.current.gpus, state.hit[job.id]
         tp = job.tp or 1
-        table = {int(k): v for k, v in job.throughput.tflops.items()}
+        own = job.throughput.tflops or job.throughput.by_type[job.throughput.gpu_type]
+        table = {int(k): v for k, v in own.items()}
         cap = problem.capacity[job.throughput.gpu_type]
         counts = [0] + sorted(c for c in table if c <= cap)
         prev = tuple(state.previous.get(job.id, {}).get(nid, 0) for nid in names)
@@ -52,12 +75,7 @@ def node_brute(instance) -> tuple[float, dict[str, int]] | None:
                     and g < (1 + job.min_gain_fraction) * stay:
                 continue
             caps = [n.healthy_after if n.gpu_type == job.throughput.gpu_type else 0 for n in nodes]
-            for a in splits(c, caps, tp):
-                used = [k for k, v in enumerate(a) if v]
-                if job.max_nodes is not None and len(used) > job.max_nodes:
-                    continue
-                if job.same_rack and len({racks[k] for k in used}) > 1:
-                    continue
+            for a in local_splits(job, c, caps, tp, racks):
                 if job.pinned and (a != prev or any(state.nodes[n].drained for n in state.previous.get(job.id, {}))):
                     continue
                 if not hit and c == x and x > 0 and a != prev:
@@ -71,11 +89,7 @@ def node_brute(instance) -> tuple[float, dict[str, int]] | None:
         if job.pinned and x > 0 and any(state.nodes[n].drained for n in state.previous.get(job.id, {})):
             opts = []
         options.append(opts)
-    limit = instance.max_changed_jobs if instance.max_changed_jobs is not None else len(options)
-    found = combine(options, tuple(n.healthy_after for n in nodes), limit)
-    if found is None:
-        return None
-    return found[0], {j.id: c for j, c in zip(instance.jobs, found[1])}
+    return options
 
 
 def combine(options, free: tuple[int, ...], limit: int) -> tuple[float, tuple] | None:

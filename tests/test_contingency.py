@@ -27,6 +27,7 @@ from unicron_plan.errors import InfeasibleError
 from unicron_plan.io import dumps, read_json
 from unicron_plan.core.problem import build_problem
 from unicron_plan.solvers import brute, dp
+from unicron_plan.solvers import contingency as contingency_solver
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -173,12 +174,14 @@ def test_count_rules_every_entry_equals_a_fresh_solve(seed, mtbf, types, tables)
     doc = random_instance(rng, max_nodes=6, max_jobs=4, gpu_types=types, mtbf=mtbf)
     doc = add_constraints(rng, doc, node_level=False, churn=False, p=0.6)
     doc.pop("event", None)
-    saved = contingency.DIRECT_GROUPS
-    contingency.DIRECT_GROUPS = 0 if tables else 10**6
+    saved = contingency_solver.DIRECT_GROUPS, contingency_solver.ALONE_COST_SCALE
+    contingency_solver.DIRECT_GROUPS = 0 if tables else 10**6
+    # tables: every group on them, or (a cost scale drawn) some on them and some solved alone
+    contingency_solver.ALONE_COST_SCALE = float(rng.choice([np.inf, 1.0, 0.05])) if tables else saved[1]
     try:
         index = build_contingency(api.load_instance(doc), racks=True)
     finally:
-        contingency.DIRECT_GROUPS = saved
+        contingency_solver.DIRECT_GROUPS, contingency_solver.ALONE_COST_SCALE = saved
     assert index["stats"]["method"] == "groups"
     _check_every_entry(doc, index)
 

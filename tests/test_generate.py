@@ -75,3 +75,25 @@ def test_model_curves_use_the_perf_model_or_fail_clearly(tmp_path, monkeypatch):
 def test_bad_cluster_size_is_bad_input(tmp_path):
     res = CliRunner().invoke(app, ["generate", str(tmp_path / "x.json"), "--gpus", "100"])
     assert res.exit_code == 2 and "--gpus" in res.output
+
+
+def test_placement_shuffled_by_default_ordered_on_request_only_node_order_differs(tmp_path):
+    shuffled = generate_instance(4, gpus=2048, jobs=24, failed_nodes=2)
+    ordered = generate_instance(4, gpus=2048, jobs=24, failed_nodes=2, placement="ordered")
+    assert dumps(shuffled) == dumps(generate_instance(4, gpus=2048, jobs=24, failed_nodes=2, placement="shuffled"))
+    # every draw but the node order is the same: tables, sizes, the event
+    assert shuffled["event"] == ordered["event"]
+    for a, b in zip(shuffled["jobs"], ordered["jobs"]):
+        assert a["throughput"] == b["throughput"] and a["current"]["gpus"] == b["current"]["gpus"]
+    # ordered: job k's nodes follow job k-1's; shuffled: some job's nodes are not one run of ids
+    runs = [[int(n[1:]) for n in j["current"]["nodes"]] for j in ordered["jobs"] if j["current"]["nodes"]]
+    assert all(r == list(range(r[0], r[0] + len(r))) for r in runs)
+    assert [r[0] for r in runs] == sorted(r[0] for r in runs)
+    spread = [[int(n[1:]) for n in j["current"]["nodes"]] for j in shuffled["jobs"] if j["current"]["nodes"]]
+    assert any(r != list(range(r[0], r[0] + len(r))) for r in spread)
+    for doc in (shuffled, ordered):
+        held = [n for j in doc["jobs"] for n in j["current"]["nodes"]]
+        assert len(held) == len(set(held))  # no node given twice
+        api.load_instance(doc)  # valid
+    res = CliRunner().invoke(app, ["generate", str(tmp_path / "x.json"), "--placement", "sideways"])
+    assert res.exit_code == 2

@@ -171,7 +171,8 @@ def _from_contingency(instance: Instance, contingency, instance_fingerprint: str
                       prepared=None) -> tuple[Plan | None, str | None]:
     """(the precomputed plan for the instance's event, placed and validated, None) or
     (None, why none was used): a stored plan that does not check out is never used."""
-    from unicron_plan.plan.contingency import check_index, lookup, proven_optimal, read_contingency
+    from unicron_plan.plan.contingency import check_index, lookup, read_contingency
+    from unicron_plan.solvers.contingency import proven_optimal
     from unicron_plan.core.problem import RawSolution, build_problem
     from unicron_plan.plan.assemble import to_plan
 

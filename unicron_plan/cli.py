@@ -297,6 +297,11 @@ class CurveKind(str, Enum):
     queued_near_linear = "queued-near-linear"
 
 
+class Placement(str, Enum):
+    shuffled = "shuffled"
+    ordered = "ordered"
+
+
 @app.command()
 @handle_errors
 def generate(out: Path = typer.Argument(..., help="File to write."),
@@ -318,13 +323,17 @@ def generate(out: Path = typer.Argument(..., help="File to write."),
                                         "and repair mix drawn by --seed for --gpus (unicron_plan.tools.families; "
                                         "the other shape options do not apply)."),
              name: Optional[str] = typer.Option(None, "--name"),
+             placement: Placement = typer.Option(Placement.shuffled, "--placement",
+                                                 help="Running jobs on nodes in a random order (shuffled, as "
+                                                      "real clusters place them) or in node order (ordered)."),
              quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress spinner on stderr.")):
     """Write a seeded instance (or scenario) drawn from the documented distributions (unicron_plan.tools.generate)."""
     from unicron_plan.tools.generate import generate_instance, generate_scenario
     from unicron_plan.io import dumps, write_atomic
 
     kwargs = dict(gpus=gpus, jobs=jobs, gpus_per_node=gpus_per_node, nodes_per_rack=nodes_per_rack,
-                  demand=demand, max_counts=max_counts, curves=curves.value, name=name)
+                  demand=demand, max_counts=max_counts, curves=curves.value, name=name,
+                  placement=placement.value)
     if family is not None and not scenario:
         from unicron_plan.errors import InvalidInstanceError
 

@@ -942,3 +942,54 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
         return RawSolution(counts=counts, objective=total, bound=bound, termination="time_limit",
                            solution="feasible", options={"stopped": "time limit"})
     return RawSolution(counts=counts, objective=total, bound=total)
+
+
+# ---------------------------------------------------------------------------
+# Public steps for the contingency solver (solvers/contingency.py).
+# ---------------------------------------------------------------------------
+
+def fold(V: np.ndarray, y: np.ndarray, g: np.ndarray, cap: int, want_choice: bool = True):
+    """(new, choice): the max-plus fold of one job's options (``y`` ascending, gains ``g``) onto the table
+    ``V`` over 0..len(V) - 1 (at-most semantics: V[c] is the best within c GPUs), over the whole range
+    0..min(cap, len(V) - 1 + y[-1]); ``choice[c]`` is the option taken at c (with ``want_choice``)."""
+    n_old = len(V) - 1
+    n_new = min(cap, n_old + int(y[-1]))
+    return _fold(V[: n_new + 1], 0, min(n_old, n_new), y, g, 0, n_new, want_choice)
+
+
+def can_beat(options: list[tuple[np.ndarray, np.ndarray]], capacity: int, value: float,
+             search: bool = True) -> bool:
+    """Whether a plan of ``options`` (Pareto per job, 0 first) within ``capacity`` may be worth more than
+    ``value`` beyond the DP's tolerance; False proves that none is.
+
+    The Lagrangian bound decides first (linear in the options). When it cannot, and ``search``, one pass
+    of the pruned DP at threshold ``value`` (in units of the counts' common step, as the DP solves)
+    looks for a better plan; without ``search`` an undecided bound answers True."""
+    if not options:
+        return False
+    joined = _join(options)
+    tops = joined.off[1:] - 1
+    if int(joined.y[tops].sum()) <= capacity:  # every job at its best count
+        best = math.fsum(joined.g[tops].tolist())
+        return value < best - REL_TOL * (abs(best) + 1.0)
+    tol = None
+    step = 1
+    while True:
+        lam = _lp(options, capacity, joined)[0]
+        red_max = np.maximum.reduceat(joined.g - lam * joined.y, joined.off[:-1]).tolist()
+        if tol is None:  # one tolerance for both units: lam C is the same in either
+            tol = REL_TOL * (lam * capacity + sum(float(np.abs(g).max()) for _, g in options) + 1.0)
+        if value >= lam * capacity + math.fsum(red_max) - tol:
+            return False
+        if not search:
+            return True
+        if step == 1 and count_step(joined.y) > 1:  # the bound at whole steps may be tighter: once more
+            step = count_step(joined.y)
+            options = [(y // step, g) for y, g in options]
+            joined = _Joined(joined.y // step, joined.g, joined.off)
+            capacity //= step
+            continue
+        break
+    flat, red_max = _flatten(options, lam, red_max, joined=joined)
+    found = _attempt(options, red_max, lam, capacity, value + tol, {}, flat=flat)
+    return found is not None and found[1] > value + tol

@@ -24,7 +24,13 @@ Distributions (see docs/performance.md, "Generated instances"):
   are penalised), noise uniform in [0.99, 1.01].
   ``curves="model"`` derives the table from ``unicron_plan.perf`` instead.
 * Current allocation: jobs in order take whole nodes at their nominal size
-  until the cluster is full; the rest are queued (0 GPUs).
+  until the cluster is full; the rest are queued (0 GPUs). With
+  ``placement="shuffled"`` (the default) the nodes are taken in a random order
+  of each GPU type's nodes, as a cluster that has run for a while places jobs:
+  a job's nodes are spread over racks and a rack holds parts of many jobs.
+  ``"ordered"``: in node order (job k's nodes follow job k-1's). The order is
+  drawn from its own generator seeded by ``seed``, so every other draw is the
+  same for both placements.
 * Failures (docs/data/failures.md): D_run from a node MTBF of
   1000 / 3.79 node-days = 6332.5 h (Llama 3: 3.79 interruptions per 1000
   node-days); the event fails ``failed_nodes`` nodes drawn uniformly;
@@ -143,8 +149,13 @@ def _jobs(rng: np.random.Generator, n_jobs: int, total_gpus: int, demand: float,
     return jobs, nominal, kinds
 
 
+PLACEMENTS = ("shuffled", "ordered")
+PLACEMENT_STREAM = 0x504C  # the second word of the node order's seed: a stream of its own
+
+
 def _place_current(jobs: list[dict], nominal: list[int], node_ids: list[str], gpus_per_node: int) -> None:
-    """Jobs in order take whole nodes at the largest table count <= nominal that fills whole nodes."""
+    """Jobs in order take whole nodes (in the order of ``node_ids``) at the largest table count <= nominal
+    that fills whole nodes; a job's nodes are listed in cluster order."""
     free = len(node_ids)
     at = 0
     for job, nom in zip(jobs, nominal):
@@ -154,7 +165,7 @@ def _place_current(jobs: list[dict], nominal: list[int], node_ids: list[str], gp
             continue
         c = fits[-1]
         k = c // gpus_per_node
-        job["current"] = {"gpus": c, "nodes": node_ids[at:at + k]}
+        job["current"] = {"gpus": c, "nodes": sorted(node_ids[at:at + k])}
         at += k
         free -= k
 
@@ -162,13 +173,16 @@ def _place_current(jobs: list[dict], nominal: list[int], node_ids: list[str], gp
 def generate_instance(seed: int, *, gpus: int = 16384, jobs: int = 128, gpus_per_node: int = 8,
                       nodes_per_rack: int = 32, demand: float = 1.25, max_counts: int = 400,
                       failed_nodes: int = 1, curves: str = "synthetic", name: str | None = None,
-                      rng: np.random.Generator | None = None) -> dict:
-    """A v1 instance dict (event: ``failed_nodes`` random nodes fail; 0 for no event)."""
+                      rng: np.random.Generator | None = None, placement: str = "shuffled") -> dict:
+    """A v1 instance dict (event: ``failed_nodes`` random nodes fail; 0 for no event; ``placement``:
+    ``shuffled`` or ``ordered``, module docstring)."""
     if gpus % gpus_per_node or gpus < gpus_per_node:
         raise InvalidInstanceError("--gpus", f"{gpus} is not a positive multiple of {gpus_per_node} GPUs per node")
     if curves not in ("synthetic", "model") + ADVERSARIAL:
         raise InvalidInstanceError("--curves", f"{curves!r}: use one of synthetic, model, "
                                    + ", ".join(ADVERSARIAL))
+    if placement not in PLACEMENTS:
+        raise InvalidInstanceError("--placement", f"{placement!r}: use one of {', '.join(PLACEMENTS)}")
     rng = rng if rng is not None else np.random.default_rng(seed)
     n_nodes = gpus // gpus_per_node
     node_ids = [f"n{k:05d}" for k in range(n_nodes)]
@@ -179,10 +193,13 @@ def generate_instance(seed: int, *, gpus: int = 16384, jobs: int = 128, gpus_per
     nodes = [{"id": nid, "gpu_type": types[k // per_type], "gpus": gpus_per_node, "failed_gpus": [],
               "rack": f"r{k // nodes_per_rack:04d}"} for k, nid in enumerate(node_ids)]
     job_list, nominal, _ = _jobs(rng, jobs, gpus, demand, max_counts, curves)
+    order = np.random.default_rng([seed, PLACEMENT_STREAM])
     for t, gtype in enumerate(types if curves not in QUEUED else ()):  # queued kinds: every job at 0
         mine = [i for i, j in enumerate(job_list) if j["throughput"]["gpu_type"] == gtype]
-        _place_current([job_list[i] for i in mine], [nominal[i] for i in mine],
-                       node_ids[t * per_type:(t + 1) * per_type], gpus_per_node)
+        block = node_ids[t * per_type:(t + 1) * per_type]
+        if placement == "shuffled":
+            block = [block[k] for k in order.permutation(len(block))]
+        _place_current([job_list[i] for i in mine], [nominal[i] for i in mine], block, gpus_per_node)
     prefix = "jagged" if curves in ("synthetic", "model") else curves
     inst = {
         "schema_version": "1",

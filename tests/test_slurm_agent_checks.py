@@ -179,13 +179,12 @@ class FakeCli(SlurmCli):
 
 
 def test_a_placement_slurm_ignores_is_an_error():
-    """Slurm 22.05 accepts NumNodes for a job whose task count asks for more nodes and keeps
-    the old count: the read-back sees it."""
-    def ignore_num_nodes(jobs, argv):
+    """An update Slurm accepts and does not carry out (here: the task count kept) is an error."""
+    def ignore_num_tasks(jobs, argv):
         if argv[:2] == ["scontrol", "update"] and argv[2] == "JobId=5":
             jobs[5].req_nodes = ["n3"]
-    cli = FakeCli({5: JobNow(state="PENDING", num_nodes=2, num_tasks=2, reason="JobHeldAdmin")}, ignore_num_nodes)
-    with pytest.raises(NotApplied, match="NumNodes=2"):
+    cli = FakeCli({5: JobNow(state="PENDING", num_nodes=2, num_tasks=2, reason="JobHeldAdmin")}, ignore_num_tasks)
+    with pytest.raises(NotApplied, match="NumTasks=2"):
         carry_out([Step("place", job=5, nodes=["n3"], tasks=1)], cli, settle_seconds=1)
     assert ["scontrol", "release", "5"] not in cli.calls
 

@@ -198,16 +198,16 @@ def _requeue(cli: SlurmCli, job: int, deadline: float) -> None:
 
 
 def _place(cli: SlurmCli, st: Step, deadline: float) -> None:
-    """Give a pending job its new nodes (NumNodes, NumTasks, ReqNodeList), read it back, release."""
+    """Give a pending job its new nodes (NumNodes, NumTasks, ReqNodeList), read it back, release.
+    (Slurm shows a requeued job's node count of its last run, so the count is checked only when
+    the job runs, by the verification of the plan.)"""
     now = _settle(cli, st.job, deadline)
     if now.state != "PENDING":
         raise NotApplied(f"job {st.job} is {now.state or 'gone'}, not pending: it cannot be placed")
     update, release = st.commands()
     cli.run(update, record=True)
     after = cli.job(st.job)
-    want = len(st.nodes)
-    if (set(after.req_nodes) != set(st.nodes) or after.num_nodes != want
-            or (st.tasks and after.num_tasks != st.tasks)):
+    if set(after.req_nodes) != set(st.nodes) or (st.tasks and after.num_tasks != st.tasks):
         raise NotApplied(f"{shlex.join(update)} exited 0 but Slurm shows NumNodes={after.num_nodes} "
                          f"NumTasks={after.num_tasks} ReqNodeList={','.join(after.req_nodes) or '(null)'}")
     if after.held:
@@ -429,6 +429,8 @@ def events_between(coord: Optional[dict], inst: dict) -> tuple[list[dict], list[
     return events, []
 
 
+#: The names of the reservations the agent makes (``unicron-p17``): any other is left alone.
+RESERVATION_PREFIX = "unicron-"
 #: A Slurm user name as the reservation's Users= list takes it.
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
@@ -626,6 +628,8 @@ class SlurmAgent:
         the nodes may still be freeing), so that no pending job the planner does not manage takes
         them during the move. It ends by itself after the pass's budget; None when nothing moves
         or Slurm refuses (the move then goes on unprotected, as before)."""
+        name = f"{RESERVATION_PREFIX}{pid}"
+        self._drop_stale_reservations(keep=name)
         places = [st for st in steps if st.kind == "place"]
         if not self.cfg.reserve or not places:
             return None
@@ -634,19 +638,32 @@ class SlurmAgent:
         nodes = sorted({n for st in places for n in st.nodes})
         if not users or not nodes:
             return None
-        name = f"unicron-{pid}"
         minutes = int(seconds // 60) + 2
-        argv = ["scontrol", "create", "reservation", f"ReservationName={name}", "StartTime=now",
-                f"Duration={minutes}", f"Nodes={compress(nodes)}", f"Users={','.join(users)}", "Flags=IGNORE_JOBS"]
+        spec = [f"Duration={minutes}", f"Nodes={compress(nodes)}", f"Users={','.join(users)}"]
+        if name in self._reservations():   # made by a pass that was killed: brought up to date
+            argv = ["scontrol", "update", f"ReservationName={name}", *spec]
+        else:
+            argv = ["scontrol", "create", "reservation", f"ReservationName={name}", "StartTime=now", *spec,
+                    "Flags=IGNORE_JOBS"]
         try:
             self.cli.run(argv, record=True)
         except CommandFailed as exc:
-            if "duplicate" not in exc.stderr.lower():
-                self.log({"warning": f"no reservation for the move: {exc}"})
-                return None
+            self.log({"warning": f"no reservation for the move: {exc}"})
+            return None
         for st in places:
             st.reservation = name
         return name
+
+    def _reservations(self) -> set[str]:
+        """The names of the agent's reservations (RESERVATION_PREFIX) Slurm has now."""
+        out = self.cli.run(["scontrol", "-o", "show", "reservation"])
+        names = {m.group(1) for m in re.finditer(r"(?m)^ReservationName=(\S+)", out)}
+        return {n for n in names if n.startswith(RESERVATION_PREFIX)}
+
+    def _drop_stale_reservations(self, keep: str) -> None:
+        """Delete the reservations of earlier plans (a pass killed before it removed its own)."""
+        for name in sorted(self._reservations() - {keep}):
+            self._end_reservation(name)
 
     def _unreserve(self, name: str, steps: list[Step]) -> None:
         """Take the moved jobs out of the reservation (they keep running) and delete it."""
@@ -656,10 +673,15 @@ class SlurmAgent:
                     self.cli.run(["scontrol", "update", f"JobId={st.job}", "Reservation="], record=True)
                 except CommandFailed:
                     pass   # a job that ended meanwhile
+        self._end_reservation(name)
+
+    def _end_reservation(self, name: str) -> None:
+        """End the reservation now (jobs in it keep running) and delete it."""
         try:
+            self.cli.run(["scontrol", "update", f"ReservationName={name}", "Duration=0"], record=True)
             self.cli.run(["scontrol", "delete", f"ReservationName={name}"], record=True)
         except CommandFailed as exc:
-            self.log({"warning": f"reservation {name} left to expire: {exc}"})
+            self.log({"warning": f"reservation {name} not deleted (it has ended): {exc}"})
 
     def _coordinator_has(self, plan: dict) -> bool:
         """The coordinator's applied jobs are the plan's (an apply posted before a restart)."""

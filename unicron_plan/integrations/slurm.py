@@ -149,7 +149,8 @@ class SlurmJob(Lenient):
     priority: Optional[int] = None
     tasks: Optional[int] = Field(default=None, ge=0, le=2**32)           # -n (or what Slurm derived)
     tasks_per_node: Optional[int] = Field(default=None, ge=0, le=2**32)  # --ntasks-per-node; 0: not given
-    node_count: Optional[int] = Field(default=None, ge=0, le=2**32)
+    node_count: Optional[int] = Field(default=None, ge=0, le=2**32)  # a requeued job: its last run's
+    required_nodes: str = ""                                          # ReqNodeList (a placed job's)
 
     @model_validator(mode="before")
     @classmethod
@@ -176,8 +177,12 @@ class SlurmJob(Lenient):
         Slurm 22.05 keeps a job's node count when its task count asks for more nodes (it accepts
         ``NumNodes`` and ignores it), so a move changes both."""
         per = self.tasks_per_node or 0
-        if not per and self.tasks and self.node_count and self.tasks % self.node_count == 0:
-            per = self.tasks // self.node_count
+        # A placed job's shape is its task count over its ReqNodeList (Slurm shows a requeued job's
+        # node count of its last run, not the one it was given since); else over its node count.
+        req = len(expand(self.required_nodes, f"Job {self.job_id}", "required_nodes")) if self.required_nodes else 0
+        for count in (req, self.node_count):
+            if not per and self.tasks and count and self.tasks % count == 0:
+                per = self.tasks // count
         return per * nodes if per else None
 
     @property

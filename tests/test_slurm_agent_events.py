@@ -29,8 +29,8 @@ def _applied(inst):
     return out
 
 
-def _events(coord, slurm):
-    return events_between(coord, slurm)
+def _events(coord, slurm, failed=None):
+    return events_between(coord, slurm, failed)
 
 
 def test_in_sync_means_no_event():
@@ -88,3 +88,12 @@ def test_only_slurms_verdict_fails_a_node_held_whole():
     assert _events(failed, _inst(failed=["n4"])) == ([], [])
     assert _events(_inst(), _inst(failed=["n3"]))[0] == [
         {"kind": "failure", "failed_nodes": ["n3"], "failed_gpus": []}]
+
+
+def test_a_node_other_work_leaves_is_no_repair():
+    """With the coordinator's failed nodes known, a node held whole by other work that is free
+    again is drift (an upload), and only a node that had failed is repaired."""
+    whole = _inst(reserved={"n4": list(range(8))})
+    events, drift = _events(whole, _inst(), failed=set())
+    assert events == [] and drift == ["nodes ['n4']: GPUs held outside the plan are free again"]
+    assert _events(whole, _inst(), failed={"n4"}) == ([{"kind": "repair", "repaired_nodes": ["n4"]}], [])

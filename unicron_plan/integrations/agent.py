@@ -382,10 +382,13 @@ def _plan_body(plan: dict) -> dict:
     return {k: v for k, v in plan.items() if k not in ("plan_id", "revision")}
 
 
-def events_between(coord: Optional[dict], inst: dict) -> tuple[list[dict], list[str]]:
+def events_between(coord: Optional[dict], inst: dict,
+                   failed: Optional[set[str]] = None) -> tuple[list[dict], list[str]]:
     """Events that carry the coordinator's view (``coord``) to Slurm's (``inst``), or drift
     (then the cluster is uploaded). A node fails only by Slurm's verdict; GPUs held by work the
-    planner does not manage are compared as they are (a change is drift, never a failure)."""
+    planner does not manage are compared as they are (a change is drift, never a failure).
+    ``failed``: the nodes the coordinator has as failed (None: every node it has with all GPUs
+    out); a node held whole by other work that is free again is drift, not a repair."""
     if coord is None:
         return [], []
     drift: list[str] = []
@@ -399,8 +402,11 @@ def events_between(coord: Optional[dict], inst: dict) -> tuple[list[dict], list[
         if sorted(c_nodes[nid].get("failed_gpus") or []) != sorted(s_nodes[nid].get("failed_gpus") or []):
             drift.append(f"node {nid}: GPUs held outside the plan changed")
     back = c_full - s_full
-    repaired = sorted(n for n in back if not s_nodes[n].get("failed_gpus"))
-    if len(repaired) != len(back):
+    freed = back - failed if failed is not None else set()
+    if freed:
+        drift.append(f"nodes {sorted(freed)}: GPUs held outside the plan are free again")
+    repaired = sorted(n for n in back - freed if not s_nodes[n].get("failed_gpus"))
+    if len(repaired) != len(back - freed):
         drift.append("a returned node has GPUs held outside the plan")
     c_jobs = {j["id"]: j for j in coord["jobs"]}
     s_jobs = {j["id"]: j for j in inst["jobs"]}
@@ -444,6 +450,9 @@ class SlurmAgent:
         if cfg.state_dir.exists() and not cfg.state_dir.is_dir():
             raise AgentError(f"--state-dir {cfg.state_dir}: not a directory")
         self.journal = Journal(cfg.state_dir / "journal.json")
+        #: The nodes the coordinator has as failed (Slurm's verdicts it was told), apart from the
+        #: journal so that every journal state keeps it.
+        self.failed = Journal(cfg.state_dir / "failed.json")
         self.cli = cli or SlurmCli()
         self.cli.on_command = self._record
 
@@ -489,6 +498,7 @@ class SlurmAgent:
         j = self.journal.load()
         if j.get("status") == "posting":      # killed between journaling an event and its answer
             plan = _dict(self.client.post_event(j["event"], idempotency_key=j["key"]))
+            self._note_failed(j["event"])
             j = self._carry(plan)
         if j.get("status") == "proposed" and j.get("plan_id"):
             plan = self._approved_on_coordinator(j)
@@ -500,11 +510,13 @@ class SlurmAgent:
         nodes_doc, jobs_doc = self.cli.read()
         inst = self._import(nodes_doc, jobs_doc)
         state = _dict(self.client.state())
-        events, drift = events_between(state.get("instance"), inst)
+        known = self.failed.load()
+        events, drift = events_between(state.get("instance"), inst,
+                                       set(known["nodes"]) if isinstance(known.get("nodes"), list) else None)
         if drift:
             self.log({"drift": drift})
         if state.get("instance") is None or drift:
-            self.client.put_cluster(_base(inst))
+            self._upload(inst)
             events = [inst["event"]] if inst.get("event") else []
         plan = None
         for ev in events:
@@ -542,6 +554,17 @@ class SlurmAgent:
                   "approve": f"unicron-plan agent slurm --approve {pid} (or POST /v1/plans/{pid}/apply)"})
         return {"status": "proposed", "plan_id": pid, "dir": str(out), "drift": drift}
 
+    def _note_failed(self, event: dict) -> None:
+        known = self.failed.load()
+        if isinstance(known.get("nodes"), list):
+            nodes = set(known["nodes"]) | set(event.get("failed_nodes") or [])
+            self.failed.save({"nodes": sorted(nodes - set(event.get("repaired_nodes") or []))})
+
+    def _upload(self, inst: dict) -> None:
+        """``PUT /v1/cluster`` of what Slurm shows (its failures follow as an event)."""
+        self.client.put_cluster(_base(inst))
+        self.failed.save({"nodes": []})
+
     def _post(self, event: dict) -> dict:
         if event.get("kind") == "job_arrival" and "_jobs" in event:
             for job in event.pop("_jobs"):
@@ -550,6 +573,7 @@ class SlurmAgent:
         self.journal.save({"status": "posting", "event": event, "key": key})
         plan = _dict(self.client.post_event(event, idempotency_key=key))
         check_plan_id(plan.get("plan_id"), "coordinator plan_id")
+        self._note_failed(event)
         self._carry(plan)
         self.log({"event": event, "plan_id": plan["plan_id"]})
         return plan
@@ -559,7 +583,7 @@ class SlurmAgent:
         else the planned jobs left pending as arrivals). None when there is nothing to plan."""
         nodes_doc, jobs_doc = self.cli.read()
         inst = self._import(nodes_doc, jobs_doc)
-        self.client.put_cluster(_base(inst))
+        self._upload(inst)
         if inst.get("event"):
             return self._post(inst["event"])
         pending = sorted(jb["id"] for jb in inst["jobs"] if not jb["current"]["gpus"])

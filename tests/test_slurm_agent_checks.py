@@ -200,9 +200,9 @@ def test_a_shrink_slurm_ignores_becomes_requeue_and_place():
             j.reason = "None"
         # "NodeList=n1" of the running job: ignored
     cli = FakeCli({6: JobNow(state="RUNNING", nodes=["n1", "n2"], num_nodes=2, num_tasks=2)}, effects)
-    carry_out([Step("shrink", job=6, nodes=["n1"], tasks=1)], cli, settle_seconds=1)
+    carry_out([Step("shrink", job=6, nodes=["n1"], tasks=1, cpus=1)], cli, settle_seconds=1)
     assert [c[1] for c in cli.calls] == ["update", "requeuehold", "update", "release"]
-    assert cli.calls[2] == ["scontrol", "update", "JobId=6", "NumNodes=1-1", "NumTasks=1", "ReqNodeList=n1"]
+    assert cli.calls[2] == ["scontrol", "update", "JobId=6", "NumNodes=1-1", "NumTasks=1", "NumCPUs=1", "ReqNodeList=n1"]
 
 
 def test_a_drain_slurm_ignores_is_an_error():

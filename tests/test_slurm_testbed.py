@@ -269,7 +269,7 @@ def test_failure_on_an_h100_node_moves_a_job_to_idle_a100_nodes(slurm_env, tmp_p
         assert entry[str(heavy)]["gpu_type"] == "h100" and entry[str(heavy)]["action"] == "keep"
         place = [c for c in result["commands"] if c[:3] == ["scontrol", "update", f"JobId={mixed}"]
                  and any(a.startswith("ReqNodeList=") for a in c)]
-        assert place == [["scontrol", "update", f"JobId={mixed}", "NumNodes=4-4", "NumTasks=4", "Reservation=unicron-" + result["plan_id"], "ReqNodeList=n[9-12]"]], result
+        assert place == [["scontrol", "update", f"JobId={mixed}", "NumNodes=4-4", "NumTasks=4", "NumCPUs=4", "Reservation=unicron-" + result["plan_id"], "ReqNodeList=n[9-12]"]], result
         state = __import__("httpx").get(srv.url + "/v1/state", timeout=30).json()["instance"]
         coord_job = next(j for j in state["jobs"] if j["id"] == str(mixed))
         assert coord_job["throughput"]["gpu_type"] == "a100"             # the coordinator knows its new type

@@ -49,7 +49,7 @@ from typing import Any, Callable, Optional
 
 from unicron_plan.errors import InvalidInstanceError, UnicronError
 from unicron_plan.integrations.common import Cost, GpuMap
-from unicron_plan.integrations.slurm import (HOLDING, START_PAUSE, Step, append_reason, check_document, compress,
+from unicron_plan.integrations.slurm import (COMMENT_PREFIX, HOLDING, START_PAUSE, Step, append_reason, check_document, compress,
                                              export_slurm, expand, import_slurm, parse_jobs, parse_nodes,
                                              render_script)
 from unicron_plan.text import one_line
@@ -251,7 +251,7 @@ def carry_out(steps: list[Step], cli: SlurmCli, settle_seconds: float = 120.0) -
                         # Slurm ignored the shrink (or took the job elsewhere): requeue with the new shape
                         _requeue(cli, st.job, deadline)
                         moved.append(st.job)
-                        _place(cli, Step("place", job=st.job, nodes=st.nodes, tasks=st.tasks), deadline)
+                        _place(cli, Step("place", job=st.job, nodes=st.nodes, tasks=st.tasks, cpus=st.cpus), deadline)
             elif st.kind == "suspend":
                 if now.state in ("RUNNING", "SUSPENDED"):
                     _requeue(cli, st.job, deadline)
@@ -507,7 +507,7 @@ class SlurmAgent:
                 j = self._carry(plan, approved=True)
         if j.get("status") == "carrying":
             return self._finish(j, start)
-        nodes_doc, jobs_doc = self.cli.read()
+        nodes_doc, jobs_doc = self._read_settled(start)
         inst = self._import(nodes_doc, jobs_doc)
         state = _dict(self.client.state())
         known = self.failed.load()
@@ -521,16 +521,32 @@ class SlurmAgent:
         plan = None
         for ev in events:
             plan = self._post(ev)
+        if plan is None and j.get("status") == "proposed":
+            return {"status": "proposed", "plan_id": j["plan_id"], "drift": drift}
+        if plan is None and (state.get("instance") or {}).get("event") and not drift:
+            # the coordinator's last plan was never carried out (given up, or made elsewhere)
+            self.log({"replan": "the coordinator's pending plan was not carried out"})
+            plan = self._replan()
         if plan is None:
-            if j.get("status") == "proposed":
-                return {"status": "proposed", "plan_id": j["plan_id"], "drift": drift}
-            pending = (state.get("instance") or {}).get("event")
-            return {"status": "pending-plan" if pending else "in-sync", "drift": drift}
+            return {"status": "in-sync", "drift": drift}
         if self.cfg.mode == "propose":
             return self._propose(plan, nodes_doc, jobs_doc, drift)
         result = self._finish(self.journal.load(), start)
         result["drift"] = drift + result.get("drift", [])
         return result
+
+    def _read_settled(self, start: float) -> tuple[dict, dict]:
+        """Slurm's documents once no planned job is COMPLETING (ending, or being requeued by Slurm
+        after a node failure: which one shows only when it is done), for at most the pass's budget
+        (then a completing planned job counts as gone, and comes back as an arrival if requeued)."""
+        deadline = time.monotonic() + self._budget(start)
+        while True:
+            nodes_doc, jobs_doc = self.cli.read()
+            ending = [j.job_id for j, _ in parse_jobs(jobs_doc)
+                      if "COMPLETING" in j.flags and j.comment.strip().startswith(COMMENT_PREFIX)]
+            if not ending or time.monotonic() > deadline:
+                return nodes_doc, jobs_doc
+            time.sleep(0.5)
 
     def _import(self, nodes_doc: dict, jobs_doc: dict) -> dict:
         try:
@@ -581,7 +597,7 @@ class SlurmAgent:
     def _replan(self) -> Optional[dict]:
         """After a plan Slurm did not reach: upload what Slurm shows and plan from it (its failures,
         else the planned jobs left pending as arrivals). None when there is nothing to plan."""
-        nodes_doc, jobs_doc = self.cli.read()
+        nodes_doc, jobs_doc = self._read_settled(time.monotonic())
         inst = self._import(nodes_doc, jobs_doc)
         self._upload(inst)
         if inst.get("event"):

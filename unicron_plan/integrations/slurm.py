@@ -149,6 +149,7 @@ class SlurmJob(Lenient):
     priority: Optional[int] = None
     tasks: Optional[int] = Field(default=None, ge=0, le=2**32)           # -n (or what Slurm derived)
     tasks_per_node: Optional[int] = Field(default=None, ge=0, le=2**32)  # --ntasks-per-node; 0: not given
+    cpus_per_task: Optional[int] = Field(default=None, ge=0, le=2**32)
     node_count: Optional[int] = Field(default=None, ge=0, le=2**32)  # a requeued job: its last run's
     required_nodes: str = ""                                          # ReqNodeList (a placed job's)
 
@@ -157,7 +158,7 @@ class SlurmJob(Lenient):
     def _numbers(cls, data: Any) -> Any:
         if isinstance(data, dict):
             data = dict(data)
-            for key in ("job_id", "priority", "tasks", "tasks_per_node", "node_count"):
+            for key in ("job_id", "priority", "tasks", "tasks_per_node", "node_count", "cpus_per_task"):
                 if key in data:
                     data[key] = _number(data[key])
         return data
@@ -184,6 +185,12 @@ class SlurmJob(Lenient):
             if not per and self.tasks and count and self.tasks % count == 0:
                 per = self.tasks // count
         return per * nodes if per else None
+
+    def cpus_for(self, tasks: Optional[int]) -> Optional[int]:
+        """NumCPUs of ``tasks`` tasks. Slurm 22.05 keeps a requeued job's CPU count of its last run,
+        and a job given fewer nodes than that run had is then never runnable (BadConstraints), so a
+        move sets it with the task count."""
+        return tasks * (self.cpus_per_task or 1) if tasks else None
 
     @property
     def held(self) -> bool:
@@ -521,6 +528,7 @@ class Step:
     reason: str = ""
     ours: str = ""   # drain without a nodes file: the node's reason is read when the step runs, this added
     tasks: Optional[int] = None   # place: NumTasks of the job's shape on its new nodes (see SlurmJob.tasks_for)
+    cpus: Optional[int] = None    # place: NumCPUs of those tasks (see SlurmJob.cpus_for)
     reservation: str = ""         # place: the reservation protecting the new nodes (the agent's)
 
     def commands(self) -> list[list[str]]:
@@ -538,6 +546,7 @@ class Step:
         if self.kind == "place":
             n = len(self.nodes)
             extra = [f"NumTasks={self.tasks}"] if self.tasks else []
+            extra += [f"NumCPUs={self.cpus}"] if self.cpus else []
             extra += [f"Reservation={self.reservation}"] if self.reservation else []
             return [["scontrol", "update", f"JobId={j}", f"NumNodes={n}-{n}", *extra, f"ReqNodeList={hl}"],
                     ["scontrol", "release", j]]
@@ -623,11 +632,13 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
         if current and set(planned) == current:
             continue
         if current and set(planned) < current:
-            frees.append(Step("shrink", job=job.job_id, nodes=planned, tasks=job.tasks_for(len(planned))))
+            tasks = job.tasks_for(len(planned))
+            frees.append(Step("shrink", job=job.job_id, nodes=planned, tasks=tasks, cpus=job.cpus_for(tasks)))
             continue
         if current:
             frees.append(Step("requeue", job=job.job_id, nodes=planned))
-        takes.append(Step("place", job=job.job_id, nodes=planned, tasks=job.tasks_for(len(planned))))
+        tasks = job.tasks_for(len(planned))
+        takes.append(Step("place", job=job.job_id, nodes=planned, tasks=tasks, cpus=job.cpus_for(tasks)))
     starts = [Step("start", job=st.job, nodes=st.nodes) for st in takes]
     return drains + holds + frees + takes + starts
 

@@ -83,6 +83,13 @@ def healed(srv, plan_id: str | None, faulted: set[str] = frozenset(), token: str
     """The checks every case ends with."""
     from unicron_plan.integrations.agent import SlurmCli, differences
 
+    if plan_id is None:   # the last plan the coordinator has applied
+        import httpx
+
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        hist = httpx.get(srv.url + "/v1/history", timeout=30, headers=headers).json()["entries"]
+        applied = [e["body"]["plan_id"] for e in hist if e["type"] == "apply"]
+        plan_id = applied[-1] if applied else None
     if plan_id is not None:
         plan = plan_of(srv.url, plan_id, token)
         assert differences(plan, *SlurmCli().read()) == []
@@ -103,13 +110,13 @@ def healed(srv, plan_id: str | None, faulted: set[str] = frozenset(), token: str
     assert coordinator_view(srv.url, token) == slurm_view()
 
 
-def _pass_until(agent, want: str = "applied", seconds: float = 120) -> dict:
-    """Agent passes, one a second, until one ends with ``want`` (Slurm may take a while to
-    show a change: a resumed node registers again), for at most ``seconds``."""
+def _pass_until(agent, want: tuple = ("applied",), seconds: float = 120) -> dict:
+    """Agent passes, one a second, until one ends with a status in ``want`` (Slurm may take a
+    while to show a change: a resumed node registers again), for at most ``seconds``."""
     deadline = time.monotonic() + seconds
     while True:
         result = agent.run_once()
-        if result["status"] == want:
+        if result["status"] in want:
             return result
         assert time.monotonic() < deadline, f"no {want!r} within {seconds} s: {result}"
         time.sleep(1)
@@ -218,9 +225,9 @@ def test_c_two_failures_and_one_during_apply(day):
         time.sleep(0.05)
     _down(fourth)
     th.join(300)
-    result = _pass_until(agent)
+    result = _pass_until(agent, ("applied", "in-sync"))   # the pass under way may have seen both
     _report("c", time.monotonic() - t0, result)
-    healed(srv, result["plan_id"], {na, nb, third, fourth})
+    healed(srv, result.get("plan_id"), {na, nb, third, fourth})
 
 
 # --- (d) the node returns and the plan grows back -------------------------------------------------
@@ -404,9 +411,9 @@ def test_i_slurmctld_stopped_and_restarted(day):
     time.sleep(3)
     _start_ctld()
     th.join(300)
-    result = _pass_until(agent)
+    result = _pass_until(agent, ("applied", "in-sync"))    # the interrupted pass may have finished
     _report("i", time.monotonic() - t0, result)
-    healed(srv, result["plan_id"], {node})
+    healed(srv, result.get("plan_id"), {node})
 
 
 def _catch(errors: list, fn) -> None:
@@ -440,8 +447,9 @@ def test_j_coordinator_down_and_wrong_token(slurm_env, tmp_path):
         r = subprocess.run(base + ["--token-file", str(tmp_path / "right")], capture_output=True, text=True,
                            env=slurm_env, timeout=300)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-        assert "drain" not in node_states()[node] and sh("squeue", "-h", "-o", "%i %T %N").split("\n")[0:0] == []
-        srv.start()
+        assert "drain" not in node_states()[node]            # nothing was changed without the coordinator
+        srv.start()   # on another port
+        base[base.index("--coordinator") + 1] = srv.url
         r = subprocess.run(base + ["--token-file", str(tmp_path / "right")], capture_output=True, text=True,
                            env=slurm_env, timeout=300)
         assert r.returncode == 0, r.stderr
@@ -494,10 +502,11 @@ def test_l_job_shapes(day):
                f"unicron-plan: weight=1 gpu-type=h100 throughput={THROUGHPUT}", "--wrap", "sleep 3600")
     wait_running([a, b])
     assert agent.run_once()["status"] == "in-sync"
-    t0 = time.monotonic()
-    for job in (a, b):
-        node = node_of(job)
-        _down(node)
-        result = _pass_until(agent)
-        healed(srv, result["plan_id"], {n for n, s in node_states().items() if "drain" in s or "down" in s})
+    node = node_of(a)
+    t0 = _down(node)
+    result = _pass_until(agent)
     _report("l", time.monotonic() - t0, result)
+    healed(srv, result["plan_id"], {node})
+    sh("scontrol", "update", f"NodeName={node}", "State=RESUME")   # and back: the shapes grow again
+    result = _pass_until(agent)
+    healed(srv, result["plan_id"])

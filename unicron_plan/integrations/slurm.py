@@ -26,11 +26,13 @@ from unicron_plan.integrations.common import (Cost, GpuMap, JobState, Lenient, N
 
 #: Slurm's own verdicts that a node is out of service (base states and flags of 22.05, and the
 #: flag forms of 23.02 and later). Nothing else makes a node failed: not the GPUs that work the
-#: planner does not manage holds (they are simply not free), not COMPLETING.
-FAILED_FLAGS = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING",
-                          "NO_RESPOND", "POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWER_DRAIN",
-                          "REBOOT", "REBOOT_REQUESTED", "REBOOT_ISSUED", "MAINT", "MAINTENANCE", "INVALID_REG",
-                          "FUTURE", "UNKNOWN"})
+#: planner does not manage holds (they are simply not free), not COMPLETING. NOT_RESPONDING alone
+#: (and UNKNOWN) is not a verdict: Slurm flags a node that missed a ping, and every node after
+#: slurmctld restarts until its slurmd registers again; a node that stays silent is set DOWN by
+#: Slurm after SlurmdTimeout, and that is the verdict the agent acts on.
+FAILED_FLAGS = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "POWER_DOWN",
+                          "POWERED_DOWN", "POWERING_DOWN", "POWER_DRAIN", "REBOOT", "REBOOT_REQUESTED",
+                          "REBOOT_ISSUED", "MAINT", "MAINTENANCE", "INVALID_REG", "FUTURE"})
 HOLDING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "RESIZING"})
 PLANNED = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "PENDING"})
 HELD_REASONS = frozenset({"JOBHELDUSER", "JOBHELDADMIN"})

@@ -79,7 +79,8 @@ def _our_jobs() -> dict[str, tuple[str, str]]:
     return out
 
 
-def healed(srv, plan_id: str | None, faulted: set[str] = frozenset(), token: str | None = None) -> None:
+def healed(srv, plan_id: str | None, faulted: set[str] = frozenset(), token: str | None = None,
+           reason: str = REASON) -> None:
     """The checks every case ends with."""
     from unicron_plan.integrations.agent import SlurmCli, differences
 
@@ -106,7 +107,7 @@ def healed(srv, plan_id: str | None, faulted: set[str] = frozenset(), token: str
     reasons = _reasons()
     for n in faulted:
         if n in drained:
-            assert reasons[n].startswith(REASON), (n, reasons[n])   # the operator's reason kept
+            assert reasons[n].startswith(reason), (n, reasons[n])   # the operator's (or Slurm's) reason kept
     assert coordinator_view(srv.url, token) == slurm_view()
 
 
@@ -168,7 +169,7 @@ def test_b_slurmd_killed(day):
             time.sleep(2)
             result = agent.run_once()
         _report("b", time.monotonic() - t0, result)
-        healed(srv, result["plan_id"], {node})
+        healed(srv, result["plan_id"], {node}, reason="Not responding")   # Slurm's reason, kept
     finally:
         _start_slurmd(node)
     deadline = time.monotonic() + 120

@@ -100,10 +100,10 @@ def healed(srv, plan_id: str | None, faulted: set[str] = frozenset(), token: str
     states = node_states()
     drained = {n for n, s in states.items() if "drain" in s or "down" in s or "fail" in s}
     assert drained <= set(faulted), f"healthy nodes drained: {sorted(drained - set(faulted))}"
-    for jid, (state, reason) in _our_jobs().items():
-        assert "BadConstraints" not in reason, (jid, state, reason)
+    for jid, (state, why) in _our_jobs().items():
+        assert "BadConstraints" not in why, (jid, state, why)
         if jid not in suspended:
-            assert not reason.startswith("JobHeld") and "held state" not in reason, (jid, state, reason)
+            assert not why.startswith("JobHeld") and "held state" not in why, (jid, state, why)
     reasons = _reasons()
     for n in faulted:
         if n in drained:

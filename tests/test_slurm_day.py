@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from servers import Server
-from slurmbed import (TESTBED, THROUGHPUT, coordinator_view, node_of, node_states, ours, plan_of, require_testbed,
-                      reset, sbatch, sh, slurm_view, submit, wait_running)
+from slurmbed import (TESTBED, THROUGHPUT, coordinator_view, job_states, node_of, node_states, ours, plan_of,
+                      require_testbed, reset, sbatch, sh, slurm_view, submit, wait_running)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_day]
 
@@ -335,7 +335,8 @@ def test_h_agent_killed_at_random_points(day, tmp_path, slurm_env):
             node = down.pop()
             sh("scontrol", "update", f"NodeName={node}", "State=RESUME")
         else:
-            node = node_of(rng.choice([a, b]))
+            running = [j for j in (a, b) if job_states().get(str(j)) == "RUNNING"]   # one may be suspended
+            node = node_of(rng.choice(running))
             _down(node)
             down.append(node)
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=slurm_env)

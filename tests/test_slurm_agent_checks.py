@@ -289,3 +289,41 @@ def test_propose_refuses_a_plan_id_that_is_a_path(tmp_path):
     assert json.loads((tmp_path / "s" / "journal.json").read_text())["status"] == "posting"
     with pytest.raises(AgentError):
         agent.approve("p1")
+
+
+def test_a_planned_job_running_without_its_gpus_is_requeued(tmp_path):
+    """After a slurmd crash Slurm may restart a job with no GPUs bound (JOB_GRES=(null)): the
+    agent requeues it (Slurm binds them at its next start) instead of failing every pass."""
+    nodes, jobs = _real()
+    planned = next(j for j in jobs["jobs"] if j["comment"].startswith("unicron-plan:") and j["job_state"] == "RUNNING")
+    planned["tres_alloc_str"] = "cpu=3,node=3,billing=3,gres/gpu=12"
+    planned["gres_detail"] = []
+
+    class Cli(SlurmCli):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def read(self):
+            return copy.deepcopy(nodes), copy.deepcopy(jobs)
+
+        def run(self, argv, record=False):
+            if record and self.on_command:
+                self.on_command(argv)
+            self.calls.append(argv)
+            return ""
+
+    cli = Cli()
+    agent = SlurmAgent(FakeClient("p1"), AgentConfig(state_dir=tmp_path / "s"), cli=cli, log=lambda rec: None)
+    with pytest.raises(NotApplied, match="without its GPUs bound"):
+        agent.run_once()
+    assert cli.calls == [["scontrol", "requeue", str(planned["job_id"])]]
+    agent.cfg.mode = "propose"    # proposing changes nothing: a failed read
+    with pytest.raises(SlurmReadError):
+        agent.run_once()
+    assert len(cli.calls) == 1
+    agent.cfg.mode = "apply"      # a job that asks for part of a node is a wrong submission: never requeued
+    jobs["jobs"][jobs["jobs"].index(planned)]["tres_per_node"] = "gres:gpu:h100:4"
+    with pytest.raises(SlurmReadError, match="whole nodes"):
+        agent.run_once()
+    assert len(cli.calls) == 1

@@ -49,9 +49,9 @@ from typing import Any, Callable, Optional
 
 from unicron_plan.errors import InvalidInstanceError, UnicronError
 from unicron_plan.integrations.common import Cost, GpuMap
-from unicron_plan.integrations.slurm import (COMMENT_PREFIX, HOLDING, START_PAUSE, Step, append_reason, check_document, compress,
-                                             export_slurm, expand, import_slurm, parse_jobs, parse_nodes,
-                                             render_script)
+from unicron_plan.integrations.slurm import (COMMENT_PREFIX, HOLDING, START_PAUSE, Step, UnboundGpus, append_reason,
+                                             check_document, compress, export_slurm, expand, import_slurm, parse_jobs,
+                                             parse_nodes, render_script)
 from unicron_plan.text import one_line
 
 #: A plan id as the coordinator makes them (``p17``), checked before it names a directory.
@@ -552,6 +552,12 @@ class SlurmAgent:
         try:
             return import_slurm(nodes_doc, jobs_doc, cost=self.cfg.cost, gpu_map=self.cfg.gpu_map,
                                 rack_feature=self.cfg.rack_feature)
+        except UnboundGpus as exc:
+            if exc.asked and self.cfg.mode == "apply":   # it runs without its GPUs: restarted, Slurm binds them
+                self.cli.run(["scontrol", "requeue", str(exc.job_id)], record=True)
+                raise NotApplied(f"job {exc.job_id} ran without its GPUs bound ({exc.message}): requeued, "
+                                 "the next pass plans it") from None
+            raise SlurmReadError(f"Slurm's cluster is not a valid instance: {exc}") from None
         except InvalidInstanceError as exc:
             raise SlurmReadError(f"Slurm's cluster is not a valid instance: {exc}") from None
 

@@ -50,6 +50,22 @@ NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
 KNOWN_VERSIONS = ("v0.0.37", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42")
 
 
+class UnboundGpus(InvalidInstanceError):
+    """A planned job holds nodes without all their GPUs. ``asked``: it asks for whole nodes
+    (``--gres=gpu:TYPE:N``, N a node's GPUs), so Slurm did not bind what it asked for (reported
+    after a slurmd crash: the job Slurm restarts runs with ``JOB_GRES=(null)``) and a restart binds
+    them again; otherwise the submission itself is wrong."""
+
+    def __init__(self, job_id: int, asked: bool, obj: str, path: str, message: str):
+        self.job_id, self.asked = job_id, asked
+        super().__init__(f"{obj} {path}", message)
+
+
+def _asks_whole(job: "SlurmJob", node_gpus: int) -> bool:
+    m = _TRES_GPU_COUNT.fullmatch(job.tres_per_node.strip())
+    return bool(m and node_gpus and int(m.group(2)) == node_gpus)
+
+
 def doc_version(doc: Any) -> Optional[str]:
     """The document's format version (``v0.0.38``, ``v0.0.40``...) from ``meta.plugin``:
     ``type: openapi/v0.0.38`` (Slurm 22.05) or ``data_parser: v0.0.40`` (23.02 and later);
@@ -445,11 +461,12 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
             per = _per_node(job, names, total, obj)
             for n, g in zip(names, per):
                 if g != states[n].gpus:
-                    raise object_error(obj, "tres_alloc_str", f"{g} of node {n}'s {states[n].gpus} GPUs: "
-                                                              "planned Slurm jobs use whole nodes")
+                    raise UnboundGpus(job.job_id, _asks_whole(job, states[n].gpus), obj, "tres_alloc_str",
+                                      f"{g} of node {n}'s {states[n].gpus} GPUs: planned Slurm jobs use whole nodes")
         elif holds:
-            raise object_error(obj, "gres_detail", "no GPU found (tres_alloc_str, gres_detail, tres_per_node): "
-                                                   "a planned job holds GPUs")
+            size = states[names[0]].gpus if names else 0
+            raise UnboundGpus(job.job_id, _asks_whole(job, size), obj, "gres_detail",
+                              "no GPU found (tres_alloc_str, gres_detail, tres_per_node): a planned job holds GPUs")
         _allowed_types(js, job, obj, gpu_map)
         types = job_types(js, node_types, set(node_size), gpu_map)
         sizes = set().union(*(node_size.get(t, set()) for t in types))

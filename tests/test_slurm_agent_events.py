@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from unicron_plan.integrations.agent import AgentConfig, SlurmAgent
+from unicron_plan.integrations.agent import events_between
 
 
 def _inst(failed=(), jobs=None, reserved=None):
@@ -29,10 +29,8 @@ def _applied(inst):
     return out
 
 
-def _events(coord, slurm):
-    agent = SlurmAgent.__new__(SlurmAgent)
-    agent.cfg = AgentConfig()
-    return agent._events(coord, slurm)
+def _events(coord, slurm, failed=None):
+    return events_between(coord, slurm, failed)
 
 
 def test_in_sync_means_no_event():
@@ -70,3 +68,32 @@ def test_node_order_is_not_drift():
     assert _events(coord, slurm) == ([], [])
     other = _inst(jobs=[{"id": "1", "current": {"gpus": 16, "nodes": ["n2", "n3"]}}])
     assert "job 1" in _events(coord, other)[1][0]
+
+
+def test_a_node_held_whole_by_unmanaged_work_is_not_failed():
+    """An unplanned job takes all of a healthy node's GPUs: drift (the cluster is uploaded),
+    never a failure; when it leaves, the node is simply free again."""
+    whole = _inst(reserved={"n4": list(range(8))})
+    events, drift = _events(_inst(), whole)
+    assert events == [] and drift == ["node n4: GPUs held outside the plan changed"]
+    assert _events(whole, whole) == ([], [])                     # uploaded: in sync, no failure
+    events, drift = _events(whole, _inst())
+    assert drift == [] and events == [{"kind": "repair", "repaired_nodes": ["n4"]}]
+
+
+def test_only_slurms_verdict_fails_a_node_held_whole():
+    """A node Slurm calls DOWN fails even where the coordinator knew it busy; a node the
+    coordinator has failed and Slurm still calls out of service stays failed (no event)."""
+    failed = _applied(_inst(failed=["n4"]))
+    assert _events(failed, _inst(failed=["n4"])) == ([], [])
+    assert _events(_inst(), _inst(failed=["n3"]))[0] == [
+        {"kind": "failure", "failed_nodes": ["n3"], "failed_gpus": []}]
+
+
+def test_a_node_other_work_leaves_is_no_repair():
+    """With the coordinator's failed nodes known, a node held whole by other work that is free
+    again is drift (an upload), and only a node that had failed is repaired."""
+    whole = _inst(reserved={"n4": list(range(8))})
+    events, drift = _events(whole, _inst(), failed=set())
+    assert events == [] and drift == ["nodes ['n4']: GPUs held outside the plan are free again"]
+    assert _events(whole, _inst(), failed={"n4"}) == ([{"kind": "repair", "repaired_nodes": ["n4"]}], [])

@@ -72,11 +72,11 @@ def test_2205_without_tres_accounting_counts_gpus_from_gres_detail():
     assert {n["id"]: len(n["failed_gpus"]) for n in inst["cluster"]["nodes"]}["n7"] == 4
 
 
-@pytest.mark.parametrize("flag", ["DRAIN", "NOT_RESPONDING", "FAIL"])
-def test_2205_state_flags_fail_a_node(flag):
+@pytest.mark.parametrize("state, flag", [("idle", "DRAIN"), ("down", "NOT_RESPONDING"), ("idle", "FAIL")])
+def test_2205_state_flags_fail_a_node(state, flag):
     nodes, jobs = _real()
     n8 = next(n for n in nodes["nodes"] if n["name"] == "n8")
-    n8["state"], n8["state_flags"] = "idle", [flag]
+    n8["state"], n8["state_flags"] = state, [flag]
     assert "n8" in _import(nodes, jobs)["event"]["failed_nodes"]
 
 

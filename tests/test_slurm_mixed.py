@@ -60,7 +60,7 @@ def test_plan_moves_the_requeued_job_onto_a100_by_its_node_list(tmp_path):
     assert entry["37"].action == "keep"
     steps = export_slurm(plan, jobs, nodes)
     calls = _run_with_fakes(render_script(steps), tmp_path)
-    assert ["scontrol", "update", "JobId=38", "NumNodes=4-4", "ReqNodeList=n[9-12]"] in calls
+    assert ["scontrol", "update", "JobId=38", "NumNodes=4-4", "NumTasks=4", "NumCPUs=4", "ReqNodeList=n[9-12]"] in calls
     assert not any(a.startswith(("TresPerNode", "Gres")) for c in calls for a in c)
 
 

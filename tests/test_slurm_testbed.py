@@ -20,112 +20,22 @@ from pathlib import Path
 import pytest
 
 from servers import Server
+from slurmbed import (coordinator_view as _coordinator_view, node_of as _node_of, node_states as _node_states,
+                      plan_of as srv_plan, require_testbed, reset as _reset, sbatch, sh as _sh,
+                      slurm_view as _slurm_view, submit as _submit, wait_running as _wait_running)
 
 pytestmark = pytest.mark.slurm
 
-TESTBED = Path(os.environ.get("UNICRON_TESTBED_DIR", "/var/lib/unicron-testbed"))
-THROUGHPUT = "8:100,16:195,24:285,32:370,40:450,48:525,56:595,64:660"
-
-
-def _slurm_env() -> dict:
-    env = dict(os.environ)
-    conf = TESTBED / "etc" / "slurm.conf"
-    if "SLURM_CONF" not in env and conf.exists():
-        env["SLURM_CONF"] = str(conf)
-    return env
-
-
-def _sh(*argv: str, check: bool = True) -> str:
-    r = subprocess.run(list(argv), capture_output=True, text=True, env=_slurm_env(), timeout=60)
-    if check and r.returncode:
-        raise AssertionError(f"{shlex.join(argv)}: {r.stderr}")
-    return r.stdout
-
-
-def _testbed_up() -> bool:
-    try:
-        return subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=_slurm_env(),
-                              timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
 
 @pytest.fixture(scope="module")
-def slurm_env(tmp_path_factory):
-    if not _testbed_up():
-        msg = "no Slurm testbed answers (start one with: scripts/slurm-testbed up)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    env = _slurm_env()
-    os.environ["SLURM_CONF"] = env["SLURM_CONF"]
-    yield env
-
-
-def _node_states() -> dict[str, str]:
-    out = _sh("sinfo", "-h", "-N", "-o", "%N %T")
-    return dict(line.split() for line in out.splitlines())
-
-
-def _reset() -> None:
-    """No job, every node back in service."""
-    _sh("scancel", "-u", "root", check=False)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        states = _node_states()
-        for node, st in states.items():
-            if "drain" in st or "down" in st:
-                _sh("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
-        if _sh("squeue", "-h") == "" and all(s == "idle" for s in states.values()):
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"testbed did not settle: {_node_states()}")
-
-
-def _submit(nodes: int, weight: int, planned: bool = True, gpus: int = 8) -> int:
-    comment = f"unicron-plan: weight={weight} throughput={THROUGHPUT}" if planned else "evaluation"
-    out = _sh("sbatch", "--parsable", "-N", str(nodes), f"--gres=gpu:h100:{gpus}", "--comment", comment,
-              "-o", "/dev/null", "--wrap", "sleep 3600")
-    return int(out.strip().split(";")[0])
-
-
-def _wait_running(jobs: list[int], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = _sh("squeue", "-h", "-o", "%i %T")
-        state = dict(line.split() for line in out.splitlines())
-        if all(state.get(str(j)) == "RUNNING" for j in jobs):
-            return
-        time.sleep(0.3)
-    raise AssertionError(_sh("squeue"))
+def slurm_env():
+    yield require_testbed()
 
 
 def _agent(url: str, state_dir: Path):
-    from unicron_plan.client import PlannerClient
-    from unicron_plan.integrations.agent import AgentConfig, SlurmAgent
+    from slurmbed import agent
 
-    client = PlannerClient(url)
-    return SlurmAgent(client, AgentConfig(state_dir=state_dir, verify_seconds=60),
-                      log=lambda rec: print(json.dumps(rec)[:600], flush=True))
-
-
-def _slurm_view() -> tuple[dict[str, tuple[int, set]], set]:
-    """Planned jobs -> (GPUs, nodes) and the failed nodes, as Slurm shows them now."""
-    from unicron_plan.integrations.agent import SlurmCli
-    from unicron_plan.integrations.common import Cost, GpuMap
-    from unicron_plan.integrations.slurm import import_slurm
-
-    inst = import_slurm(*SlurmCli().read(), cost=Cost(expected_run_seconds=36000), gpu_map=GpuMap())
-    return ({j["id"]: (j["current"]["gpus"], set(j["current"]["nodes"])) for j in inst["jobs"]},
-            set((inst.get("event") or {}).get("failed_nodes", [])))
-
-
-def _coordinator_view(url: str) -> tuple[dict[str, tuple[int, set]], set]:
-    import httpx
-
-    inst = httpx.get(url + "/v1/state", timeout=30).json()["instance"]
-    failed = {n["id"] for n in inst["cluster"]["nodes"] if len(n["failed_gpus"]) == n["gpus"]}
-    return {j["id"]: (j["current"]["gpus"], set(j["current"]["nodes"])) for j in inst["jobs"]}, failed
+    return agent(url, state_dir)
 
 
 def _scenario(tmp_path: Path):
@@ -145,15 +55,6 @@ def _scenario(tmp_path: Path):
         srv.stop()
         raise
     return srv, agent, (a, b, u)
-
-
-def _node_of(job: int) -> str:
-    from unicron_plan.integrations.slurm import expand
-
-    out = _sh("squeue", "-h", "-j", str(job), "-o", "%T %N").strip()
-    state, _, nodes = out.partition(" ")
-    assert state == "RUNNING" and nodes, f"job {job} should still run (testbed: {_sh('squeue')} {_node_states()})"
-    return expand(nodes, "", "")[0]
 
 
 def _fail_a_node(srv, agent, job: int) -> tuple[float, dict, str, dict, dict, set]:
@@ -185,12 +86,6 @@ def _fail_and_recover(tmp_path: Path) -> tuple[float, dict, str]:
         return elapsed, result, down
     finally:
         srv.stop()
-
-
-def srv_plan(url: str, plan_id: str) -> dict:
-    import httpx
-
-    return httpx.get(f"{url}/v1/plans/{plan_id}", timeout=30).json()
 
 
 def test_failure_plan_commands_cluster_equals_plan_then_grow_back(slurm_env, tmp_path):
@@ -355,9 +250,8 @@ def test_failure_on_an_h100_node_moves_a_job_to_idle_a100_nodes(slurm_env, tmp_p
     heavy = _submit(7, 2)
     _wait_running([heavy])
     free = ({f"n{i}" for i in range(1, 9)} - set(_slurm_view()[0][str(heavy)][1])).pop()
-    out = _sh("sbatch", "--parsable", "-N", "1", "-w", free, "--gres=gpu:8", "--constraint=[h100|a100]",
-              "--comment", MIXED, "-o", "/dev/null", "--wrap", "sleep 3600")
-    mixed = int(out.strip().split(";")[0])
+    mixed = sbatch("-N", "1", "-w", free, "--gres=gpu:8", "--constraint=[h100|a100]", "--comment", MIXED,
+                   "--wrap", "sleep 3600")
     _wait_running([mixed])
     srv = Server(tmp_path / "coord").start()
     try:
@@ -375,7 +269,7 @@ def test_failure_on_an_h100_node_moves_a_job_to_idle_a100_nodes(slurm_env, tmp_p
         assert entry[str(heavy)]["gpu_type"] == "h100" and entry[str(heavy)]["action"] == "keep"
         place = [c for c in result["commands"] if c[:3] == ["scontrol", "update", f"JobId={mixed}"]
                  and any(a.startswith("ReqNodeList=") for a in c)]
-        assert place == [["scontrol", "update", f"JobId={mixed}", "NumNodes=4-4", "ReqNodeList=n[9-12]"]], result
+        assert place == [["scontrol", "update", f"JobId={mixed}", "NumNodes=4-4", "NumTasks=4", "NumCPUs=4", "Reservation=unicron-" + result["plan_id"], "ReqNodeList=n[9-12]"]], result
         state = __import__("httpx").get(srv.url + "/v1/state", timeout=30).json()["instance"]
         coord_job = next(j for j in state["jobs"] if j["id"] == str(mixed))
         assert coord_job["throughput"]["gpu_type"] == "a100"             # the coordinator knows its new type

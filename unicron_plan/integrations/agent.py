@@ -4,19 +4,25 @@ events), carry the plan out (or propose it), check that Slurm reached it, post t
 
 One pass (:meth:`SlurmAgent.run_once`):
 
-1. finish a plan a previous pass left half carried out (the journal says so);
+1. finish a plan a previous pass left half carried out, or one an operator approved (the
+   journal says so);
 2. read Slurm (``scontrol show nodes --json``, or ``sinfo --json`` before 23.02;
-   ``squeue --json``) into an instance: Slurm's own reaction (a requeued job, a shrunk
-   ``--no-kill`` job) is part of what is read, so the plan starts from it;
-3. compare with the coordinator's ``/v1/state``: nodes that failed -> ``failure``,
-   nodes that returned -> ``repair``, planned jobs gone -> ``job_exit``, new pending
-   planned jobs -> ``POST /v1/jobs`` + ``job_arrival``; anything else that differs (a job
-   Slurm moved, requeued or started by itself) is drift: it is reported and the cluster is
-   uploaded again (``PUT /v1/cluster``) with its failures as one event, so the plan is made
-   from what Slurm shows;
-4. ``propose``: write the plan and its script and stop; ``apply``: carry out the export's
-   guarded steps, wait until every planned job runs on its planned nodes (or is held), and
-   post the apply.
+   ``squeue --json``) strictly: a non-zero exit, a timeout, output that is not JSON (or too
+   deep, or with duplicate keys), an ``errors`` array or an unknown format version is a failed
+   read, and the pass stops there (nothing uploaded, nothing applied);
+3. compare with the coordinator's ``/v1/state``: a node Slurm itself calls out of service
+   (DOWN, DRAIN, NOT_RESPONDING...) -> ``failure``, such a node back -> ``repair``, planned jobs
+   gone -> ``job_exit``, new pending planned jobs -> ``POST /v1/jobs`` + ``job_arrival``.
+   GPUs that jobs the planner does not manage hold are not free, never failed. Anything else
+   that differs (a job Slurm moved, requeued or started by itself, unmanaged work that started
+   or ended) is drift: reported, and the cluster is uploaded again (``PUT /v1/cluster``) with
+   its failures as one event, so the plan is made from what Slurm shows;
+4. ``propose``: write the plan and its script under ``--state-dir`` and stop (an operator
+   approves it with ``--approve PLAN_ID`` or ``POST /v1/plans/ID/apply``; the next pass
+   carries it out); ``apply``: carry out the export's guarded steps, reading every change
+   back (a command Slurm accepts and ignores is an error), wait until every planned job runs
+   on its planned nodes (or is held), and post the apply. A plan Slurm does not reach within
+   the pass is re-planned once from what Slurm shows, in the same pass.
 
 Restart safety: every event is written to the journal with its ``Idempotency-Key``
 before it is posted (a repost answers the same plan), the plan before the first
@@ -31,6 +37,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -39,73 +47,181 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from unicron_plan.errors import InvalidInstanceError, UnicronError
 from unicron_plan.integrations.common import Cost, GpuMap
-from unicron_plan.integrations.slurm import (HOLDING, START_PAUSE, Step, append_reason, export_slurm, expand, import_slurm, parse_jobs,
+from unicron_plan.integrations.slurm import (COMMENT_PREFIX, HOLDING, START_PAUSE, Step, UnboundGpus, append_reason,
+                                             check_document, compress, export_slurm, expand, import_slurm, parse_jobs,
                                              parse_nodes, render_script)
+from unicron_plan.text import one_line
+
+#: A plan id as the coordinator makes them (``p17``), checked before it names a directory.
+PLAN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
-class CommandFailed(Exception):
-    """A Slurm command exited non-zero (or could not run)."""
+class AgentError(UnicronError):
+    """An operational failure of a pass (Slurm or the coordinator unreachable or answering an
+    error, a command that failed or was ignored, an unreadable journal): exit code 2."""
+
+
+class SlurmReadError(AgentError):
+    """Reading Slurm failed: nothing is uploaded and nothing applied in that pass."""
+
+
+class CommandFailed(AgentError):
+    """A Slurm command exited non-zero, timed out or could not run."""
 
     def __init__(self, argv: list[str], code: int, stderr: str):
         self.argv, self.code, self.stderr = argv, code, stderr.strip()
-        super().__init__(f"{' '.join(argv)} exited {code}: {self.stderr[:300]}")
+        super().__init__(one_line(f"{shlex.join(argv)} exited {code}: {self.stderr[:300]}"))
+
+
+class NotApplied(AgentError):
+    """Slurm accepted a command (exit 0) and did not carry it out."""
+
+
+def check_plan_id(value: Any, where: str = "plan_id") -> str:
+    """A plan id fit to name a file: letters, digits, '_' and '-' (no separator, '..' or NUL)."""
+    if not isinstance(value, str) or not PLAN_ID.fullmatch(value):
+        raise InvalidInstanceError(where, f"{one_line(str(value), 80)!r} is not a plan id (letters, digits, "
+                                          "'_', '-'; at most 64)")
+    return value
+
+
+@dataclass
+class JobNow:
+    """One job as ``squeue`` shows it now."""
+
+    state: str = ""              # "" when Slurm no longer knows the job
+    nodes: list[str] = field(default_factory=list)
+    num_nodes: int = 0
+    num_tasks: int = 0
+    req_nodes: list[str] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def held(self) -> bool:
+        return self.state == "PENDING" and (self.reason.startswith("JobHeld") or "held state" in self.reason)
 
 
 class SlurmCli:
-    """The Slurm commands the agent runs: argument vectors, never a shell."""
+    """The Slurm commands the agent runs: argument vectors, never a shell, each bounded by
+    ``timeout`` seconds."""
 
-    def __init__(self, on_command: Optional[Callable[[list[str]], None]] = None, timeout: float = 60.0):
+    def __init__(self, on_command: Optional[Callable[[list[str]], None]] = None, timeout: float = 30.0):
         self.on_command = on_command
         self.timeout = timeout
 
     def run(self, argv: list[str], record: bool = False) -> str:
+        if not all(a.isprintable() for a in argv):
+            raise CommandFailed([one_line(a, 80) for a in argv], -1, "refused: an argument holds a control character")
         if record and self.on_command:
             self.on_command(argv)
         try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=self.timeout, check=False,
+                               errors="replace")
+        except subprocess.TimeoutExpired:
+            raise CommandFailed(argv, -1, f"no answer in {self.timeout:g} s") from None
+        except OSError as exc:
             raise CommandFailed(argv, -1, str(exc)) from None
         if r.returncode != 0:
             raise CommandFailed(argv, r.returncode, r.stderr or r.stdout)
         return r.stdout
 
-    def read(self) -> tuple[dict, dict]:
-        """(nodes, jobs) documents with whatever the installed Slurm supports."""
+    def _document(self, argv: list[str]) -> dict:
+        from unicron_plan.io import parse_json
+
         try:
-            nodes = json.loads(self.run(["scontrol", "show", "nodes", "--json"]))
+            out = self.run(argv)
         except CommandFailed as exc:
-            if "json" not in exc.stderr.lower():
+            raise SlurmReadError(f"reading Slurm failed: {exc}") from None
+        source = shlex.join(argv)
+        try:
+            doc = parse_json(out, source=source)
+            check_document(doc, source)
+        except InvalidInstanceError as exc:
+            raise SlurmReadError(f"reading Slurm failed: {exc}") from None
+        return doc
+
+    def read(self) -> tuple[dict, dict]:
+        """(nodes, jobs) documents with whatever the installed Slurm supports, read strictly
+        (:class:`SlurmReadError` on any failure)."""
+        try:
+            nodes = self._document(["scontrol", "show", "nodes", "--json"])
+        except SlurmReadError as exc:
+            if "json" not in str(exc).lower():
                 raise
-            nodes = json.loads(self.run(["sinfo", "--json"]))  # Slurm 22.05: no scontrol --json
-        jobs = json.loads(self.run(["squeue", "--json"]))
-        return nodes, jobs
+            nodes = self._document(["sinfo", "--json"])  # Slurm 22.05: no scontrol --json
+        return nodes, self._document(["squeue", "--json"])
 
-    def job_state(self, job: int) -> tuple[str, list[str]]:
-        """(state, nodes) of a job now; ("", []) when Slurm no longer knows it."""
+    def job(self, job: int) -> JobNow:
+        """The job now; ``JobNow()`` (state "") when Slurm no longer knows it."""
         try:
-            out = self.run(["squeue", "-h", "-j", str(job), "-o", "%T %N"]).strip()
-        except CommandFailed:
-            return "", []
-        state, _, nodes = out.partition(" ")
-        return state, expand(nodes.strip(), f"Job {job}", "nodes")
-
-    def held(self, job: int) -> bool:
-        try:
-            reason = self.run(["squeue", "-h", "-j", str(job), "-o", "%r"]).strip()
-            return reason.startswith("JobHeld") or "held state" in reason   # "job requeued in held state"
-        except CommandFailed:
-            return False
+            out = self.run(["squeue", "-h", "-j", str(job), "-O",
+                            "State:|,NumNodes:|,NumTasks:|,ReqNodes:|,NodeList:|,Reason:|"]).strip()
+        except CommandFailed as exc:
+            if "invalid job id" in exc.stderr.lower():
+                return JobNow()
+            raise
+        if not out:
+            return JobNow()
+        parts = out.split("|")
+        if len(parts) < 6:
+            raise SlurmReadError(f"reading Slurm failed: squeue -j {job}: {one_line(out, 120)!r}")
+        state, num_nodes, num_tasks, req, nodes, reason = (p.strip() for p in parts[:6])
+        obj = f"Job {job}"
+        return JobNow(state=state, nodes=expand(nodes, obj, "nodes") if state != "PENDING" else [],
+                      num_nodes=int(num_nodes) if num_nodes.isdigit() else 0,
+                      num_tasks=int(num_tasks) if num_tasks.isdigit() else 0,
+                      req_nodes=expand("" if req in ("", "(null)") else req, obj, "required nodes"), reason=reason)
 
     def node_state(self, node: str) -> str:
         return self.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"]).strip().lower()
 
 
+def _settle(cli: SlurmCli, job: int, deadline: float) -> JobNow:
+    """The job once it is no longer completing (its previous run's processes gone)."""
+    while True:
+        now = cli.job(job)
+        if now.state != "COMPLETING":
+            return now
+        if time.monotonic() > deadline:
+            raise NotApplied(f"job {job} still COMPLETING: its processes did not end (KillWait)")
+        time.sleep(0.25)
+
+
+def _requeue(cli: SlurmCli, job: int, deadline: float) -> None:
+    """Requeue a running job held and wait until it is pending (checked)."""
+    cli.run(["scontrol", "requeuehold", str(job)], record=True)
+    now = _settle(cli, job, deadline)
+    if now.state not in ("PENDING", ""):
+        raise NotApplied(f"scontrol requeuehold {job}: the job is {now.state or 'gone'}, not pending")
+
+
+def _place(cli: SlurmCli, st: Step, deadline: float) -> None:
+    """Give a pending job its new nodes (NumNodes, NumTasks, ReqNodeList), read it back, release.
+    (Slurm shows a requeued job's node count of its last run, so the count is checked only when
+    the job runs, by the verification of the plan.)"""
+    now = _settle(cli, st.job, deadline)
+    if now.state != "PENDING":
+        raise NotApplied(f"job {st.job} is {now.state or 'gone'}, not pending: it cannot be placed")
+    update, release = st.commands()
+    cli.run(update, record=True)
+    after = cli.job(st.job)
+    if set(after.req_nodes) != set(st.nodes) or (st.tasks and after.num_tasks != st.tasks):
+        raise NotApplied(f"{shlex.join(update)} exited 0 but Slurm shows NumNodes={after.num_nodes} "
+                         f"NumTasks={after.num_tasks} ReqNodeList={','.join(after.req_nodes) or '(null)'}")
+    if after.held:
+        cli.run(release, record=True)
+
+
 def carry_out(steps: list[Step], cli: SlurmCli, settle_seconds: float = 120.0) -> None:
     """Run the export's steps, each only when Slurm is not there yet (the same guards as the
-    exported script). A failed command releases the jobs this call requeued for a move and
-    raises :class:`CommandFailed`; the next pass finishes the plan."""
+    exported script), and read every change back: a command Slurm accepted and did not carry
+    out raises :class:`NotApplied` (a shrink Slurm ignores falls back to requeue and place). A
+    failed step releases the jobs this call requeued for a move and raises; the next pass (or
+    the re-plan of this one) starts from what Slurm shows."""
     moved: list[int] = []
+    deadline = time.monotonic() + settle_seconds
     paused = False
     try:
         for st in steps:
@@ -116,43 +232,49 @@ def carry_out(steps: list[Step], cli: SlurmCli, settle_seconds: float = 120.0) -
                         now = cli.run(["sinfo", "-h", "-N", "-n", st.node, "-o", "%E"]).strip()
                         argv[-1] = "Reason=" + append_reason("" if now == "none" else now, st.ours)
                     cli.run(argv, record=True)
+                    if "drain" not in cli.node_state(st.node):
+                        raise NotApplied(f"{shlex.join(argv)} exited 0 but node {st.node} is not draining")
                 continue
-            state, nodes = cli.job_state(st.job)
-            there = state == "RUNNING" and set(nodes) == set(st.nodes)
+            now = cli.job(st.job)
+            there = now.state == "RUNNING" and set(now.nodes) == set(st.nodes)
             if st.kind == "hold":
-                if state == "PENDING" and not cli.held(st.job):
+                if now.state == "PENDING" and not now.held:
                     cli.run(st.commands()[0], record=True)
+                    after = cli.job(st.job)
+                    if after.state == "PENDING" and not after.held:
+                        raise NotApplied(f"scontrol hold {st.job} exited 0 but the job is not held")
             elif st.kind == "shrink":
                 if not there:
                     cli.run(st.commands()[0], record=True)
+                    after = cli.job(st.job)
+                    if not (after.state == "RUNNING" and set(after.nodes) == set(st.nodes)):
+                        # Slurm ignored the shrink (or took the job elsewhere): requeue with the new shape
+                        _requeue(cli, st.job, deadline)
+                        moved.append(st.job)
+                        _place(cli, Step("place", job=st.job, nodes=st.nodes, tasks=st.tasks, cpus=st.cpus), deadline)
             elif st.kind == "suspend":
-                if state in ("RUNNING", "SUSPENDED"):
-                    cli.run(st.commands()[0], record=True)
-                elif state == "PENDING" and not cli.held(st.job):
+                if now.state in ("RUNNING", "SUSPENDED"):
+                    _requeue(cli, st.job, deadline)
+                elif now.state == "PENDING" and not now.held:
                     cli.run(["scontrol", "hold", str(st.job)], record=True)
             elif st.kind == "requeue":
-                if not there and state in ("RUNNING", "SUSPENDED"):
-                    cli.run(st.commands()[0], record=True)
+                if not there and now.state in ("RUNNING", "SUSPENDED"):
+                    _requeue(cli, st.job, deadline)
                     moved.append(st.job)
             elif st.kind == "place" and not there:
-                deadline = time.monotonic() + settle_seconds
-                while cli.job_state(st.job)[0] == "COMPLETING":
-                    if time.monotonic() > deadline:
-                        raise CommandFailed(["squeue", "-j", str(st.job)], 1, "still completing")
-                    time.sleep(0.25)
-                for argv in st.commands():
-                    cli.run(argv, record=True)
+                _place(cli, st, deadline)
             elif st.kind == "start":
                 if not paused:
                     time.sleep(START_PAUSE)
                     paused = True
-                if cli.job_state(st.job)[0] == "PENDING":
+                if cli.job(st.job).state == "PENDING":
                     cli.run(st.commands()[0], record=True)
-    except CommandFailed:
+    except AgentError:
         for j in moved:
             try:
-                cli.run(["scontrol", "release", str(j)], record=True)
-            except CommandFailed:
+                if cli.job(j).held:
+                    cli.run(["scontrol", "release", str(j)], record=True)
+            except AgentError:
                 pass
         raise
 
@@ -167,12 +289,14 @@ def differences(plan: dict, nodes_doc: dict, jobs_doc: dict) -> list[str]:
     for pj in plan["jobs"]:
         j = jobs.get(pj["id"])
         if j is None:
-            out.append(f"job {pj['id']}: not in squeue")
+            if pj["gpus"]:
+                out.append(f"job {pj['id']}: not in squeue")
             continue
         state = "RUNNING" if "RUNNING" in j.flags else sorted(j.flags)[0] if j.flags else "?"
         now = set(expand(j.nodes, f"Job {pj['id']}", "nodes")) if j.flags & HOLDING else set()
         if pj["gpus"] and (state != "RUNNING" or now != set(pj["nodes"])):
-            out.append(f"job {pj['id']}: {state} on {sorted(now)}, plan {sorted(pj['nodes'])}")
+            why = f" ({j.state_reason})" if state == "PENDING" and j.state_reason not in ("", "None") else ""
+            out.append(f"job {pj['id']}: {state}{why} on {sorted(now)}, plan {sorted(pj['nodes'])}")
         elif not pj["gpus"] and now:
             out.append(f"job {pj['id']}: {state} on {sorted(now)}, plan 0 GPUs")
     for n in plan.get("drained_nodes") or []:
@@ -188,19 +312,33 @@ class Journal:
         self.path = path
 
     def load(self) -> dict:
+        from unicron_plan.io import parse_json
+
         try:
-            return json.loads(self.path.read_text())
+            text = self.path.read_bytes()
         except FileNotFoundError:
             return {}
+        except OSError as exc:
+            raise AgentError(f"journal {self.path}: cannot read: {exc.strerror or exc}") from None
+        try:
+            data = parse_json(text, source=str(self.path))
+        except InvalidInstanceError as exc:
+            raise AgentError(f"journal unreadable ({exc}); move it away to start afresh") from None
+        if not isinstance(data, dict):
+            raise AgentError(f"journal {self.path}: not a JSON object; move it away to start afresh")
+        return data
 
     def save(self, data: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".journal-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".journal-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            raise AgentError(f"journal {self.path}: cannot write: {exc.strerror or exc}") from None
 
 
 @dataclass
@@ -211,16 +349,24 @@ class AgentConfig:
     gpu_map: GpuMap = field(default_factory=GpuMap)
     rack_feature: Optional[str] = "rack"
     reason: str = "unicron-plan: failed"
-    verify_seconds: float = 60.0
-    max_attempts: int = 3                   # passes that try to finish one plan before it is given up as drift
+    verify_seconds: float = 60.0            # longest wait for Slurm to reach a plan (bounded by pass_seconds)
+    pass_seconds: Optional[float] = None    # longest pass (the loop's --interval); None: no bound but verify's
+    reserve: bool = True                    # protect the nodes of a move with a Slurm reservation
 
 
-def _failed_whole(inst: dict) -> set[str]:
+def _full(inst: dict) -> set[str]:
+    """Nodes with none of their GPUs available to planned jobs (failed, or held by other work)."""
     out = {n["id"] for n in inst["cluster"]["nodes"] if len(n.get("failed_gpus") or []) >= n["gpus"]}
     ev = inst.get("event") or {}
     if ev.get("kind") == "failure":
         out |= set(ev.get("failed_nodes") or [])
     return out
+
+
+def _verdicts(inst: dict) -> set[str]:
+    """Nodes of an imported instance that Slurm itself calls out of service."""
+    ev = inst.get("event") or {}
+    return set(ev.get("failed_nodes") or []) if ev.get("kind") == "failure" else set()
 
 
 def _base(inst: dict) -> dict:
@@ -236,13 +382,79 @@ def _plan_body(plan: dict) -> dict:
     return {k: v for k, v in plan.items() if k not in ("plan_id", "revision")}
 
 
+def events_between(coord: Optional[dict], inst: dict, failed: Optional[set[str]] = None,
+                   isolated: frozenset[str] | set[str] = frozenset()) -> tuple[list[dict], list[str]]:
+    """Events that carry the coordinator's view (``coord``) to Slurm's (``inst``), or drift
+    (then the cluster is uploaded). A node fails only by Slurm's verdict; GPUs held by work the
+    planner does not manage are compared as they are (a change is drift, never a failure).
+    ``failed``: the nodes the coordinator has as failed (None: every node it has with all GPUs
+    out); a node held whole by other work that is free again is drift, not a repair. ``isolated``:
+    nodes the coordinator took out on its own (an in-band SEV1 incident) that Slurm may still show
+    healthy: neither a repair nor drift."""
+    if coord is None:
+        return [], []
+    drift: list[str] = []
+    c_nodes = {n["id"]: n for n in coord["cluster"]["nodes"]}
+    s_nodes = {n["id"]: n for n in inst["cluster"]["nodes"]}
+    if set(c_nodes) != set(s_nodes):
+        return [], [f"nodes differ: {sorted(set(c_nodes) ^ set(s_nodes))[:10]}"]
+    c_full, s_verdict = _full(coord), _verdicts(inst)
+    s_full = _full(inst)
+    for nid in set(c_nodes) - c_full - s_verdict:
+        if sorted(c_nodes[nid].get("failed_gpus") or []) != sorted(s_nodes[nid].get("failed_gpus") or []):
+            drift.append(f"node {nid}: GPUs held outside the plan changed")
+    back = c_full - s_full - set(isolated)
+    freed = back - failed if failed is not None else set()
+    if freed:
+        drift.append(f"nodes {sorted(freed)}: GPUs held outside the plan are free again")
+    repaired = sorted(n for n in back - freed if not s_nodes[n].get("failed_gpus"))
+    if len(repaired) != len(back - freed):
+        drift.append("a returned node has GPUs held outside the plan")
+    c_jobs = {j["id"]: j for j in coord["jobs"]}
+    s_jobs = {j["id"]: j for j in inst["jobs"]}
+    exits = sorted(set(c_jobs) - set(s_jobs))
+    arrivals = sorted(set(s_jobs) - set(c_jobs))
+    for jid in arrivals:
+        if s_jobs[jid]["current"]["gpus"]:
+            drift.append(f"job {jid}: runs on {s_jobs[jid]['current']['nodes']} but the coordinator has no such job")
+    for jid in set(c_jobs) & set(s_jobs):
+        c_cur, s_cur = c_jobs[jid]["current"], s_jobs[jid]["current"]
+        if c_cur["gpus"] != s_cur["gpus"] or sorted(c_cur["nodes"]) != sorted(s_cur["nodes"]):  # a set
+            drift.append(f"job {jid}: Slurm shows {s_jobs[jid]['current']}, the coordinator "
+                         f"{c_jobs[jid]['current']}")
+    if drift:
+        return [], drift
+    events: list[dict] = []
+    if exits:
+        events.append({"kind": "job_exit", "jobs": exits})
+    if arrivals:
+        events.append({"kind": "job_arrival", "jobs": arrivals, "_jobs": [s_jobs[j] for j in arrivals]})
+    if repaired:
+        events.append({"kind": "repair", "repaired_nodes": repaired})
+    new_failed = sorted(s_verdict - c_full)
+    if new_failed:
+        events.append({"kind": "failure", "failed_nodes": new_failed, "failed_gpus": []})
+    return events, []
+
+
+#: The names of the reservations the agent makes (``unicron-p17``): any other is left alone.
+RESERVATION_PREFIX = "unicron-"
+#: A Slurm user name as the reservation's Users= list takes it.
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+
+
 class SlurmAgent:
     """One agent: a Slurm CLI, a coordinator client, a journal under ``cfg.state_dir``."""
 
     def __init__(self, client, cfg: AgentConfig, cli: Optional[SlurmCli] = None,
                  log: Callable[[dict], None] = lambda rec: print(json.dumps(rec), file=sys.stderr, flush=True)):
         self.client, self.cfg, self.log = client, cfg, log
+        if cfg.state_dir.exists() and not cfg.state_dir.is_dir():
+            raise AgentError(f"--state-dir {cfg.state_dir}: not a directory")
         self.journal = Journal(cfg.state_dir / "journal.json")
+        #: The nodes the coordinator has as failed (Slurm's verdicts it was told), apart from the
+        #: journal so that every journal state keeps it.
+        self.failed = Journal(cfg.state_dir / "failed.json")
         self.cli = cli or SlurmCli()
         self.cli.on_command = self._record
 
@@ -253,134 +465,277 @@ class SlurmAgent:
         self.journal.save(j)
         self.log({"command": argv})
 
+    def _carry(self, plan: dict, **extra) -> dict:
+        j = {"status": "carrying", "plan": plan, "commands": [], **extra}
+        self.journal.save(j)
+        return j
+
+    # -- approval --------------------------------------------------------------------------------
+    def approve(self, plan_id: str) -> dict:
+        """Record an operator's approval of the pending proposal: the next pass carries it out."""
+        check_plan_id(plan_id)
+        j = self.journal.load()
+        if j.get("status") != "proposed" or j.get("plan_id") != plan_id:
+            now = j.get("plan_id") if j.get("status") == "proposed" else None
+            raise AgentError(f"plan {plan_id} is not the pending proposal"
+                             + (f" (that is {now})" if now else " (there is none)"))
+        plan = j.get("plan") or _dict(self.client.get_plan(plan_id))
+        self._carry(plan, approved=True)
+        self.log({"approved": plan_id})
+        return {"status": "approved", "plan_id": plan_id}
+
+    def _approved_on_coordinator(self, j: dict) -> Optional[dict]:
+        """The proposed plan, when the coordinator has an apply of it (``POST /v1/plans/ID/apply``)."""
+        plan = j.get("plan") or {}
+        since = int(plan.get("revision") or 0)
+        for entry in self.client.history(since=since):
+            e = _dict(entry)
+            if e.get("type") == "apply" and (e.get("body") or {}).get("plan_id") == j.get("plan_id"):
+                return plan
+        return None
+
     # -- one pass --------------------------------------------------------------------------------
     def run_once(self) -> dict:
+        start = time.monotonic()
         j = self.journal.load()
         if j.get("status") == "posting":      # killed between journaling an event and its answer
             plan = _dict(self.client.post_event(j["event"], idempotency_key=j["key"]))
-            self.journal.save({"status": "carrying", "plan": plan, "attempts": 0, "commands": []})
-            j = self.journal.load()
+            self._note_failed(j["event"])
+            j = self._carry(plan)
+        if j.get("status") == "proposed" and j.get("plan_id"):
+            plan = self._approved_on_coordinator(j)
+            if plan is not None:
+                self.log({"approved": j["plan_id"], "by": "coordinator"})
+                j = self._carry(plan, approved=True)
         if j.get("status") == "carrying":
-            return self._finish(j)
-        nodes_doc, jobs_doc = self.cli.read()
-        inst = import_slurm(nodes_doc, jobs_doc, cost=self.cfg.cost, gpu_map=self.cfg.gpu_map,
-                            rack_feature=self.cfg.rack_feature)
+            return self._finish(j, start)
+        nodes_doc, jobs_doc = self._read_settled(start)
+        inst = self._import(nodes_doc, jobs_doc)
         state = _dict(self.client.state())
-        events, drift = self._events(state.get("instance"), inst)
+        known = self.failed.load()
+        events, drift = events_between(state.get("instance"), inst,
+                                       set(known["nodes"]) if isinstance(known.get("nodes"), list) else None,
+                                       self._isolated(state.get("instance")))
         if drift:
             self.log({"drift": drift})
         if state.get("instance") is None or drift:
-            self.client.put_cluster(_base(inst))
+            self._upload(inst)
             events = [inst["event"]] if inst.get("event") else []
         plan = None
         for ev in events:
             plan = self._post(ev)
+        if plan is None and j.get("status") == "proposed":
+            return {"status": "proposed", "plan_id": j["plan_id"], "drift": drift}
+        if plan is None and (state.get("instance") or {}).get("event") and not drift:
+            # the coordinator's last plan was never carried out (given up, or made elsewhere)
+            self.log({"replan": "the coordinator's pending plan was not carried out"})
+            plan = self._replan()
         if plan is None:
-            pending = (state.get("instance") or {}).get("event")
-            return {"status": "pending-plan" if pending else "in-sync", "drift": drift}
+            return {"status": "in-sync", "drift": drift}
         if self.cfg.mode == "propose":
-            steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
-                                 gpu_map=self.cfg.gpu_map)
-            out = self.cfg.state_dir / f"proposal-{plan['plan_id']}"
-            out.mkdir(parents=True, exist_ok=True, mode=0o700)
-            (out / "plan.json").write_text(json.dumps(plan, indent=1))
-            (out / "apply.sh").write_text(render_script(steps))
-            self.journal.save({"status": "proposed", "plan_id": plan["plan_id"]})
-            self.log({"proposed": plan["plan_id"], "commands": [a for s in steps for a in s.commands()]})
-            return {"status": "proposed", "plan_id": plan["plan_id"], "dir": str(out), "drift": drift}
-        result = self._finish(self.journal.load())
+            return self._propose(plan, nodes_doc, jobs_doc, drift)
+        result = self._finish(self.journal.load(), start)
         result["drift"] = drift + result.get("drift", [])
         return result
 
+    def _isolated(self, coord: Optional[dict]) -> set[str]:
+        """Nodes the coordinator took out on its own, not by Slurm's verdict (none here; the in-band
+        agent has them): :func:`events_between` neither repairs them nor calls them drift."""
+        return set()
+
+    def _read_settled(self, start: float) -> tuple[dict, dict]:
+        """Slurm's documents once no planned job is COMPLETING (ending, or being requeued by Slurm
+        after a node failure: which one shows only when it is done), for at most the pass's budget
+        (then a completing planned job counts as gone, and comes back as an arrival if requeued)."""
+        deadline = time.monotonic() + self._budget(start)
+        while True:
+            nodes_doc, jobs_doc = self.cli.read()
+            ending = [j.job_id for j, _ in parse_jobs(jobs_doc)
+                      if "COMPLETING" in j.flags and j.comment.strip().startswith(COMMENT_PREFIX)]
+            if not ending or time.monotonic() > deadline:
+                return nodes_doc, jobs_doc
+            time.sleep(0.5)
+
+    def _import(self, nodes_doc: dict, jobs_doc: dict) -> dict:
+        try:
+            return import_slurm(nodes_doc, jobs_doc, cost=self.cfg.cost, gpu_map=self.cfg.gpu_map,
+                                rack_feature=self.cfg.rack_feature)
+        except UnboundGpus as exc:
+            if exc.asked and self.cfg.mode == "apply":   # it runs without its GPUs: restarted, Slurm binds them
+                self.cli.run(["scontrol", "requeue", str(exc.job_id)], record=True)
+                raise NotApplied(f"job {exc.job_id} ran without its GPUs bound ({exc.message}): requeued, "
+                                 "the next pass plans it") from None
+            raise SlurmReadError(f"Slurm's cluster is not a valid instance: {exc}") from None
+        except InvalidInstanceError as exc:
+            raise SlurmReadError(f"Slurm's cluster is not a valid instance: {exc}") from None
+
+    def _propose(self, plan: dict, nodes_doc: dict, jobs_doc: dict, drift: list[str]) -> dict:
+        pid = check_plan_id(plan.get("plan_id"), "coordinator plan_id")
+        steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
+                             gpu_map=self.cfg.gpu_map)
+        from unicron_plan.io import write_atomic
+
+        out = self.cfg.state_dir / f"proposal-{pid}"
+        out.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(out / "plan.json", json.dumps(plan, indent=1))
+        write_atomic(out / "apply.sh", render_script(steps))
+        self.journal.save({"status": "proposed", "plan_id": pid, "plan": plan})
+        self.log({"proposed": pid, "commands": [a for s in steps for a in s.commands()],
+                  "approve": f"unicron-plan agent slurm --approve {pid} (or POST /v1/plans/{pid}/apply)"})
+        return {"status": "proposed", "plan_id": pid, "dir": str(out), "drift": drift}
+
+    def _note_failed(self, event: dict) -> None:
+        known = self.failed.load()
+        if isinstance(known.get("nodes"), list):
+            nodes = set(known["nodes"]) | set(event.get("failed_nodes") or [])
+            self.failed.save({"nodes": sorted(nodes - set(event.get("repaired_nodes") or []))})
+
+    def _upload(self, inst: dict) -> None:
+        """``PUT /v1/cluster`` of what Slurm shows (its failures follow as an event)."""
+        self.client.put_cluster(_base(inst))
+        self.failed.save({"nodes": []})
+
     def _post(self, event: dict) -> dict:
-        if event.get("kind") == "job_arrival":
+        if event.get("kind") == "job_arrival" and "_jobs" in event:
             for job in event.pop("_jobs"):
                 self.client.add_job(job)
         key = hashlib.sha256(json.dumps([event, time.time_ns()], sort_keys=True).encode()).hexdigest()[:32]
         self.journal.save({"status": "posting", "event": event, "key": key})
         plan = _dict(self.client.post_event(event, idempotency_key=key))
-        self.journal.save({"status": "carrying", "plan": plan, "attempts": 0, "commands": []})
+        check_plan_id(plan.get("plan_id"), "coordinator plan_id")
+        self._note_failed(event)
+        self._carry(plan)
         self.log({"event": event, "plan_id": plan["plan_id"]})
         return plan
 
-    def _events(self, coord: Optional[dict], inst: dict) -> tuple[list[dict], list[str]]:
-        """Events that carry the coordinator's view to Slurm's, or drift (then: upload)."""
-        if coord is None:
-            return [], []
-        drift: list[str] = []
-        c_nodes = {n["id"]: n for n in coord["cluster"]["nodes"]}
-        s_nodes = {n["id"]: n for n in inst["cluster"]["nodes"]}
-        if set(c_nodes) != set(s_nodes):
-            return [], [f"nodes differ: {sorted(set(c_nodes) ^ set(s_nodes))[:10]}"]
-        c_failed, s_failed = _failed_whole(coord), _failed_whole(inst)
-        for nid in set(c_nodes) - c_failed - s_failed:
-            if sorted(c_nodes[nid].get("failed_gpus") or []) != sorted(s_nodes[nid].get("failed_gpus") or []):
-                drift.append(f"node {nid}: GPUs held outside the plan changed")
-        repaired = sorted(n for n in c_failed - s_failed if not s_nodes[n].get("failed_gpus"))
-        if len(repaired) != len(c_failed - s_failed):
-            drift.append("a returned node has GPUs held outside the plan")
-        c_jobs = {j["id"]: j for j in coord["jobs"]}
-        s_jobs = {j["id"]: j for j in inst["jobs"]}
-        exits = sorted(set(c_jobs) - set(s_jobs))
-        arrivals = sorted(set(s_jobs) - set(c_jobs))
-        for jid in arrivals:
-            if s_jobs[jid]["current"]["gpus"]:
-                drift.append(f"job {jid}: runs on {s_jobs[jid]['current']['nodes']} but the coordinator has no such job")
-        for jid in set(c_jobs) & set(s_jobs):
-            c_cur, s_cur = c_jobs[jid]["current"], s_jobs[jid]["current"]
-            if c_cur["gpus"] != s_cur["gpus"] or sorted(c_cur["nodes"]) != sorted(s_cur["nodes"]):  # a set
-                drift.append(f"job {jid}: Slurm shows {s_jobs[jid]['current']}, the coordinator "
-                             f"{c_jobs[jid]['current']}")
-        if drift:
-            return [], drift
-        events: list[dict] = []
-        if exits:
-            events.append({"kind": "job_exit", "jobs": exits})
-        if arrivals:
-            events.append({"kind": "job_arrival", "jobs": arrivals, "_jobs": [s_jobs[j] for j in arrivals]})
-        if repaired:
-            events.append({"kind": "repair", "repaired_nodes": repaired})
-        new_failed = sorted(s_failed - c_failed)
-        if new_failed:
-            events.append({"kind": "failure", "failed_nodes": new_failed, "failed_gpus": []})
-        return events, []
+    def _replan(self) -> Optional[dict]:
+        """After a plan Slurm did not reach: upload what Slurm shows and plan from it (its failures,
+        else the planned jobs left pending as arrivals). None when there is nothing to plan."""
+        nodes_doc, jobs_doc = self._read_settled(time.monotonic())
+        inst = self._import(nodes_doc, jobs_doc)
+        self._upload(inst)
+        if inst.get("event"):
+            return self._post(inst["event"])
+        pending = sorted(jb["id"] for jb in inst["jobs"] if not jb["current"]["gpus"])
+        if pending:
+            return self._post({"kind": "job_arrival", "jobs": pending})
+        return None
 
-    def _finish(self, j: dict) -> dict:
-        """Carry out the journaled plan from where Slurm is, verify, post the apply."""
+    def _budget(self, start: float) -> float:
+        """Seconds this pass may still wait on Slurm."""
+        left = self.cfg.verify_seconds
+        if self.cfg.pass_seconds is not None:
+            left = min(left, self.cfg.pass_seconds - (time.monotonic() - start))
+        return max(left, 1.0)
+
+    def _finish(self, j: dict, start: float, replan: bool = True) -> dict:
+        """Carry out the journaled plan from where Slurm is, verify, post the apply; a plan Slurm
+        does not reach is re-planned once from what Slurm shows."""
         plan = j["plan"]
-        j["attempts"] = j.get("attempts", 0) + 1
-        self.journal.save(j)
-        if j["attempts"] > self.cfg.max_attempts:
-            self.journal.save({"status": "drift", "plan_id": plan["plan_id"]})
-            msg = f"plan {plan['plan_id']} not reached after {self.cfg.max_attempts} passes: given up"
-            self.log({"drift": [msg]})
-            return {"status": "drift", "plan_id": plan["plan_id"], "drift": [msg]}
+        pid = check_plan_id(plan.get("plan_id"), "journal plan_id")
         nodes_doc, jobs_doc = self.cli.read()
         steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
-                                 gpu_map=self.cfg.gpu_map)
-        carry_out(steps, self.cli)
-        deadline = time.monotonic() + self.cfg.verify_seconds
-        while True:
-            nodes_doc, jobs_doc = self.cli.read()
-            diff = differences(plan, nodes_doc, jobs_doc)
-            if not diff or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+                             gpu_map=self.cfg.gpu_map)
+        resv = self._reserve(pid, steps, jobs_doc, self._budget(start))
+        diff: list[str] = []
+        try:
+            carry_out(steps, self.cli, settle_seconds=self._budget(start))
+            deadline = time.monotonic() + self._budget(start)
+            while True:
+                nodes_doc, jobs_doc = self.cli.read()
+                diff = differences(plan, nodes_doc, jobs_doc)
+                if not diff or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+        except (NotApplied, CommandFailed) as exc:
+            diff = [str(exc)]
+        finally:
+            if resv:
+                self._unreserve(resv, steps)
         if diff:
-            self.log({"drift": diff, "plan_id": plan["plan_id"]})
-            return {"status": "not-reached", "plan_id": plan["plan_id"], "drift": diff,
-                    "commands": self.journal.load().get("commands", [])}
+            self.log({"drift": diff, "plan_id": pid})
+            commands = self.journal.load().get("commands", [])
+            self.journal.save({"status": "drift", "plan_id": pid})
+            if replan:
+                self.log({"replan": pid})
+                if self._replan() is not None:
+                    result = self._finish(self.journal.load(), start, replan=False)
+                    result["drift"] = diff + result.get("drift", [])
+                    result["commands"] = commands + result.get("commands", [])
+                    return result
+            return {"status": "not-reached", "plan_id": pid, "drift": diff, "commands": commands}
         from unicron_plan.client import PlannerError
 
         try:
-            self.client.apply(plan["plan_id"])
+            self.client.apply(pid)
         except PlannerError as exc:
             if exc.status != 409 or not self._coordinator_has(plan):
                 raise
         commands = self.journal.load().get("commands", [])
-        self.journal.save({"status": "applied", "plan_id": plan["plan_id"], "commands": commands})
-        self.log({"applied": plan["plan_id"]})
-        return {"status": "applied", "plan_id": plan["plan_id"], "commands": commands}
+        self.journal.save({"status": "applied", "plan_id": pid, "commands": commands})
+        self.log({"applied": pid})
+        return {"status": "applied", "plan_id": pid, "commands": commands}
+
+    # -- reservations ----------------------------------------------------------------------------
+    def _reserve(self, pid: str, steps: list[Step], jobs_doc: dict, seconds: float) -> Optional[str]:
+        """A reservation on the nodes the plan moves jobs to, for those jobs alone (IGNORE_JOBS:
+        the nodes may still be freeing), so that no pending job the planner does not manage takes
+        them during the move. It ends by itself after the pass's budget; None when nothing moves
+        or Slurm refuses (the move then goes on unprotected, as before)."""
+        name = f"{RESERVATION_PREFIX}{pid}"
+        self._drop_stale_reservations(keep=name)
+        places = [st for st in steps if st.kind == "place"]
+        if not self.cfg.reserve or not places:
+            return None
+        users = {str(j.user_name) for j, _ in parse_jobs(jobs_doc) if j.job_id in {st.job for st in places}}
+        users = sorted(u for u in users if _USER.fullmatch(u))
+        nodes = sorted({n for st in places for n in st.nodes})
+        if not users or not nodes:
+            return None
+        minutes = int(seconds // 60) + 2
+        spec = [f"Duration={minutes}", f"Nodes={compress(nodes)}", f"Users={','.join(users)}"]
+        if name in self._reservations():   # made by a pass that was killed: brought up to date
+            argv = ["scontrol", "update", f"ReservationName={name}", *spec]
+        else:
+            argv = ["scontrol", "create", "reservation", f"ReservationName={name}", "StartTime=now", *spec,
+                    "Flags=IGNORE_JOBS"]
+        try:
+            self.cli.run(argv, record=True)
+        except CommandFailed as exc:
+            self.log({"warning": f"no reservation for the move: {exc}"})
+            return None
+        for st in places:
+            st.reservation = name
+        return name
+
+    def _reservations(self) -> set[str]:
+        """The names of the agent's reservations (RESERVATION_PREFIX) Slurm has now."""
+        out = self.cli.run(["scontrol", "-o", "show", "reservation"])
+        names = {m.group(1) for m in re.finditer(r"(?m)^ReservationName=(\S+)", out)}
+        return {n for n in names if n.startswith(RESERVATION_PREFIX)}
+
+    def _drop_stale_reservations(self, keep: str) -> None:
+        """Delete the reservations of earlier plans (a pass killed before it removed its own)."""
+        for name in sorted(self._reservations() - {keep}):
+            self._end_reservation(name)
+
+    def _unreserve(self, name: str, steps: list[Step]) -> None:
+        """Take the moved jobs out of the reservation (they keep running) and delete it."""
+        for st in steps:
+            if st.kind == "place":
+                try:
+                    self.cli.run(["scontrol", "update", f"JobId={st.job}", "Reservation="], record=True)
+                except CommandFailed:
+                    pass   # a job that ended meanwhile
+        self._end_reservation(name)
+
+    def _end_reservation(self, name: str) -> None:
+        """End the reservation now (jobs in it keep running) and delete it."""
+        try:
+            self.cli.run(["scontrol", "update", f"ReservationName={name}", "Duration=0"], record=True)
+            self.cli.run(["scontrol", "delete", f"ReservationName={name}"], record=True)
+        except CommandFailed as exc:
+            self.log({"warning": f"reservation {name} not deleted (it has ended): {exc}"})
 
     def _coordinator_has(self, plan: dict) -> bool:
         """The coordinator's applied jobs are the plan's (an apply posted before a restart)."""
@@ -389,12 +744,16 @@ class SlurmAgent:
         return all(now.get(p["id"]) == (p["gpus"], set(p["nodes"])) for p in plan["jobs"])
 
     def run_forever(self, interval: float) -> None:
+        """A pass every ``interval`` seconds; a failed pass is one line and the next starts afresh."""
         while True:
+            t0 = time.monotonic()
             try:
                 self.log({"pass": self.run_once()})
-            except Exception as exc:  # a pass that fails is reported; the next one starts afresh
-                self.log({"error": f"{type(exc).__name__}: {exc}"})
-            time.sleep(interval)
+            except (AgentError, InvalidInstanceError) as exc:
+                self.log({"error": one_line(str(exc))})
+            except Exception as exc:  # noqa: BLE001 - a client error or a bug: reported, the loop goes on
+                self.log({"error": one_line(f"{type(exc).__name__}: {exc}")})
+            time.sleep(max(0.0, interval - (time.monotonic() - t0)))
 
 
 def _plan_object(plan: dict) -> Any:

@@ -164,7 +164,11 @@ def agent_slurm(coordinator: str = typer.Option(..., "--coordinator", help="URL 
                                                help="Seconds between passes."),
                 mode: AgentMode = typer.Option(AgentMode.apply, "--mode", help="apply: carry plans out; propose: "
                                                "write the plan and its script under --state-dir, change nothing."),
-                once: bool = typer.Option(False, "--once", help="One pass, its result as JSON on stdout, then exit."),
+                once: bool = typer.Option(False, "--once", help="One pass, its result as JSON on stdout, then exit "
+                                          "(0 done, 1 drift it could not fix, 2 an operational error)."),
+                approve: Optional[str] = typer.Option(None, "--approve", metavar="PLAN_ID",
+                                                      help="Approve the pending proposal PLAN_ID (of --mode propose): "
+                                                           "the next pass carries it out."),
                 state_dir: Path = typer.Option(Path("unicron-agent"), "--state-dir",
                                                help="Journal and proposals (created 0700)."),
                 expected_run_seconds: Optional[float] = _RUN, node_mtbf_hours: Optional[float] = _MTBF,
@@ -177,23 +181,50 @@ def agent_slurm(coordinator: str = typer.Option(..., "--coordinator", help="URL 
                 verify_seconds: float = typer.Option(60.0, "--verify-seconds", min=1.0, max=3600.0,
                                                      help="How long to wait for Slurm to reach the plan.")):
     """Keep Slurm at the coordinator's plans: events in, scontrol out, apply confirmed."""
-    from unicron_plan.client import PlannerClient
-    from unicron_plan.integrations.agent import AgentConfig
+    import httpx
+
+    from unicron_plan.client import PlannerClient, PlannerError
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.integrations.agent import AgentConfig, AgentError
     from unicron_plan.integrations.restart import InBandAgent as SlurmAgent  # acts on in-band incidents too
     from unicron_plan.io import dumps
 
     if expected_run_seconds is None and node_mtbf_hours is None:
         expected_run_seconds = 36000.0
     cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
-    token = token_file.read_text().strip() if token_file else None
+    if not coordinator.startswith(("http://", "https://")):
+        raise InvalidInstanceError("--coordinator", f"{coordinator[:80]!r} is not an http:// or https:// URL")
+    token = None
+    if token_file:
+        try:
+            token = token_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInstanceError("--token-file", f"{token_file}: cannot read: "
+                                                       f"{getattr(exc, 'strerror', None) or exc}") from None
+        if not token or not token.isprintable():
+            raise InvalidInstanceError("--token-file", f"{token_file}: empty, or not one printable line")
     cfg = AgentConfig(mode=mode.value, state_dir=state_dir, cost=cost, gpu_map=gmap, rack_feature=rack_feature,
-                      reason=reason, verify_seconds=verify_seconds)
-    with PlannerClient(coordinator, token=token) as client:
-        agent = SlurmAgent(client, cfg)
-        if once:
-            typer.echo(dumps(agent.run_once()))
-        else:
-            agent.run_forever(interval)
+                      reason=reason, verify_seconds=verify_seconds, pass_seconds=None if once else interval)
+    try:
+        with PlannerClient(coordinator, token=token, timeout=min(60.0, max(interval, 5.0))) as client:
+            agent = SlurmAgent(client, cfg)
+            if approve is not None:
+                typer.echo(dumps(agent.approve(approve)))
+            elif once:
+                result = agent.run_once()
+                typer.echo(dumps(result))
+                if result.get("status") == "not-reached":
+                    raise typer.Exit(1)
+            else:
+                agent.run_forever(interval)
+    except AgentError as exc:
+        raise InvalidInstanceError("", f"agent: {exc}") from None
+    except PlannerError as exc:
+        raise InvalidInstanceError("--coordinator", f"{coordinator[:80]} answered HTTP {exc.status}: "
+                                                    f"{str(exc.message)[:200]}") from None
+    except httpx.HTTPError as exc:
+        raise InvalidInstanceError("--coordinator", f"{coordinator[:80]}: {type(exc).__name__}: "
+                                                    f"{str(exc)[:200]}") from None
 
 
 def register(app: typer.Typer, wrap: Callable) -> None:

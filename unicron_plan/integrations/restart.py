@@ -21,12 +21,21 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from unicron_plan.integrations.agent import CommandFailed, SlurmAgent, SlurmCli, _dict
+from unicron_plan.integrations.agent import CommandFailed, SlurmAgent, SlurmCli, SlurmReadError, _dict
 from unicron_plan.integrations.slurm import compress
 
 #: Longest a requeued job may stay COMPLETING before the restart is given up.
 SETTLE_SECONDS = 60.0
 _RESTARTS = re.compile(r"\bRestarts=(\d+)")
+
+
+def _job_state(cli: SlurmCli, job: int) -> tuple[str, list[str]]:
+    """(state, nodes) of ``job`` now; ("", []) when Slurm no longer knows it or cannot be read."""
+    try:
+        now = cli.job(job)
+    except (CommandFailed, SlurmReadError):
+        return "", []
+    return now.state, now.nodes
 
 
 def _restarts(cli: SlurmCli, job: int) -> int:
@@ -56,7 +65,7 @@ def restart_in_place(cli: SlurmCli, job: int, verify_seconds: float = 60.0, befo
     """Requeue ``job`` and start it again on the nodes it ran on; verified. ``before``/``nodes``: the
     restart count and nodes recorded when a previous attempt was cut short (the requeue is then not
     repeated if it happened). Returns ``{"outcome": "done"|"failed", "detail", "failed_nodes"}``."""
-    state, now_nodes = cli.job_state(job)
+    state, now_nodes = _job_state(cli, job)
     nodes = nodes or now_nodes
     if not nodes:
         return {"outcome": "failed", "detail": f"job {job} is {state or 'unknown to Slurm'}: no nodes to restart on"}
@@ -67,7 +76,7 @@ def restart_in_place(cli: SlurmCli, job: int, verify_seconds: float = 60.0, befo
             except CommandFailed as exc:
                 return {"outcome": "failed", "detail": str(exc), "failed_nodes": _unresponsive(cli, nodes)}
     deadline = time.monotonic() + SETTLE_SECONDS
-    while cli.job_state(job)[0] in ("COMPLETING", "RUNNING"):
+    while _job_state(cli, job)[0] in ("COMPLETING", "RUNNING"):
         if time.monotonic() > deadline:
             return {"outcome": "failed", "detail": f"job {job} still completing after {SETTLE_SECONDS:g} s",
                     "failed_nodes": _unresponsive(cli, nodes)}
@@ -82,7 +91,7 @@ def restart_in_place(cli: SlurmCli, job: int, verify_seconds: float = 60.0, befo
         return {"outcome": "failed", "detail": str(exc), "failed_nodes": _unresponsive(cli, nodes)}
     deadline = time.monotonic() + verify_seconds
     while True:
-        state, now_nodes = cli.job_state(job)
+        state, now_nodes = _job_state(cli, job)
         if state == "RUNNING" and set(now_nodes) == set(nodes):
             return {"outcome": "done", "detail": f"job {job} runs again on {hl}"}
         if time.monotonic() > deadline:
@@ -139,7 +148,7 @@ def act_on_signals(client, cli: SlurmCli, state_dir: Path, verify_seconds: float
                     if not str(job).isdigit():
                         log({"signal": entry.revision, "skipped": f"job {job!r} is not a Slurm job id"})
                         continue
-                    state, nodes = cli.job_state(int(job))
+                    state, nodes = _job_state(cli, int(job))
                     doing = {"signal": entry.revision, "job": str(job), "nodes": nodes,
                              "before": _restarts(cli, int(job))}
                     j["doing"] = doing
@@ -208,19 +217,14 @@ class InBandAgent(SlurmAgent):
                 return done
         return super().run_once()
 
-    def _events(self, coord, inst):
-        """The agent's events, but a node the coordinator isolated for an in-band SEV1 is not "repaired"
-        because Slurm still shows it healthy (the history is read after the state was)."""
-        events, drift = super()._events(coord, inst)
+    def _isolated(self, coord: Optional[dict]) -> set[str]:
+        """Nodes the coordinator isolated for an in-band SEV1 (its pending failure) although Slurm may still
+        show them healthy: not a repair, not drift (the history is read after the state was)."""
         pending = set(((coord or {}).get("event") or {}).get("failed_nodes") or [])
-        isolated = set()
-        if pending and any(ev.get("kind") == "repair" for ev in events):
-            since = SignalJournal(Path(self.cfg.state_dir) / "signals.json").load().get("since", 0)
-            isolated = pending & isolated_nodes(self.client, max(0, since - RECENT_ENTRIES))
-        for ev in events:
-            if ev.get("kind") == "repair":
-                ev["repaired_nodes"] = [n for n in ev["repaired_nodes"] if n not in isolated]
-        return [ev for ev in events if ev.get("kind") != "repair" or ev["repaired_nodes"]], drift
+        if not pending:
+            return set()
+        since = SignalJournal(Path(self.cfg.state_dir) / "signals.json").load().get("since", 0)
+        return pending & isolated_nodes(self.client, max(0, since - RECENT_ENTRIES))
 
     def signals_pass(self) -> Optional[dict]:
         """Restarts carried out; a SEV1 incident's plan, when it is the coordinator's latest, carried
@@ -235,4 +239,4 @@ class InBandAgent(SlurmAgent):
             self.log({"signal_plan": plan_id, "skipped": "the state moved on since the plan"})
             return None
         self.journal.save({"status": "carrying", "plan": plan, "attempts": 0, "commands": []})
-        return self._finish(self.journal.load())
+        return self._finish(self.journal.load(), time.monotonic())

@@ -19,15 +19,26 @@ from typing import Any, Optional
 from pydantic import Field, field_validator, model_validator
 
 from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.text import escape
 from unicron_plan.integrations.common import (Cost, GpuMap, JobState, Lenient, NodeState, build_instance,
                                               items_of, job_types, normalize_product, object_error, parse_object,
                                               parse_plan_fields)
 
-FAILED_FLAGS = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING"})
+#: Slurm's own verdicts that a node is out of service (base states and flags of 22.05, and the
+#: flag forms of 23.02 and later). Nothing else makes a node failed: not the GPUs that work the
+#: planner does not manage holds (they are simply not free), not COMPLETING. NOT_RESPONDING alone
+#: (and UNKNOWN) is not a verdict: Slurm flags a node that missed a ping, and every node after
+#: slurmctld restarts until its slurmd registers again; a node that stays silent is set DOWN by
+#: Slurm after SlurmdTimeout, and that is the verdict the agent acts on.
+FAILED_FLAGS = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "POWER_DOWN",
+                          "POWERED_DOWN", "POWERING_DOWN", "POWER_DRAIN", "REBOOT", "REBOOT_REQUESTED",
+                          "REBOOT_ISSUED", "MAINT", "MAINTENANCE", "INVALID_REG", "FUTURE"})
 HOLDING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "RESIZING"})
 PLANNED = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "PENDING"})
 HELD_REASONS = frozenset({"JOBHELDUSER", "JOBHELDADMIN"})
 COMMENT_PREFIX = "unicron-plan:"
+#: Longest job comment read as planning fields (a longer one is refused, naming the job).
+MAX_COMMENT_CHARS = 65536
 MAX_HOSTS = 100_000
 MAX_HOSTLIST_CHARS = 1_000_000
 #: Seconds between the last release and the StartTime=now of the placed jobs (see Step).
@@ -39,19 +50,58 @@ NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
 KNOWN_VERSIONS = ("v0.0.37", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42")
 
 
+class UnboundGpus(InvalidInstanceError):
+    """A planned job holds nodes without all their GPUs. ``asked``: it asks for whole nodes
+    (``--gres=gpu:TYPE:N``, N a node's GPUs), so Slurm did not bind what it asked for (reported
+    after a slurmd crash: the job Slurm restarts runs with ``JOB_GRES=(null)``) and a restart binds
+    them again; otherwise the submission itself is wrong."""
+
+    def __init__(self, job_id: int, asked: bool, obj: str, path: str, message: str):
+        self.job_id, self.asked = job_id, asked
+        super().__init__(f"{obj} {path}", message)
+
+
+def _asks_whole(job: "SlurmJob", node_gpus: int) -> bool:
+    m = _TRES_GPU_COUNT.fullmatch(job.tres_per_node.strip())
+    return bool(m and node_gpus and int(m.group(2)) == node_gpus)
+
+
 def doc_version(doc: Any) -> Optional[str]:
     """The document's format version (``v0.0.38``, ``v0.0.40``...) from ``meta.plugin``:
     ``type: openapi/v0.0.38`` (Slurm 22.05) or ``data_parser: v0.0.40`` (23.02 and later);
     None when the document does not say."""
     meta = doc.get("meta") if isinstance(doc, dict) else None
-    plugin = meta.get("plugin") if isinstance(meta, dict) else None
-    if not isinstance(plugin, dict):
-        return None
-    for key in ("data_parser", "type"):
-        m = re.search(r"v\d+\.\d+\.\d+", str(plugin.get(key) or ""))
-        if m:
-            return m.group(0)
+    for name in ("plugin", "plugins"):   # "plugins" from 23.11
+        plugin = meta.get(name) if isinstance(meta, dict) else None
+        if not isinstance(plugin, dict):
+            continue
+        for key in ("data_parser", "type"):
+            m = re.fullmatch(r"(?:openapi/|data_parser/)?(v\d+\.\d+\.\d+)", str(plugin.get(key) or "")[:40])
+            if m:
+                return m.group(1)
     return None
+
+
+def check_document(doc: Any, source: str) -> None:
+    """A document Slurm printed is one this reader knows and reports no error: Slurm 22.05 exits 0
+    with an ``errors`` array (and ``"jobs": []``) when slurmctld does not answer, which must not
+    read as an empty cluster. Raises InvalidInstanceError naming ``source``."""
+    if not isinstance(doc, dict):
+        raise InvalidInstanceError(source, "not a JSON object")
+    errors = doc.get("errors")
+    if errors:
+        first = errors[0] if isinstance(errors, list) else errors
+        if isinstance(first, dict):
+            first = first.get("description") or first.get("error") or first
+        n = len(errors) if isinstance(errors, list) else 1
+        raise InvalidInstanceError(f"{source} errors", f"Slurm reported {n} error(s): {str(first)[:200]}")
+    version = doc_version(doc)
+    if version is None:
+        raise InvalidInstanceError(f"{source} meta", "no format version (meta.plugin.type or "
+                                                     "meta.plugin(s).data_parser)")
+    if version not in KNOWN_VERSIONS:
+        raise InvalidInstanceError(f"{source} meta", f"format version {version} is not one this reader "
+                                                     f"knows ({', '.join(KNOWN_VERSIONS)})")
 
 
 def _as_list(value: Any) -> Any:
@@ -105,6 +155,7 @@ class SlurmNode(Lenient):
 class SlurmJob(Lenient):
     job_id: int = Field(ge=0, le=2**32)
     name: str = ""
+    user_name: str = ""
     job_state: list[str]
     state_reason: str = ""
     nodes: str = ""
@@ -114,13 +165,18 @@ class SlurmJob(Lenient):
     tres_per_node: str = ""
     hold: Optional[bool] = None   # data_parser v0.0.40+; older: state_reason JobHeld*
     priority: Optional[int] = None
+    tasks: Optional[int] = Field(default=None, ge=0, le=2**32)           # -n (or what Slurm derived)
+    tasks_per_node: Optional[int] = Field(default=None, ge=0, le=2**32)  # --ntasks-per-node; 0: not given
+    cpus_per_task: Optional[int] = Field(default=None, ge=0, le=2**32)
+    node_count: Optional[int] = Field(default=None, ge=0, le=2**32)  # a requeued job: its last run's
+    required_nodes: str = ""                                          # ReqNodeList (a placed job's)
 
     @model_validator(mode="before")
     @classmethod
     def _numbers(cls, data: Any) -> Any:
         if isinstance(data, dict):
             data = dict(data)
-            for key in ("job_id", "priority"):
+            for key in ("job_id", "priority", "tasks", "tasks_per_node", "node_count", "cpus_per_task"):
                 if key in data:
                     data[key] = _number(data[key])
         return data
@@ -133,6 +189,26 @@ class SlurmJob(Lenient):
     @property
     def flags(self) -> set[str]:
         return {s.upper() for s in self.job_state}
+
+    def tasks_for(self, nodes: int) -> Optional[int]:
+        """NumTasks of the job's shape on ``nodes`` nodes: its tasks per node (``--ntasks-per-node``,
+        or ``-n`` over its node count) times ``nodes``; None when the shape gives no per-node count.
+        Slurm 22.05 keeps a job's node count when its task count asks for more nodes (it accepts
+        ``NumNodes`` and ignores it), so a move changes both."""
+        per = self.tasks_per_node or 0
+        # A placed job's shape is its task count over its ReqNodeList (Slurm shows a requeued job's
+        # node count of its last run, not the one it was given since); else over its node count.
+        req = len(expand(self.required_nodes, f"Job {self.job_id}", "required_nodes")) if self.required_nodes else 0
+        for count in (req, self.node_count):
+            if not per and self.tasks and count and self.tasks % count == 0:
+                per = self.tasks // count
+        return per * nodes if per else None
+
+    def cpus_for(self, tasks: Optional[int]) -> Optional[int]:
+        """NumCPUs of ``tasks`` tasks. Slurm 22.05 keeps a requeued job's CPU count of its last run,
+        and a job given fewer nodes than that run had is then never runnable (BadConstraints), so a
+        move sets it with the task count."""
+        return tasks * (self.cpus_per_task or 1) if tasks else None
 
     @property
     def held(self) -> bool:
@@ -259,17 +335,46 @@ def job_gpus(job: SlurmJob, obj: str, nodes: int) -> int:
     return 0
 
 
+#: One word of a comment as a POSIX shell splits it (quotes and backslashes), matched in one
+#: pass: the alternatives start with distinct characters, so no input makes the match backtrack.
+_WORD = re.compile(r"""(?:[^\s'"\\]+|'[^']*'|"(?:[^"\\]|\\.)*"|\\.)+""", re.S)
+_PART = re.compile(r"""[^\s'"\\]+|'([^']*)'|"((?:[^"\\]|\\.)*)"|\\(.)""", re.S)
+_DQ_ESCAPE = re.compile(r'\\([\\"])')
+
+
+def split_words(text: str, obj: str) -> list[str]:
+    """``text`` split into words as ``shlex.split`` does (quotes, backslash escapes), in time
+    linear in its length (``shlex`` takes quadratic time on long comments)."""
+    words, pos = [], 0
+    for m in _WORD.finditer(text):
+        if text[pos:m.start()].strip():
+            raise object_error(obj, "comment", "cannot split: no closing quotation")
+        word = []
+        for p in _PART.finditer(m.group(0)):
+            if p.group(1) is not None:
+                word.append(p.group(1))
+            elif p.group(2) is not None:
+                word.append(_DQ_ESCAPE.sub(r"\1", p.group(2)))
+            elif p.group(3) is not None:
+                word.append(p.group(3))
+            else:
+                word.append(p.group(0))
+        words.append("".join(word))
+        pos = m.end()
+    if text[pos:].strip():
+        raise object_error(obj, "comment", "cannot split: no closing quotation")
+    return words
+
+
 def plan_comment(comment: str, obj: str) -> Optional[dict[str, str]]:
     """``unicron-plan: weight=2 model=gpt3-13b ...`` -> the fields; another comment -> None."""
     text = comment.strip()
     if not text.startswith(COMMENT_PREFIX):
         return None
-    try:
-        tokens = shlex.split(text[len(COMMENT_PREFIX):])
-    except ValueError as exc:
-        raise object_error(obj, "comment", f"cannot split: {exc}") from None
+    if len(text) > MAX_COMMENT_CHARS:
+        raise object_error(obj, "comment", f"{len(text)} characters; planning fields take at most {MAX_COMMENT_CHARS}")
     out: dict[str, str] = {}
-    for tok in tokens:
+    for tok in split_words(text[len(COMMENT_PREFIX):], obj):
         key, sep, value = tok.partition("=")
         if not sep or not key:
             raise object_error(obj, "comment", f"{tok!r} is not KEY=VALUE")
@@ -330,6 +435,8 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
     for job, obj in parse_jobs(jobs_doc):
         flags = job.flags
         fields = plan_comment(job.comment, obj)
+        if fields is not None and "COMPLETING" in flags and not flags & PLANNED:
+            continue   # a planned job that ended: gone (job_exit); its nodes are free in seconds
         holds = bool(flags & HOLDING)
         names = job_nodes(job, obj)
         total = job_gpus(job, obj, len(names)) if holds else 0
@@ -354,11 +461,12 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
             per = _per_node(job, names, total, obj)
             for n, g in zip(names, per):
                 if g != states[n].gpus:
-                    raise object_error(obj, "tres_alloc_str", f"{g} of node {n}'s {states[n].gpus} GPUs: "
-                                                              "planned Slurm jobs use whole nodes")
+                    raise UnboundGpus(job.job_id, _asks_whole(job, states[n].gpus), obj, "tres_alloc_str",
+                                      f"{g} of node {n}'s {states[n].gpus} GPUs: planned Slurm jobs use whole nodes")
         elif holds:
-            raise object_error(obj, "gres_detail", "no GPU found (tres_alloc_str, gres_detail, tres_per_node): "
-                                                   "a planned job holds GPUs")
+            size = states[names[0]].gpus if names else 0
+            raise UnboundGpus(job.job_id, _asks_whole(job, size), obj, "gres_detail",
+                              "no GPU found (tres_alloc_str, gres_detail, tres_per_node): a planned job holds GPUs")
         _allowed_types(js, job, obj, gpu_map)
         types = job_types(js, node_types, set(node_size), gpu_map)
         sizes = set().union(*(node_size.get(t, set()) for t in types))
@@ -438,6 +546,9 @@ class Step:
     node: str = ""
     reason: str = ""
     ours: str = ""   # drain without a nodes file: the node's reason is read when the step runs, this added
+    tasks: Optional[int] = None   # place: NumTasks of the job's shape on its new nodes (see SlurmJob.tasks_for)
+    cpus: Optional[int] = None    # place: NumCPUs of those tasks (see SlurmJob.cpus_for)
+    reservation: str = ""         # place: the reservation protecting the new nodes (the agent's)
 
     def commands(self) -> list[list[str]]:
         """The ``scontrol`` argument vectors of the step when it applies."""
@@ -453,7 +564,10 @@ class Step:
             return [["scontrol", "requeuehold", j]]
         if self.kind == "place":
             n = len(self.nodes)
-            return [["scontrol", "update", f"JobId={j}", f"NumNodes={n}-{n}", f"ReqNodeList={hl}"],
+            extra = [f"NumTasks={self.tasks}"] if self.tasks else []
+            extra += [f"NumCPUs={self.cpus}"] if self.cpus else []
+            extra += [f"Reservation={self.reservation}"] if self.reservation else []
+            return [["scontrol", "update", f"JobId={j}", f"NumNodes={n}-{n}", *extra, f"ReqNodeList={hl}"],
                     ["scontrol", "release", j]]
         if self.kind == "start":
             return [["scontrol", "update", f"JobId={j}", "StartTime=now"]]
@@ -461,8 +575,9 @@ class Step:
 
 
 def append_reason(current: str, reason: str) -> str:
-    """The operator's reason kept, ours added (once)."""
-    current = current.strip()
+    """The operator's reason kept (control characters escaped: none reaches a command), ours
+    added (once)."""
+    current = escape(current).strip()
     if not current or current == reason or current.endswith("; " + reason):
         return reason if not current else current
     return f"{current}; {reason}"
@@ -536,11 +651,13 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
         if current and set(planned) == current:
             continue
         if current and set(planned) < current:
-            frees.append(Step("shrink", job=job.job_id, nodes=planned))
+            tasks = job.tasks_for(len(planned))
+            frees.append(Step("shrink", job=job.job_id, nodes=planned, tasks=tasks, cpus=job.cpus_for(tasks)))
             continue
         if current:
             frees.append(Step("requeue", job=job.job_id, nodes=planned))
-        takes.append(Step("place", job=job.job_id, nodes=planned))
+        tasks = job.tasks_for(len(planned))
+        takes.append(Step("place", job=job.job_id, nodes=planned, tasks=tasks, cpus=job.cpus_for(tasks)))
     starts = [Step("start", job=st.job, nodes=st.nodes) for st in takes]
     return drains + holds + frees + takes + starts
 

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from servers import Server
 
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.integrations.agent import (AgentConfig, AgentError, CommandFailed, JobNow, NotApplied, SlurmAgent,
@@ -246,8 +247,9 @@ def test_operational_errors_exit_2_with_one_line(tmp_path):
     _one_line_error(_agent(["--coordinator", closed, "--once", "--state-dir", str(state)]), 2, "journal")
     (state / "journal.json").unlink()
     env = _fake_bin(tmp_path, _slurm_programs(tmp_path, "echo 'not json'"))
-    _one_line_error(_agent(["--coordinator", closed, "--once", "--state-dir", str(state)], env=env), 2,
-                    "reading Slurm failed")
+    with Server(tmp_path / "coordinator") as srv:  # reachable: the in-band pass reads it before Slurm
+        _one_line_error(_agent(["--coordinator", srv.url, "--once", "--state-dir", str(state)], env=env), 2,
+                        "reading Slurm failed")
     env = _fake_bin(tmp_path, _slurm_programs(tmp_path, f"cat {shlex.quote(str(REAL / 'squeue.json'))}"))
     _one_line_error(_agent(["--coordinator", closed, "--once", "--state-dir", str(state)], env=env), 2,
                     "--coordinator", "ConnectError")

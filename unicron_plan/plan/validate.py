@@ -98,7 +98,9 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
                 bad(f"{where}: gpu_type {gtype!r} is not a GPU type the job may run on "
                     f"({', '.join(job.throughput.allowed_types())})")
                 continue
-            if job.id in state.exiting:
+            if y == 0:  # 0 GPUs is the same on every type: nothing moves (docs/format.md, "changed")
+                pass
+            elif job.id in state.exiting:
                 bad(f"{where}: leaves in the job_exit event, but the plan moves it to GPU type {gtype!r}")
             elif job.pinned:
                 bad(f"{where}: pinned, but the plan moves it to GPU type {gtype!r}")
@@ -144,7 +146,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
         used_per_type[gtype] = used_per_type.get(gtype, 0) + y
         # Stay rule (docs/format.md): keeping the count on another split than the previous
         # one is a move, a change that pays its transition.
-        moved = cost.is_moved(x, y, split, state.previous.get(job.id, {})) or gtype != now_type
+        moved = cost.is_moved(x, y, split, state.previous.get(job.id, {})) or (gtype != now_type and y > 0)
         expected_action = action_of(x, y, hit, moved)
         if pj.action != expected_action:
             bad(f"{where}: action {pj.action!r}, expected {expected_action!r}")

@@ -98,9 +98,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None) -> Validation
                 bad(f"{where}: gpu_type {gtype!r} is not a GPU type the job may run on "
                     f"({', '.join(job.throughput.allowed_types())})")
                 continue
-            if y == 0:  # 0 GPUs is the same on every type: nothing moves (docs/format.md, "changed")
-                pass
-            elif job.id in state.exiting:
+            if job.id in state.exiting:
                 bad(f"{where}: leaves in the job_exit event, but the plan moves it to GPU type {gtype!r}")
             elif job.pinned:
                 bad(f"{where}: pinned, but the plan moves it to GPU type {gtype!r}")

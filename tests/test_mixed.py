@@ -253,7 +253,7 @@ def test_service_plans_and_applies_a_type_move(tmp_path):
     raw = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
     base = copy.deepcopy(raw)
     event = base.pop("event")
-    c = TestClient(create_app(tmp_path / "state", contingency=False))
+    c = TestClient(create_app(tmp_path / "state", contingency=False), base_url="http://127.0.0.1")
     assert c.put("/v1/cluster", json=base).status_code == 200
     plan = c.post("/v1/events", json=event).json()
     assert plan["objective"] == pytest.approx(raw["reference"]["objective"], rel=1e-12)
@@ -473,7 +473,7 @@ def test_service_new_job_errors_name_the_bodys_field(tmp_path, throughput, field
 
     base = json.load(open("instances/mixed-h100-failure-a100-idle.json"))
     base.pop("event")
-    c = TestClient(create_app(tmp_path / "state", contingency=False))
+    c = TestClient(create_app(tmp_path / "state", contingency=False), base_url="http://127.0.0.1")
     assert c.put("/v1/cluster", json=base).status_code == 200
     job = {"id": "q", "weight": 1.0, "throughput": throughput, "current": {"gpus": 0, "nodes": []}}
     r = c.post("/v1/jobs", json=job)

@@ -107,7 +107,7 @@ def test_service_answers_the_event_with_the_plan(tmp_path):
 
     inst = _reproduction()
     event = inst.pop("event")
-    c = TestClient(create_app(tmp_path / "state", contingency=False))
+    c = TestClient(create_app(tmp_path / "state", contingency=False), base_url="http://127.0.0.1")
     assert c.put("/v1/cluster", json=inst).status_code == 200
     r = c.post("/v1/events", json=event)
     assert r.status_code == 200, r.text

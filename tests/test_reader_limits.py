@@ -189,7 +189,7 @@ def test_the_service_refuses_every_shape_with_a_json_4xx_fast(tmp_path):
 
     from unicron_plan.service.app import create_app
 
-    with TestClient(create_app(tmp_path / "state")) as client:
+    with TestClient(create_app(tmp_path / "state"), base_url="http://127.0.0.1") as client:
         for shape, text in JSON_SHAPES.items():
             for method, url in (("PUT", "/v1/cluster"), ("POST", "/v1/events"), ("POST", "/v1/jobs")):
                 resp, took = _timed(lambda: client.request(method, url, content=text.encode(),

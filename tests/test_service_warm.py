@@ -201,7 +201,7 @@ def test_a_cold_request_reuses_the_prepared_cluster(tmp_path, monkeypatch):
     app = create_app(tmp_path / "s", contingency=False)
     from fastapi.testclient import TestClient
 
-    c = TestClient(app)
+    c = TestClient(app, base_url="http://127.0.0.1")
     assert c.put("/v1/cluster", json=base).status_code == 200
     calls = []
 
@@ -264,7 +264,8 @@ def test_the_worker_is_stopped_from_an_events_body_until_its_plan_is_sent(tmp_pa
                         coord._solving > 0 and bool(coord._stops) and coord._stops[-1][1] is None)
 
             scope = {"type": "http", "method": "POST", "path": "/v1/events", "raw_path": b"/v1/events",
-                     "query_string": b"dry_run=true", "headers": [(b"content-type", b"application/json")],
+                     "query_string": b"dry_run=true",
+                     "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
                      "http_version": "1.1", "scheme": "http", "server": ("127.0.0.1", 80),
                      "client": ("127.0.0.1", 1), "root_path": "", "app": app}
             await app(scope, receive, send)

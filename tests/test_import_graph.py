@@ -78,3 +78,31 @@ def test_architecture_doc_lists_every_module():
     files = {str(p.relative_to(ROOT / PACKAGE)) for p in modules().values()}
     assert not files - listed, f"modules missing from docs/architecture.md: {sorted(files - listed)}"
     assert not listed - files, f"docs/architecture.md names files the package lacks: {sorted(listed - files)}"
+
+
+WRITERS = {"write_text", "write_bytes", "savefig", "dump", "fdopen", "open"}
+
+
+def _writes(path: Path) -> list[str]:
+    """Calls in ``path`` that write a file: write_text/write_bytes/savefig/json.dump, and open or
+    os.fdopen with a mode that writes."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if name not in WRITERS:
+            continue
+        if name in ("open", "fdopen"):
+            modes = [a.value for a in node.args[1:2] + [k.value for k in node.keywords if k.arg == "mode"]
+                     if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if not any(set(m) & set("wax+") for m in modes):
+                continue
+        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    return found
+
+
+def test_every_file_write_goes_through_io():
+    writes = [w for name, path in modules().items() if name != f"{PACKAGE}.io" for w in _writes(path)]
+    assert not writes, "file writes outside io.py: " + "; ".join(writes)
+    assert _writes(ROOT / PACKAGE / "io.py")  # the check sees io.py's own writes

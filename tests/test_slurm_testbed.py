@@ -24,6 +24,8 @@ from servers import Server
 pytestmark = pytest.mark.slurm
 
 TESTBED = Path(os.environ.get("UNICRON_TESTBED_DIR", "/var/lib/unicron-testbed"))
+#: Ids of the jobs this module submitted: the only ones it cancels.
+SUBMITTED: list[int] = []
 THROUGHPUT = "8:100,16:195,24:285,32:370,40:450,48:525,56:595,64:660"
 
 
@@ -43,6 +45,9 @@ def _sh(*argv: str, check: bool = True) -> str:
 
 
 def _testbed_up() -> bool:
+    """The testbed's own Slurm answers (never a Slurm the host has otherwise: its jobs are not ours)."""
+    if not (TESTBED / "etc" / "slurm.conf").exists():
+        return False
     try:
         return subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=_slurm_env(),
                               timeout=20).returncode == 0
@@ -53,13 +58,16 @@ def _testbed_up() -> bool:
 @pytest.fixture(scope="module")
 def slurm_env(tmp_path_factory):
     if not _testbed_up():
-        msg = "no Slurm testbed answers (start one with: scripts/slurm-testbed up)"
+        msg = f"no Slurm testbed answers at {TESTBED} (start one with: scripts/slurm-testbed up)"
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg)
     env = _slurm_env()
     os.environ["SLURM_CONF"] = env["SLURM_CONF"]
     yield env
+    if SUBMITTED:  # leave none of ours behind
+        _sh("scancel", *map(str, SUBMITTED), check=False)
+        SUBMITTED.clear()
 
 
 def _node_states() -> dict[str, str]:
@@ -69,7 +77,9 @@ def _node_states() -> dict[str, str]:
 
 def _reset() -> None:
     """No job, every node back in service."""
-    _sh("scancel", "-u", "root", check=False)
+    if SUBMITTED:  # only the jobs this module submitted
+        _sh("scancel", *map(str, SUBMITTED), check=False)
+        SUBMITTED.clear()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         states = _node_states()
@@ -86,7 +96,8 @@ def _submit(nodes: int, weight: int, planned: bool = True, gpus: int = 8) -> int
     comment = f"unicron-plan: weight={weight} throughput={THROUGHPUT}" if planned else "evaluation"
     out = _sh("sbatch", "--parsable", "-N", str(nodes), f"--gres=gpu:h100:{gpus}", "--comment", comment,
               "-o", "/dev/null", "--wrap", "sleep 3600")
-    return int(out.strip().split(";")[0])
+    SUBMITTED.append(int(out.strip().split(";")[0]))
+    return SUBMITTED[-1]
 
 
 def _wait_running(jobs: list[int], timeout: float = 60) -> None:
@@ -358,6 +369,7 @@ def test_failure_on_an_h100_node_moves_a_job_to_idle_a100_nodes(slurm_env, tmp_p
     out = _sh("sbatch", "--parsable", "-N", "1", "-w", free, "--gres=gpu:8", "--constraint=[h100|a100]",
               "--comment", MIXED, "-o", "/dev/null", "--wrap", "sleep 3600")
     mixed = int(out.strip().split(";")[0])
+    SUBMITTED.append(mixed)
     _wait_running([mixed])
     srv = Server(tmp_path / "coord").start()
     try:

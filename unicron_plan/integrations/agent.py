@@ -30,10 +30,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,13 +192,10 @@ class Journal:
             return {}
 
     def save(self, data: dict) -> None:
+        from unicron_plan.io import write_atomic
+
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".journal-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(data), mode=0o600, durable=True)
 
 
 @dataclass
@@ -283,8 +278,10 @@ class SlurmAgent:
                                  gpu_map=self.cfg.gpu_map)
             out = self.cfg.state_dir / f"proposal-{plan['plan_id']}"
             out.mkdir(parents=True, exist_ok=True, mode=0o700)
-            (out / "plan.json").write_text(json.dumps(plan, indent=1))
-            (out / "apply.sh").write_text(render_script(steps))
+            from unicron_plan.io import write_atomic
+
+            write_atomic(out / "plan.json", json.dumps(plan, indent=1))
+            write_atomic(out / "apply.sh", render_script(steps))
             self.journal.save({"status": "proposed", "plan_id": plan["plan_id"]})
             self.log({"proposed": plan["plan_id"], "commands": [a for s in steps for a in s.commands()]})
             return {"status": "proposed", "plan_id": plan["plan_id"], "dir": str(out), "drift": drift}

@@ -169,7 +169,7 @@ def main() -> None:
             pts.write_text(json.dumps(calibrate_points()))
             consts = calibrate(str(pts), str(ROOT / "models" / "efficiency.json"))
         print("fitted a100:", json.dumps(consts, indent=1))
-        from unicron_plan.perf.library import clear_caches
+        from unicron_plan.perf import clear_caches
         clear_caches()
         h100 = {"gpu_type": "h100", "stack": "megatron-core-2024", "fit": ["gemm_efficiency"],
                 "also_best": True, "points": LLAMA3_POINTS}

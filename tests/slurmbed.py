@@ -16,9 +16,10 @@ import pytest
 
 TESTBED = Path(os.environ.get("UNICRON_TESTBED_DIR", "/var/lib/unicron-testbed"))
 THROUGHPUT = "8:100,16:195,24:285,32:370,40:450,48:525,56:595,64:660"
-#: The name of every job the tests submit: the only jobs they cancel (with the user's own name,
-#: so that an earlier run's leftovers go too, and nobody else's job).
+#: The name of every job the tests submit.
 JOB_NAME = "unicron-plan-test"
+#: Ids of the jobs this test process submitted: the only jobs it ever cancels.
+SUBMITTED: set[int] = set()
 
 
 def slurm_env() -> dict:
@@ -37,6 +38,9 @@ def sh(*argv: str, check: bool = True, timeout: float = 60) -> str:
 
 
 def testbed_up() -> bool:
+    """The testbed's own Slurm answers (never a Slurm the host has otherwise: its jobs are not ours)."""
+    if "SLURM_CONF" not in os.environ and not (TESTBED / "etc" / "slurm.conf").exists():
+        return False
     try:
         return subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=slurm_env(),
                               timeout=20).returncode == 0
@@ -64,16 +68,21 @@ def node_states() -> dict[str, str]:
 def sbatch(*args: str) -> int:
     """Submit a job (``sbatch --parsable ARGS``) named JOB_NAME, so that only it is ever cancelled."""
     out = sh("sbatch", "--parsable", "-J", JOB_NAME, "-o", "/dev/null", *args)
-    return int(out.strip().split(";")[0])
+    job = int(out.strip().split(";")[0])
+    SUBMITTED.add(job)
+    return job
 
 
 def ours() -> set[int]:
-    """The tests' jobs Slurm still knows."""
-    return {int(j) for j in sh("squeue", "-h", "-n", JOB_NAME, "-u", getpass.getuser(), "-o", "%i").split()}
+    """The jobs this test process submitted that Slurm still knows."""
+    listed = {int(j) for j in sh("squeue", "-h", "-n", JOB_NAME, "-u", getpass.getuser(), "-o", "%i").split()}
+    return listed & SUBMITTED
 
 
 def cancel_ours() -> None:
-    sh("scancel", "-n", JOB_NAME, "-u", getpass.getuser(), check=False)
+    """Cancel the jobs this test process submitted, and no other."""
+    if SUBMITTED:
+        sh("scancel", *map(str, sorted(SUBMITTED)), check=False)
 
 
 def submit(nodes: int, weight: int, planned: bool = True, gpus: int = 8, *extra: str) -> int:

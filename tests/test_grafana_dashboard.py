@@ -24,7 +24,7 @@ def _exported(tmp_path) -> dict[str, set[str]]:
     inst = read_json(ROOT / "instances" / "paper-128-a800.json")
     base = copy.deepcopy(inst)
     ev = base.pop("event")
-    with TestClient(create_app(tmp_path / "s")) as c:
+    with TestClient(create_app(tmp_path / "s"), base_url="http://127.0.0.1") as c:
         c.put("/v1/cluster", json=base)
         assert c.app.state.coordinator.wait_contingency(60)
         c.post("/v1/events?dry_run=true", json=ev)

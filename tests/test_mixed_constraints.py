@@ -18,7 +18,7 @@ from conftest import ROOT
 from unicron_plan import load_instance, solve, validate_plan
 from unicron_plan.core.problem import build_problem
 from unicron_plan.errors import InfeasibleError
-from unicron_plan.solvers import SolverOptions, mixed_place
+from unicron_plan.solvers import SolverOptions, mixed, mixed_ip, mixed_place
 from unicron_plan.tools.mixedgen import mixed_instance
 
 AUDIT_PLAN = 313_860_000.0  # llm-a on h0,h1; llm-b 16 GPUs on a1+a3; llm-c 8 on a0 (validated)
@@ -82,7 +82,8 @@ def test_stopped_node_level_model_is_feasible_with_the_count_level_bound():
     with mock.patch.object(mixed_place, "_run", lambda m, o, b, s=None: (
             {"termination": "time_limit", "has_solution": False, "bound": math.inf}, None, {})), \
             mock.patch.object(mixed_place, "candidate", lambda *a: None):
-        raw = mixed_place.solve(problem, options, "cpsat", bound=COUNT_LEVEL)
+        raw = mixed_place.solve(problem, options, "cpsat", bound=COUNT_LEVEL, single=mixed_ip.single_solver("cpsat"),
+                                relax=mixed.solve_types)
     assert raw.solution == "feasible" and raw.termination == "time_limit"
     assert raw.bound == pytest.approx(COUNT_LEVEL) and raw.objective < raw.bound
     assert raw.options["fallback"] == "keep-or-suspend"
@@ -106,7 +107,7 @@ def test_service_answers_the_event_with_the_plan(tmp_path):
 
     inst = _reproduction()
     event = inst.pop("event")
-    c = TestClient(create_app(tmp_path / "state", contingency=False))
+    c = TestClient(create_app(tmp_path / "state", contingency=False), base_url="http://127.0.0.1")
     assert c.put("/v1/cluster", json=inst).status_code == 200
     r = c.post("/v1/events", json=event)
     assert r.status_code == 200, r.text
@@ -236,7 +237,8 @@ def test_copy_model_is_exact_on_a_fixed_sample():
         if problem is None or not problem.alternatives:
             continue
         truth = mixed_node_brute(inst)
-        raw = mixed_place.solve(problem, SolverOptions(time_limit_seconds=30), "cpsat")
+        raw = mixed_place.solve(problem, SolverOptions(time_limit_seconds=30), "cpsat",
+                                single=mixed_ip.single_solver("cpsat"), relax=mixed.solve_types)
         assert raw.solution == "optimal" and _close(raw.objective, truth[0]), seed
         if raw.placement is not None:  # the plan read back is a point of the model (the start of a run)
             assert mixed_place.hint_values(mixed_place.build(problem), problem, raw.counts, raw.types,

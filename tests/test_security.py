@@ -161,7 +161,7 @@ def test_the_token_guards_every_path(tmp_path):
 
     from unicron_plan.service.app import create_app
 
-    with TestClient(create_app(tmp_path / "s", token="s3cret")) as c:
+    with TestClient(create_app(tmp_path / "s", token="s3cret"), base_url="http://127.0.0.1") as c:
         for method, path in (("GET", "/healthz"), ("GET", "/metrics"), ("GET", "/v1/state"),
                              ("GET", "/v1/history"), ("PUT", "/v1/cluster"), ("POST", "/v1/events"),
                              ("GET", "/openapi.json"), ("POST", "/v1/jobs"), ("DELETE", "/v1/jobs/j"),

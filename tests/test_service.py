@@ -20,7 +20,7 @@ from unicron_plan.service.app import create_app
 
 def _client(tmp_path, **kw) -> TestClient:
     kw.setdefault("contingency", False)
-    return TestClient(create_app(tmp_path / "state", **kw))
+    return TestClient(create_app(tmp_path / "state", **kw), base_url="http://127.0.0.1")
 
 
 def _split(inst: dict) -> tuple[dict, dict | None]:
@@ -88,7 +88,7 @@ def _uploaded(tmp_path, instance: str):
     """(the instance without its event, the app, a client) after PUT /v1/cluster of a library instance."""
     base, _ = _split(read_json(ROOT / "instances" / instance))
     app = create_app(tmp_path / "s")
-    c = TestClient(app)
+    c = TestClient(app, base_url="http://127.0.0.1")
     c.put("/v1/cluster", json=base)
     return base, app, c
 
@@ -337,7 +337,7 @@ def test_16384_gpu_instance_warm_and_cold_equal_api_solve(tmp_path):
     expected = api.solve(inst)
     for contingency in (False, True):
         app = create_app(tmp_path / f"s{contingency}", contingency=contingency)
-        c = TestClient(app)
+        c = TestClient(app, base_url="http://127.0.0.1")
         c.put("/v1/cluster", json=base)
         if contingency:
             assert app.state.coordinator.wait_contingency(300)
@@ -354,7 +354,7 @@ def test_contingency_follows_the_state(tmp_path):
     inst = read_json(ROOT / "instances" / "paper-128-a800.json")
     base, ev = _split(inst)
     app = create_app(tmp_path / "s")
-    c = TestClient(app)
+    c = TestClient(app, base_url="http://127.0.0.1")
     c.put("/v1/cluster", json=base)
     assert app.state.coordinator.wait_contingency(60)
     p = c.post("/v1/events", json=ev).json()

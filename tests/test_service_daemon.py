@@ -154,7 +154,7 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(tmp_path):
     body = json.dumps({"kind": "job_arrival", "jobs": []}).encode()
     try:
         with socket.create_connection((host, int(port)), timeout=20) as s:
-            s.sendall(b"POST /v1/events?dry_run=true HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            s.sendall(b"POST /v1/events?dry_run=true HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                       b"Content-Length: %d\r\n\r\n" % len(body) + body[:5])
             time.sleep(0.5)  # the request is in flight: headers and part of the body received
             proc.send_signal(signal.SIGTERM)

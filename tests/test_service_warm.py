@@ -77,6 +77,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _until(condition, bound: float = 10.0) -> None:
+    """Poll ``condition`` until it holds or ``bound`` seconds pass (a hang guard, not a measurement)."""
+    deadline = time.monotonic() + bound
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().split(")")[-1].split()[0]
@@ -93,9 +100,9 @@ def test_the_worker_is_stopped_while_a_request_solves(tmp_path):
         pid = coord._warm_pid
         assert pid is not None
         with coord._worker_paused():
-            time.sleep(0.2)
+            _until(lambda: _state(pid) == "T")  # on a loaded machine the stop may land late: a bounded wait
             assert _state(pid) == "T"  # stopped: it takes no CPU from the request
-        time.sleep(0.2)
+        _until(lambda: not _alive(pid) or _state(pid) != "T")
         if _alive(pid):
             assert _state(pid) != "T"
         _wait_answers(coord)  # and it still finishes
@@ -201,7 +208,7 @@ def test_a_cold_request_reuses_the_prepared_cluster(tmp_path, monkeypatch):
     app = create_app(tmp_path / "s", contingency=False)
     from fastapi.testclient import TestClient
 
-    c = TestClient(app)
+    c = TestClient(app, base_url="http://127.0.0.1")
     assert c.put("/v1/cluster", json=base).status_code == 200
     calls = []
 
@@ -264,7 +271,8 @@ def test_the_worker_is_stopped_from_an_events_body_until_its_plan_is_sent(tmp_pa
                         coord._solving > 0 and bool(coord._stops) and coord._stops[-1][1] is None)
 
             scope = {"type": "http", "method": "POST", "path": "/v1/events", "raw_path": b"/v1/events",
-                     "query_string": b"dry_run=true", "headers": [(b"content-type", b"application/json")],
+                     "query_string": b"dry_run=true",
+                     "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
                      "http_version": "1.1", "scheme": "http", "server": ("127.0.0.1", 80),
                      "client": ("127.0.0.1", 1), "root_path": "", "app": app}
             await app(scope, receive, send)

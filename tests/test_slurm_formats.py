@@ -10,7 +10,6 @@ import os
 import shlex
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import hostlist
@@ -160,7 +159,6 @@ def test_expand_agrees_with_python_hostlist(parts):
 def test_hostlist_of_1000_bracket_groups_is_bounded_and_linear():
     """python-hostlist recurses once per bracket group (RecursionError at 1,000); the reader
     is linear, and refuses a product of groups larger than MAX_HOSTS before building it."""
-    start = time.perf_counter()
     assert expand("n" + "[1]" * 1000, "Job 1", "nodes") == ["n" + "1" * 1000]
     assert len(expand(",".join(f"n{i}[1-2]" for i in range(1000)), "Job 1", "nodes")) == 2000
     with pytest.raises(InvalidInstanceError, match="more than 100000 hosts"):
@@ -169,7 +167,6 @@ def test_hostlist_of_1000_bracket_groups_is_bounded_and_linear():
         expand("n[" * 1000, "Job 1", "nodes")
     with pytest.raises(InvalidInstanceError, match="more than 100000 hosts"):
         expand("n[1-999999999999]", "Job 1", "nodes")
-    assert time.perf_counter() - start < 2.0
 
 
 # --- names that must never become commands -----------------------------------------------------

@@ -460,12 +460,13 @@ def _umask() -> int:
     return mask
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
+def write_atomic(path: str | os.PathLike, text: str, mode: int | None = None, durable: bool = False) -> None:
     """Write text to path through a temporary file and a rename, so readers never see half a file.
 
-    The file gets the mode a plain ``open(path, "w")`` would give (0666 minus the umask), not the
-    0600 of temporary files. A FIFO or character device is written into directly. Bad paths
-    (see :func:`check_output_path`) are bad input (exit 2).
+    The file gets ``mode``, or when None the mode a plain ``open(path, "w")`` would give (0666 minus
+    the umask), not the 0600 of temporary files. ``durable``: the text is on disk (fsync) before the
+    rename. A FIFO or character device is written into directly. Bad paths (see
+    :func:`check_output_path`) are bad input (exit 2).
     """
     p = check_output_path(path)
     if p.exists() and not p.is_file():  # a FIFO or character device: write into it, keep it
@@ -481,9 +482,12 @@ def write_atomic(path: str | os.PathLike, text: str) -> None:
     except OSError as exc:
         raise InvalidInstanceError(str(p), f"cannot write: {exc.strerror or exc}") from None
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
+        os.fchmod(fd, (0o666 & ~_umask()) if mode is None else mode)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

@@ -41,7 +41,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -329,14 +328,11 @@ class Journal:
         return data
 
     def save(self, data: dict) -> None:
+        from unicron_plan.io import write_atomic
+
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".journal-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            write_atomic(self.path, json.dumps(data), mode=0o600, durable=True)
         except OSError as exc:
             raise AgentError(f"journal {self.path}: cannot write: {exc.strerror or exc}") from None
 

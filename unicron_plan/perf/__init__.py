@@ -15,41 +15,18 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Optional
 
-import numpy as np
-
-from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.perf import library as _library
 from unicron_plan.perf.curve import Curve, CurvePoint
 from unicron_plan.perf.iteration import GIB, RECOMPUTE_MODES
-
-#: What a caller may ask for: a fixed recomputation mode, or "auto" (per GPU count, the
-#: fastest of the modes whose layout fits in memory).
-RECOMPUTE_CHOICES = ("auto",) + RECOMPUTE_MODES
-from unicron_plan.perf.layouts import best_per_count, rank_layouts, search
+from unicron_plan.perf.layouts import RECOMPUTE_CHOICES, _check_args, best_per_count, rank_layouts, search
 from unicron_plan.perf.library import _mtime, get_efficiency, get_gpu, get_model
 from unicron_plan.perf.transition import transition_seconds
-from unicron_plan.schema.efficiency import MAX_GLOBAL_BATCH, MAX_POINT_GPUS, MAX_SEQ_LEN
 
 __all__ = ["derive_table", "rank_layouts", "Curve", "CurvePoint", "transition_seconds", "DEFAULT_MAX_GPUS",
            "RECOMPUTE_CHOICES"]
 
 #: Largest GPU count considered when neither ``max_gpus`` nor ``gpus`` is given.
 DEFAULT_MAX_GPUS = 4096
-
-
-def _check_args(model, gpu_type, global_batch, seq_len, recompute, max_gpus, gpus):
-    get_model(model)
-    get_gpu(gpu_type)
-    for name, val, top in (("global_batch", global_batch, MAX_GLOBAL_BATCH), ("seq_len", seq_len, MAX_SEQ_LEN)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or not 1 <= val <= top:
-            raise InvalidInstanceError(name, f"{val!r} is not an integer in [1, {top}]")
-    if recompute not in RECOMPUTE_CHOICES:
-        raise InvalidInstanceError("recompute", f"{recompute!r} is not one of {', '.join(RECOMPUTE_CHOICES)}")
-    if max_gpus is not None and (isinstance(max_gpus, bool) or not isinstance(max_gpus, (int, np.integer))
-                                 or not 1 <= max_gpus <= MAX_POINT_GPUS):
-        raise InvalidInstanceError("max_gpus", f"{max_gpus!r} is not an integer in [1, {MAX_POINT_GPUS}]")
-    for k, n in enumerate(gpus or ()):
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_POINT_GPUS:
-            raise InvalidInstanceError(f"gpus[{k}]", f"{n!r} is not an integer in [1, {MAX_POINT_GPUS}]")
 
 
 def derive_table(model: str, gpu_type: str, global_batch: int, seq_len: int,
@@ -108,3 +85,9 @@ def _derive(model_name, gpu_type, global_batch, seq_len, recompute, max_gpus, co
     points = [best[n] for n in sorted(best)]
     return Curve(model=model_name, gpu_type=gpu_type, global_batch=global_batch, seq_len=seq_len,
                  recompute=recompute, points=points)
+
+
+def clear_caches() -> None:
+    """Forget every loaded data file and derived table (after editing the shipped JSON in place)."""
+    _library.clear_caches()
+    _derive.cache_clear()

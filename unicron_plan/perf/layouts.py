@@ -17,8 +17,31 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from unicron_plan.perf.iteration import evaluate, stage_layers
-from unicron_plan.perf.library import Efficiency, GpuSpec, ModelSpec
+from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.perf.iteration import RECOMPUTE_MODES, evaluate, stage_layers
+from unicron_plan.perf.library import Efficiency, GpuSpec, ModelSpec, get_gpu, get_model
+from unicron_plan.schema.efficiency import MAX_GLOBAL_BATCH, MAX_POINT_GPUS, MAX_SEQ_LEN
+
+#: What a caller may ask for: a fixed recomputation mode, or "auto" (per GPU count, the
+#: fastest of the modes whose layout fits in memory).
+RECOMPUTE_CHOICES = ("auto",) + RECOMPUTE_MODES
+
+
+def _check_args(model, gpu_type, global_batch, seq_len, recompute, max_gpus, gpus):
+    get_model(model)
+    get_gpu(gpu_type)
+    for name, val, top in (("global_batch", global_batch, MAX_GLOBAL_BATCH), ("seq_len", seq_len, MAX_SEQ_LEN)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or not 1 <= val <= top:
+            raise InvalidInstanceError(name, f"{val!r} is not an integer in [1, {top}]")
+    if recompute not in RECOMPUTE_CHOICES:
+        raise InvalidInstanceError("recompute", f"{recompute!r} is not one of {', '.join(RECOMPUTE_CHOICES)}")
+    if max_gpus is not None and (isinstance(max_gpus, bool) or not isinstance(max_gpus, (int, np.integer))
+                                 or not 1 <= max_gpus <= MAX_POINT_GPUS):
+        raise InvalidInstanceError("max_gpus", f"{max_gpus!r} is not an integer in [1, {MAX_POINT_GPUS}]")
+    for k, n in enumerate(gpus or ()):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_POINT_GPUS:
+            raise InvalidInstanceError(f"gpus[{k}]", f"{n!r} is not an integer in [1, {MAX_POINT_GPUS}]")
+
 
 MAX_MICRO_BATCH = 32
 
@@ -175,7 +198,6 @@ def rank_layouts(model: str, gpu_type: str, global_batch: int, seq_len: int, gpu
 
         >>> [(r["tp"], r["pp"]) for r in rank_layouts("gpt3-175b", "a100", 1536, 2048, 1536, top=3)]  # doctest: +SKIP
     """
-    from unicron_plan.perf import _check_args
     from unicron_plan.perf.iteration import RECOMPUTE_MODES
     from unicron_plan.perf.library import get_efficiency, get_gpu, get_model
 

@@ -267,10 +267,8 @@ def _efficiency_data(path: Optional[str], mtime: Optional[int]) -> dict:
 
 
 def clear_caches() -> None:
-    """Forget every loaded data file (after editing the shipped JSON in place)."""
-    from unicron_plan.perf import _derive
-
-    for f in (_models, _gpus, _efficiency_data, _get_efficiency, _derive):
+    """Forget every loaded data file (``unicron_plan.perf.clear_caches`` also forgets derived tables)."""
+    for f in (_models, _gpus, _efficiency_data, _get_efficiency):
         f.cache_clear()
 
 

@@ -149,7 +149,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
         used_per_type[gtype] = used_per_type.get(gtype, 0) + y
         # Stay rule (docs/format.md): keeping the count on another split than the previous
         # one is a move, a change that pays its transition.
-        moved = cost.is_moved(x, y, split, state.previous.get(job.id, {})) or gtype != now_type
+        moved = cost.is_moved(x, y, split, state.previous.get(job.id, {})) or (gtype != now_type and y > 0)
         expected_action = action_of(x, y, hit, moved)
         if pj.action != expected_action:
             bad(f"{where}: action {pj.action!r}, expected {expected_action!r}")

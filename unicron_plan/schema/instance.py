@@ -130,7 +130,7 @@ class CompactTable(StrictModel):
     def _aligned(self) -> "CompactTable":
         if len(self.counts) != len(self.tflops):
             raise ValueError(f"'counts' has {len(self.counts)} entries, 'tflops' {len(self.tflops)}")
-        if self.counts[0] < 1 or self.counts[-1] > MAX_COMPACT_COUNT:
+        if min(self.counts) < 1 or max(self.counts) > MAX_COMPACT_COUNT:  # every one: not yet known ascending
             raise ValueError(f"counts must lie in [1, {MAX_COMPACT_COUNT}]")
         counts = np.asarray(self.counts, dtype=np.int64)
         steps = np.diff(counts)

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError, SolverUnavailableError
 from unicron_plan.io import field_path, parse_document_async
@@ -27,6 +28,7 @@ from unicron_plan.schema.service import (HealthReply, HistoryEntry, HistoryReply
                                          StateReply)
 from unicron_plan.service.coordinator import Conflict, Coordinator
 from unicron_plan.service.detect import SignalDesk
+from unicron_plan.service.guard import BrowserGuard, page_policy
 from unicron_plan.service.state import NotFound
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -142,8 +144,10 @@ async def _read_json(request: Request, limit: int, parse_seconds: float = DEFAUL
 def create_app(state_dir: str | Path, token: str | None = None, solver: str | None = None,
                contingency: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                settle_heap: bool = False, access_log: bool = False,
-               parse_seconds: float = DEFAULT_PARSE_SECONDS) -> FastAPI:
-    """The FastAPI application serving the state in ``state_dir`` (``access_log``: one log line a request)."""
+               parse_seconds: float = DEFAULT_PARSE_SECONDS, hosts: tuple[str, ...] = (),
+               origins: tuple[str, ...] = ()) -> FastAPI:
+    """The FastAPI application serving the state in ``state_dir`` (``access_log``: one log line a request;
+    ``hosts``, ``origins``: names and origins admitted besides the loopback ones, :mod:`.guard`)."""
     coord = Coordinator(state_dir, solver=solver, contingency=contingency, settle_heap=settle_heap)
 
     desk = SignalDesk(coord)
@@ -163,6 +167,7 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
         app.add_middleware(_PauseWarmWorker, coordinator=coord)
     if token is not None:
         app.add_middleware(_TokenAuth, token=token)
+    app.add_middleware(BrowserGuard, hosts=hosts, origins=origins)
     if access_log:  # outermost: a request refused for its token is logged too
         from unicron_plan.service.daemon import AccessLog
 
@@ -202,6 +207,10 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     @app.exception_handler(StarletteHTTPException)
     async def _http(request, exc: StarletteHTTPException):
         return _error(exc.status_code, f"path: {exc.detail}")
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request, exc):  # the client went away, or was dropped for reading too slowly
+        return _error(400, "body: the connection closed before the body was read")
 
     @app.exception_handler(Exception)
     async def _bug(request, exc: Exception):  # never a traceback on the wire
@@ -300,8 +309,11 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
 
 
 def _file(name: str, media_type: str) -> Response:
-    return Response((CONSOLE_DIR / name).read_bytes(), media_type=media_type,
-                    headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"})
+    body = (CONSOLE_DIR / name).read_bytes()
+    headers = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+    if media_type.startswith("text/html"):
+        headers["Content-Security-Policy"] = page_policy(body)
+    return Response(body, media_type=media_type, headers=headers)
 
 
 def _document_bodies(app: FastAPI) -> None:

@@ -24,7 +24,16 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
           max_body_mib: float = typer.Option(64.0, "--max-body-mib", help="Largest request body, MiB."),
           access_log: bool = typer.Option(True, "--access-log/--no-access-log",
                                           help="Log each request (method, path, status, milliseconds) on stderr."),
-          log_format: str = typer.Option("text", "--log-format", help="text or json (one object a line).")):
+          log_format: str = typer.Option("text", "--log-format", help="text or json (one object a line)."),
+          allow_host: list[str] = typer.Option(
+              [], "--allow-host", help="A Host name clients use besides the loopback names and the bound "
+                                       "address (repeatable; e.g. the machine's name behind a reverse proxy)."),
+          allow_origin: list[str] = typer.Option(
+              [], "--allow-origin", help="A browser Origin admitted besides the service's own, as "
+                                         "scheme://host[:port] (repeatable; e.g. a reverse proxy's)."),
+          read_timeout: float = typer.Option(10.0, "--read-timeout",
+                                             help="Seconds a client has to send a request's headers, and "
+                                                  "then its body; slower clients are dropped.")):
     """Serve the planning coordinator over HTTP (docs/service.md)."""
     import logging
     import signal
@@ -58,6 +67,9 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
         raise InvalidInstanceError("--max-body-mib", f"{max_body_mib}: must be a number in (0, 4096]")
     if log_format not in ("text", "json"):
         raise InvalidInstanceError("--log-format", f"{log_format!r}; valid: text, json")
+    if not (math.isfinite(read_timeout) and 0 < read_timeout <= 3600):
+        raise InvalidInstanceError("--read-timeout", f"{read_timeout}: must be a number in (0, 3600]")
+    hosts, origins = _admitted(host, allow_host, allow_origin)
     daemon.setup_logging(log_format)
     created = _missing_dirs(state)  # what a start that fails removes again
     lock = StateLock(prepare_state_dir(state))  # first: a second serve on DIR names the holder
@@ -72,7 +84,7 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
             try:
                 app = create_app(state, token=token, solver=solver, contingency=not no_contingency,
                                  max_body_bytes=int(max_body_mib * 1024 * 1024), settle_heap=True,
-                                 access_log=access_log)
+                                 access_log=access_log, hosts=hosts, origins=origins)
             except InvalidInstanceError:
                 lock.release()
                 _remove_created(state, created)
@@ -90,7 +102,7 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
                     daemon.log(logging.WARNING, warning, kind="no-token", host=host)
 
             config = uvicorn.Config(app, log_config=None, log_level="warning", access_log=False,
-                                    http=daemon.json_error_protocol(), lifespan="on",
+                                    http=daemon.json_error_protocol(read_timeout), lifespan="on",
                                     timeout_graceful_shutdown=GRACEFUL_SECONDS)
             # While it runs, uvicorn turns SIGTERM/SIGINT into a graceful shutdown (requests in flight
             # finish), then re-raises them to the handlers it found: these exit 0 (also before it runs).
@@ -144,3 +156,31 @@ def _remove_created(state: Path, created: list[Path]) -> None:
     for d in created:
         with contextlib.suppress(OSError):
             d.rmdir()  # only if empty
+
+
+def _admitted(bound: str, hosts: list[str], origins: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The Host names (the bound address unless a wildcard, and ``--allow-host``) and origins
+    (``--allow-origin``) the service admits besides its loopback names and its own origin."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.service.guard import host_name, normal_origin
+    from unicron_plan.text import one_line
+
+    names = []
+    for k, h in enumerate(hosts):
+        if host_name(h) is None or host_name(h) != h.lower().strip("[]"):  # a name, no port
+            raise InvalidInstanceError(f"--allow-host[{k}]", f"{one_line(h, 100)!r} is not a host name")
+        names.append(host_name(h))
+    try:
+        if not ipaddress.ip_address(bound).is_unspecified:
+            names.append(bound)
+    except ValueError:
+        names.append(bound)  # a name: clients use it
+    for k, o in enumerate(origins):
+        parts = urlsplit(normal_origin(o))
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query \
+                or host_name(parts.netloc) is None:
+            raise InvalidInstanceError(f"--allow-origin[{k}]", f"{one_line(o, 100)!r}: expected scheme://host[:port]")
+    return tuple(names), tuple(normal_origin(o) for o in origins)

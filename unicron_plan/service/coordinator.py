@@ -685,11 +685,12 @@ def _settle_heap() -> None:
 
 
 def _digest(data: Any) -> str:
-    """SHA-256 of a request body's JSON in canonical form (sorted keys, no spaces)."""
+    """SHA-256 of a request body's JSON in canonical form (sorted keys, no spaces). Defined for every
+    body the reader returns: ``1e999`` (infinity) and lone surrogates (``"\\ud800"``) included."""
     import hashlib
 
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _single_node_failure(data: Any) -> str | None:

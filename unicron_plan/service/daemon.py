@@ -153,15 +153,27 @@ def Server(config, started):
 
 
 # --------------------------------------------------------------------------- HTTP protocol
-def json_error_protocol():
+#: Longest a client may take to send a request's headers, and then its body (``serve --read-timeout``).
+READ_SECONDS = 10.0
+
+
+def json_error_protocol(read_seconds: float = READ_SECONDS):
     """uvicorn's httptools protocol whose answer to an unparsable request (e.g. a 100 KB URL) is the
-    service's JSON error instead of plain text."""
+    service's JSON error instead of plain text, and which drops slow clients: a request's headers
+    must arrive within ``read_seconds`` of its first byte (or of the connection), its body within
+    ``read_seconds`` of its headers; else the answer is 408 (headers) or 400 (body) and the
+    connection is closed."""
     from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
     class JsonErrorProtocol(HttpToolsProtocol):
+        _read_timer = None
+
         def send_400_response(self, msg: str) -> None:
-            body = json.dumps({"error": f"request: {msg}"}).encode()
-            content = [STATUS_LINE[400]]
+            self._close_with(400, f"request: {msg}")
+
+        def _close_with(self, status: int, message: str) -> None:
+            body = json.dumps({"error": message}).encode()
+            content = [STATUS_LINE[status]]
             for name, value in self.server_state.default_headers:
                 content.extend([name, b": ", value, b"\r\n"])
             content.extend([b"content-type: application/json\r\n",
@@ -169,5 +181,47 @@ def json_error_protocol():
                             b"connection: close\r\n", b"\r\n", body])
             self.transport.write(b"".join(content))
             self.transport.close()
+
+        # read deadlines: armed for the headers and then the body, disarmed once they are in
+        def _arm(self, what: str) -> None:
+            self._disarm()
+            self._read_timer = self.loop.call_later(read_seconds, self._too_slow, what)
+
+        def _disarm(self) -> None:
+            if self._read_timer is not None:
+                self._read_timer.cancel()
+                self._read_timer = None
+
+        def _too_slow(self, what: str) -> None:
+            self._read_timer = None
+            if self.transport.is_closing():
+                return
+            if self.cycle is not None and self.cycle.response_started:
+                self.transport.close()
+            elif what == "headers":
+                self._close_with(408, f"request: headers not received within {read_seconds:g} s")
+            else:
+                self._close_with(400, f"body: not received within {read_seconds:g} s")
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm("headers")
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if self._read_timer is None:  # a new request on a kept-alive connection: its own deadline
+                self._arm("headers")
+
+        def on_headers_complete(self) -> None:
+            self._arm("body")
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._disarm()
+            super().on_message_complete()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
 
     return JsonErrorProtocol

@@ -43,7 +43,12 @@ def _now() -> str:
 
 # --------------------------------------------------------------------------- state directory
 def prepare_state_dir(directory: str | Path) -> Path:
-    """Create the state directory (0700) or check an existing one; refuse symbolic links in it."""
+    """Create the state directory (0700) or check an existing one.
+
+    Every state file is checked before anything is changed: a symbolic link, a file that is not
+    regular or one with another hard link is refused. Then the directory is made 0700 when it is
+    ours (new, empty, or holding ``state.sqlite3``); any other directory that others may write
+    (a shared ``/tmp``, a non-empty 0777 one) is refused, never changed (docs/security.md)."""
     d = Path(directory)
     if d.exists() and not d.is_dir():
         raise InvalidInstanceError("--state", f"{d}: exists and is not a directory")
@@ -52,14 +57,23 @@ def prepare_state_dir(directory: str | Path) -> Path:
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidInstanceError("--state", f"{d}: cannot create: {exc.strerror}") from None
-    if fresh or (d / "state.sqlite3").exists() or not any(d.iterdir()):
-        os.chmod(d, 0o700)  # only our own directory (never, say, a shared /tmp passed by mistake)
     for name in STATE_FILES:
         p = d / name
-        if p.is_symlink():
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
             raise InvalidInstanceError("--state", f"{p}: is a symbolic link; refused")
-        if p.exists() and not p.is_file():
+        if not stat.S_ISREG(st.st_mode):
             raise InvalidInstanceError("--state", f"{p}: not a regular file")
+        if st.st_nlink > 1:
+            raise InvalidInstanceError("--state", f"{p}: has {st.st_nlink} hard links; refused")
+    if fresh or (d / "state.sqlite3").exists() or not any(d.iterdir()):
+        os.chmod(d, 0o700)  # only our own directory (never, say, a shared /tmp passed by mistake)
+    elif os.stat(d).st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise InvalidInstanceError("--state", f"{d}: others may write in it (mode {os.stat(d).st_mode & 0o7777:04o}) "
+                                              "and it holds other files: give a directory of its own")
     return d
 
 
@@ -72,8 +86,11 @@ def create_private(path: Path) -> None:
             raise InvalidInstanceError("--state", f"{path}: is a symbolic link; refused") from None
         raise InvalidInstanceError("--state", f"{path}: cannot open: {exc.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise InvalidInstanceError("--state", f"{path}: not a regular file")
+        if st.st_nlink > 1:  # before any chmod: the mode is the other name's too
+            raise InvalidInstanceError("--state", f"{path}: has {st.st_nlink} hard links; refused")
         os.fchmod(fd, 0o600)
     finally:
         os.close(fd)

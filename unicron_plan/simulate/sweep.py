@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.io import parse_model, read_document, read_json
+from unicron_plan.io import parse_model, read_document, read_json, save_figure_atomic
 from unicron_plan.schema.sweep import Sweep
 
 BACKENDS = ("process", "ray")
@@ -247,7 +247,7 @@ def plot_sweep(result: dict[str, Any], out_dir: Path) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         path = out_dir / f"sweep-{field.replace('.', '_')}.png"
-        fig.savefig(path, dpi=110)
+        save_figure_atomic(fig, path, dpi=110)
         plt.close(fig)
         written.append(path)
     return written

@@ -143,7 +143,7 @@ def solver_names() -> list[str]:
 #: Mixed fleets (problems whose jobs may change GPU type): the module that solves them for each
 #: solver, and the IP backend it hands the model to. brute and auto choose types themselves.
 MIXED_ROUTES: dict[str, tuple[str, Optional[str]]] = {
-    "dp": ("unicron_plan.solvers.mixed", None),
+    "dp": ("unicron_plan.solvers.auto", None),  # the router: solvers/mixed.py with its sub-solver
     "milp": ("unicron_plan.solvers.mixed_ip", "highs"),
     "milp-cbc": ("unicron_plan.solvers.mixed_ip", "cbc"),
     "cpsat": ("unicron_plan.solvers.mixed_ip", "cpsat"),

@@ -75,15 +75,22 @@ def _relaxation_placed(problem: Problem, options: SolverOptions) -> RawSolution 
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
-    """Dispatch as the module docstring says."""
-    import importlib
-
+    """Dispatch as the module docstring says: the one router. Mixed fleets go to
+    :mod:`unicron_plan.solvers.mixed`, handed :func:`solve_single` for their single-type parts."""
     options = options or SolverOptions()
     if problem.alternatives:  # mixed fleets: types and counts (solvers/mixed.py)
         from unicron_plan.solvers import mixed
-        raw = mixed.solve(problem, options)
+        raw = mixed.solve(problem, options, single=solve_single)
         raw.options = {"backend": "mixed", **raw.options}
         return raw
+    return solve_single(problem, options)
+
+
+def solve_single(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
+    """Steps 1-3 of the module docstring for a problem whose jobs keep their GPU type."""
+    import importlib
+
+    options = options or SolverOptions()
     name = choose(problem)
     if name != "dp":
         raw = _relaxation_placed(problem, options)

@@ -1185,13 +1185,15 @@ def solve_types(problem: Problem, deadline: float | None = None) -> tuple[dict[s
             search.timed_out or bound > value + search.tol, stats)
 
 
-def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:
+def solve(problem: Problem, options: SolverOptions | None = None, single=None) -> RawSolution:
     """Choose every job's GPU type and count exactly (module docstring).
 
     A single-type problem goes to the DP unchanged. With node-level or churn constraints, the
     optimum of the count-level problem is returned when its counts can be placed under them
     (then it is optimal for the constrained problem too); otherwise the node-level model over
-    types (:mod:`unicron_plan.solvers.mixed_place`) decides, the count-level optimum bounding it.
+    types (:mod:`unicron_plan.solvers.mixed_place`) decides, the count-level optimum bounding it,
+    its candidates solved by ``single`` (the router's single-type solver,
+    :func:`unicron_plan.solvers.auto.solve_single`: the router hands it over, nothing here imports it).
     """
     if not problem.alternatives:
         return dp.solve(problem, options)
@@ -1203,7 +1205,9 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
     if limits:
         placement = _place_constrained(problem, counts, types, options)
         if placement is None:
-            return _solve_node_level(problem, options, bound, types, stats)
+            if single is None:
+                raise TypeError("mixed.solve: node-level or churn constraints need single= (solvers.auto routes)")
+            return _solve_node_level(problem, options, bound, types, stats, single)
         if placement is PLACED_AT_ASSEMBLY:
             placement = None
         stats["backend"] = "mixed+place"
@@ -1247,12 +1251,12 @@ def _place_constrained(problem: Problem, counts, types, options: SolverOptions):
 
 
 def _solve_node_level(problem: Problem, options: SolverOptions, bound: float, types: dict[str, str],
-                      stats: dict) -> RawSolution:
+                      stats: dict, single) -> RawSolution:
     """The count-level optimum cannot be placed: the node-level model over types and counts
     (:func:`unicron_plan.solvers.mixed_place.solve`), bounded by ``bound`` too, its first
     candidate the count-level optimum's ``types``."""
     from unicron_plan.solvers import mixed_place
 
-    raw = mixed_place.solve(problem, options, bound=bound, types=types)
+    raw = mixed_place.solve(problem, options, bound=bound, types=types, single=single, relax=solve_types)
     raw.options = {**stats, "count_level_bound": bound, **raw.options, "backend": "mixed+node-level"}
     return raw

@@ -75,6 +75,24 @@ def _trivial_bound(problem: Problem) -> float:
     return math.fsum(max(float(a.gains.max()) for a in problem.alternatives.get(j.id, [j])) for j in problem.jobs)
 
 
+def single_solver(backend: str | None):
+    """The single-type solver of the node-level model's candidates on ``backend``: the DP where it is
+    exact, else CP-SAT (``cpsat``), CBC (``cbc``) or the router (:func:`unicron_plan.solvers.auto.solve_single`)."""
+    from unicron_plan.core.constraints import dp_limitations
+    from unicron_plan.solvers import auto, cpsat, dp, milp
+
+    def single(problem: Problem, options: SolverOptions) -> RawSolution:
+        if not dp_limitations(problem):
+            return dp.solve(problem, options)
+        if backend == "cpsat":
+            return cpsat.solve(problem, options)
+        if backend == "cbc":
+            return milp.solve(problem, options, "cbc")
+        return auto.solve_single(problem, options)
+
+    return single
+
+
 def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawSolution:
     """Solve the model with ``backend`` (``highs`` or ``cbc`` through PuLP, ``cpsat``: OR-Tools).
 
@@ -83,12 +101,12 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
     and keep-or-suspend. An engine's ``optimal`` below the mixed solver's exact optimum is refuted;
     the answer is ``optimal`` when the mixed solver proved the plan returned, or when the engine's
     claim meets the bound."""
-    from unicron_plan.solvers.mixed import _limitations
+    from unicron_plan.solvers.mixed import _limitations, solve_types
 
     if _limitations(problem):  # node-level or churn constraints: the node-level model over types
         from unicron_plan.solvers import mixed_place
 
-        return mixed_place.solve(problem, options, backend)
+        return mixed_place.solve(problem, options, backend, single=single_solver(backend), relax=solve_types)
     options = options or SolverOptions()
     try:
         model, meaning = build(problem, options.deadline)

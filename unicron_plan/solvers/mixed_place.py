@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -30,6 +31,11 @@ from unicron_plan.core.problem import JobTerms, Problem, RawSolution
 from unicron_plan.errors import InfeasibleError
 from unicron_plan.solvers import DeadlineReached, SolverOptions
 from unicron_plan.solvers import ipmodel
+
+#: The single-type solver the candidates use: ``(problem, options) -> RawSolution``.
+SingleSolver = Callable[[Problem, SolverOptions], RawSolution]
+#: The count-level solver over types, :func:`unicron_plan.solvers.mixed.solve_types`'s signature.
+Relaxation = Callable[[Problem, "float | None"], tuple]
 
 #: Separates a job id from the GPU type of its copy (no job id holds it).
 COPY_MARK = "\x00"
@@ -190,29 +196,20 @@ CANDIDATE_SECONDS = 10.0
 
 
 def candidate(problem: Problem, types: dict[str, str], options: SolverOptions,
-              backend: str | None) -> tuple[dict[str, int], dict[str, str], dict | None, float] | None:
-    """The best plan found with every job on the type ``types`` gives it (the single-type solvers,
-    node level where a constraint binds): (counts, types, placement or None, objective), or None.
+              single: SingleSolver) -> tuple[dict[str, int], dict[str, str], dict | None, float] | None:
+    """The best plan found with every job on the type ``types`` gives it, by ``single`` (the
+    single-type solver the router hands over): (counts, types, placement or None, objective), or None.
 
     A job on another type than its current one is marked hit there: it has no previous split,
     and the churn limit counts it changed (also when it suspends: stricter than needed, never
     looser)."""
-    from unicron_plan.core.constraints import dp_limitations
     from unicron_plan.errors import UnicronError
-    from unicron_plan.solvers import auto, cpsat, dp, milp
 
     moved = problem.with_types(types)
     fixed = dataclasses.replace(moved, alternatives={},
                                 jobs=[dataclasses.replace(j, hit=True) if j.off_type else j for j in moved.jobs])
     try:
-        if not dp_limitations(fixed):
-            raw = dp.solve(fixed, options)
-        elif backend == "cpsat":
-            raw = cpsat.solve(fixed, options)
-        elif backend == "cbc":
-            raw = milp.solve(fixed, options, "cbc")
-        else:
-            raw = auto.solve(fixed, options)
+        raw = single(fixed, options)
     except (UnicronError, DeadlineReached):
         return None
     counts = {jid: int(y) for jid, y in raw.counts.items()}
@@ -260,7 +257,8 @@ def default_backend() -> str:
 
 
 def solve(problem: Problem, options: SolverOptions | None = None, backend: str | None = None,
-          bound: float | None = None, types: dict[str, str] | None = None) -> RawSolution:
+          bound: float | None = None, types: dict[str, str] | None = None, *, single: SingleSolver,
+          relax: Relaxation) -> RawSolution:
     """The best plan of the mixed problem under its node-level and churn constraints.
 
     1. Candidates (each with a quarter of the time left, at most CANDIDATE_SECONDS): every job on
@@ -269,17 +267,18 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str |
     2. The model of the module docstring with ``backend`` (``cpsat``, ``highs`` or ``cbc``; None:
        :func:`default_backend`), started from the best candidate, with the time left.
 
+    ``single`` solves the candidates' single-type problems and ``relax`` is the count-level solver
+    (:func:`unicron_plan.solvers.mixed.solve_types`), both handed over by the caller: this module
+    imports no solver that routes back to it.
     ``bound``: a known upper bound (the count-level optimum), kept when the backend's is weaker.
     The best plan of 1, 2 and the keep-or-suspend plan comes back, ``optimal`` only when 2 proved
     it; InfeasibleError only when the backend proved that no plan exists, or when none was found."""
     options = options or SolverOptions()
-    chosen_backend, backend = backend, backend or default_backend()
+    backend = backend or default_backend()
     info: dict = {"model": "mixed types, node level", "backend": backend}
     if bound is None:
-        from unicron_plan.solvers.mixed import solve_types
-
         try:  # the count-level optimum over types: an upper bound, and the first candidate's types
-            _, types, _, bound, _, _ = solve_types(problem, options.deadline)
+            _, types, _, bound, _, _ = relax(problem, options.deadline)
         except InfeasibleError:
             pass  # not proven here (it may have been stopped): the model decides
     best = None  # (counts, types, placement, objective, source)
@@ -288,7 +287,7 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str |
         if assignment is None or assignment in tried or options.expired():
             continue
         tried.append(assignment)
-        found = candidate(problem, assignment, _slice(options, 0.25), chosen_backend)
+        found = candidate(problem, assignment, _slice(options, 0.25), single)
         if found is not None and (best is None or found[3] > best[3]):
             best = (*found, f"candidate: {label}")
     try:
@@ -334,9 +333,7 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str |
     if bound is not None:
         top = min(top, bound)
     if not math.isfinite(top):
-        from unicron_plan.solvers.mixed import relaxation
-
-        top = relaxation(problem, options.deadline)[1]
+        top = relax(problem, options.deadline)[3]
     top = max(top, objective)
     optimal = proven and math.isclose(top, objective, rel_tol=1e-9, abs_tol=1e-6)
     termination = "optimal" if proven else result["termination"]

@@ -59,7 +59,7 @@ def _median(xs: list[float]) -> float:
 def _process_time(spec: str, solver: str, instance) -> float:
     """Wall seconds of one `python -m unicron_plan.cli solve` process."""
     import unicron_plan
-    from unicron_plan.io import dumps
+    from unicron_plan.io import dumps, write_atomic
 
     root = str(Path(unicron_plan.__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -67,7 +67,7 @@ def _process_time(spec: str, solver: str, instance) -> float:
         path = spec
         if spec.startswith("generate:"):
             path = os.path.join(tmp, "instance.json")
-            Path(path).write_text(dumps(instance))
+            write_atomic(path, dumps(instance))
         out = os.path.join(tmp, "plan.json")
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "unicron_plan.cli", "solve", path, "--solver", solver,

@@ -47,11 +47,13 @@ function hostlist(names) {
   if (!names || !names.length) return "–";
   const groups = new Map(), other = [];
   for (const n of names) {
-    const m = /^(.*?)(\d+)$/.exec(n);
-    if (!m) { other.push(n); continue; }
-    const key = m[1] + "\u0000" + m[2].length;
-    if (!groups.has(key)) groups.set(key, {prefix: m[1], width: m[2].length, nums: []});
-    groups.get(key).nums.push(parseInt(m[2], 10));
+    let k = n.length;  // the trailing digits, found by one scan from the end (a regex backtracks: quadratic)
+    while (k > 0 && n.charCodeAt(k - 1) >= 48 && n.charCodeAt(k - 1) <= 57) k--;
+    if (k === n.length) { other.push(n); continue; }
+    const prefix = n.slice(0, k), digits = n.slice(k);
+    const key = prefix + "\u0000" + digits.length;
+    if (!groups.has(key)) groups.set(key, {prefix, width: digits.length, nums: []});
+    groups.get(key).nums.push(parseInt(digits, 10));
   }
   const out = [];
   for (const g of groups.values()) {

@@ -57,13 +57,19 @@ class Answers:
 def _every_answer(tmp_path, monkeypatch) -> tuple[set, dict]:
     app = create_app(tmp_path / "s", token=TOKEN, contingency=False, max_body_bytes=200_000)
     coord = app.state.coordinator
-    a = Answers(TestClient(app, raise_server_exceptions=False))
+    a = Answers(TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1"))
     doc = a.c.get("/openapi.json", headers=AUTH).json()
     # before a cluster: the routes that need one name it (422)
     a("delete", "/v1/jobs/{job_id}", "/v1/jobs/x")
     for route, method in doc_routes(doc):
         path = route.replace("{job_id}", "x").replace("{plan_id}", "p1")
         a(method, route, path, auth=False)  # 401 without the token
+        # the browser guard (service/guard.py): a foreign Host (421), a foreign page's Origin (403), a
+        # write whose body is not declared JSON (415)
+        a(method, route, path, headers={"host": "rebound.example"})
+        a(method, route, path, headers={"origin": "http://evil.example"})
+        if method in ("put", "post", "delete"):
+            a(method, route, path, content=b"{}", headers={"content-type": "text/plain"})
     # 400, 413, 422 of each body
     for route, method in (("/v1/cluster", "put"), ("/v1/events", "post"), ("/v1/jobs", "post"),
                           ("/v1/signals", "post"), ("/v1/actions", "post")):
@@ -141,7 +147,7 @@ def test_openapi_documents_exactly_the_answers_of_every_route(tmp_path, monkeypa
 
 
 def test_event_schema_is_the_union_of_the_four_kinds(tmp_path):
-    doc = TestClient(create_app(tmp_path / "s", contingency=False)).get("/openapi.json").json()
+    doc = TestClient(create_app(tmp_path / "s", contingency=False), base_url="http://127.0.0.1").get("/openapi.json").json()
     body = doc["paths"]["/v1/events"]["post"]["requestBody"]["content"]["application/json"]
     schema = doc["components"]["schemas"][body["schema"]["$ref"].rsplit("/", 1)[1]]
     kinds = {doc["components"]["schemas"][ref["$ref"].rsplit("/", 1)[1]]["properties"]["kind"]["const"]

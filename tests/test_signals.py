@@ -172,7 +172,7 @@ def test_node_reader_report_names_the_nodes_jobs():
 # ----------------------------------------------------------------------------- over HTTP
 def _client(tmp_path, token=None):
     app = create_app(tmp_path / "state", contingency=False, token=token)
-    return TestClient(app), app
+    return TestClient(app, base_url="http://127.0.0.1"), app
 
 
 def _cluster(c, headers=None):

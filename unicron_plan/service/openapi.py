@@ -22,29 +22,34 @@ STATUS = {
     400: "The body is not a JSON object: not UTF-8, empty, not strict JSON (NaN, a repeated key), too deep, "
          "or too slow to read.",
     401: "A token is required (serve --token-file) and the request has none or a wrong one.",
+    403: "The request comes from a web page of another origin (Origin, Sec-Fetch-Site; serve --allow-origin "
+         "admits a reverse proxy's).",
     404: "No such plan or job (or path).",
     409: "The plan was made for an older revision: the state moved on (ask for a new plan; only a plan of "
          "the current state is applied or explained).",
     413: "The body is larger than the limit (serve --max-body-mib).",
+    415: "A write's body is not declared Content-Type: application/json.",
+    421: "The Host header is not a name of this service (loopback names, the bound address, serve --allow-host).",
     422: "A field is invalid (named in the error), the constraints admit no plan, or there is no cluster yet.",
     500: "An internal error (a bug): one line, never a traceback.",
 }
 
-#: The status codes each route answers besides 200 (401 only when a token is set; 500 on a bug).
+#: The status codes each route answers besides 200 (401 only when a token is set; 500 on a bug; 403, 415 and
+#: 421 from the browser guard, service/guard.py; 415 only for a write that carries a body).
 ROUTE_STATUS = {
-    ("/v1/cluster", "put"): (400, 401, 413, 422, 500),
-    ("/v1/events", "post"): (400, 401, 413, 422, 500),
-    ("/v1/jobs", "post"): (400, 401, 413, 422, 500),
-    ("/v1/jobs/{job_id}", "delete"): (401, 404, 422, 500),
-    ("/v1/signals", "post"): (400, 401, 413, 422, 500),
-    ("/v1/actions", "post"): (400, 401, 413, 422, 500),
-    ("/v1/plans/{plan_id}/apply", "post"): (401, 404, 409, 500),
-    ("/v1/plans/{plan_id}", "get"): (401, 404, 500),
-    ("/v1/plans/{plan_id}/explain", "get"): (401, 404, 409, 500),
-    ("/v1/state", "get"): (401, 500),
-    ("/v1/history", "get"): (401, 422, 500),
-    ("/healthz", "get"): (401, 500),
-    ("/metrics", "get"): (401, 500),
+    ("/v1/cluster", "put"): (400, 401, 403, 413, 415, 421, 422, 500),
+    ("/v1/events", "post"): (400, 401, 403, 413, 415, 421, 422, 500),
+    ("/v1/jobs", "post"): (400, 401, 403, 413, 415, 421, 422, 500),
+    ("/v1/jobs/{job_id}", "delete"): (401, 403, 404, 415, 421, 422, 500),
+    ("/v1/signals", "post"): (400, 401, 403, 413, 415, 421, 422, 500),
+    ("/v1/actions", "post"): (400, 401, 403, 413, 415, 421, 422, 500),
+    ("/v1/plans/{plan_id}/apply", "post"): (401, 403, 404, 409, 415, 421, 500),
+    ("/v1/plans/{plan_id}", "get"): (401, 403, 404, 421, 500),
+    ("/v1/plans/{plan_id}/explain", "get"): (401, 403, 404, 409, 421, 500),
+    ("/v1/state", "get"): (401, 403, 421, 500),
+    ("/v1/history", "get"): (401, 403, 421, 422, 500),
+    ("/healthz", "get"): (401, 403, 421, 500),
+    ("/metrics", "get"): (401, 403, 421, 500),
 }
 
 #: Examples of the event body, one per kind.

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from unicron_plan.integrations.agent import CommandFailed, SlurmAgent, SlurmCli, SlurmReadError, _dict
-from unicron_plan.integrations.slurm import compress
+from unicron_plan.integrations.slurm import START_PAUSE, compress
 
 #: Longest a requeued job may stay COMPLETING before the restart is given up.
 SETTLE_SECONDS = 60.0
@@ -83,9 +83,11 @@ def restart_in_place(cli: SlurmCli, job: int, verify_seconds: float = 60.0, befo
         time.sleep(0.25)
     n, hl = len(nodes), compress(nodes)
     try:
-        for argv in (["scontrol", "update", f"JobId={job}", f"NumNodes={n}-{n}", f"ReqNodeList={hl}"],
-                     ["scontrol", "update", f"JobId={job}", "StartTime=now"],
-                     ["scontrol", "release", str(job)]):
+        cli.run(["scontrol", "update", f"JobId={job}", f"NumNodes={n}-{n}", f"ReqNodeList={hl}"], record=True)
+        # started within the second its previous run's credential was revoked, slurmd refuses the job
+        # and Slurm ends it ("Job credential revoked"): the same pause as a placed job's (Step "start")
+        time.sleep(START_PAUSE)
+        for argv in (["scontrol", "update", f"JobId={job}", "StartTime=now"], ["scontrol", "release", str(job)]):
             cli.run(argv, record=True)
     except CommandFailed as exc:
         return {"outcome": "failed", "detail": str(exc), "failed_nodes": _unresponsive(cli, nodes)}

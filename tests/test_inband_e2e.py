@@ -239,9 +239,13 @@ def _fault(sc: Scenario, inject, kind: str, severity: str, action: str) -> dict:
         assert done["body"]["outcome"] == "done", done
         assert any(c[:2] == ["scontrol", "requeuehold"] for c in done["body"]["commands"])
     else:
-        plan_id = sc.wait_entry(lambda e: e["type"] == "plan" and e["revision"] > entry["revision"])["body"]["plan_id"]
-        sig["plan_id"] = plan_id
-        sc.wait_entry(lambda e: e["type"] == "apply" and e["body"]["plan_id"] == plan_id, timeout=240)
+        sc.wait_entry(lambda e: e["type"] == "plan" and e["revision"] > entry["revision"])
+        # the plan carried out: the incident's own, or (when Slurm did not reach it within the agent's
+        # pass) the agent's re-plan of the same failure from what Slurm showed; either drains the node
+        applied = sc.wait_entry(lambda e: e["type"] == "apply" and e["revision"] > entry["revision"], timeout=240)
+        sig["plan_id"] = applied["body"]["plan_id"]
+        plan = httpx.get(f"{sc.url}/v1/plans/{sig['plan_id']}", headers=sc.headers, timeout=30).json()
+        assert sig["node"] in (plan.get("drained_nodes") or []), plan
     sc.wait_training(after=time.time(), steps=5)
     lines = [line for line in sc.progress() if line["t"] > t0]
     after = sc.ranks()

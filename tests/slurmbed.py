@@ -4,6 +4,7 @@ coordinator see it."""
 
 from __future__ import annotations
 
+import atexit
 import getpass
 import json
 import os
@@ -83,6 +84,9 @@ def cancel_ours() -> None:
     """Cancel the jobs this test process submitted, and no other."""
     if SUBMITTED:
         sh("scancel", *map(str, sorted(SUBMITTED)), check=False)
+
+
+atexit.register(cancel_ours)  # none of this process's jobs outlives it (the next suite starts from a clean cluster)
 
 
 def submit(nodes: int, weight: int, planned: bool = True, gpus: int = 8, *extra: str) -> int:

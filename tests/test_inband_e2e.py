@@ -30,31 +30,18 @@ import httpx
 import pytest
 
 from servers import Server
+from slurmbed import TESTBED
+from slurmbed import sh as _sh
+from slurmbed import slurm_env as _env
 
 pytestmark = [pytest.mark.inband_e2e, pytest.mark.slurm]
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTBED = Path(os.environ.get("UNICRON_TESTBED_DIR", "/var/lib/unicron-testbed"))
 # the job trains on 16 GPUs (two nodes) at most: its plans move it, never resize it (a requeued Slurm 22.05
 # job updated to another node count stays pending in this testbed)
 THROUGHPUT = "8:100,16:195"
 TOKEN = "inband-e2e-token"
 ITERATION = 0.2
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    conf = TESTBED / "etc" / "slurm.conf"
-    if "SLURM_CONF" not in env and conf.exists():
-        env["SLURM_CONF"] = str(conf)
-    return env
-
-
-def _sh(*argv: str, check: bool = True, timeout: float = 60) -> str:
-    r = subprocess.run(list(argv), capture_output=True, text=True, env=_env(), timeout=timeout)
-    if check and r.returncode:
-        raise AssertionError(f"{' '.join(argv)}: {r.stderr}")
-    return r.stdout
 
 
 @pytest.fixture(scope="module")

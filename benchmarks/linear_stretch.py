@@ -20,22 +20,12 @@ import argparse
 import numpy as np
 
 from unicron_plan.solvers import dp
+from unicron_plan.tools.adversarial import linear_stretch_options
 
 
 def family(seed: int, jobs: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """The Pareto options of every job (module docstring)."""
-    rng = np.random.default_rng(seed)
-    options = []
-    for _ in range(jobs):
-        tp = int(rng.choice([3, 8, 12]))
-        y = np.arange(0, tp * int(rng.integers(4, 40)) + 1, tp, dtype=np.int64)
-        g = 150.0 * y
-        if rng.random() < 0.5:
-            x = int(rng.choice(y[1:]))
-            g = np.where(y == x, g, g - 150.0 * 600)
-            g[0] = 0.0
-        options.append(dp.pareto_arrays(y, g))
-    return options
+    return linear_stretch_options(np.random.default_rng(seed), jobs)
 
 
 def write_plain(options, capacity: int, path: str) -> None:

@@ -113,18 +113,26 @@ def reset(timeout: float = 120) -> None:
     raise AssertionError(f"testbed did not settle: {node_states()} {sh('squeue')}")
 
 
+def wait_until(check, seconds: float, what, interval: float = 0.5):
+    """``check()`` every ``interval`` s until it returns something truthy (returned), for at most
+    ``seconds``: a hang guard, whose failure names what never came (``what``: a text, or a callable
+    giving one, called then)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() >= deadline:
+            raise AssertionError(what() if callable(what) else what)
+        time.sleep(interval)
+
+
 def job_states() -> dict[str, str]:
     return dict(line.split() for line in sh("squeue", "-h", "-o", "%i %T").splitlines())
 
 
 def wait_running(jobs: list[int], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = job_states()
-        if all(state.get(str(j)) == "RUNNING" for j in jobs):
-            return
-        time.sleep(0.3)
-    raise AssertionError(sh("squeue"))
+    wait_until(lambda: all(job_states().get(str(j)) == "RUNNING" for j in jobs), timeout, lambda: sh("squeue"), 0.3)
 
 
 def agent(url: str, state_dir: Path, **cfg):
@@ -136,14 +144,16 @@ def agent(url: str, state_dir: Path, **cfg):
                       log=lambda rec: print(json.dumps(rec)[:600], flush=True))
 
 
-def slurm_view() -> tuple[dict[str, tuple[int, set]], set]:
+def slurm_view(on_bad_job=None) -> tuple[dict[str, tuple[int, set]], set]:
     """Planned jobs -> (GPUs, nodes) and the nodes with no GPU for them (failed, or held whole by
-    other work: the coordinator writes both as every GPU out), as Slurm shows them now."""
+    other work: the coordinator writes both as every GPU out), as Slurm shows them now
+    (``on_bad_job``: as the agent reads, a planned job with invalid fields left out)."""
     from unicron_plan.integrations.agent import SlurmCli
     from unicron_plan.integrations.common import Cost, GpuMap
     from unicron_plan.integrations.slurm import import_slurm
 
-    inst = import_slurm(*SlurmCli().read(), cost=Cost(expected_run_seconds=36000), gpu_map=GpuMap())
+    inst = import_slurm(*SlurmCli().read(), cost=Cost(expected_run_seconds=36000), gpu_map=GpuMap(),
+                        on_bad_job=on_bad_job)
     whole = {n["id"] for n in inst["cluster"]["nodes"] if len(n["failed_gpus"]) == n["gpus"]}
     return ({j["id"]: (j["current"]["gpus"], set(j["current"]["nodes"])) for j in inst["jobs"]},
             set((inst.get("event") or {}).get("failed_nodes", [])) | whole)

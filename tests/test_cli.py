@@ -197,3 +197,56 @@ def test_an_overflowing_transition_of_a_later_job_names_that_job(tmp_path):
     with pytest.raises(InvalidInstanceError) as err:
         api.solve(d)
     assert err.value.field == "jobs[1]" and "overflows" in err.value.message
+
+
+def _entry_started(monkeypatch, tmp_path, argv):
+    """Run cli.main(argv) in this process with the process's start replaced by a marker value;
+    returns (the `started` instant the solve was given, the exit code)."""
+    import gc
+
+    from unicron_plan import api, cli, solvers
+
+    marker = -1.0e9
+    seen = {}
+    real_solve = api.solve
+
+    def solve(*a, **kw):
+        seen["started"] = kw.get("started")
+        return real_solve(*a, **kw)
+
+    monkeypatch.setattr(solvers, "process_started", lambda: marker)
+    monkeypatch.setattr(api, "solve", solve)
+    monkeypatch.setattr(cli, "_exit_now", lambda code: (_ for _ in ()).throw(SystemExit(code)))
+    was_enabled = gc.isenabled()
+    try:
+        with pytest.raises(SystemExit) as exc:
+            cli.main(argv)
+    finally:
+        if was_enabled:
+            gc.enable()
+    return seen["started"] == marker, exc.value.code
+
+
+def test_an_in_process_main_call_counts_its_time_limit_from_the_call(monkeypatch, tmp_path, capsys):
+    """cli.main(argv) called by another program: the limit starts at the call, not at the process's
+    start, and nothing stays set afterwards (a later call is unaffected, gc is left on)."""
+    import gc
+
+    from unicron_plan import cli
+
+    args = ["solve", str(TINY), "--quiet", "--time-limit", "30", "--out", str(tmp_path / "p.json")]
+    for _ in range(2):
+        from_process_start, code = _entry_started(monkeypatch, tmp_path, args)
+        assert code == 0 and not from_process_start
+        assert gc.isenabled() and cli._AS_PROCESS.get() is False
+    assert json.loads((tmp_path / "p.json").read_text())["objective"] == 38697000.0
+
+
+def test_the_console_script_counts_its_time_limit_from_the_process_start(monkeypatch, tmp_path):
+    """main() without argv is the process's own command line: the limit counts from the process's start."""
+    from unicron_plan import cli
+
+    monkeypatch.setattr("sys.argv", ["unicron-plan", "solve", str(TINY), "--quiet", "--out", str(tmp_path / "p.json")])
+    from_process_start, code = _entry_started(monkeypatch, tmp_path, None)
+    assert code == 0 and from_process_start
+    assert cli._AS_PROCESS.get() is False  # reset when the call returns

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from unicron_plan.solvers import dp
+from unicron_plan.tools.adversarial import linear_stretch_options
 
 
 def _plain(options, capacity: int) -> float:
@@ -66,17 +67,7 @@ def test_packing_rule_proves_a_full_packing_the_greedy_plan_misses():
     packing proves the optimum (checked against the plain DP) without any DP pass."""
     decided = 0
     for seed in range(6):
-        rng = np.random.default_rng(seed)
-        options = []
-        for _ in range(40):
-            tp = int(rng.choice([3, 8, 12]))
-            y = np.arange(0, tp * int(rng.integers(4, 12)) + 1, tp, dtype=np.int64)
-            g = 150.0 * y
-            if rng.random() < 0.5:
-                x = int(rng.choice(y[1:]))
-                g = np.where(y == x, g, g - 150.0 * 600)
-                g[0] = 0.0
-            options.append(dp.pareto_arrays(y, g))
+        options = linear_stretch_options(np.random.default_rng(seed), 40, most_groups=12)  # benchmarks/linear_stretch.py's family
         capacity = sum(int(y[-1]) for y, _ in options) * 3 // 4 + 1
         stats: dict = {}
         counts, value = dp.solve_options(options, capacity, stats)

@@ -6,7 +6,6 @@ import itertools
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -153,35 +152,29 @@ def test_bucketed_placement_picks_like_the_full_scan(monkeypatch):
 # --------------------------------------------------------------------- scale (slow)
 
 @pytest.mark.slow
-def test_16384_gpus_128_jobs_solves_within_targets():
+def test_16384_gpus_128_jobs_solves_to_the_reference():
+    """The committed 16,384-GPU instance (its time, 0.3 s as the target: benchmarks/suite_timings.py)."""
     inst = api.load_instance(ROOT / "instances" / "jagged-16384-128jobs.json")
-    problem = build_problem(inst)
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        raw = dp.solve(problem)
-        times.append(time.perf_counter() - start)
+    raw = dp.solve(build_problem(inst))
     assert raw.objective == pytest.approx(inst.reference.objective, rel=1e-12)
-    assert sorted(times)[2] <= 0.3
 
 
 @pytest.mark.slow
-def test_131072_gpus_1024_jobs_within_10_s_and_4_gib(tmp_path):
+def test_131072_gpus_1024_jobs_within_4_gib(tmp_path):
+    """Peak memory of a whole process (its time, 10 s as the target: benchmarks/suite_timings.py)."""
     code = (
-        "import time, resource\n"
+        "import resource\n"
         "from unicron_plan import api\n"
         "from unicron_plan.tools.generate import generate_instance\n"
         "from unicron_plan.core.problem import build_problem\n"
         "from unicron_plan.solvers import dp\n"
         "inst = api.load_instance(generate_instance(2, gpus=131072, jobs=1024))\n"
-        "p = build_problem(inst)\n"
-        "t = time.perf_counter(); raw = dp.solve(p); dt = time.perf_counter() - t\n"
-        "t = time.perf_counter(); plan = api.solve(inst); total = time.perf_counter() - t\n"
-        "print(dt, total, raw.objective, plan.objective, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "raw = dp.solve(build_problem(inst))\n"
+        "plan = api.solve(inst)\n"
+        "print(raw.objective, plan.objective, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    dt, total, obj, plan_obj, rss_kib = float(out[0]), float(out[1]), float(out[2]), float(out[3]), int(out[4])
-    assert dt <= 10.0 and total <= 10.0
+    obj, plan_obj, rss_kib = float(out[0]), float(out[1]), int(out[2])
     assert rss_kib * 1024 <= 4 * 2**30
     assert plan_obj == pytest.approx(obj, rel=1e-12)
 

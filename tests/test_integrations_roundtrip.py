@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -151,20 +150,18 @@ def test_kubectl_rendering_and_yaml_cli(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["k8s", "slurm"])
 def test_large_roundtrip(kind):
-    """The 2,048-node fixtures carried through import -> solve -> export -> apply -> import."""
-    start = time.perf_counter()
+    """The 2,048-node fixtures carried through import -> solve -> export -> apply -> import (its
+    time: benchmarks/suite_timings.py)."""
     (_k8s_roundtrip if kind == "k8s" else _slurm_roundtrip)("large")
-    assert time.perf_counter() - start <= 120
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["k8s", "slurm"])
-def test_large_import_under_two_seconds(kind):
-    """The 2,048-node import (solving that tp-constrained instance takes far longer, so no export here)."""
+def test_large_import(kind):
+    """The 2,048-node import (solving that tp-constrained instance takes far longer, so no export
+    here; its time: benchmarks/suite_timings.py)."""
     docs = fx.load(kind, "large")
-    start = time.perf_counter()
     inst = _k8s_import(*docs) if kind == "k8s" else _slurm_import(*docs)
-    assert time.perf_counter() - start <= 2.0
     assert len(inst["cluster"]["nodes"]) == 2048
 
 

@@ -224,19 +224,24 @@ def test_constrained_mixed_agrees_with_brute_force(seed, types, jobs, solver):
         assert _close(plan.objective, truth[0])
 
 
+def _fixed_sample():
+    """(seed, problem, brute-force optimum) of the seeds 0-39 of ``constrained_mixed(seed, 2, 3)``
+    that are valid, have a plan and a choice of GPU types."""
+    for seed in range(40):
+        try:
+            inst = load_instance(constrained_mixed(seed, 2, 3))
+        except Exception:
+            continue
+        truth = mixed_node_brute(inst)
+        problem = build_problem(inst) if truth is not None else None
+        if problem is not None and problem.alternatives:
+            yield seed, problem, truth
+
+
 def test_copy_model_is_exact_on_a_fixed_sample():
     """Every seed of a fixed sample: the node-level model over types reaches the brute-force optimum."""
     seen = 0
-    for seed in range(40):
-        doc = constrained_mixed(seed, 2, 3)
-        try:
-            inst = load_instance(doc)
-        except Exception:
-            continue
-        problem = build_problem(inst) if mixed_node_brute(inst) is not None else None
-        if problem is None or not problem.alternatives:
-            continue
-        truth = mixed_node_brute(inst)
+    for seed, problem, truth in _fixed_sample():
         raw = mixed_place.solve(problem, SolverOptions(time_limit_seconds=30), "cpsat",
                                 single=mixed_ip.single_solver("cpsat"), relax=mixed.solve_types)
         assert raw.solution == "optimal" and _close(raw.objective, truth[0]), seed
@@ -245,3 +250,24 @@ def test_copy_model_is_exact_on_a_fixed_sample():
                                            raw.placement) is not None, seed
         seen += 1
     assert seen >= 10
+
+
+def test_the_node_level_model_starts_from_the_count_level_plan_placed():
+    """The IP backends' route (mixed_place on its own) places the count-level optimum first: when that
+    works the answer is it, proven by its own bound, and no engine runs; otherwise the engine starts
+    from the best plan held. Every answer of a fixed sample is the brute-force optimum."""
+    placed = seen = 0
+    for seed, problem, truth in _fixed_sample():
+        runs = []
+        real = mixed_place._run
+        with mock.patch.object(mixed_place, "_run", side_effect=lambda *a: runs.append(a) or real(*a)):
+            raw = mixed_place.solve(problem, SolverOptions(time_limit_seconds=30), "cpsat",
+                                    single=mixed_ip.single_solver("cpsat"), relax=mixed.solve_types)
+        assert raw.solution == "optimal" and _close(raw.objective, truth[0]), seed
+        if raw.options.get("proof") == "the count-level optimum placed":
+            assert not runs and _close(raw.objective, mixed.solve_types(problem)[3]), seed
+            placed += 1
+        else:
+            assert len(runs) == 1, seed
+        seen += 1
+    assert seen >= 10 and placed >= 3, (seen, placed)

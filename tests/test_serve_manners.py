@@ -56,12 +56,7 @@ def test_busy_port_leaves_an_existing_state_directory_as_it_was(tmp_path):
     (["nosuchcommand"], "error: No such command 'nosuchcommand'. (see 'unicron-plan --help')"),
 ])
 def test_usage_errors_are_one_line_exit_2(args, line, capsys, monkeypatch):
-    from unicron_plan import cli
     from unicron_plan.cli import main
-
-    # main() marks this process as the command line's (time limits then count from the process start):
-    # undone after the test, so later in-process commands of this test run are not affected
-    monkeypatch.setattr(cli, "_AS_PROCESS", cli._AS_PROCESS)
 
     with pytest.raises(SystemExit) as exc:  # the console script's own entry point, in this process
         # (not `solve`: its process ends at once, with os._exit)

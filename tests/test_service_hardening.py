@@ -165,12 +165,12 @@ def test_body_reading_is_bounded_in_time(tmp_path, monkeypatch):
     assert r.status_code == 400 and r.json()["error"].startswith("body: not read within 0.2 s")
 
 
-@pytest.mark.slow  # latencies: a benchmark, never in the default suite (it runs on loaded machines)
-def test_body_reading_is_off_the_event_loop(tmp_path):
-    """While a large body is read, /healthz still answers at once (the reader runs in a thread);
-    the pathological shape of the old depth check is refused quickly."""
+@pytest.mark.slow
+def test_a_large_body_and_the_old_depth_checks_shape_are_refused_while_healthz_answers(tmp_path):
+    """A 5.4 MB body of many objects (422) and the pathological shape of the old depth check (400),
+    /healthz answering all the while. How soon it answers (the reader runs off the event loop) is
+    a latency: benchmarks/suite_timings.py (``service-body-off-loop``)."""
     import threading
-    import time
 
     import httpx
 
@@ -181,21 +181,12 @@ def test_body_reading_is_off_the_event_loop(tmp_path):
             got = {}
 
             def post():
-                start = time.perf_counter()
                 got["r"] = httpx.post(srv.url + "/v1/events", content=body, timeout=60,
                                       headers={"content-type": "application/json"})
-                got["s"] = time.perf_counter() - start
 
             t = threading.Thread(target=post)
             t.start()
-            worst, probes = 0.0, 0
             while t.is_alive():
-                start = time.perf_counter()
                 assert httpx.get(srv.url + "/healthz", timeout=30).status_code == 200
-                worst, probes = max(worst, time.perf_counter() - start), probes + 1
             t.join()
             assert got["r"].status_code == status, got["r"].text[:200]
-            assert probes >= 1
-            if body is big:  # read on the event loop, a probe would wait for the whole read
-                assert worst < 1.0 and worst < got["s"] / 2, (worst, probes, got["s"])
-        assert got["s"] < 5  # the deep unterminated string: linear now

@@ -329,3 +329,54 @@ def test_a_planned_job_running_without_its_gpus_is_requeued(tmp_path):
     with pytest.raises(SlurmReadError, match="whole nodes"):
         agent.run_once()
     assert len(cli.calls) == 1
+
+
+@pytest.mark.parametrize("comment,field", [
+    ("unicron-plan: weight=1 throughput", "comment"),                       # not KEY=VALUE
+    ("unicron-plan: weight=heavy throughput=8:100,16:190", "comment (weight)"),
+    ("unicron-plan: weight=1 throughput=8:100 'open", "comment"),          # no closing quotation
+    ("unicron-plan: weight=1 throughput=8:100 gpu-types=a100", "tres_per_node"),  # asks for h100 GPUs
+])
+def test_one_planned_job_with_an_invalid_comment_is_skipped_and_named(tmp_path, comment, field):
+    """One planned job with invalid planning fields: the pass goes on with the others, one log line
+    names the job and the field; its GPUs stay its own (not planned for another job)."""
+    nodes, jobs = _real()
+    bad = jobs["jobs"][1]   # job 2, RUNNING on n[4-6]
+    bad["comment"] = comment
+    with pytest.raises(InvalidInstanceError, match="Job 2") as err:   # the importer alone: an error naming it
+        import_slurm(nodes, jobs, cost=COST, gpu_map=GpuMap())
+    assert err.value.field.endswith(field)
+    uploaded, lines = [], []
+
+    class Client(FakeClient):
+        """A coordinator that plans the uploaded cluster's event with the planner itself."""
+
+        def put_cluster(self, inst):
+            uploaded.append(inst)
+            return super().put_cluster(inst)
+
+        def post_event(self, event, idempotency_key=None, dry_run=False):
+            from unicron_plan import api
+            from unicron_plan.io import dumps
+
+            plan = json.loads(dumps(api.solve(api.load_instance({**uploaded[-1], "event": event}))))
+            return {**plan, "plan_id": self.plan_id, "revision": 2}
+
+        def history(self, since=0):
+            return []
+
+    class Cli(SlurmCli):
+        def read(self):
+            return copy.deepcopy(nodes), copy.deepcopy(jobs)
+
+    agent = SlurmAgent(Client("p1"), AgentConfig(mode="propose", state_dir=tmp_path / "s"), cli=Cli(),
+                       log=lines.append)
+    for _ in range(2):   # every pass, not only the first
+        lines.clear()
+        assert agent.run_once()["status"] == "proposed"
+        skipped = [rec for rec in lines if "skipped" in rec]
+        assert len(skipped) == 1 and skipped[0]["skipped"] == "Job 2" and field in skipped[0]["why"], lines
+    inst = uploaded[0]
+    assert {j["id"] for j in inst["jobs"]} == {"1", "3"}
+    held = {n["id"]: n for n in inst["cluster"]["nodes"]}
+    assert all(len(held[n]["failed_gpus"]) == held[n]["gpus"] for n in ("n4", "n5", "n6"))  # still job 2's

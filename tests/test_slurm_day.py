@@ -24,7 +24,7 @@ import pytest
 
 from servers import Server
 from slurmbed import (TESTBED, THROUGHPUT, coordinator_view, job_states, node_of, node_states, ours, plan_of,
-                      require_testbed, reset, sbatch, sh, slurm_view, submit, wait_running)
+                      require_testbed, reset, sbatch, sh, slurm_view, submit, wait_running, wait_until)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_day]
 
@@ -111,21 +111,42 @@ def healed(srv, plan_id: str | None, faulted: set[str] = frozenset(), token: str
     assert coordinator_view(srv.url, token) == slurm_view()
 
 
-def _pass_until(agent, want: tuple = ("applied",), seconds: float = 120) -> dict:
-    """Agent passes, one a second, until one ends with a status in ``want`` (Slurm may take a
-    while to show a change: a resumed node registers again), for at most ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while True:
-        result = agent.run_once()
-        if result["status"] in want:
-            return result
-        assert time.monotonic() < deadline, f"no {want!r} within {seconds} s: {result}"
-        time.sleep(1)
+def _pass_until(agent, want: tuple = ("applied",), seconds: float = 120, interval: float = 1) -> dict:
+    """Agent passes, one every ``interval`` s, until one ends with a status in ``want`` (Slurm may
+    take a while to show a change: a resumed node registers again), for at most ``seconds``."""
+    last: dict = {}
+
+    def once():
+        last["r"] = agent.run_once()
+        return last["r"] if last["r"]["status"] in want else None
+
+    return wait_until(once, seconds, lambda: f"no {want!r} within {seconds} s: {last.get('r')}", interval)
+
+
+def _healed_after(case: str, t0: float, srv, agent, faulted: set[str] = frozenset(),
+                  want: tuple = ("applied",), **checks) -> dict:
+    """Agent passes until one ends with a status in ``want``; the time since ``t0`` printed (a
+    measurement, not a check), then :func:`healed`. Returns the last pass's result."""
+    result = _pass_until(agent, want)
+    _report(case, time.monotonic() - t0, result)
+    healed(srv, result.get("plan_id"), faulted, **checks)
+    return result
 
 
 def _report(case: str, seconds: float, result: dict) -> None:
     cmds = [" ".join(c) for c in result.get("commands", [])]
     print(f"CASE {case}: healed in {seconds:.1f} s; commands: {json.dumps(cmds)}", flush=True)
+
+
+def _until_commands(journal: Path, th: threading.Thread) -> None:
+    """Until the pass running in ``th`` has journaled a command (or ended), for at most 60 s."""
+    def started() -> bool:
+        try:
+            return bool(json.loads(journal.read_text()).get("commands")) or not th.is_alive()
+        except (OSError, ValueError):
+            return not th.is_alive()
+
+    wait_until(started, 60, "the pass journaled no command within 60 s", 0.05)
 
 
 # --- (a) a node DOWN ---------------------------------------------------------------------------
@@ -135,10 +156,7 @@ def test_a_node_down(day):
     a, b = _two_jobs()
     assert agent.run_once()["status"] == "in-sync"
     node = node_of(a)
-    t0 = _down(node)
-    result = _pass_until(agent)
-    _report("a", time.monotonic() - t0, result)
-    healed(srv, result["plan_id"], {node})
+    _healed_after("a", _down(node), srv, agent, {node})
 
 
 # --- (b) kill -9 of a slurmd ---------------------------------------------------------------------
@@ -161,22 +179,12 @@ def test_b_slurmd_killed(day):
     node = node_of(a)
     t0 = time.monotonic()
     os.kill(_slurmd_pid(node), signal.SIGKILL)
-    try:
-        deadline = time.monotonic() + 150
-        result = {"status": "in-sync"}
-        while result["status"] != "applied":
-            assert time.monotonic() < deadline, result
-            time.sleep(2)
-            result = agent.run_once()
-        _report("b", time.monotonic() - t0, result)
-        healed(srv, result["plan_id"], {node}, reason="Not responding")   # Slurm's reason, kept
+    try:   # Slurm's reason, kept
+        _healed_after("b", t0, srv, agent, {node}, reason="Not responding")
     finally:
         _start_slurmd(node)
-    deadline = time.monotonic() + 120
-    while "not_responding" in sh("sinfo", "-h", "-N", "-n", node, "-o", "%T") or \
-            node_states()[node].startswith("down"):
-        assert time.monotonic() < deadline, node_states()
-        time.sleep(1)
+    wait_until(lambda: "not_responding" not in sh("sinfo", "-h", "-N", "-n", node, "-o", "%T")
+               and not node_states()[node].startswith("down"), 120, node_states, 1)
     if "drain" in node_states()[node]:   # our drain: the operator resumes the node
         sh("scontrol", "update", f"NodeName={node}", "State=RESUME")
     result = _pass_until(agent)
@@ -216,19 +224,11 @@ def test_c_two_failures_and_one_during_apply(day):
     done: dict = {}
     th = threading.Thread(target=lambda: done.setdefault("r", agent.run_once()))
     th.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and th.is_alive():
-        try:
-            if json.loads(journal.read_text()).get("commands"):
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
+    _until_commands(journal, th)
     _down(fourth)
     th.join(300)
-    result = _pass_until(agent, ("applied", "in-sync"))   # the pass under way may have seen both
-    _report("c", time.monotonic() - t0, result)
-    healed(srv, result.get("plan_id"), {na, nb, third, fourth})
+    # the pass under way may have seen both
+    _healed_after("c", t0, srv, agent, {na, nb, third, fourth}, ("applied", "in-sync"))
 
 
 # --- (d) the node returns and the plan grows back -------------------------------------------------
@@ -243,9 +243,7 @@ def test_d_node_returns_plan_grows_back(day):
     healed(srv, result["plan_id"], {node})
     t0 = time.monotonic()
     sh("scontrol", "update", f"NodeName={node}", "State=RESUME")
-    result = _pass_until(agent)
-    _report("d", time.monotonic() - t0, result)
-    healed(srv, result["plan_id"])
+    result = _healed_after("d", t0, srv, agent)
     plan = plan_of(srv.url, result["plan_id"])
     assert any(node in pj["nodes"] for pj in plan["jobs"])
 
@@ -264,10 +262,7 @@ def test_e_unplanned_job_pending_during_a_move(day):
     assert _our_jobs()[str(u)][0] == "PENDING"
     assert agent.run_once()["status"] == "in-sync"
     node = node_of(a)
-    t0 = _down(node)
-    result = _pass_until(agent)
-    _report("e", time.monotonic() - t0, result)
-    healed(srv, result["plan_id"], {node})
+    result = _healed_after("e", _down(node), srv, agent, {node})
     plan = plan_of(srv.url, result["plan_id"])
     planned_nodes = {n for pj in plan["jobs"] for n in pj["nodes"]}
     u_nodes = set(sh("squeue", "-h", "-j", str(u), "-o", "%N").split())
@@ -308,9 +303,7 @@ def test_g_scancel_and_a_new_planned_job(day):
     result = agent.run_once()          # b may still be COMPLETING: an exit, never a failure
     assert not [n for n, s in node_states().items() if "drain" in s]
     c = submit(2, 3)
-    result = _pass_until(agent)
-    _report("g", time.monotonic() - t0, result)
-    healed(srv, result["plan_id"])
+    _healed_after("g", t0, srv, agent)
     assert str(c) in slurm_view()[0] and slurm_view()[0][str(c)][0] > 0
     hist = __import__("httpx").get(srv.url + "/v1/history", timeout=30).json()["entries"]
     assert not [e for e in hist if e["type"] == "event" and e["body"].get("kind") == "failure"], hist
@@ -362,22 +355,21 @@ def test_h_agent_killed_at_random_points(day, tmp_path, slurm_env):
 def _stop_ctld() -> None:
     pid = int((TESTBED / "run" / "slurmctld.pid").read_text())
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    raise AssertionError("slurmctld did not stop")
+            return True
+        return False
+
+    wait_until(gone, 60, "slurmctld did not stop", 0.2)
 
 
 def _start_ctld() -> None:
     sh("slurmctld", "-f", str(TESTBED / "etc" / "slurm.conf"))
-    deadline = time.monotonic() + 60
-    while subprocess.run(["scontrol", "ping"], capture_output=True).returncode:
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
+    wait_until(lambda: subprocess.run(["scontrol", "ping"], capture_output=True).returncode == 0, 60,
+               "slurmctld did not answer scontrol ping")
 
 
 def test_i_slurmctld_stopped_and_restarted(day):
@@ -401,21 +393,13 @@ def test_i_slurmctld_stopped_and_restarted(day):
     errors: list = []
     th = threading.Thread(target=lambda: _catch(errors, agent.run_once))
     th.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and th.is_alive():
-        try:
-            if json.loads(journal.read_text()).get("commands"):
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
+    _until_commands(journal, th)
     _stop_ctld()
     time.sleep(3)
     _start_ctld()
     th.join(300)
-    result = _pass_until(agent, ("applied", "in-sync"))    # the interrupted pass may have finished
-    _report("i", time.monotonic() - t0, result)
-    healed(srv, result.get("plan_id"), {node})
+    # the interrupted pass may have finished
+    _healed_after("i", t0, srv, agent, {node}, ("applied", "in-sync"))
 
 
 def _catch(errors: list, fn) -> None:
@@ -505,10 +489,7 @@ def test_l_job_shapes(day):
     wait_running([a, b])
     assert agent.run_once()["status"] == "in-sync"
     node = node_of(a)
-    t0 = _down(node)
-    result = _pass_until(agent)
-    _report("l", time.monotonic() - t0, result)
-    healed(srv, result["plan_id"], {node})
+    _healed_after("l", _down(node), srv, agent, {node})
     sh("scontrol", "update", f"NodeName={node}", "State=RESUME")   # and back: the shapes grow again
     result = _pass_until(agent)
     healed(srv, result["plan_id"])

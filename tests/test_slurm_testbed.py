@@ -22,7 +22,7 @@ import pytest
 from servers import Server
 from slurmbed import (coordinator_view as _coordinator_view, node_of as _node_of, node_states as _node_states,
                       plan_of as srv_plan, require_testbed, reset as _reset, sbatch, sh as _sh,
-                      slurm_view as _slurm_view, submit as _submit, wait_running as _wait_running)
+                      slurm_view as _slurm_view, submit as _submit, wait_running as _wait_running, wait_until)
 
 pytestmark = pytest.mark.slurm
 
@@ -91,18 +91,15 @@ def _fail_and_recover(tmp_path: Path) -> tuple[float, dict, str]:
 def test_failure_plan_commands_cluster_equals_plan_then_grow_back(slurm_env, tmp_path):
     srv, agent, (a, b, u) = _scenario(tmp_path)
     try:
-        elapsed, _, down, plan, jobs, failed = _fail_a_node(srv, agent, a)
-        assert elapsed < 60, "every planned job running within 60 s"
+        elapsed, _, down, plan, jobs, failed = _fail_a_node(srv, agent, a)   # every planned job RUNNING
         busy_u = set(_sh("squeue", "-h", "-j", str(u), "-o", "%N").split())
         assert all(not (set(pj["nodes"]) & busy_u) for pj in plan["jobs"])   # no planned node to another job
         assert agent.run_once()["status"] == "in-sync"   # a second pass changes nothing
 
         # the node returns (the operator resumes it): the plan grows back onto it
         _sh("scontrol", "update", f"NodeName={down}", "State=RESUME")
-        deadline = time.monotonic() + 60
-        while _node_states()[down] not in ("idle", "mixed", "allocated"):  # responding, no DOWN or DRAIN
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
+        wait_until(lambda: _node_states()[down] in ("idle", "mixed", "allocated"), 60,   # responding, no DOWN or DRAIN
+                   lambda: f"node {down} not back in service: {_node_states()}")
         grown = agent.run_once()
         assert grown["status"] == "applied", grown
         plan = srv_plan(srv.url, grown["plan_id"])
@@ -159,14 +156,52 @@ def test_agent_killed_mid_plan_finishes_it(slurm_env, tmp_path):
 @pytest.mark.slow
 def test_time_from_node_down_to_planned_jobs_running(slurm_env, tmp_path):
     """Median of 5: node DOWN -> the agent's pass returns with every planned job RUNNING on
-    its planned nodes (printed, for docs/integrations.md)."""
+    its planned nodes (a measurement, printed for docs/integrations.md; each round checks the
+    cluster against the plan)."""
     times = []
     for k in range(5):
         elapsed, result, down = _fail_and_recover(tmp_path / f"r{k}")
         times.append(elapsed)
         print(f"round {k}: {elapsed:.2f} s, node {down}, commands {json.dumps(result['commands'])}")
     print(f"median {statistics.median(times):.2f} s of {[round(t, 2) for t in times]}")
-    assert statistics.median(times) < 60
+
+
+def test_a_planned_job_with_an_invalid_comment_is_skipped_and_the_others_planned(slurm_env, tmp_path):
+    """A planned job whose comment is invalid (weight=heavy) among two good ones: every pass logs one
+    line naming it and goes on; a node of a good job fails, the pass carries the plan out for the
+    others, and the bad job keeps running on its node, which no planned job is given."""
+    from unicron_plan.client import PlannerClient
+    from unicron_plan.integrations.agent import AgentConfig, SlurmAgent
+
+    _reset()
+    a, b = _submit(3, 2), _submit(3, 1)
+    bad = sbatch("-N", "1", "--gres=gpu:h100:8", "--comment", "unicron-plan: weight=heavy throughput=8:100",
+                 "--wrap", "sleep 3600")
+    _wait_running([a, b, bad])
+    bad_node = _node_of(bad)
+    srv = Server(tmp_path / "coord").start()
+    lines: list[dict] = []
+    try:
+        agent = SlurmAgent(PlannerClient(srv.url), AgentConfig(state_dir=tmp_path / "agent", verify_seconds=60),
+                           log=lines.append)
+        for step in ("in-sync", "applied"):
+            if step == "applied":
+                _sh("scontrol", "update", f"NodeName={_node_of(a)}", "State=DOWN", "Reason=gpu-xid-79")
+            lines.clear()
+            result = agent.run_once()
+            assert result["status"] == step, (result, lines)
+            skipped = [rec for rec in lines if "skipped" in rec]
+            assert len(skipped) == 1 and skipped[0]["skipped"] == f"Job {bad}", lines
+            assert "comment (weight)" in skipped[0]["why"], skipped
+        plan = srv_plan(srv.url, result["plan_id"])
+        assert {pj["id"] for pj in plan["jobs"]} == {str(a), str(b)}
+        jobs, _ = _slurm_view(on_bad_job=lambda obj, exc: None)
+        for pj in plan["jobs"]:
+            assert jobs[pj["id"]] == (pj["gpus"], set(pj["nodes"])), (pj, jobs)
+            assert bad_node not in pj["nodes"]
+        assert _node_of(bad) == bad_node   # the skipped job is left alone
+    finally:
+        srv.stop()
 
 
 def test_propose_mode_writes_the_plan_and_changes_nothing(slurm_env, tmp_path):

@@ -6,6 +6,7 @@ message on stderr naming the field, never a traceback); 3 an internal error.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import json
 import sys
@@ -107,7 +108,8 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
 
     from unicron_plan.solvers import process_started
 
-    if _AS_PROCESS:
+    as_process = _AS_PROCESS.get()
+    if as_process:
         # A one-shot process: no full collections over the instance's objects (each took 0.04-0.05 s
         # of CPU at 8,192 GPUs, 0.15-0.2 s of wall time on a loaded machine, at any point of the
         # solve); reference counting still frees everything outside a cycle, and the process ends.
@@ -115,7 +117,7 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
 
     # Run as the process's command, the limit counts from the process's start (imports count too);
     # called in another program (a test's CliRunner), from this call.
-    started = process_started() if _AS_PROCESS else time.perf_counter()
+    started = process_started() if as_process else time.perf_counter()
     phases = {"import": time.perf_counter() - started}
     from unicron_plan import api
     from unicron_plan.io import dumps, emit
@@ -716,14 +718,25 @@ from unicron_plan.integrations.cli import register as _register_integrations  # 
 _register_integrations(app, handle_errors)  # import / export (scheduler adapters)
 
 
-_AS_PROCESS = False  # set by main(): this process runs the command line
+# True while main() runs as the process's own command line (the console script, `python -m`): only
+# then does a time limit count from the process's start and does `solve` end the process at once.
+# A context variable set for the call only, so an in-process caller of main(argv) is never affected.
+_AS_PROCESS: contextvars.ContextVar[bool] = contextvars.ContextVar("unicron_plan_cli_as_process", default=False)
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    """Console-script entry point."""
-    global _AS_PROCESS
-    _AS_PROCESS = True
-    args = sys.argv[1:] if argv is None else argv
+    """Console-script entry point. Without ``argv`` it runs the process's command line (``sys.argv``)
+    as that process; with ``argv`` it is an in-process call: time limits count from the call, and
+    nothing process-wide (garbage collection, the process's exit) is touched."""
+    as_process = argv is None
+    token = _AS_PROCESS.set(as_process)
+    try:
+        _main(sys.argv[1:] if as_process else argv, as_process)
+    finally:
+        _AS_PROCESS.reset(token)
+
+
+def _main(args: list[str], as_process: bool) -> None:
     first = next((a for a in args if not a.startswith("-")), None)
     if first is None:  # help lists every command; --version needs none
         names = [] if "--version" in args else None
@@ -733,10 +746,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         code = _run(command(app), args)
     except SystemExit as exc:
-        if first == "solve":
+        if first == "solve" and as_process:
             _exit_now(exc.code)
         raise
-    if first == "solve":
+    if first == "solve" and as_process:
         _exit_now(code)
     sys.exit(code)
 

@@ -453,6 +453,8 @@ class SlurmAgent:
         self.failed = Journal(cfg.state_dir / "failed.json")
         self.cli = cli or SlurmCli()
         self.cli.on_command = self._record
+        #: Planned jobs with invalid planning fields seen in this pass (each logged once a pass).
+        self._skipped: set[str] = set()
 
     # -- journal ---------------------------------------------------------------------------------
     def _record(self, argv: list[str]) -> None:
@@ -493,6 +495,7 @@ class SlurmAgent:
     # -- one pass --------------------------------------------------------------------------------
     def run_once(self) -> dict:
         start = time.monotonic()
+        self._skipped = set()
         j = self.journal.load()
         if j.get("status") == "posting":      # killed between journaling an event and its answer
             plan = _dict(self.client.post_event(j["event"], idempotency_key=j["key"]))
@@ -554,8 +557,9 @@ class SlurmAgent:
 
     def _import(self, nodes_doc: dict, jobs_doc: dict) -> dict:
         try:
+            # a planned job with invalid planning fields: one line naming it, the others planned
             return import_slurm(nodes_doc, jobs_doc, cost=self.cfg.cost, gpu_map=self.cfg.gpu_map,
-                                rack_feature=self.cfg.rack_feature)
+                                rack_feature=self.cfg.rack_feature, on_bad_job=self._skip)
         except UnboundGpus as exc:
             if exc.asked and self.cfg.mode == "apply":   # it runs without its GPUs: restarted, Slurm binds them
                 self.cli.run(["scontrol", "requeue", str(exc.job_id)], record=True)
@@ -564,6 +568,11 @@ class SlurmAgent:
             raise SlurmReadError(f"Slurm's cluster is not a valid instance: {exc}") from None
         except InvalidInstanceError as exc:
             raise SlurmReadError(f"Slurm's cluster is not a valid instance: {exc}") from None
+
+    def _skip(self, obj: str, exc: Exception) -> None:
+        if obj not in self._skipped:
+            self._skipped.add(obj)
+            self.log({"skipped": obj, "why": str(exc)})
 
     def _propose(self, plan: dict, nodes_doc: dict, jobs_doc: dict, drift: list[str]) -> dict:
         pid = check_plan_id(plan.get("plan_id"), "coordinator plan_id")

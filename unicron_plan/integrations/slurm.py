@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from pydantic import Field, field_validator, model_validator
 
@@ -410,9 +410,16 @@ def job_nodes(job: SlurmJob, obj: str) -> list[str]:
 
 
 def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
-                 rack_feature: Optional[str] = None, name: str = "slurm") -> dict:
+                 rack_feature: Optional[str] = None, name: str = "slurm",
+                 on_bad_job: Optional[Callable[[str, InvalidInstanceError], None]] = None) -> dict:
     """Build the v1 instance from the nodes (``scontrol show nodes --json`` or, before
-    Slurm 23.02, ``sinfo --json``) and the jobs (``squeue --json``)."""
+    Slurm 23.02, ``sinfo --json``) and the jobs (``squeue --json``).
+
+    A planned job whose planning fields are invalid (its comment, or GPU types the comment and
+    its request give that do not fit) is an error naming the job; given ``on_bad_job``, it is
+    reported there instead (``on_bad_job(obj, error)``) and kept out of the instance as work the
+    planner does not manage (its GPUs stay its own), so one wrong submission does not stop the
+    planning of the others."""
     states: dict[str, NodeState] = {}
     for node, obj in parse_nodes(nodes_doc):
         product, gpus = gpu_gres(node.gres, obj, "gres")
@@ -434,7 +441,13 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
     seen: set[str] = set()
     for job, obj in parse_jobs(jobs_doc):
         flags = job.flags
-        fields = plan_comment(job.comment, obj)
+        try:
+            fields = plan_comment(job.comment, obj)
+        except InvalidInstanceError as exc:
+            if on_bad_job is None:
+                raise
+            on_bad_job(obj, exc)
+            fields = None
         if fields is not None and "COMPLETING" in flags and not flags & PLANNED:
             continue   # a planned job that ended: gone (job_exit); its nodes are free in seconds
         holds = bool(flags & HOLDING)
@@ -444,39 +457,57 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
             if n not in states and total:
                 raise object_error(obj, "nodes", f"{n!r} is not a GPU node of the nodes file")
         names = [n for n in names if n in states]
-        if fields is None or not flags & PLANNED:
+        js = None
+        if fields is not None and flags & PLANNED:
+            jid = str(job.job_id)
+            if jid in seen:
+                raise object_error(obj, "job_id", "listed twice")
+            seen.add(jid)
+            try:
+                js = _planned_job(job, obj, fields, holds, total, names, states, node_types, node_size, gpu_map)
+            except UnboundGpus:
+                raise
+            except InvalidInstanceError as exc:
+                if on_bad_job is None:
+                    raise
+                on_bad_job(obj, exc)
+        if js is None:
             if holds and total:  # work the planner does not manage keeps its GPUs
                 per = _per_node(job, names, total, obj)
                 for n, g in zip(names, per):
                     states[n].reserved_gpus += g
             continue
-        jid = str(job.job_id)
-        if jid in seen:
-            raise object_error(obj, "job_id", "listed twice")
-        seen.add(jid)
-        where = (lambda key: f"comment ({key})")
-        pf = parse_plan_fields(fields, obj, where)
-        js = JobState(id=jid, obj=obj, fields=pf, where=where, gpus=total, nodes=list(names))
-        if holds and total:
-            per = _per_node(job, names, total, obj)
-            for n, g in zip(names, per):
-                if g != states[n].gpus:
-                    raise UnboundGpus(job.job_id, _asks_whole(job, states[n].gpus), obj, "tres_alloc_str",
-                                      f"{g} of node {n}'s {states[n].gpus} GPUs: planned Slurm jobs use whole nodes")
-        elif holds:
-            size = states[names[0]].gpus if names else 0
-            raise UnboundGpus(job.job_id, _asks_whole(job, size), obj, "gres_detail",
-                              "no GPU found (tres_alloc_str, gres_detail, tres_per_node): a planned job holds GPUs")
-        _allowed_types(js, job, obj, gpu_map)
-        types = job_types(js, node_types, set(node_size), gpu_map)
-        sizes = set().union(*(node_size.get(t, set()) for t in types))
-        if len(sizes) > 1:
-            raise object_error(obj, "nodes", f"the {'/'.join(types)} nodes have {sorted(sizes)} GPUs; whole-node "
-                                             "planning needs one node size for the GPU types of a job")
-        if sizes:
-            js.granularity = next(iter(sizes))
         jobs.append(js)
     return build_instance(name, list(states.values()), jobs, cost, gpu_map)
+
+
+def _planned_job(job: SlurmJob, obj: str, fields: dict[str, str], holds: bool, total: int, names: list[str],
+                 states: dict[str, NodeState], node_types: dict[str, str], node_size: dict[str, set[int]],
+                 gpu_map: GpuMap) -> JobState:
+    """A planned job's state from its planning fields; raises InvalidInstanceError naming it."""
+    jid = str(job.job_id)
+    where = (lambda key: f"comment ({key})")
+    pf = parse_plan_fields(fields, obj, where)
+    js = JobState(id=jid, obj=obj, fields=pf, where=where, gpus=total, nodes=list(names))
+    if holds and total:
+        per = _per_node(job, names, total, obj)
+        for n, g in zip(names, per):
+            if g != states[n].gpus:
+                raise UnboundGpus(job.job_id, _asks_whole(job, states[n].gpus), obj, "tres_alloc_str",
+                                  f"{g} of node {n}'s {states[n].gpus} GPUs: planned Slurm jobs use whole nodes")
+    elif holds:
+        size = states[names[0]].gpus if names else 0
+        raise UnboundGpus(job.job_id, _asks_whole(job, size), obj, "gres_detail",
+                          "no GPU found (tres_alloc_str, gres_detail, tres_per_node): a planned job holds GPUs")
+    _allowed_types(js, job, obj, gpu_map)
+    types = job_types(js, node_types, set(node_size), gpu_map)
+    sizes = set().union(*(node_size.get(t, set()) for t in types))
+    if len(sizes) > 1:
+        raise object_error(obj, "nodes", f"the {'/'.join(types)} nodes have {sorted(sizes)} GPUs; whole-node "
+                                         "planning needs one node size for the GPU types of a job")
+    if sizes:
+        js.granularity = next(iter(sizes))
+    return js
 
 
 def _allowed_types(js: JobState, job: SlurmJob, obj: str, gpu_map: GpuMap) -> None:

@@ -453,16 +453,21 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
             deadline: float | None = None, relaxed: tuple | None = None) -> RawSolution:
     """Phase 3 (shared with cpsat): counts, split, status and a bound that is never below the objective.
 
-    The plan returned is the engine's, unless a plan held without it (:func:`_known_plans`: the
-    DP's start, keep-or-suspend) is better: an engine stopped, refuted or in error never answers
-    below them. ``relaxed``: the DP relaxation from :func:`seed`, which caps the bound (computed
-    here when not given, stopped at ``deadline``: its Lagrangian bound then)."""
+    The plan returned is the engine's, unless a plan held without it is better: the DP's start and
+    keep-or-suspend (:func:`_known_plans`), and the DP relaxation's plan when it is exact and
+    nothing but the capacity binds (then it is this problem's optimum, placed at assembly, even
+    when it was no start of the model). An engine stopped, refuted or in error never answers below
+    them. ``relaxed``: the DP relaxation from :func:`seed`, which caps the bound (computed here
+    when not given, stopped at ``deadline``: its Lagrangian bound then)."""
     from unicron_plan.solvers.dp import relaxation_bound
 
     termination = result["termination"]
     info = {**info, **{k: v for k, v in result.items() if k.endswith("_status")}}
     known = _known_plans(problem, model)
-    if termination == "infeasible" and known:
+    relaxed = relaxed if relaxed is not None else relaxation_bound(problem, deadline)
+    relaxed_counts, relaxed_value, relaxed, relaxed_exact = relaxed  # a bound, exact or not
+    exact_dp = relaxed_exact and not dp_limitations(problem)  # the relaxation is the problem itself
+    if termination == "infeasible" and (known or exact_dp):
         # A claim of infeasibility refuted by a plan in hand: the solver is wrong, not the instance.
         info = {**info, "infeasible_claim_refuted": True}
         termination, values = "error", None
@@ -482,17 +487,20 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         else:
             info = {**info, "incumbent_discarded": "infeasible values"}
         values = None
-    if values is None:
+    if values is None and known:
         # Stopped before any solution: the best plan held.
-        if not known:
-            if "solver_error" in info or "optimal_claim_refuted" in info:
-                raise UnicronError(f"the IP solver stopped with an error ({info.get('solver_error', 'infeasible values')}) "
-                                   f"before finding a plan; try another --solver")
-            raise InfeasibleError(f"no plan found ({termination}); raise the time limit")
         name, values, _ = known[0]
         info = {**info, "fallback": name}
-    counts = model.counts(values)
-    objective = problem.objective(counts, model.placement(values))
+    if values is None and not exact_dp:
+        if "solver_error" in info or "optimal_claim_refuted" in info:
+            raise UnicronError(f"the IP solver stopped with an error ({info.get('solver_error', 'infeasible values')}) "
+                               f"before finding a plan; try another --solver")
+        raise InfeasibleError(f"no plan found ({termination}); raise the time limit")
+    if values is not None:
+        counts, placement = model.counts(values), model.placement(values)
+        objective = problem.objective(counts, placement)
+    else:
+        counts, placement, objective = {}, None, -math.inf  # the DP relaxation's plan, below
     if known and known[0][2] > objective:
         name, better, better_value = known[0]
         if termination == "optimal" and better_value > objective + 1e-9 * max(1.0, abs(objective)):
@@ -500,18 +508,17 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
             info, termination = {**info, "optimal_claim_refuted": f"{name} is better"}, "error"
         if termination != "optimal":
             values, info = better, {**info, "fallback": name}
-            counts, objective = model.counts(values), better_value
-    relaxed = relaxed if relaxed is not None else relaxation_bound(problem, deadline)
-    _, relaxed_value, relaxed, relaxed_exact = relaxed  # a bound, exact or not
+            counts, placement, objective = model.counts(values), model.placement(values), better_value
     solver_bound = result["bound"]
-    if relaxed_exact and not dp_limitations(problem) \
-            and objective < relaxed_value - 1e-12 * max(1.0, abs(relaxed_value)):
-        # The relaxation is the problem itself here: its optimum is the truth, and a solver that
-        # stopped below it (within its own tolerances) proved nothing.
+    if exact_dp and objective < relaxed_value - 1e-12 * max(1.0, abs(relaxed_value)):
+        # Its optimum is the truth, and a solver that stopped below it (within its own
+        # tolerances) proved nothing; its plan is feasible as it is and held: the answer.
         if termination == "optimal":
             info = {**info, "optimal_claim_refuted": "below the exact DP optimum"}
             termination = "error"
         solver_bound = math.inf
+        counts, placement = dict(relaxed_counts), None
+        objective, info = problem.objective(counts), {**info, "fallback": "dp"}
     if solver_bound < objective - 1e-9 * max(1.0, abs(objective)):
         # A solver bound below a feasible objective is not a bound: never paper over it.
         info = {**info, "solver_bound_discarded": float(solver_bound)}
@@ -524,5 +531,5 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         info = {**info, "proof": "relaxation"}
     bound = max(bound, objective)
     return RawSolution(counts=counts, objective=objective, bound=bound, termination=termination,
-                       solution=solution, placement=model.placement(values),
+                       solution=solution, placement=placement,
                        options={k: v for k, v in info.items() if v is not None})

@@ -68,6 +68,7 @@ import numpy as np
 from unicron_plan.core.problem import JobTerms, Problem, RawSolution
 from unicron_plan.errors import InfeasibleError, SolverUnavailableError
 from unicron_plan.solvers import SolverOptions, dp
+from unicron_plan.solvers.mixed_place import PLACED_AT_ASSEMBLY, place_count_level
 
 REL_TOL = 1e-9
 MAX_NODES = 100_000  # branch-and-bound nodes before the search stops with a bound and a gap
@@ -1203,7 +1204,7 @@ def solve(problem: Problem, options: SolverOptions | None = None, single=None) -
     placement = None
     limits = _limitations(problem)
     if limits:
-        placement = _place_constrained(problem, counts, types, options)
+        placement = place_count_level(problem, counts, types, options)
         if placement is None:
             if single is None:
                 raise TypeError("mixed.solve: node-level or churn constraints need single= (solvers.auto routes)")
@@ -1225,29 +1226,6 @@ def relaxation(problem: Problem, deadline: float | None = None) -> tuple[dict[st
     """The optimum over types and counts with node-level and churn constraints dropped: an upper bound."""
     counts, _, value, bound, _, _ = solve_types(problem, deadline)
     return counts, bound
-
-
-#: Returned by :func:`_place_constrained` when only the churn limit binds and it holds: plan
-#: assembly places the counts as for any plan.
-PLACED_AT_ASSEMBLY = object()
-
-
-def _place_constrained(problem: Problem, counts, types, options: SolverOptions):
-    """The counts on the chosen types placed under every node-level and churn constraint
-    (:data:`PLACED_AT_ASSEMBLY` when no node-level constraint binds), or None."""
-    from unicron_plan.solvers.ipmodel import needs_node_level
-
-    resolved = problem.with_types(types)
-    if not resolved.churn_holds(counts):
-        return None
-    if not needs_node_level(resolved):
-        return PLACED_AT_ASSEMBLY
-    from unicron_plan.solvers import cpsat
-
-    if not cpsat.available():
-        return None
-    left = options.remaining()
-    return cpsat.place_constrained(resolved, counts, 5.0 if left is None else min(5.0, left / 2), options.threads)
 
 
 def _solve_node_level(problem: Problem, options: SolverOptions, bound: float, types: dict[str, str],

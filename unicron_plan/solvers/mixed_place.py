@@ -191,6 +191,29 @@ def hint_values(copies: Copies, problem: Problem, counts: dict[str, int], types:
     return values if m.feasible(values) else None
 
 
+#: Returned by :func:`place_count_level` when only the churn limit binds and it holds: plan
+#: assembly places the counts as for any plan.
+PLACED_AT_ASSEMBLY = object()
+
+
+def place_count_level(problem: Problem, counts: dict[str, int], types: dict[str, str], options: SolverOptions):
+    """The counts on the chosen types (the count-level plan) placed under every node-level and
+    churn constraint (:data:`PLACED_AT_ASSEMBLY` when no node-level constraint binds), or None."""
+    from unicron_plan.solvers.ipmodel import needs_node_level
+
+    resolved = problem.with_types(types)
+    if not resolved.churn_holds(counts):
+        return None
+    if not needs_node_level(resolved):
+        return PLACED_AT_ASSEMBLY
+    from unicron_plan.solvers import cpsat
+
+    if not cpsat.available():
+        return None
+    left = options.remaining()
+    return cpsat.place_constrained(resolved, counts, 5.0 if left is None else min(5.0, left / 2), options.threads)
+
+
 #: At most this many seconds (and a quarter of the time left) for each candidate type assignment.
 CANDIDATE_SECONDS = 10.0
 
@@ -271,17 +294,32 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str |
     (:func:`unicron_plan.solvers.mixed.solve_types`), both handed over by the caller: this module
     imports no solver that routes back to it.
     ``bound``: a known upper bound (the count-level optimum), kept when the backend's is weaker.
-    The best plan of 1, 2 and the keep-or-suspend plan comes back, ``optimal`` only when 2 proved
-    it; InfeasibleError only when the backend proved that no plan exists, or when none was found."""
+    Without ``bound`` (called directly, not by :func:`unicron_plan.solvers.mixed.solve`, which has
+    tried it already), the count-level plan itself comes first: placed under the constraints
+    (:func:`place_count_level`), it is a plan held and the start of 1 and 2, and optimal at once
+    when it meets its own bound.
+
+    The best plan of 0, 1, 2 and the keep-or-suspend plan comes back, ``optimal`` only when 2 proved
+    it (an engine's claim below a plan held is refuted) or the placed count-level optimum meets its
+    bound; InfeasibleError only when the backend proved that no plan exists, or when none was found."""
     options = options or SolverOptions()
     backend = backend or default_backend()
     info: dict = {"model": "mixed types, node level", "backend": backend}
+    best = None  # (counts, types, placement, objective, source)
     if bound is None:
         try:  # the count-level optimum over types: an upper bound, and the first candidate's types
-            _, types, _, bound, _, _ = relax(problem, options.deadline)
+            counts, types, _, bound, stopped, _ = relax(problem, options.deadline)
         except InfeasibleError:
-            pass  # not proven here (it may have been stopped): the model decides
-    best = None  # (counts, types, placement, objective, source)
+            counts = None  # not proven here (it may have been stopped): the model decides
+        placed = None if counts is None or options.expired() else place_count_level(problem, counts, types, options)
+        if placed is not None:
+            placement = None if placed is PLACED_AT_ASSEMBLY else placed
+            objective = problem.with_types(types).objective(counts, placement)
+            best = (counts, types, placement, objective, "count-level plan, placed")
+            if not stopped and objective >= bound - 1e-12 * max(1.0, abs(bound)):
+                info.update(plan_from=best[4], proof="the count-level optimum placed")
+                return RawSolution(counts=counts, objective=objective, bound=objective, termination="optimal",
+                                   solution="optimal", placement=placement, types=types, options=info)
     tried = []
     for label, assignment in (("count-level types", types), ("current types", {j.id: j.gpu_type for j in problem.jobs})):
         if assignment is None or assignment in tried or options.expired():
@@ -309,11 +347,15 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str |
     if result["termination"] == "infeasible":
         raise InfeasibleError("no choice of GPU types, counts and nodes meets the node-level constraints and "
                               "the churn limit (the solver proved it)")
-    proven = False
+    proven, engine = False, result["termination"]
     if values is not None and copies.model.feasible(values):
         counts, chosen, placement = read(copies, values)
         objective = problem.with_types(chosen).objective(counts, placement)
-        proven = result["termination"] == "optimal"
+        proven = engine == "optimal"
+        if proven and best is not None and best[3] > objective + 1e-9 * max(1.0, abs(objective)):
+            # Checked against a plan held: a better one refutes the claim.
+            info["optimal_claim_refuted"] = f"{best[4]} is better"
+            proven, engine = False, "error"
         if best is None or objective >= best[3] or proven:
             best = (counts, chosen, placement, objective, "model")
     if not proven:
@@ -336,7 +378,7 @@ def solve(problem: Problem, options: SolverOptions | None = None, backend: str |
         top = relax(problem, options.deadline)[3]
     top = max(top, objective)
     optimal = proven and math.isclose(top, objective, rel_tol=1e-9, abs_tol=1e-6)
-    termination = "optimal" if proven else result["termination"]
+    termination = "optimal" if proven else engine
     if termination not in ("optimal", "error"):
         termination = "time_limit"
         info.setdefault("stopped", "time limit")

@@ -66,3 +66,24 @@ def adversarial_curve(kind: str, rng: np.random.Generator, tp: int, nominal: int
 def gpu_type_names(kind: str) -> list[str]:
     """GPU type names the cluster of ``kind`` is split into (one for every kind but four-types)."""
     return ["a800", "h800", "a100", "h100"] if kind == "four-types" else ["a800"]
+
+
+def linear_stretch_options(rng: np.random.Generator, jobs: int, most_groups: int = 40) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The DP's options (Pareto counts and gains) of ``jobs`` jobs worth 150 TFLOPS per GPU on
+    multiples of 3, 8 or 12 GPUs (4 to ``most_groups`` - 1 groups), half of them running at a random
+    count (every other count pays a 600 s transition): the greedy plan often falls short of the
+    Lagrangian bound (the tied jobs' granularities must be combined to fill the capacity), the case
+    of the DP's packing rule (benchmarks/linear_stretch.py, tests/test_dp_linear.py)."""
+    from unicron_plan.solvers.dp import pareto_arrays
+
+    options = []
+    for _ in range(jobs):
+        tp = int(rng.choice([3, 8, 12]))
+        y = np.arange(0, tp * int(rng.integers(4, most_groups)) + 1, tp, dtype=np.int64)
+        g = 150.0 * y
+        if rng.random() < 0.5:
+            x = int(rng.choice(y[1:]))
+            g = np.where(y == x, g, g - 150.0 * 600)
+            g[0] = 0.0
+        options.append(pareto_arrays(y, g))
+    return options

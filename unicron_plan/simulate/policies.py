@@ -174,14 +174,30 @@ def restarted_since(job: JobRun, ev: SimEvent) -> bool:
 
 
 # --------------------------------------------------------------------------- planners
+def free_problem(problem):
+    """``problem`` with no transition charged: G_i(y) = F_i(y) D_run (the GPU-type alternatives too)."""
+    from unicron_plan.core import cost
+
+    def free(j):
+        gains = cost.gain(j.f, j.counts, j.x, j.f_x, j.hit, problem.d_run, 0.0, j.exiting)
+        return dataclasses.replace(j, d_trans=0.0, d_repeat=0.0, gains=np.asarray(gains, dtype=float))
+
+    return dataclasses.replace(problem, jobs=[free(j) for j in problem.jobs],
+                               alternatives={k: [free(a) for a in v] for k, v in problem.alternatives.items()})
+
+
 class PlannerPolicy(Policy):
     """Re-plans the whole cluster on every capacity change through the v1 planner layers."""
 
     horizon: str | None = None  # the planner's cost.horizon whatever the scenario says (None: the scenario's)
+    #: Plan the time-0 allocation (which the simulator does not charge) with transitions free. Off by
+    #: default: every recorded result plans it with the transitions the instance charges.
+    free_setup: bool = False
 
     def __init__(self, model: PolicyModel | None = None):
         super().__init__(model)
         self._cache: dict = {}
+        self._setting_up = False
         self._base_instance = None  # the scenario as a validated Instance, see _base
         self._down_copies: dict = {}  # node id -> its Node with every GPU listed failed
         self._tables = None  # (tables, layouts) of the jobs, from resolve_tables
@@ -206,7 +222,11 @@ class PlannerPolicy(Policy):
 
     def setup(self, eng: Engine) -> None:
         super().setup(eng)
-        self.replan(eng, None, None, charge=False)
+        self._setting_up = self.free_setup
+        try:
+            self.replan(eng, None, None, charge=False)
+        finally:
+            self._setting_up = False
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
         if ev.severity == "sev1":
@@ -379,6 +399,8 @@ class PlannerPolicy(Policy):
         state.in_order = True
         state.idle = self._idle(state)
         problem = tabulate(instance, state, *tables, flat)
+        if self._setting_up:  # the time-0 plan is free: every job's term is its rate alone
+            problem = free_problem(problem)
         types = {}
         if alternatives is not None:
             problem = add_alternatives(problem, *alternatives)
@@ -500,10 +522,10 @@ class ClairvoyantPolicy(UnicronPolicy):
         super().replan(eng, failed, repaired, charge)
 
     def choose(self, problem) -> dict[str, int]:
-        return super().choose(self.known_future(problem))
+        return super().choose(problem if self._setting_up else self.known_future(problem))
 
     def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
-        return super().choose_types(self.known_future(problem))
+        return super().choose_types(problem if self._setting_up else self.known_future(problem))
 
     def known_future(self, problem):
         """``problem`` with each job's transition terms from its known lifetime."""

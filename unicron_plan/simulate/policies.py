@@ -11,6 +11,9 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
   / H after a failure and over the job's own horizon (node MTBF / nodes held)
   after a repair (``cost.horizon: "event"``, the default), or over one of the
   two always (``"cluster"``, ``"job"``).
+- ``lookahead``: unicron that, after a failure, values the plan now and the plan the failed
+  node's return will bring together (exact DP over pairs of counts where its table is small,
+  else the ``"lifetime"`` objective); ``clairvoyant``: a reference that reads the run's future.
 - ``type-bound`` (mixed fleets): unicron restricted to each job's current GPU
   type (the same planner on the problem without type alternatives,
   ``simulate/mixed.py``), so that the gap to ``unicron`` is what type choice earns.

@@ -136,3 +136,31 @@ def test_a_free_setup_starts_at_the_best_rate():
         rates[free] = sum(j.f() for j in eng.jobs)
     assert rates[True] == pytest.approx(best[1024 // step], rel=1e-12)
     assert rates[False] < rates[True]  # charged, the time-0 plan keeps some of the scenario's allocation
+
+
+def test_the_families_sweep_runs_only_missing_columns_and_reports_the_gap_to_the_bound(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "sweeps" / "families.py"
+    spec = importlib.util.spec_from_file_location("families_sweep", path)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    out = tmp_path / "f.jsonl"
+    common = ["run", str(out), "--gpus", "1024", "--seeds", "1", "--families", "jagged", "--duration-hours", "48",
+              "--workers", "1"]
+    sweep.main(common + ["--columns", "greedy,job,bound"])
+    first = json.loads(out.read_text())["weighted_tflop"]
+    assert set(first) == {"greedy", "job", "bound"} and first["bound"] >= max(first["greedy"], first["job"])
+    sweep.main(common + ["--columns", "greedy,lookahead"])
+    lines = out.read_text().splitlines()
+    assert len(lines) == 1  # compacted: one line per key
+    second = json.loads(lines[0])["weighted_tflop"]
+    assert set(second) == {"greedy", "job", "bound", "lookahead"} and second["greedy"] == first["greedy"]
+    rows = sweep.summarise(sweep.read_lines([out]))
+    job = rows[0]["columns"]["job"]
+    assert job["gap_closed"] == pytest.approx((first["job"] - first["greedy"]) / (first["bound"] - first["greedy"]))
+    assert "cluster" not in rows[0]["columns"]  # not run: n/a in the table
+    assert "n/a" in sweep.table(rows)
+    with pytest.raises(SystemExit):
+        sweep.main(common + ["--columns", "nonsense"])

@@ -2,7 +2,7 @@
 
     python scenarios/sweeps/families.py run OUT.jsonl --gpus 1024 [--seeds 20] [--families jagged,...]
                                                     [--duration-hours 720] [--workers 2] [--start 0]
-                                                    [--columns greedy,...,bound] [--free-setup]
+                                                    [--columns greedy,...,bound] [--charged-setup]
     python scenarios/sweeps/families.py report FILE.jsonl [FILE.jsonl ...] [--plot docs/simulation-families.png]
 
 ``run`` writes one JSON line per (family, size, seed): the scenario's parameters and the weighted
@@ -37,14 +37,15 @@ TIE = 1e-12  # a relative difference below this is a tie (the runs are determini
 
 
 def run_one(family: str, gpus: int, seed: int, duration_hours: float, columns=COLUMNS, have=None,
-            free_setup: bool = False) -> dict:
+            charged_setup: bool = False) -> dict:
     """One line: the weighted TFLOP of each of ``columns`` on the seed's events (with those in ``have``);
-    ``free_setup``: every planner plans the time-0 allocation with transitions free."""
+    ``charged_setup``: every planner plans the time-0 allocation with the transitions the instance would
+    charge (``PlannerPolicy.free_setup`` False), as the runs before 2026-12-05 did."""
     import numpy as np
     from unicron_plan.simulate.bound import upper_bound
     from unicron_plan.simulate.policies import PlannerPolicy, make_policy
 
-    PlannerPolicy.free_setup = free_setup
+    PlannerPolicy.free_setup = not charged_setup
     from unicron_plan.simulate.run import load_scenario, simulate
     from unicron_plan.simulate.trace import draw_events
     from unicron_plan.tools.families import family_scenario
@@ -65,8 +66,8 @@ def run_one(family: str, gpus: int, seed: int, duration_hours: float, columns=CO
         out[column] = float(res["policies"][policy]["weighted_tflop"])
     line = {"family": family, "gpus": gpus, "seed": seed, "duration_hours": duration_hours,
             "failures": data["failures"], "weighted_tflop": out}
-    if free_setup:
-        line["free_setup"] = True
+    if charged_setup:
+        line["charged_setup"] = True
     return line
 
 
@@ -75,7 +76,7 @@ def _task(args):
 
 
 def _key(r: dict) -> tuple:
-    return r["family"], r["gpus"], r["seed"], r["duration_hours"], r.get("free_setup", False)
+    return r["family"], r["gpus"], r["seed"], r["duration_hours"], r.get("charged_setup", False)
 
 
 def read_lines(paths) -> list[dict]:
@@ -99,9 +100,9 @@ def run(args) -> None:
         raise SystemExit(f"--columns: unknown {', '.join(unknown)}; valid: {', '.join(COLUMNS)}")
     have = {_key(r): r["weighted_tflop"] for r in read_lines([out] * out.exists())}
     families = args.families.split(",") if args.families else list(FAMILIES)
-    keys = [(f, int(g), s, args.duration_hours, args.free_setup) for s in range(args.start, args.seeds)
+    keys = [(f, int(g), s, args.duration_hours, args.charged_setup) for s in range(args.start, args.seeds)
             for g in args.gpus.split(",") for f in families]
-    tasks = [k[:4] + (columns, have.get(k), args.free_setup) for k in keys
+    tasks = [k[:4] + (columns, have.get(k), args.charged_setup) for k in keys
              if not set(columns) <= set(have.get(k, {}))]
     with out.open("a") as fh:
         if args.workers <= 1:  # in this process, one after the other
@@ -119,7 +120,7 @@ def run(args) -> None:
 def compact(path: Path) -> None:
     """Rewrite ``path`` with one line per key (the last), in key order."""
     lines = sorted(read_lines([path]), key=lambda r: (r["gpus"], r["family"], r["seed"], r["duration_hours"],
-                                                     r.get("free_setup", False)))
+                                                     r.get("charged_setup", False)))
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in lines))
 
 
@@ -130,8 +131,8 @@ def summarise(lines: list[dict]) -> list[dict]:
     from unicron_plan.simulate.run import _ci95
 
     groups: dict[tuple, list[dict]] = {}
-    if len({r.get("free_setup", False) for r in lines}) > 1:
-        raise SystemExit("report one kind of run at a time (with or without --free-setup)")
+    if len({r.get("charged_setup", False) for r in lines}) > 1:
+        raise SystemExit("report one kind of run at a time (with or without --charged-setup)")
     for r in lines:
         groups.setdefault((r["family"], r["gpus"], r["duration_hours"]), []).append(r["weighted_tflop"])
     rows = []
@@ -228,8 +229,8 @@ def main(argv=None) -> None:
     r.add_argument("--families", default="")
     r.add_argument("--duration-hours", type=float, default=720.0)
     r.add_argument("--workers", type=int, default=2)
-    r.add_argument("--free-setup", action="store_true",
-                   help="plan the time-0 allocation with transitions free (write to another file)")
+    r.add_argument("--charged-setup", action="store_true",
+                   help="plan the time-0 allocation with the transitions the instance would charge (another file)")
     r.add_argument("--columns", default="", help=f"comma-separated, of: {', '.join(COLUMNS)} (default: all)")
     p = sub.add_parser("report")
     p.add_argument("files", nargs="+")

@@ -193,9 +193,10 @@ class PlannerPolicy(Policy):
     """Re-plans the whole cluster on every capacity change through the v1 planner layers."""
 
     horizon: str | None = None  # the planner's cost.horizon whatever the scenario says (None: the scenario's)
-    #: Plan the time-0 allocation (which the simulator does not charge) with transitions free. Off by
-    #: default: every recorded result plans it with the transitions the instance charges.
-    free_setup: bool = False
+    #: Plan the time-0 allocation, which the simulator does not charge, with transitions free (every
+    #: job's term its rate alone). False: with the transitions the instance would charge from the
+    #: scenario's ``current``, which differ by horizon (docs/simulation.md, "Scenario families").
+    free_setup: bool = True
 
     def __init__(self, model: PolicyModel | None = None):
         super().__init__(model)

@@ -164,3 +164,21 @@ def test_the_families_sweep_runs_only_missing_columns_and_reports_the_gap_to_the
     assert "n/a" in sweep.table(rows)
     with pytest.raises(SystemExit):
         sweep.main(common + ["--columns", "nonsense"])
+
+
+@pytest.mark.parametrize("name", ["gpt3-mix-128-a800", "gpt3-mix-128-a800-perf-dense", "gpt3-mix-1024-a800"])
+def test_the_shipped_scenarios_start_the_same_with_a_free_or_a_charged_setup(name):
+    # what keeps every recorded result of the shipped scenarios when the time-0 plan became free
+    from pathlib import Path
+
+    base = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / f"{name}.json")
+    for horizon in ("cluster", "event", "lifetime"):
+        scenario = base.model_copy(update={"cost": base.cost.model_copy(update={"horizon": horizon})})
+        starts = []
+        for free in (False, True):
+            policy = make_policy("unicron", scenario)
+            policy.free_setup = free
+            eng = Engine(scenario, [], policy, planning_mtbf_hours(scenario))
+            policy.setup(eng)
+            starts.append({j.id: dict(j.alloc) for j in eng.jobs})
+        assert starts[0] == starts[1], horizon

@@ -77,7 +77,7 @@ def test_lifetime_and_clairvoyant_plans_keep_the_engine_invariants():
     scenario = load_scenario(data)
     events = draw_events(scenario, np.random.default_rng(1))
     assert any(e.kind == "repair" for e in events)
-    for name in ("unicron", "clairvoyant"):
+    for name in ("unicron", "clairvoyant", "lookahead"):
         result = Engine(scenario, events, make_policy(name, scenario), planning_mtbf_hours(scenario),
                         checks=True).run()
         assert result["weighted_tflop"] > 0
@@ -98,3 +98,87 @@ def test_the_clairvoyant_reads_the_runs_future():
     eng.t = fail
     assert policy._next(eng, node, 1) == pytest.approx(back - fail)
     assert policy._next(eng, node, 0) > 0
+
+
+def _run(policy, scenario, seed):
+    events = draw_events(scenario, np.random.default_rng(seed))
+    return Engine(scenario, events, policy, planning_mtbf_hours(scenario), checks=True).run()
+
+
+def test_the_lookahead_solves_pairs_after_failures_and_is_lifetime_where_it_falls_back():
+    data = family_scenario("min-counts", 9, 1024, duration_hours=240.0)
+    lifetime = load_scenario(dict(data, cost={"horizon": "lifetime"}))
+    scenario = load_scenario(data)
+    exact = make_policy("lookahead", scenario)
+    a = _run(exact, scenario, 9)
+    assert exact.exact > 0 and exact.fallback == 0  # 1,024 GPUs: every failure by the DP over pairs
+    small = make_policy("lookahead", scenario)
+    small.PAIR_CELL_OPS = 0  # no table small enough: the lifetime objective at every re-plan
+    b = _run(small, scenario, 9)
+    c = _run(make_policy("unicron", lifetime), lifetime, 9)
+    assert small.exact == 0 and small.fallback > 0
+    assert b["weighted_tflop"] == c["weighted_tflop"] and b["reconfigurations"] == c["reconfigurations"]
+    assert a["weighted_tflop"] != b["weighted_tflop"]  # the pairs change some plan of this run
+
+
+def test_a_free_setup_starts_at_the_best_rate():
+    from unicron_plan.simulate.bound import best_rate_table
+
+    data = family_scenario("min-counts", 10, 1024, duration_hours=1.0)
+    scenario = load_scenario(dict(data, cost={"horizon": "cluster"}))
+    best, step = best_rate_table(scenario, 1024)
+    rates = {}
+    for free in (False, True):
+        policy = make_policy("unicron", scenario)
+        policy.free_setup = free
+        eng = Engine(scenario, [], policy, planning_mtbf_hours(scenario))
+        policy.setup(eng)
+        rates[free] = sum(j.f() for j in eng.jobs)
+    assert rates[True] == pytest.approx(best[1024 // step], rel=1e-12)
+    assert rates[False] < rates[True]  # charged, the time-0 plan keeps some of the scenario's allocation
+
+
+def test_the_families_sweep_runs_only_missing_columns_and_reports_the_gap_to_the_bound(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "sweeps" / "families.py"
+    spec = importlib.util.spec_from_file_location("families_sweep", path)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    out = tmp_path / "f.jsonl"
+    common = ["run", str(out), "--gpus", "1024", "--seeds", "1", "--families", "jagged", "--duration-hours", "48",
+              "--workers", "1"]
+    sweep.main(common + ["--columns", "greedy,job,bound"])
+    first = json.loads(out.read_text())["weighted_tflop"]
+    assert set(first) == {"greedy", "job", "bound"} and first["bound"] >= max(first["greedy"], first["job"])
+    sweep.main(common + ["--columns", "greedy,lookahead"])
+    lines = out.read_text().splitlines()
+    assert len(lines) == 1  # compacted: one line per key
+    second = json.loads(lines[0])["weighted_tflop"]
+    assert set(second) == {"greedy", "job", "bound", "lookahead"} and second["greedy"] == first["greedy"]
+    rows = sweep.summarise(sweep.read_lines([out]))
+    job = rows[0]["columns"]["job"]
+    assert job["gap_closed"] == pytest.approx((first["job"] - first["greedy"]) / (first["bound"] - first["greedy"]))
+    assert "cluster" not in rows[0]["columns"]  # not run: n/a in the table
+    assert "n/a" in sweep.table(rows)
+    with pytest.raises(SystemExit):
+        sweep.main(common + ["--columns", "nonsense"])
+
+
+@pytest.mark.parametrize("name", ["gpt3-mix-128-a800", "gpt3-mix-128-a800-perf-dense", "gpt3-mix-1024-a800"])
+def test_the_shipped_scenarios_start_the_same_with_a_free_or_a_charged_setup(name):
+    # what keeps every recorded result of the shipped scenarios when the time-0 plan became free
+    from pathlib import Path
+
+    base = load_scenario(Path(__file__).resolve().parent.parent / "scenarios" / f"{name}.json")
+    for horizon in ("cluster", "event", "lifetime"):
+        scenario = base.model_copy(update={"cost": base.cost.model_copy(update={"horizon": horizon})})
+        starts = []
+        for free in (False, True):
+            policy = make_policy("unicron", scenario)
+            policy.free_setup = free
+            eng = Engine(scenario, [], policy, planning_mtbf_hours(scenario))
+            policy.setup(eng)
+            starts.append({j.id: dict(j.alloc) for j in eng.jobs})
+        assert starts[0] == starts[1], horizon

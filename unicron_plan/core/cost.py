@@ -240,3 +240,23 @@ def gain(f_y: float | np.ndarray, y: int | np.ndarray, x: int, f_x: float, hit: 
          d_repeat: float = 0.0) -> float | np.ndarray:
     """G_i(y) = F_i(y) * D_run - [changed] * F_i(x) * D_trans - [changed, y != x] F_i(x) d_repeat (vectorised over y)."""
     return f_y * d_run - charged(y, x, f_x, d_trans, d_repeat, is_changed(y, x, hit, exiting, moved))
+
+
+
+def lookahead_terms(f: np.ndarray, y: np.ndarray, x: int, f_x: float, hit: bool, w_now: float, w_after: float,
+                    d_now: float, d_again: float, exiting: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(S, P, Q) over the counts ``y`` (F at them ``f``) of the two-stage objective over a known return
+    (docs/model.md, "The lookahead over the known repair"): the plan y now, valued over ``w_now``
+    seconds and charged its change at D_trans ``d_now``, and the plan z the return brings, valued over
+    ``w_after`` and charged a move away from y at ``d_again``:
+
+        G(y, z) = S(y)          if z = y:   F(y) (w_now + w_after) - [changed] F(x) d_now
+        G(y, z) = P(y) + Q(z)   otherwise:  F(y) w_now - [changed] F(x) d_now - F(y) d_again  +  F(z) w_after
+
+    An exiting job has only (0, 0) (S = 0 at y = 0, P = Q = -inf)."""
+    f = np.asarray(f, dtype=float)
+    charge = transition_penalty(f_x, d_now, is_changed(y, x, hit, exiting))
+    stay = f * (w_now + w_after) - charge
+    if exiting:
+        return np.where(np.asarray(y) == 0, stay, -np.inf), np.full_like(stay, -np.inf), np.full_like(stay, -np.inf)
+    return stay, f * w_now - charge - f * d_again, f * w_after

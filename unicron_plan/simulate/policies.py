@@ -11,6 +11,9 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
   / H after a failure and over the job's own horizon (node MTBF / nodes held)
   after a repair (``cost.horizon: "event"``, the default), or over one of the
   two always (``"cluster"``, ``"job"``).
+- ``lookahead``: unicron that, after a failure, values the plan now and the plan the failed
+  node's return will bring together (exact DP over pairs of counts where its table is small,
+  else the ``"lifetime"`` objective); ``clairvoyant``: a reference that reads the run's future.
 - ``type-bound`` (mixed fleets): unicron restricted to each job's current GPU
   type (the same planner on the problem without type alternatives,
   ``simulate/mixed.py``), so that the gap to ``unicron`` is what type choice earns.
@@ -64,7 +67,7 @@ def packaged_models() -> PolicyModels:
 
 
 #: Policies that take another policy's constants (and its scenario overrides, then their own).
-MODEL_OF = {"type-bound": "unicron", "clairvoyant": "unicron"}
+MODEL_OF = {"type-bound": "unicron", "clairvoyant": "unicron", "lookahead": "unicron"}
 
 
 def policy_model(name: str, scenario: Scenario | None = None) -> PolicyModel:
@@ -174,12 +177,31 @@ def restarted_since(job: JobRun, ev: SimEvent) -> bool:
 
 
 # --------------------------------------------------------------------------- planners
+def free_problem(problem):
+    """``problem`` with no transition charged: G_i(y) = F_i(y) D_run (the GPU-type alternatives too)."""
+    from unicron_plan.core import cost
+
+    def free(j):
+        gains = cost.gain(j.f, j.counts, j.x, j.f_x, j.hit, problem.d_run, 0.0, j.exiting)
+        return dataclasses.replace(j, d_trans=0.0, d_repeat=0.0, gains=np.asarray(gains, dtype=float))
+
+    return dataclasses.replace(problem, jobs=[free(j) for j in problem.jobs],
+                               alternatives={k: [free(a) for a in v] for k, v in problem.alternatives.items()})
+
+
 class PlannerPolicy(Policy):
     """Re-plans the whole cluster on every capacity change through the v1 planner layers."""
+
+    horizon: str | None = None  # the planner's cost.horizon whatever the scenario says (None: the scenario's)
+    #: Plan the time-0 allocation, which the simulator does not charge, with transitions free (every
+    #: job's term its rate alone). False: with the transitions the instance would charge from the
+    #: scenario's ``current``, which differ by horizon (docs/simulation.md, "Scenario families").
+    free_setup: bool = True
 
     def __init__(self, model: PolicyModel | None = None):
         super().__init__(model)
         self._cache: dict = {}
+        self._setting_up = False
         self._base_instance = None  # the scenario as a validated Instance, see _base
         self._down_copies: dict = {}  # node id -> its Node with every GPU listed failed
         self._tables = None  # (tables, layouts) of the jobs, from resolve_tables
@@ -204,7 +226,11 @@ class PlannerPolicy(Policy):
 
     def setup(self, eng: Engine) -> None:
         super().setup(eng)
-        self.replan(eng, None, None, charge=False)
+        self._setting_up = self.free_setup
+        try:
+            self.replan(eng, None, None, charge=False)
+        finally:
+            self._setting_up = False
 
     def on_failure(self, eng: Engine, ev: SimEvent, hit: list[JobRun]) -> None:
         if ev.severity == "sev1":
@@ -224,7 +250,8 @@ class PlannerPolicy(Policy):
         if self._base_instance is None:
             from unicron_plan.schema import Instance
 
-            cost = {"node_mtbf_hours": eng.mtbf_hours, "horizon": eng.scenario.cost.horizon or DEFAULT_HORIZON}
+            cost = {"node_mtbf_hours": eng.mtbf_hours,
+                    "horizon": self.horizon or eng.scenario.cost.horizon or DEFAULT_HORIZON}
             if cost["horizon"] == "lifetime" and eng.scenario.failures is not None:
                 cost["expected_repair_seconds"] = mean_repair_seconds(eng.scenario.failures)
             if eng.scenario.cost.default_transition_seconds is not None:
@@ -376,6 +403,8 @@ class PlannerPolicy(Policy):
         state.in_order = True
         state.idle = self._idle(state)
         problem = tabulate(instance, state, *tables, flat)
+        if self._setting_up:  # the time-0 plan is free: every job's term is its rate alone
+            problem = free_problem(problem)
         types = {}
         if alternatives is not None:
             problem = add_alternatives(problem, *alternatives)
@@ -497,10 +526,10 @@ class ClairvoyantPolicy(UnicronPolicy):
         super().replan(eng, failed, repaired, charge)
 
     def choose(self, problem) -> dict[str, int]:
-        return super().choose(self.known_future(problem))
+        return super().choose(problem if self._setting_up else self.known_future(problem))
 
     def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
-        return super().choose_types(self.known_future(problem))
+        return super().choose_types(problem if self._setting_up else self.known_future(problem))
 
     def known_future(self, problem):
         """``problem`` with each job's transition terms from its known lifetime."""
@@ -525,6 +554,66 @@ class ClairvoyantPolicy(UnicronPolicy):
             if j.id in problem.alternatives:  # mixed fleets: the same lifetime on every type
                 alternatives[j.id] = [recost(a, d, d_repeat) for a in problem.alternatives[j.id]]
         return dataclasses.replace(problem, jobs=jobs, alternatives=alternatives)
+
+
+class LookaheadPolicy(UnicronPolicy):
+    """Unicron valuing, after a failure, the plan now and the plan the failed node's return will bring
+    together (docs/model.md, "The lookahead over the known repair"), solved exactly by the DP over
+    pairs of counts (``solvers/pairdp.py``) where its table is small (:data:`PAIR_CELL_OPS`); elsewhere,
+    after other events and on mixed fleets, the ``"lifetime"`` objective (its limit without a return).
+    ``exact``/``fallback`` count the failures' GPU types solved each way."""
+
+    name = "lookahead"
+    horizon = "lifetime"
+    PAIR_CELL_OPS = 2e8  # table cells x fold passes one re-plan may cost
+    PAIR_CELL_MEMORY = 1e7  # table cells x jobs kept for the walk back (8 bytes each)
+
+    def __init__(self, model: PolicyModel | None = None):
+        super().__init__(model)
+        self._failed = None
+        self.exact = self.fallback = 0
+
+    def replan(self, eng: Engine, failed: str | None, repaired: str | None, charge: bool) -> None:
+        self._eng, self._failed = eng, failed
+        super().replan(eng, failed, repaired, charge)
+
+    def choose(self, problem) -> dict[str, int]:
+        from unicron_plan.core import cost
+        from unicron_plan.solvers import dp, pairdp
+
+        failed = self._failed
+        if failed is None or problem.alternatives or dp.dp_limitations(problem):
+            return super().choose(problem)
+        eng, inst = self._eng, problem.instance
+        node = eng.nodes[failed]
+        back = node.gpus - len(node.failed_gpus)
+        repair = cost.pending_repair_seconds(inst)
+        mtbf = inst.cost.node_mtbf_hours * 3600.0
+        exact = {}  # GPU type -> capacity after the return, where the table of pairs is small enough
+        for t, capacity in problem.capacity.items():
+            js = [j for j in problem.jobs if j.gpu_type == t]
+            after = capacity + (back if node.gpu_type == t else 0)
+            cells = pairdp.pair_cells([j.counts for j in js], capacity, after)
+            if (cells * 3 * sum(len(j.counts) for j in js) <= self.PAIR_CELL_OPS
+                    and cells * (len(js) + 1) <= self.PAIR_CELL_MEMORY):
+                exact[t] = after
+        self.exact += len(exact)
+        self.fallback += len(problem.capacity) - len(exact)
+        # the lifetime answer for the types whose table of pairs is too large
+        out = super().choose(problem) if len(exact) < len(problem.capacity) else {}
+        for t, after in exact.items():
+            js = [j for j in problem.jobs if j.gpu_type == t]
+            capacity = problem.capacity[t]
+            terms = []
+            for j in js:
+                held = sum(1 for g in problem.state.previous.get(j.id, {}).values() if g > 0)
+                lam = max(held, 1) / mtbf
+                d_job = cost.d_trans_seconds(inst, inst.jobs[j.index]) * lam * problem.d_run
+                terms.append((j.counts, *cost.lookahead_terms(j.f, j.counts, j.x, j.f_x, j.hit, repair,
+                                                              problem.d_run, d_job, d_job, j.exiting)))
+            _, ys, _ = pairdp.solve_pairs(terms, capacity, after)
+            out.update({j.id: y for j, y in zip(js, ys)})
+        return out
 
 
 class TypeBoundPolicy(UnicronPolicy):
@@ -955,7 +1044,7 @@ class BambooPolicy(OobleckPolicy):
 
 POLICIES: dict[str, type[Policy]] = {
     p.name: p for p in (UnicronPolicy, MegatronPolicy, OobleckPolicy, GreedyPolicy, EqualSharePolicy,
-                        VarunaPolicy, BambooPolicy, TypeBoundPolicy, ClairvoyantPolicy)
+                        VarunaPolicy, BambooPolicy, TypeBoundPolicy, ClairvoyantPolicy, LookaheadPolicy)
 }
 
 

@@ -286,11 +286,12 @@ def _shrunk_value(opts, hit_opts, counts: list, values: list, cap: int) -> float
 
 
 def _job_options(job: JobTerms, schema_job, counts: np.ndarray, f: np.ndarray, d_run: float,
-                 hit: bool, d_trans: float) -> tuple[np.ndarray, np.ndarray]:
-    """Pareto (counts, gains) of one job at ``d_run`` and charged D_trans ``d_trans``, hit or not, under
-    its count rules (tp, pinned, and hysteresis for an unhit job only): what ``tabulate`` gives it in
-    that failure."""
-    gains = np.asarray(cost.gain(f, counts, job.x, job.f_x, hit, d_run, d_trans), dtype=float)
+                 hit: bool, d_trans: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Pareto (counts, gains) of one job at ``d_run`` and charged (D_trans, repeat) ``d_trans``
+    (:func:`cost.job_transition_terms`), hit or not, under its count rules (tp, pinned, and hysteresis
+    for an unhit job only): what ``tabulate`` gives it in that failure."""
+    gains = np.asarray(cost.gain(f, counts, job.x, job.f_x, hit, d_run, d_trans[0], d_repeat=d_trans[1]),
+                       dtype=float)
     keep = constraints.allowed_mask(schema_job, counts, gains, job.x, hit, job.f_x, d_run)
     return dp.pareto_arrays(counts[keep], gains[keep])
 
@@ -436,8 +437,8 @@ def _solve_groups(base: Instance, prepared, problem, candidates: list, results: 
             raw = [_raw_counts(prepared, j, capacity) for j in js]
             # each job's D_trans as charged after a failure that leaves h_after[d_run] nodes in service
             # (its horizon scale, docs/model.md "Planning horizon"; the base problem has no event)
-            dt = [cost.job_transition_seconds(base, base.jobs[j.index], state.previous.get(j.id, {}),
-                                              h_after[d_run], event_kind="failure") for j in js]
+            dt = [cost.job_transition_terms(base, base.jobs[j.index], state.previous.get(j.id, {}),
+                                            h_after[d_run], event_kind="failure") for j in js]
             opts = [_job_options(j, base.jobs[j.index], *raw[i], d_run, False, dt[i]) for i, j in enumerate(js)]
             hit_cache: dict[int, tuple] = {}
             plain: dict[int, list] = defaultdict(list)  # capacity -> groups that hit no job of this type

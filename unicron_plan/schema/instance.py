@@ -203,6 +203,7 @@ class Throughput(StrictModel):
                     "one table per type is derived from the performance model.")
     _table: Optional[ArrayTable] = PrivateAttr(default=None)  # table_view(), made once
     _arrays: Optional[tuple] = PrivateAttr(default=None)  # table_arrays(), made once
+    _in_order: bool = PrivateAttr(default=True)  # the arrays are the table's entries in its own order
     model: Optional[str] = Field(default=None, min_length=1,
         description="A model of the package's library (`unicron-plan models`); the table is derived "
                     "from the performance model. Give this or tflops.")
@@ -349,11 +350,18 @@ class Throughput(StrictModel):
             if len(counts) and counts.max() > MAX_COMPACT_COUNT:
                 fits = counts <= MAX_COMPACT_COUNT
                 counts, tflops = counts[fits], tflops[fits]
+            self._in_order = len(counts) == len(table) and bool((counts[1:] > counts[:-1]).all())
             order = np.argsort(counts, kind="stable")
             counts, tflops = counts[order], tflops[order]
             counts.flags.writeable = tflops.flags.writeable = False
             self._arrays = (counts, tflops)
         return self._arrays
+
+    def arrays_in_order(self) -> bool:
+        """Whether :meth:`table_arrays` are every entry of the table in the order given (a compact table,
+        or ``tflops`` with its keys ascending), so that the arrays determine the table."""
+        self.table_arrays()
+        return self._in_order
 
 
 class CurrentAllocation(StrictModel):

@@ -474,6 +474,11 @@ def _indented(value: Any, indent: str) -> str:
         if flat is not None:
             return flat
         inner = indent + "  "
+        if set(map(type, value)) <= _SCALARS:  # scalars only (a job's nodes): one C call, same bytes
+            try:
+                return "[\n" + inner + _c_encoder(inner)(value)[1:-1] + "\n" + indent + "]"
+            except ValueError:  # a non-finite float: the loop below raises naming it
+                pass
         return "[\n" + ",\n".join([inner + _indented(x, inner) for x in value]) + "\n" + indent + "]"
     if kind is str:
         return json.encoder.encode_basestring_ascii(value)

@@ -5,11 +5,16 @@
  * Input (binary, native endianness): int64 C, int64 m, then per job int64 K, K int64 counts,
  * K float64 gains. Output (text): objective, seconds of the DP itself (excluding reading, wall clock),
  * GPUs used, CPU seconds of the DP.
+ *
+ * `plain_dp FILE --value-only`: the same loop without the choice table and the backtrack (the optimum's
+ * value only, no plan; GPUs used printed as -1): a lower bound of the plain DP's work where its
+ * m (C + 1) choice table does not fit in memory (1,048,576 GPUs x 8,192 jobs: 34 GB).
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static void rd(void *p, size_t sz, size_t n, FILE *f) {
@@ -17,8 +22,9 @@ static void rd(void *p, size_t sz, size_t n, FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    FILE *f = fopen(argv[1], "rb");
+    FILE *f = argc > 1 ? fopen(argv[1], "rb") : NULL;
     if (!f) return 2;
+    int value_only = argc > 2 && strcmp(argv[2], "--value-only") == 0;
     int64_t C, m;
     rd(&C, 8, 1, f); rd(&m, 8, 1, f);
     int64_t **ys = malloc(m * sizeof *ys); double **gs = malloc(m * sizeof *gs);
@@ -35,7 +41,18 @@ int main(int argc, char **argv) {
     double *V = malloc((C + 1) * 8), *N = malloc((C + 1) * 8);
     uint32_t **ch = malloc(m * sizeof *ch);
     for (int64_t c = 0; c <= C; c++) V[c] = 0.0;
-    for (int64_t j = 0; j < m; j++) {
+    for (int64_t j = 0; value_only && j < m; j++) {
+        for (int64_t c = 0; c <= C; c++) N[c] = -INFINITY;
+        for (int64_t k = 0; k < ks[j]; k++) {
+            int64_t y = ys[j][k]; double g = gs[j][k];
+            for (int64_t c = y; c <= C; c++) {
+                double cand = V[c - y] + g;
+                N[c] = cand > N[c] ? cand : N[c];
+            }
+        }
+        double *t = V; V = N; N = t;
+    }
+    for (int64_t j = 0; !value_only && j < m; j++) {
         ch[j] = calloc(C + 1, 4);
         for (int64_t c = 0; c <= C; c++) N[c] = -INFINITY;
         for (int64_t k = 0; k < ks[j]; k++) {
@@ -49,8 +66,8 @@ int main(int argc, char **argv) {
         }
         double *t = V; V = N; N = t;
     }
-    int64_t c = C, used = 0;  /* backtrack (part of the work a planner must do) */
-    for (int64_t j = m - 1; j >= 0; j--) { int64_t y = ys[j][ch[j][c]]; used += y; c -= y; }
+    int64_t c = C, used = value_only ? -1 : 0;  /* backtrack (part of the work a planner must do) */
+    for (int64_t j = m - 1; !value_only && j >= 0; j--) { int64_t y = ys[j][ch[j][c]]; used += y; c -= y; }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &u1);
     printf("%.17g\n%.9f\n%lld\n%.9f\n", V[C], (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec),

@@ -100,6 +100,7 @@ def test_written_files_respect_the_umask(tmp_path, umask, mode):
     assert stat.S_IMODE(os.stat(out).st_mode) == mode
     r = cli("contingency", TINY, "--out", tmp_path / "c", "-q", umask=umask)
     assert stat.S_IMODE(os.stat(tmp_path / "c" / "contingency.json").st_mode) == mode
+    assert stat.S_IMODE(os.stat(tmp_path / "c" / "contingency.sqlite").st_mode) == mode
 
 
 # --- contingency indexes -----------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The reader's and writer's fast paths give exactly what the plain ones give.
 
-Reading: the path for large texts (io.parse_json without the per-object hook, duplicate keys found
-by counting members against the colons of the text) gives the hooked parse's value, and on bad
-input its error. Writing: io.dumps gives json.dumps(indent=2, sort_keys=True) byte for byte."""
+Reading: the path for large texts (orjson, or io.parse_json without the per-object hook when orjson
+is absent; duplicate keys found by counting members against the colons of the text) gives the
+hooked parse's value, and on bad input its error. Writing: io.dumps gives json.dumps(indent=2, sort_keys=True) byte for byte."""
 
 from __future__ import annotations
 
@@ -33,9 +33,13 @@ def _hooked(text: str):
 
 
 def _large(text: str):
+    """The large-text path's result, the same with orjson and with the json module alone."""
     with pytest.MonkeyPatch.context() as m:
         m.setattr(io, "LARGE_TEXT_BYTES", 0)  # every text takes the large-text path
-        return _hooked(text)
+        fast = _hooked(text)
+        m.setattr(io, "_orjson", None)
+        assert _hooked(text) == fast
+        return fast
 
 
 def _with_duplicate(text: str) -> str:
@@ -92,8 +96,21 @@ def test_a_large_table_with_a_repeated_count_is_refused():
     assert len(io.parse_json(fine)["jobs"][0]["tflops"]) == 59_999
 
 
-def test_members_counts_every_object_member():
-    assert io._members({"a": [{"b": 1, "c": {}}] * 20, "d": list(range(20))}) == 2 + 20 * 2
+def test_shape_counts_members_depth_and_wide_numbers():
+    assert io._shape({"a": [{"b": 1, "c": {}}] * 20, "d": list(range(100))}) == (2 + 20 * 2, 4, False)
+    assert io._shape([[0.5] * 100, {"x": [1.0, "s", -2.0**63]}]) == (1, 3, True)
+    assert io._shape(7) == (0, 0, False) and io._shape([]) == (0, 1, False)
+    deep = []
+    for _ in range(200):
+        deep = [deep]
+    assert io._shape(deep)[1] == io.MAX_DEPTH + 1  # stops counting past the limit
+
+
+@pytest.mark.parametrize("text", ["[123456789012345678901234567890]", '{"a": [-9223372036854775809, 1.5]}',
+                                  "[18446744073709551615]", '{"a": ' + "9" * 100 + "}"])
+def test_integers_wider_than_64_bits_stay_integers(text):
+    """orjson reads an integer literal wider than 64 bits as a float: the strict parse decides."""
+    assert _large(text) == (json.loads(text), None)
 
 
 def test_a_colon_inside_a_string_takes_the_hooked_parse(monkeypatch):
@@ -102,6 +119,12 @@ def test_a_colon_inside_a_string_takes_the_hooked_parse(monkeypatch):
     real = io._loads
     monkeypatch.setattr(io, "_loads", lambda text, hook: calls.append(hook) or real(text, hook))
     monkeypatch.setattr(io, "LARGE_TEXT_BYTES", 0)
+    assert io.parse_json('{"a": [1, "c"]}') == {"a": [1, "c"]}
+    assert calls == []  # orjson's value, kept
+    assert io.parse_json('{"a:b": [1, "c:d"]}') == {"a:b": [1, "c:d"]}
+    assert calls == [False, True]
+    calls.clear()
+    monkeypatch.setattr(io, "_orjson", None)
     assert io.parse_json('{"a:b": [1, "c:d"]}') == {"a:b": [1, "c:d"]}
     assert calls == [False, True]
     calls.clear()

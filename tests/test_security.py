@@ -35,7 +35,7 @@ def test_an_oversized_file_is_refused_before_reading(tmp_path, monkeypatch):
     big.write_text('{"a": 1}' + " " * 2000)
     monkeypatch.setattr(io, "MAX_BYTES", 1000)
     read = []
-    monkeypatch.setattr(type(big), "read_text", lambda self, *a, **k: read.append(self) or "")
+    monkeypatch.setattr(type(big), "read_bytes", lambda self, *a, **k: read.append(self) or b"")
     with pytest.raises(InvalidInstanceError, match="larger than 1000 bytes"):
         io.read_json(big)
     assert read == []

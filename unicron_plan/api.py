@@ -171,13 +171,17 @@ def _from_contingency(instance: Instance, contingency, instance_fingerprint: str
                       prepared=None) -> tuple[Plan | None, str | None]:
     """(the precomputed plan for the instance's event, placed and validated, None) or
     (None, why none was used): a stored plan that does not check out is never used."""
-    from unicron_plan.plan.contingency import check_index, lookup, read_contingency
+    from unicron_plan.plan.contingency import check_index, lookup, read_for_event
     from unicron_plan.solvers.contingency import proven_optimal
     from unicron_plan.core.problem import RawSolution, build_problem
     from unicron_plan.plan.assemble import to_plan
 
     start = time.perf_counter()
-    index = check_index(contingency) if isinstance(contingency, dict) else read_contingency(contingency)
+    if isinstance(contingency, dict):
+        index = check_index(contingency)
+    else:
+        index, known = read_for_event(contingency, instance)
+        instance_fingerprint = instance_fingerprint or known
     found = lookup(instance, index, instance_fingerprint)
     if found is None:
         return None, "no precomputed plan matches this instance and event"

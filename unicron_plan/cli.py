@@ -271,8 +271,9 @@ def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (i
     from unicron_plan import api
     from unicron_plan.plan.contingency import build_contingency, write_contingency
 
-    index = build_contingency(api.load_instance(instance), racks=racks, progress=not quiet)
-    path = write_contingency(index, out)
+    inst = api.load_instance(instance)
+    index = build_contingency(inst, racks=racks, progress=not quiet)
+    path = write_contingency(index, out, inst)
     st = index["stats"]
     infeasible = f" ({st['infeasible']} more infeasible)" if st.get("infeasible") else ""
     typer.echo(f"{st['failures']} failures{infeasible} in {st['groups']} groups, {st['plans']} distinct plans, "

@@ -21,6 +21,10 @@ from pydantic import BaseModel, ValidationError
 
 from unicron_plan.errors import InvalidInstanceError
 
+try:  # without it every text takes the json module's parse (the same values and errors, slower)
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - a declared dependency
+    _orjson = None
 
 MAX_DEPTH = 64  # nesting of arrays and objects; every document of the format needs fewer than 10
 MAX_BYTES = 512 * 1024 * 1024  # a larger input file is refused before it is read
@@ -87,26 +91,62 @@ def _nesting(data: bytes) -> int:
     return int(np.cumsum(steps).max())
 
 
-def _members(value: Any) -> int:
-    """The number of members of every object in a parsed JSON value (iterative: no recursion).
-    A large array or object of scalars only (a throughput table) is passed over in one C-level
-    look at the types of its values."""
-    n, stack = 0, [value]
-    while stack:
-        v = stack.pop()
-        if type(v) is dict:
-            n += len(v)
-            items = v.values()
-        elif type(v) is list:
-            items = v
-        else:
-            continue
-        if len(items) > 8:
+#: Magnitude from which orjson reads an integer literal as a float (it overflows 64 bits).
+_WIDE = float(2**63)
+_NUMBERS = frozenset({int, float, bool})
+
+
+def _shape(value: Any) -> "tuple[int, int, bool]":
+    """(members of every object, deepest nesting, whether some number has a magnitude of 2**63 or
+    more) of a parsed JSON value, one level of nesting at a time (no recursion); stops counting
+    past MAX_DEPTH. The values of a level's objects and short arrays are looked at together, each
+    long array alone, in C calls (their types, the extremes of their numbers); a long array of
+    scalars (a throughput table) is passed over in one look at its types."""
+    n = depth = 0
+    wide = False
+    level = [value] if type(value) is dict or type(value) is list else []
+    while level and depth <= MAX_DEPTH:
+        depth += 1
+        dicts = [v for v in level if type(v) is dict]
+        n += sum(map(len, dicts))
+        lists = [v for v in level if type(v) is list]
+        long = [v for v in lists if len(v) > 64]
+        short = itertools.chain.from_iterable(v for v in lists if len(v) <= 64)
+        below: list = []
+        for items in [list(itertools.chain(itertools.chain.from_iterable(map(dict.values, dicts)), short)), *long]:
             kinds = set(map(type, items))
-            if dict not in kinds and list not in kinds:
-                continue
-        stack.extend([x for x in items if type(x) is dict or type(x) is list])
-    return n
+            if float in kinds and not wide:
+                numbers = items if kinds <= _NUMBERS else [x for x in items if type(x) is float]
+                wide = max(numbers) >= _WIDE or min(numbers) <= -_WIDE
+            if dict in kinds or list in kinds:
+                below += [x for x in items if type(x) is dict or type(x) is list]
+        level = below
+    return n, depth, wide
+
+
+_UNDECIDED = object()
+
+
+def _orjson_parse(data: bytes, source: str) -> Any:
+    """The value of JSON ``data`` by orjson, or _UNDECIDED when the strict parse must decide:
+    orjson is absent or refuses the text (it refuses NaN, Infinity, overflowing floats, lone
+    surrogates and every malformed text), a number reached 2**63 in magnitude (orjson reads a
+    wider integer literal as a float), or the objects hold other than as many members as the text
+    has colons (a key was repeated, or a string holds a colon). Nesting deeper than MAX_DEPTH is
+    refused as the strict parse refuses it. Otherwise orjson's value is the strict parse's (both
+    round floats correctly)."""
+    if _orjson is None:
+        return _UNDECIDED
+    try:
+        value = _orjson.loads(data)
+    except _orjson.JSONDecodeError:
+        return _UNDECIDED
+    members, depth, wide = _shape(value)
+    if depth > MAX_DEPTH:
+        raise InvalidInstanceError(source, f"JSON nested more than {MAX_DEPTH} levels deep")
+    if wide or members != data.count(b":"):
+        return _UNDECIDED
+    return value
 
 
 def _loads(text: str, hook: bool) -> Any:
@@ -127,13 +167,18 @@ def parse_json(text: "str | bytes", source: str = "<input>") -> Any:
     literal that overflows, 1e999, reads as infinity, which every schema refuses naming the
     field). Pure and thread-safe; bad input raises InvalidInstanceError naming ``source``.
 
-    A text of LARGE_TEXT_BYTES or more is first parsed without the per-object duplicate-key hook.
+    A text of LARGE_TEXT_BYTES or more is first parsed by orjson when it is installed (see
+    :func:`_orjson_parse`), else by the json module without the per-object duplicate-key hook.
     Every member of an object is written with one colon outside strings, so the colons of the
     text number the members written plus the colons inside strings; the value is kept when its
     objects hold exactly that many members (then no key was repeated and no string holds a
     colon). Otherwise, or when that parse fails, the text is parsed again with the hook, so the
     value and every error are always those of the hooked parse."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if len(data) >= LARGE_TEXT_BYTES:
+        value = _orjson_parse(data, source)
+        if value is not _UNDECIDED:
+            return value
     if ((len(data) > 1 << 20 or data.count(b"[") + data.count(b"{") > MAX_DEPTH)  # cheap count on small texts
             and _nesting(data) > MAX_DEPTH):
         raise InvalidInstanceError(source, f"JSON nested more than {MAX_DEPTH} levels deep")
@@ -145,7 +190,7 @@ def parse_json(text: "str | bytes", source: str = "<input>") -> Any:
     if len(data) >= LARGE_TEXT_BYTES:
         try:
             value = _loads(text, hook=False)
-            if _members(value) == data.count(b":"):
+            if _shape(value)[0] == data.count(b":"):
                 return value
         except (ValueError, RecursionError):
             pass  # the hooked parse below names the error
@@ -261,24 +306,42 @@ async def parse_document_async(text: "str | bytes", source: str = "<input>", fmt
         raise InvalidInstanceError(source, f"not read within {timeout:g} s; send a smaller document") from None
 
 
-def read_text(path: "str | os.PathLike", kind: str = "JSON") -> str:
-    """The UTF-8 text of a file of at most MAX_BYTES; a missing or unreadable file is bad input."""
-    p = Path(path)
+def _read_bytes(p: Path, kind: str) -> bytes:
+    """The bytes of a file of at most MAX_BYTES; a missing or unreadable file is bad input."""
     try:
         if p.is_dir():
             raise InvalidInstanceError(str(p), f"is a directory, not a {kind} file")
         if p.is_file() and p.stat().st_size > MAX_BYTES:
             raise InvalidInstanceError(str(p), f"larger than {MAX_BYTES} bytes")
-        return p.read_text(encoding="utf-8")
+        return p.read_bytes()
     except FileNotFoundError:
         raise InvalidInstanceError(str(p), "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise InvalidInstanceError(str(p), f"cannot read: {exc}") from None
+
+
+def _decode(data: bytes, p: Path) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInstanceError(str(p), f"cannot read: {exc}") from None
+
+
+def read_text(path: "str | os.PathLike", kind: str = "JSON") -> str:
+    """The UTF-8 text of a file of at most MAX_BYTES; a missing or unreadable file is bad input."""
+    p = Path(path)
+    return _decode(_read_bytes(p, kind), p)
 
 
 def read_json(path: str | os.PathLike) -> Any:
     """Read and strictly parse a JSON file (see :func:`parse_json`)."""
-    return parse_json(read_text(path), str(path))
+    p = Path(path)
+    data = _read_bytes(p, "JSON")
+    if len(data) >= LARGE_TEXT_BYTES:  # orjson reads the bytes (and checks they are UTF-8)
+        value = _orjson_parse(data, str(p))
+        if value is not _UNDECIDED:
+            return value
+    return parse_json(_decode(data, p), str(p))
 
 
 def read_document(path: str | os.PathLike) -> Any:
@@ -411,6 +474,11 @@ def _indented(value: Any, indent: str) -> str:
         if flat is not None:
             return flat
         inner = indent + "  "
+        if set(map(type, value)) <= _SCALARS:  # scalars only (a job's nodes): one C call, same bytes
+            try:
+                return "[\n" + inner + _c_encoder(inner)(value)[1:-1] + "\n" + indent + "]"
+            except ValueError:  # a non-finite float: the loop below raises naming it
+                pass
         return "[\n" + ",\n".join([inner + _indented(x, inner) for x in value]) + "\n" + indent + "]"
     if kind is str:
         return json.encoder.encode_basestring_ascii(value)

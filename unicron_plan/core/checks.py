@@ -158,7 +158,8 @@ def _check_job_constraints(instance: Instance, split: dict[str, dict[str, int]])
     so that keeping it is always a valid choice (docs/solvers.md, "Constraints")."""
     from unicron_plan.core.cluster import rack_key
 
-    racks = {n.id: rack_key(n.id, n.rack) for n in instance.cluster.nodes}
+    racks = {n.id: rack_key(n.id, n.rack) for n in instance.cluster.nodes} \
+        if any(job.same_rack for job in instance.jobs) else {}  # (a walk over every node: only when asked)
     for k, job in enumerate(instance.jobs):
         cur = job.current
         if job.tp is not None and cur.gpus % job.tp:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -208,10 +209,6 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
     return state
 
 
-def _healthy(node) -> NodeHealth:
-    return NodeHealth(node.id, node.gpu_type, node.rack, node.gpus, node.gpus, node.gpus, False, False)
-
-
 class NodeArrays(NamedTuple):
     """A cluster's nodes as arrays in cluster order, for callers that work on all of them at once."""
 
@@ -265,12 +262,13 @@ def node_arrays(nodes: dict[str, NodeHealth]) -> NodeArrays:
 
 def healthy_nodes(instance: Instance) -> HealthyCluster:
     """The :class:`HealthyCluster` of ``instance`` (for :func:`build_state`)."""
-    nodes = {n.id: _healthy(n) for n in instance.cluster.nodes}
+    fields = map(attrgetter("id", "gpu_type", "rack", "gpus"), instance.cluster.nodes)  # read in C
+    nodes = {i: NodeHealth(i, t, r, g, g, g, False, False) for i, t, r, g in fields}
     cap = {t: 0 for t in instance.cluster.gpu_types}
     for h in nodes.values():
         cap[h.gpu_type] += h.gpus
     return HealthyCluster(nodes, cap, sum(1 for h in nodes.values() if h.gpus > 0),
-                          {nid: k for k, nid in enumerate(nodes)}, {nid: h.gpus for nid, h in nodes.items()})
+                          dict(zip(nodes, range(len(nodes)))), {nid: h.gpus for nid, h in nodes.items()})
 
 
 def _repaired_ids(instance: Instance) -> list[str]:

@@ -41,6 +41,34 @@ def fingerprint(instance: Instance) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+_NO_TABLES = {"name": True, "event": True, "reference": True,
+              "jobs": {"__all__": {"throughput": {"tflops", "compact"}}}}
+
+
+def content_digest(instance: Instance) -> str:
+    """sha256 of what :func:`fingerprint` hashes (the instance without its name, event and reference),
+    encoded otherwise: the instance without its jobs' tables as JSON, then each job's table as its keys
+    in their order and its values as binary floats (a compact table: its two arrays). Two instances
+    have equal digests exactly when they have equal fingerprints; at 131,072 GPUs this takes under
+    half the time, as no table value is formatted as text."""
+    import numpy as np
+
+    h = hashlib.sha256(instance.model_dump_json(exclude=_NO_TABLES, exclude_none=True).encode())
+    for job in instance.jobs:
+        t = job.throughput
+        if not t.has_table:
+            h.update(b"\nmodel;")
+            continue
+        counts, tflops = t.table_arrays()  # made once per instance: building the problem reuses them
+        form = b"compact" if t.compact is not None else b"tflops"
+        if t.compact is None and not t.arrays_in_order():  # the keys' order is part of the instance
+            h.update(b"\ntflops-keys %d:%s;" % (len(t.tflops), ",".join(t.tflops).encode()))
+            tflops = np.fromiter(t.tflops.values(), dtype=float, count=len(t.tflops))
+            counts = np.zeros(0, dtype=np.int64)
+        h.update(b"\n%s %d %d;" % (form, len(counts), len(tflops)) + counts.tobytes() + tflops.tobytes())
+    return h.hexdigest()
+
+
 def failure_key(failed_nodes: list[str], instance: Instance, by_id: dict | None = None) -> str | None:
     """The contingency key of a set of failed nodes: ``node:ID``, ``rack:ID``, or None.
 
@@ -178,13 +206,126 @@ class _progress:
             self.p.stop()
 
 
-def write_contingency(index: dict, out_dir: str | Path) -> Path:
-    """Write the index atomically as canonical JSON to ``out_dir/contingency.json``."""
+def write_contingency(index: dict, out_dir: str | Path, instance: Instance | None = None) -> Path:
+    """Write the index atomically as canonical JSON to ``out_dir/contingency.json``, and beside it
+    the same entries keyed for a lookup of one failure (``contingency.sqlite``, :func:`write_keyed`;
+    with the :func:`content_digest` of ``instance``, the instance the index was built from)."""
     from unicron_plan.io import dumps, write_atomic
 
     path = Path(out_dir) / INDEX_FILE
-    write_atomic(path, dumps(index))
+    text = dumps(index)
+    write_atomic(path, text)
+    digest = content_digest(instance) if instance is not None else None
+    write_keyed(index, text.encode("utf-8"), Path(out_dir) / KEYED_FILE, digest)
     return path
+
+
+#: The keyed copy of the index beside ``contingency.json`` (docs/format.md): the entries by failure key
+#: and the plans by id, each as the JSON text of its entry, with the sha256 of the contingency.json
+#: bytes it was written from; it is used only while that file is unchanged.
+KEYED_FILE = "contingency.sqlite"
+_HEADER = ("schema_version", "kind", "instance", "fingerprint", "racks")
+
+
+def write_keyed(index: dict, source: bytes, path: Path, digest: str | None = None) -> None:
+    """Write ``index`` (whose contingency.json holds exactly ``source``) as the keyed copy at ``path``,
+    through a temporary file and a rename; ``digest``: the :func:`content_digest` of the instance whose
+    fingerprint the index holds."""
+    import json
+    import os
+    import sqlite3
+    import tempfile
+
+    from unicron_plan.io import _umask
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        con = sqlite3.connect(tmp)
+        try:
+            con.executescript("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                              "CREATE TABLE entries (key TEXT PRIMARY KEY, listed TEXT NOT NULL, entry TEXT NOT NULL);"
+                              "CREATE TABLE plans (id TEXT PRIMARY KEY, plan TEXT NOT NULL);")
+            header = {k: index[k] for k in _HEADER if k in index}
+            con.executemany("INSERT INTO meta VALUES (?, ?)",
+                            [("source_sha256", hashlib.sha256(source).hexdigest()), ("header", json.dumps(header)),
+                             *([("content_digest", digest)] if digest else [])])
+            for listed in ("failures", "infeasible"):
+                con.executemany("INSERT INTO entries VALUES (?, ?, ?)",
+                                [(k, listed, json.dumps(e)) for k, e in index.get(listed, {}).items()])
+            con.executemany("INSERT INTO plans VALUES (?, ?)", [(k, json.dumps(v)) for k, v in index["plans"].items()])
+            con.commit()
+        finally:
+            con.close()
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def event_key(instance: Instance) -> str | None:
+    """The failure key of the instance's event (a failure of whole nodes), or None."""
+    ev = instance.event
+    if ev is None or ev.kind != "failure" or ev.failed_gpus or not ev.failed_nodes:
+        return None
+    return failure_key(ev.failed_nodes, instance)
+
+
+def read_for_event(source: str | Path, instance: Instance) -> tuple[dict, str | None]:
+    """(the index at ``source`` as far as the instance's event needs it, the instance's fingerprint
+    when it is known to be the index's, else None).
+
+    ``source`` is a directory or its index file. From the keyed copy: the header and that failure's
+    entry and plan (checked against the index schema), when the copy was written from the
+    contingency.json there as it is now; the fingerprint is the index's when the copy's
+    :func:`content_digest` is the instance's. Otherwise the whole index (:func:`read_contingency`).
+    Either way :func:`lookup` gives the same answer."""
+    p = Path(source)
+    path = p / INDEX_FILE if p.is_dir() else p
+    key = event_key(instance)
+    found = _read_keyed(path, key) if key is not None else None
+    if found is None:
+        return read_contingency(source), None
+    part, digest = found
+    same = digest is not None and key in part["failures"] and digest == content_digest(instance)
+    return part, part["fingerprint"] if same else None
+
+
+def _read_keyed(path: Path, key: str) -> tuple[dict, str | None] | None:
+    """(the part of the index at ``path`` for failure ``key``, the content digest stored with it) from
+    its keyed copy, or None when there is no usable copy (absent, unreadable, written from other
+    bytes, or not passing the index schema)."""
+    import sqlite3
+
+    from unicron_plan.io import MAX_BYTES, parse_json
+
+    keyed = path.parent / KEYED_FILE
+    try:
+        if not keyed.is_file() or not path.is_file() or path.stat().st_size > MAX_BYTES:
+            return None
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        con = sqlite3.connect(keyed.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            meta = dict(con.execute("SELECT name, value FROM meta"))
+            if meta.get("source_sha256") != digest:
+                return None
+            part = {**parse_json(meta["header"], str(keyed)), "failures": {}, "infeasible": {}, "plans": {}}
+            row = con.execute("SELECT listed, entry FROM entries WHERE key = ?", (key,)).fetchone()
+            if row is not None and row[0] in ("failures", "infeasible"):
+                entry = part[row[0]][key] = parse_json(row[1], str(keyed))
+                plan_id = entry.get("plan") if row[0] == "failures" and isinstance(entry, dict) else None
+                if isinstance(plan_id, str):
+                    found = con.execute("SELECT plan FROM plans WHERE id = ?", (plan_id,)).fetchone()
+                    if found is not None:
+                        part["plans"][plan_id] = parse_json(found[0], str(keyed))
+        finally:
+            con.close()
+        content = meta.get("content_digest")
+        return check_index(part, "index"), content if isinstance(content, str) else None
+    except (OSError, sqlite3.Error, InvalidInstanceError, TypeError, ValueError, KeyError):
+        return None
 
 
 def read_contingency(source: str | Path) -> dict:
@@ -236,10 +377,7 @@ def lookup(instance: Instance, index: dict,
     (same fingerprint; ``instance_fingerprint`` is the instance's when the caller
     already computed it).
     """
-    ev = instance.event
-    if ev is None or ev.kind != "failure" or ev.failed_gpus or not ev.failed_nodes:
-        return None
-    key = failure_key(ev.failed_nodes, instance)
+    key = event_key(instance)
     if key is None:
         return None
     entry = index.get("failures", {}).get(key)

@@ -121,19 +121,24 @@ class ArrayTable(Mapping):
 
 class CompactTable(StrictModel):
     """The table form as two arrays: ``counts`` (strictly ascending integers >= 1) and the
-    ``tflops`` at them (>= 0), parsed without a dict or a string per count."""
+    ``tflops`` at them (>= 0), parsed without a dict or a string per count; the checks across
+    entries run on numpy arrays, kept read-only for the readers of the table (:meth:`arrays`)."""
 
     counts: list[int] = Field(min_length=1, description="Allowed GPU counts, strictly ascending, >= 1.")
     tflops: list[float] = Field(min_length=1, description="Aggregate TFLOP/s of the job at each count (>= 0).")
+    _arrays: Optional[tuple] = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _aligned(self) -> "CompactTable":
         if len(self.counts) != len(self.tflops):
             raise ValueError(f"'counts' has {len(self.counts)} entries, 'tflops' {len(self.tflops)}")
-        if min(self.counts) < 1 or max(self.counts) > MAX_COMPACT_COUNT:  # every one: not yet known ascending
+        try:
+            counts = np.asarray(self.counts, dtype=np.int64)
+        except OverflowError:
+            counts = None
+        if counts is None or counts.min() < 1 or counts.max() > MAX_COMPACT_COUNT:
             raise ValueError(f"counts must lie in [1, {MAX_COMPACT_COUNT}]")
-        counts = np.asarray(self.counts, dtype=np.int64)
-        steps = np.diff(counts)
+        steps = counts[1:] - counts[:-1]
         if len(steps) and steps.min() <= 0:
             k = int(np.argmax(steps <= 0)) + 1
             raise ValueError(f"counts must be strictly ascending (counts[{k}] = {self.counts[k]})")
@@ -141,7 +146,17 @@ class CompactTable(StrictModel):
         if tflops.min() < 0:
             k = int(np.argmax(tflops < 0))
             raise ValueError(f"tflops[{k}]: {self.tflops[k]} is negative")
+        counts.flags.writeable = tflops.flags.writeable = False
+        self._arrays = (counts, tflops)
         return self
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, tflops) as read-only numpy arrays (int64, float64), made once."""
+        if self._arrays is None:  # a copy made without validation (model_copy, model_construct)
+            counts, tflops = np.asarray(self.counts, dtype=np.int64), np.asarray(self.tflops, dtype=float)
+            counts.flags.writeable = tflops.flags.writeable = False
+            self._arrays = (counts, tflops)
+        return self._arrays
 
 
 def _check_count_table(table: dict[str, float]) -> None:
@@ -188,6 +203,7 @@ class Throughput(StrictModel):
                     "one table per type is derived from the performance model.")
     _table: Optional[ArrayTable] = PrivateAttr(default=None)  # table_view(), made once
     _arrays: Optional[tuple] = PrivateAttr(default=None)  # table_arrays(), made once
+    _in_order: bool = PrivateAttr(default=True)  # the arrays are the table's entries in its own order
     model: Optional[str] = Field(default=None, min_length=1,
         description="A model of the package's library (`unicron-plan models`); the table is derived "
                     "from the performance model. Give this or tflops.")
@@ -321,10 +337,7 @@ class Throughput(StrictModel):
     def table_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(GPU counts ascending, TFLOP/s at them) of :meth:`table`, read-only arrays made once per object."""
         if self._arrays is None and self.compact is not None:  # already ascending: no dict, no sort
-            counts = np.asarray(self.compact.counts, dtype=np.int64)
-            tflops = np.asarray(self.compact.tflops, dtype=float)
-            counts.flags.writeable = tflops.flags.writeable = False
-            self._arrays = (counts, tflops)
+            self._arrays = self.compact.arrays()
         if self._arrays is None:
             table = self.tflops
             # The keys are checked decimal strings without leading zeros: one parse of them all in
@@ -337,11 +350,18 @@ class Throughput(StrictModel):
             if len(counts) and counts.max() > MAX_COMPACT_COUNT:
                 fits = counts <= MAX_COMPACT_COUNT
                 counts, tflops = counts[fits], tflops[fits]
+            self._in_order = len(counts) == len(table) and bool((counts[1:] > counts[:-1]).all())
             order = np.argsort(counts, kind="stable")
             counts, tflops = counts[order], tflops[order]
             counts.flags.writeable = tflops.flags.writeable = False
             self._arrays = (counts, tflops)
         return self._arrays
+
+    def arrays_in_order(self) -> bool:
+        """Whether :meth:`table_arrays` are every entry of the table in the order given (a compact table,
+        or ``tflops`` with its keys ascending), so that the arrays determine the table."""
+        self.table_arrays()
+        return self._in_order
 
 
 class CurrentAllocation(StrictModel):

@@ -5,6 +5,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: seconds a test waits for the service's warm index: its worker runs at the lowest CPU priority and
+#: gets only the CPU nothing else wants, so on a loaded machine a small build can take minutes
+WARM_WAIT = 300
 sys.path.insert(0, str(Path(__file__).parent))  # tests/randgen.py
 
 

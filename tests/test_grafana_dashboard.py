@@ -9,7 +9,7 @@ import re
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT
+from conftest import ROOT, WARM_WAIT
 from unicron_plan.io import read_json
 from unicron_plan.service.app import create_app
 
@@ -26,7 +26,7 @@ def _exported(tmp_path) -> dict[str, set[str]]:
     ev = base.pop("event")
     with TestClient(create_app(tmp_path / "s"), base_url="http://127.0.0.1") as c:
         c.put("/v1/cluster", json=base)
-        assert c.app.state.coordinator.wait_contingency(60)
+        assert c.app.state.coordinator.wait_contingency(WARM_WAIT)
         c.post("/v1/events?dry_run=true", json=ev)
         plan = c.post("/v1/events", json=ev).json()
         c.post(f"/v1/plans/{plan['plan_id']}/apply")

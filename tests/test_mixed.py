@@ -16,6 +16,7 @@ from unicron_plan import load_instance, solve, validate_plan
 from unicron_plan.core.problem import build_problem
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError
 from unicron_plan.solvers import mixed
+from conftest import WARM_WAIT
 
 
 def _outcome(inst, solver):
@@ -437,11 +438,11 @@ def test_service_keeps_warm_contingency_after_a_node_failure_is_applied(tmp_path
     coord = Coordinator(tmp_path / "s")
     try:
         coord.put_cluster(base)
-        assert coord.wait_contingency(120)
+        assert coord.wait_contingency(WARM_WAIT)
         plan = coord.post_event(event)
         coord.apply(plan["plan_id"])
         assert coord.precomputed_status()["total"] == 7  # before and after the worker reports: not the down h3
-        assert coord.wait_contingency(120), coord.contingency_status()
+        assert coord.wait_contingency(WARM_WAIT), coord.contingency_status()
         deadline = time.monotonic() + 120
         while coord.precomputed_status()["done"] < 7 and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from conftest import ROOT, library_instances
+from conftest import ROOT, library_instances, WARM_WAIT
 from randgen import random_instance
 from unicron_plan import api
 from unicron_plan.io import read_json
@@ -95,7 +95,7 @@ def _uploaded(tmp_path, instance: str):
 
 def test_warm_contingency_answers_single_node_failures(tmp_path):
     base, app, c = _uploaded(tmp_path, "jagged-2048-32jobs.json")
-    assert app.state.coordinator.wait_contingency(120)
+    assert app.state.coordinator.wait_contingency(WARM_WAIT)
     health = c.get("/healthz").json()
     assert {k: health[k] for k in ("status", "contingency", "revision")} == \
         {"status": "ok", "contingency": "ready", "revision": 1}
@@ -340,7 +340,7 @@ def test_16384_gpu_instance_warm_and_cold_equal_api_solve(tmp_path):
         c = TestClient(app, base_url="http://127.0.0.1")
         c.put("/v1/cluster", json=base)
         if contingency:
-            assert app.state.coordinator.wait_contingency(300)
+            assert app.state.coordinator.wait_contingency(WARM_WAIT)
         plan = c.post("/v1/events", json=ev).json()
         assert plan["solver"]["name"] == ("contingency" if contingency else "dp")
         if contingency:
@@ -356,7 +356,7 @@ def test_contingency_follows_the_state(tmp_path):
     app = create_app(tmp_path / "s")
     c = TestClient(app, base_url="http://127.0.0.1")
     c.put("/v1/cluster", json=base)
-    assert app.state.coordinator.wait_contingency(60)
+    assert app.state.coordinator.wait_contingency(WARM_WAIT)
     p = c.post("/v1/events", json=ev).json()
     assert p["solver"]["name"] == "contingency"
     # with a failure pending, the next failure is solved (two failures are not in the index)
@@ -364,7 +364,7 @@ def test_contingency_follows_the_state(tmp_path):
     assert c.post("/v1/events?dry_run=true", json={"kind": "failure", "failed_nodes": [other]}).json()[
         "solver"]["name"] == "dp"
     c.post(f"/v1/plans/{p['plan_id']}/apply")
-    assert app.state.coordinator.wait_contingency(60)  # rebuilt for the applied cluster
+    assert app.state.coordinator.wait_contingency(WARM_WAIT)  # rebuilt for the applied cluster
     ev2 = {"kind": "failure", "failed_nodes": [other]}
     plan = c.post("/v1/events?dry_run=true", json=ev2).json()
     assert plan["solver"]["name"] == "contingency"

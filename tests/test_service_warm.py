@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, WARM_WAIT
 from unicron_plan import api
 from unicron_plan.io import read_json
 from unicron_plan.service.coordinator import Coordinator
@@ -34,7 +34,7 @@ def test_warm_stages_run_in_another_process_and_answers_equal_fresh_solves(tmp_p
     try:
         base = _base("paper-128-a800.json")
         coord.put_cluster(base)
-        assert coord.wait_contingency(120)
+        assert coord.wait_contingency(WARM_WAIT)
         _wait_answers(coord)
         assert coord.warm_pids and os.getpid() not in coord.warm_pids
         for node in [n["id"] for n in base["cluster"]["nodes"]][:4]:
@@ -57,7 +57,7 @@ def test_a_new_cluster_stops_the_worker_of_the_old_one(tmp_path):
         assert _alive(first)  # 256 nodes' answers take seconds: it is still working
         small = _base("paper-128-a800.json")
         coord.put_cluster(small)
-        assert coord.wait_contingency(120)
+        assert coord.wait_contingency(WARM_WAIT)
         _wait_answers(coord)
         assert coord.warm_pids[-1] != first
         deadline = time.monotonic() + 10
@@ -184,7 +184,7 @@ def test_cold_answers_during_the_warm_up_equal_api_solve(tmp_path):
             fresh = api.solve(dict(base, event=ev)).model_dump(mode="json", exclude_none=True)
             fresh.pop("solver")
             assert _plan_of(served) == fresh
-        assert coord.wait_contingency(120)
+        assert coord.wait_contingency(WARM_WAIT)
         for ev in events:
             served = coord.post_event(ev, dry_run=True)
             expected = api.solve(dict(base, event=ev))

@@ -136,8 +136,10 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uplo
     rng = np.random.default_rng(seed)
     nodes = [n["id"] for n in inst["cluster"]["nodes"] if not n.get("failed_gpus")]
     args = () if warm else ("--no-contingency", )
+    if len(inst["cluster"]["nodes"]) > 16384:  # the 1,048,576-GPU cluster is about 150 MB of JSON
+        args += ("--max-body-mib", "1024", "--read-timeout", "120", "--parse-seconds", "300")
     with tempfile.TemporaryDirectory() as d, Server(Path(d) / "s", "--no-access-log", *args) as srv, \
-            httpx.Client(base_url=srv.url, timeout=120) as c:
+            httpx.Client(base_url=srv.url, timeout=600) as c:
         peak = memory(srv.proc.pid)
         start = time.monotonic()
         lat, warms, health, last_mem, k = [], [], {}, 0.0, 0

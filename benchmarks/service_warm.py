@@ -1,8 +1,12 @@
 """Time to warm, cold latency during the warm-up, CPU and memory of `unicron-plan serve` at 16,384 and
 131,072 GPUs.
 
-    PYTHONPATH=.:tests python benchmarks/service_warm.py [--quick] [--sizes 16384,131072] [--rounds N]
-        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--json OUT]
+    PYTHONPATH=.:tests python benchmarks/service_warm.py [--quick] [--sizes 16384,131072,1048576] [--rounds N]
+        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--warm-only] [--json OUT]
+
+``--curves KIND``: a generated cluster of that curve kind at every size (running jobs on shuffled nodes)
+instead of the library instance at 16,384; ``--warm-only``: no run without warm contingency. At
+1,048,576 GPUs the server gets ``--max-body-mib 1024 --parse-seconds 300`` (about 150 MB of JSON).
 
 Per size and round, two real `serve` processes on free loopback ports, one after the other:
 
@@ -244,14 +248,14 @@ def main() -> None:
         rs = [r for r in out["runs"] if r["gpus"] == gpus]
         pick = {m: [r for r in rs if r["mode"] == m] for m in ("warm", "off")}
         lat = {m: np.asarray([v for r in pick[m] for v in r["latencies_ms"]]) for m in pick}
-        q = {f"{m}_{name}_ms": float(np.percentile(lat[m], p)) if len(lat[m]) else float("nan")
+        q = {f"{m}_{name}_ms": float(np.percentile(lat[m], p)) if len(lat[m]) else None
              for m in lat for name, p in (("p50", 50), ("p99", 99))}
         ups = [u for r in pick["warm"] for u in r["uploads"]]
         out["summary"][str(gpus)] = {
             **q, "requests": {m: len(lat[m]) for m in lat},
-            "p50_warm_over_off": q["warm_p50_ms"] / q["off_p50_ms"],
+            "p50_warm_over_off": q["warm_p50_ms"] / q["off_p50_ms"] if q["off_p50_ms"] else None,
             "p99_ms_per_round": {m: [round(r["p99_ms"], 1) for r in pick[m]] for m in pick},
-            "p99_warm_over_off": q["warm_p99_ms"] / q["off_p99_ms"],
+            "p99_warm_over_off": q["warm_p99_ms"] / q["off_p99_ms"] if q["off_p99_ms"] else None,
             "time_to_warm_s": [u["time_to_warm_s"] for u in ups],
             "warm_up_cpu_s": [round(u["warm_up_cpu_s"], 2) for u in ups],
             "peak_rss_mib": max(r["peak_rss_mib"] for r in pick["warm"]),

@@ -1,8 +1,12 @@
 """Time to warm, cold latency during the warm-up, CPU and memory of `unicron-plan serve` at 16,384 and
 131,072 GPUs.
 
-    PYTHONPATH=.:tests python benchmarks/service_warm.py [--quick] [--sizes 16384,131072] [--rounds N]
-        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--json OUT]
+    PYTHONPATH=.:tests python benchmarks/service_warm.py [--quick] [--sizes 16384,131072,1048576] [--rounds N]
+        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--warm-only] [--json OUT]
+
+``--curves KIND``: a generated cluster of that curve kind at every size (running jobs on shuffled nodes)
+instead of the library instance at 16,384; ``--warm-only``: no run without warm contingency. At
+1,048,576 GPUs the server gets ``--max-body-mib 1024 --parse-seconds 300`` (about 150 MB of JSON).
 
 Per size and round, two real `serve` processes on free loopback ports, one after the other:
 
@@ -56,19 +60,22 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from servers import Server  # noqa: E402
 
-BOUND = {16384: 120.0, 131072: 720.0}
-OFF_SECONDS = {16384: 120.0, 131072: 180.0}
-INTERVAL = {16384: 0.25, 131072: 1.0}
+BOUND = {16384: 120.0, 131072: 720.0, 1048576: 1200.0}
+OFF_SECONDS = {16384: 120.0, 131072: 180.0, 1048576: 180.0}
+INTERVAL = {16384: 0.25, 131072: 1.0, 1048576: 2.0}
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def instance(gpus: int) -> dict:
-    if gpus == 16384:
+def instance(gpus: int, curves: str | None = None) -> dict:
+    """The cluster uploaded: the 16,384-GPU library instance, or (any other size, or ``curves`` given)
+    ``generate_instance(1, gpus, jobs=gpus // 128, failed_nodes=0, curves)`` (running jobs on
+    shuffled nodes)."""
+    if gpus == 16384 and curves is None:
         inst = json.loads((ROOT / "instances" / "jagged-16384-128jobs.json").read_text())
     else:
         from unicron_plan.tools.generate import generate_instance
 
-        inst = generate_instance(1, gpus=gpus, jobs=gpus // 128, failed_nodes=0)
+        inst = generate_instance(1, gpus=gpus, jobs=gpus // 128, failed_nodes=0, curves=curves or "synthetic")
     inst.pop("event", None)
     return inst
 
@@ -133,8 +140,10 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uplo
     rng = np.random.default_rng(seed)
     nodes = [n["id"] for n in inst["cluster"]["nodes"] if not n.get("failed_gpus")]
     args = () if warm else ("--no-contingency", )
+    if len(inst["cluster"]["nodes"]) > 16384:  # the 1,048,576-GPU cluster is about 150 MB of JSON
+        args += ("--max-body-mib", "1024", "--read-timeout", "120", "--parse-seconds", "300")
     with tempfile.TemporaryDirectory() as d, Server(Path(d) / "s", "--no-access-log", *args) as srv, \
-            httpx.Client(base_url=srv.url, timeout=120) as c:
+            httpx.Client(base_url=srv.url, timeout=600) as c:
         peak = memory(srv.proc.pid)
         start = time.monotonic()
         lat, warms, health, last_mem, k = [], [], {}, 0.0, 0
@@ -201,25 +210,27 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=None, help="seconds between cold requests")
     ap.add_argument("--bound", type=float, default=None, help="longest warm-up waited for (seconds)")
     ap.add_argument("--off-seconds", type=float, default=None, help="longest run without warm contingency")
+    ap.add_argument("--curves", default=None, help="a generated cluster of this curve kind (generate --curves)")
+    ap.add_argument("--warm-only", action="store_true", help="no run without warm contingency")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     sizes = [16384] if a.quick else [int(s) for s in a.sizes.split(",")]
-    out = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()} (shared)",
+    out = {"curves": a.curves or "library (16,384) / synthetic", "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()} (shared)",
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": os.getloadavg(),
            "runs": []}
     for gpus in sizes:
         if gpus not in BOUND:
-            raise SystemExit(f"--sizes: {gpus} is not 16384 or 131072")
+            raise SystemExit(f"--sizes: {gpus} is not one of {', '.join(map(str, BOUND))}")
         quick = a.quick and gpus == 16384
         rounds = min(max(a.rounds or (3 if quick else 1), 1), 5)
         uploads = min(max(a.uploads or (3 if quick else 1), 1), 10)
         interval = a.interval or (0.1 if quick else INTERVAL[gpus])
         bound = min(a.bound or BOUND[gpus], 1800.0)
-        inst = instance(gpus)
+        inst = instance(gpus, a.curves)
         ran = None  # how long the last warm run took: the next off run lasts as long
         for r in range(rounds):
             order = (True, False) if r % 2 == 0 or ran is None else (False, True)
-            for warm in order:
+            for warm in order if not a.warm_only else (True, ):
                 name = "warm" if warm else "off"
                 print(f"{gpus} GPUs, round {r + 1}: {name} ...", file=sys.stderr)
                 if warm:
@@ -237,13 +248,14 @@ def main() -> None:
         rs = [r for r in out["runs"] if r["gpus"] == gpus]
         pick = {m: [r for r in rs if r["mode"] == m] for m in ("warm", "off")}
         lat = {m: np.asarray([v for r in pick[m] for v in r["latencies_ms"]]) for m in pick}
-        q = {f"{m}_{name}_ms": float(np.percentile(lat[m], p)) for m in lat for name, p in (("p50", 50), ("p99", 99))}
+        q = {f"{m}_{name}_ms": float(np.percentile(lat[m], p)) if len(lat[m]) else None
+             for m in lat for name, p in (("p50", 50), ("p99", 99))}
         ups = [u for r in pick["warm"] for u in r["uploads"]]
         out["summary"][str(gpus)] = {
             **q, "requests": {m: len(lat[m]) for m in lat},
-            "p50_warm_over_off": q["warm_p50_ms"] / q["off_p50_ms"],
+            "p50_warm_over_off": q["warm_p50_ms"] / q["off_p50_ms"] if q["off_p50_ms"] else None,
             "p99_ms_per_round": {m: [round(r["p99_ms"], 1) for r in pick[m]] for m in pick},
-            "p99_warm_over_off": q["warm_p99_ms"] / q["off_p99_ms"],
+            "p99_warm_over_off": q["warm_p99_ms"] / q["off_p99_ms"] if q["off_p99_ms"] else None,
             "time_to_warm_s": [u["time_to_warm_s"] for u in ups],
             "warm_up_cpu_s": [round(u["warm_up_cpu_s"], 2) for u in ups],
             "peak_rss_mib": max(r["peak_rss_mib"] for r in pick["warm"]),

@@ -33,7 +33,10 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
                                          "scheme://host[:port] (repeatable; e.g. a reverse proxy's)."),
           read_timeout: float = typer.Option(10.0, "--read-timeout",
                                              help="Seconds a client has to send a request's headers, and "
-                                                  "then its body; slower clients are dropped.")):
+                                                  "then its body; slower clients are dropped."),
+          parse_seconds: float = typer.Option(10.0, "--parse-seconds",
+                                              help="Seconds a received body has to be parsed as JSON; longer "
+                                                   "bodies are refused (a 1,048,576-GPU cluster needs more).")):
     """Serve the planning coordinator over HTTP (docs/service.md)."""
     import logging
     import signal
@@ -69,6 +72,8 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
         raise InvalidInstanceError("--log-format", f"{log_format!r}; valid: text, json")
     if not (math.isfinite(read_timeout) and 0 < read_timeout <= 3600):
         raise InvalidInstanceError("--read-timeout", f"{read_timeout}: must be a number in (0, 3600]")
+    if not (math.isfinite(parse_seconds) and 0 < parse_seconds <= 3600):
+        raise InvalidInstanceError("--parse-seconds", f"{parse_seconds}: must be a number in (0, 3600]")
     hosts, origins = _admitted(host, allow_host, allow_origin)
     daemon.setup_logging(log_format)
     created = _missing_dirs(state)  # what a start that fails removes again
@@ -83,7 +88,7 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
         try:
             try:
                 app = create_app(state, token=token, solver=solver, contingency=not no_contingency,
-                                 max_body_bytes=int(max_body_mib * 1024 * 1024), settle_heap=True,
+                                 max_body_bytes=int(max_body_mib * 1024 * 1024), settle_heap=True, parse_seconds=parse_seconds,
                                  access_log=access_log, hosts=hosts, origins=origins)
             except InvalidInstanceError:
                 lock.release()

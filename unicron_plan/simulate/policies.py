@@ -638,6 +638,7 @@ class GreedyPolicy(PlannerPolicy):
     def __init__(self, model: PolicyModel | None = None):
         super().__init__(model)
         self._answers: dict = {}  # (capacities, allowed counts) -> counts
+        self._steps: dict = {}  # job id -> its table as lists and its best steps (_greedy's memo)
 
     def choose(self, problem) -> dict[str, int]:
         # Greedy ignores transitions: its answer depends only on the capacities and each job's allowed
@@ -646,7 +647,7 @@ class GreedyPolicy(PlannerPolicy):
                tuple((j.id, j.gpu_type, j.counts.tobytes()) for j in problem.jobs))
         found = self._answers.get(key)
         if found is None:
-            found = self._answers[key] = self._greedy(problem)
+            found = self._answers[key] = self._greedy(problem, self._steps)
         return dict(found)
 
     def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
@@ -661,31 +662,53 @@ class GreedyPolicy(PlannerPolicy):
         return dict(found[0]), dict(found[1])
 
     @staticmethod
-    def _greedy(problem) -> dict[str, int]:
+    def _largest_ratio(c: list, f: list, k: int, end: int) -> tuple[float, int]:
+        """The largest added F per added GPU from counts[k] to counts[i], k < i < end, and the first i
+        with it."""
+        x, fk = c[k], f[k]
+        best, to = (f[k + 1] - fk) / (c[k + 1] - x), k + 1
+        for i in range(k + 2, end):
+            r = (f[i] - fk) / (c[i] - x)
+            if r > best:
+                best, to = r, i
+        return best, to
+
+    @classmethod
+    def _greedy(cls, problem, memo: dict | None = None) -> dict[str, int]:
+        """The greedy counts. ``memo`` (job id -> (counts, F, counts as a list, F as a list, {k: the
+        step from counts[k] with no limit on GPUs})), kept between calls: a job's best step with GPUs
+        to spare is the one with no limit whenever that one fits (the first of the largest ratios over
+        all larger counts, so also over the fitting ones), so it is looked up instead of scanned."""
         import heapq
         from bisect import bisect_right
 
+        memo = {} if memo is None else memo
         counts = {}
         for gtype, cap in problem.capacity.items():
             jobs = problem.jobs_of_type(gtype)
             at = {j.index: 0 for j in jobs}  # index into the job's counts (counts[0] is its smallest, 0)
             left = cap - sum(int(j.counts[0]) for j in jobs)
             # plain lists: a job's table is short, and every step looks at a few entries of it
-            cs = {j.index: j.counts.tolist() for j in jobs}
-            fs = {j.index: j.f.tolist() for j in jobs}
+            cs, fs, free = {}, {}, {}
+            for j in jobs:
+                kept = memo.get(j.id)
+                if kept is None or not (np.array_equal(kept[0], j.counts) and np.array_equal(kept[1], j.f)):
+                    kept = memo[j.id] = (j.counts, j.f, j.counts.tolist(), j.f.tolist(), {})
+                cs[j.index], fs[j.index], free[j.index] = kept[2], kept[3], kept[4]
 
             def best_step(j):
                 k = at[j.index]
-                c, f = cs[j.index], fs[j.index]
-                x, fk = c[k], f[k]
-                end = bisect_right(c, x + left)
+                c = cs[j.index]
+                end = bisect_right(c, c[k] + left)
                 if end <= k + 1:
                     return None
-                best, to = (f[k + 1] - fk) / (c[k + 1] - x), k + 1  # the first of the largest ratios
-                for i in range(k + 2, end):
-                    r = (f[i] - fk) / (c[i] - x)
-                    if r > best:
-                        best, to = r, i
+                unlimited = free[j.index]
+                step = unlimited.get(k)
+                if step is None:
+                    step = unlimited[k] = cls._largest_ratio(c, fs[j.index], k, len(c))
+                if step[1] >= end:  # the step with no limit does not fit: the fitting ones are scanned
+                    step = cls._largest_ratio(c, fs[j.index], k, end)
+                best, to = step
                 return None if best <= 0 else (-best, j.index, to)
 
             # Lazy max-heap: a stored ratio only overestimates a job's best step once GPUs run out.

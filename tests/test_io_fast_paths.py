@@ -100,6 +100,14 @@ def test_shape_counts_members_depth_and_wide_numbers():
     assert io._shape({"a": [{"b": 1, "c": {}}] * 20, "d": list(range(100))}) == (2 + 20 * 2, 4, False)
     assert io._shape([[0.5] * 100, {"x": [1.0, "s", -2.0**63]}]) == (1, 3, True)
     assert io._shape(7) == (0, 0, False) and io._shape([]) == (0, 1, False)
+    assert io._shape(-float(2**63)) == (0, 0, True) and io._shape(0.5) == (0, 0, False)
+
+
+@pytest.mark.parametrize("text", ["-9223372036854775809", "9223372036854775808", "[-9223372036854775809]",
+                                  "18446744073709551616"])
+def test_a_text_that_is_one_wide_integer_keeps_it_exact(text):
+    """orjson reads an integer literal wider than 64 bits as a float: the strict parse decides."""
+    assert _large(text) == _hooked(text) == (json.loads(text), None)
     deep = []
     for _ in range(200):
         deep = [deep]

@@ -102,6 +102,8 @@ def _shape(value: Any) -> "tuple[int, int, bool]":
     past MAX_DEPTH. The values of a level's objects and short arrays are looked at together, each
     long array alone, in C calls (their types, the extremes of their numbers); a long array of
     scalars (a throughput table) is passed over in one look at its types."""
+    if type(value) is float:  # a text that is one number
+        return 0, 0, value >= _WIDE or value <= -_WIDE
     n = depth = 0
     wide = False
     level = [value] if type(value) is dict or type(value) is list else []

@@ -3,6 +3,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests never fail on time: no per-example deadline, and no health check that times the
+# generation of examples (a loaded machine is slow, not wrong). A test's own settings add to these.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 ROOT = Path(__file__).resolve().parents[1]
 #: seconds a test waits for the service's warm index: its worker runs at the lowest CPU priority and

@@ -719,13 +719,9 @@ class GreedyPolicy(PlannerPolicy):
                 neg, idx, to = heapq.heappop(heap)
                 j = by_index[idx]
                 grow = cs[idx][to] - cs[idx][at[idx]]
-                if grow > left:
-                    step = best_step(j)
-                    if step is not None:
-                        heapq.heappush(heap, step)
-                    continue
-                left -= grow
-                at[idx] = to
+                if grow <= left:  # else the job's step is looked up again for what is left
+                    left -= grow
+                    at[idx] = to
                 step = best_step(j)
                 if step is not None:
                     heapq.heappush(heap, step)

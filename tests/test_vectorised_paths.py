@@ -4,6 +4,7 @@ replaced gave: the loops are kept here as references and compared on random inpu
 from __future__ import annotations
 
 import copy
+import json
 import random
 from types import SimpleNamespace as NS
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import ROOT
 from unicron_plan import api
 from unicron_plan.core import cost
 from unicron_plan.core.checks import check_instance
@@ -107,20 +109,14 @@ def test_stays_and_flat_tables_are_the_per_job_loops(seed):
 
 
 def test_shared_nodes_in_stays_take_the_loop():
-    """Two staying jobs on one node: the free GPUs subtract both."""
-    for seed in range(1, 40, 2):
-        inst = _instance(seed)
-        try:
-            problem = build_problem(inst)
-        except InvalidInstanceError:
-            continue
-        counts = {j.id: j.x for j in problem.jobs}
-        free, result, _ = problem.stays(counts)
-        listed = [nid for split in result.values() for nid in split]
-        if len(set(listed)) < len(listed):  # a node in two staying splits
-            assert list(free.items()) == list(_stays_loop(problem, counts)[0].items())
-            return
-    pytest.fail("no instance with a node in two staying splits")
+    """Two staying jobs on one node (j1 and j2 share n1): the free GPUs subtract both."""
+    doc = json.loads((ROOT / "instances" / "small-shared-node-failure.json").read_text())
+    doc["event"]["failed_nodes"] = ["n3"]
+    problem = build_problem(Instance.model_validate(doc))
+    counts = {j.id: j.x for j in problem.jobs}
+    free, result, _ = problem.stays(counts)
+    assert "n1" in result["j1"] and "n1" in result["j2"]
+    assert list(free.items()) == list(_stays_loop(problem, counts)[0].items())
 
 
 def test_an_unknown_node_type_names_the_first_node_of_it():

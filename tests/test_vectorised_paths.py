@@ -130,3 +130,21 @@ def test_an_unknown_node_type_names_the_first_node_of_it():
         check_instance(Instance.model_validate(doc))
     with pytest.raises(InvalidInstanceError, match=r"cluster\.nodes\[3\]\.gpu_type"):
         api.solve(doc)
+
+
+def test_used_gpus_per_node_are_the_summed_splits():
+    from collections import Counter
+
+    from unicron_plan.plan.reasons import JobFacts, _used
+
+    def facts(splits):
+        return [JobFacts(f"j{k}", "keep", 0, 0, False, False, False, 0.0, 0.0, 0.0, 0.0, s, {}) for k, s in
+                enumerate(splits)]
+
+    rng = random.Random(3)
+    for _ in range(200):
+        splits = [{f"n{rng.randint(0, 12)}": rng.randint(1, 8) for _ in range(rng.randint(0, 4))} for _ in range(5)]
+        summed = Counter()
+        for s in splits:
+            summed.update(s)
+        assert dict(_used(facts(splits))) == dict(summed)

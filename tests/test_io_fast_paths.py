@@ -204,6 +204,23 @@ def test_dumps_leaves_to_json_what_orjson_writes_otherwise():
     assert io._orjson_dumps({"a": D(1)}) is None and io._orjson_dumps({"u": "\u00e9"}) is None
 
 
+@pytest.mark.parametrize("value", [1e16, -2.5e-7, [1e300], {"a": [[5e-324]]}, 0.5])
+def test_dumps_of_a_float_alone_or_nested_is_python_s(value):
+    assert io.dumps(value) == _reference(value)
+
+
+def test_dumps_of_deep_or_circular_values_takes_the_json_path():
+    deep: list = []
+    for _ in range(300):
+        deep = [deep]
+    assert io._orjson_dumps(deep) is None and io.dumps(deep) == _reference(deep)
+    loop: dict = {}
+    loop["self"] = loop
+    assert io._orjson_dumps(loop) is None
+    with pytest.raises((ValueError, RecursionError)):
+        io.dumps(loop)
+
+
 def test_dumps_of_a_plan_is_json_dumps_indented(monkeypatch):
     from unicron_plan import api
 

@@ -435,6 +435,9 @@ _PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
 _HUGE, _TINY = 1e16, 1e-4
 
 
+_ORJSON_DEPTH = 250  # levels of nesting orjson is given (it refuses more than 255)
+
+
 def _of_kind(values: list, kinds: set, kind: type) -> list:
     """The items of ``values`` that are exactly of ``kind`` (``kinds``: the types of them all)."""
     if kinds == {kind}:
@@ -446,19 +449,22 @@ def _of_kind(values: list, kinds: set, kind: type) -> list:
 
 def _plain_floats(value: Any) -> "list[float] | None":
     """Every float in ``value`` when it holds only JSON types (exactly: no subclass) with string
-    keys, else None. A level of the tree at a time, each level's values gathered in C calls."""
+    keys, nested at most _ORJSON_DEPTH levels, else None. A level of the tree at a time, each
+    level's values gathered in C calls."""
     level, floats = [value], []
-    while level:
+    for _ in range(_ORJSON_DEPTH):
+        if not level:
+            return floats
         kinds = set(map(type, level))
         if not kinds <= _PLAIN:
             return None
         floats += _of_kind(level, kinds, float)
         dicts = _of_kind(level, kinds, dict)
-        if dicts and set(map(type, itertools.chain.from_iterable(dicts))) != {str}:
+        if dicts and set(map(type, itertools.chain.from_iterable(dicts))) - {str}:
             return None
         level = list(itertools.chain(itertools.chain.from_iterable(map(dict.values, dicts)),
                                      itertools.chain.from_iterable(_of_kind(level, kinds, list))))
-    return floats
+    return None  # deeper than orjson writes, or a container that holds itself
 
 
 def _orjson_dumps(obj: Any) -> "str | None":
@@ -486,12 +492,13 @@ def _orjson_dumps(obj: Any) -> "str | None":
         return None
     if not text.isascii() or b"\x7f" in text:
         return None
+    text = b" " + text  # (a text that is one number is a token after a space too)
     for v in set(odd):
         ours, theirs = float.__repr__(v).encode(), _orjson.dumps(v)
         if ours != theirs:
             text = text.replace(b" " + theirs + b",\n", b" " + ours + b",\n").replace(
                 b" " + theirs + b"\n", b" " + ours + b"\n")
-    return text.decode("ascii")
+    return text[1:].decode("ascii")
 
 
 class _NotPlain(Exception):

@@ -122,7 +122,14 @@ def _variants(doc: dict) -> list[dict]:
     node = copy.deepcopy(doc)
     node["cluster"]["nodes"][3]["rack"] = "elsewhere"
     renamed = {**copy.deepcopy(doc), "name": "other", "event": {"kind": "failure", "failed_nodes": ["n0001"]}}
-    return out + [changed, reordered, compact, node, renamed]
+    keys = list(table)
+    swapped = copy.deepcopy(doc)  # two keys' places exchanged: the same entries in another order
+    swapped["jobs"][0]["throughput"]["tflops"] = {k: table[k] for k in [keys[1], keys[0], *keys[2:]]}
+    ascending = copy.deepcopy(doc)
+    ascending["jobs"][0]["throughput"]["tflops"] = dict(sorted(table.items(), key=lambda kv: int(kv[0])))
+    wide = copy.deepcopy(doc)  # a count no cluster holds: left out of the arrays, kept in the table
+    wide["jobs"][0]["throughput"]["tflops"] = {**table, "12345678901234567": 1.0}
+    return out + [changed, reordered, compact, swapped, ascending, wide, node, renamed]
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -152,18 +152,84 @@ PLAN_LIKE = st.recursive(
     max_leaves=30)
 
 
+def _without_orjson(value) -> str:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(io, "_orjson", None)
+        return io.dumps(value)
+
+
 @settings(max_examples=400, deadline=None)
 @given(value=PLAN_LIKE)
 def test_dumps_is_json_dumps_indented(value):
     assert io.dumps(value) == _reference(value)
+    assert _without_orjson(value) == _reference(value)
+
+
+ANY_FLOAT = st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(ANY_FLOAT, ANY_FLOAT.map(lambda v: v * 1e-300), ANY_FLOAT.map(lambda v: v * 1e-6),
+                                 st.integers(1, 10**6).map(lambda k: k * 1e14)), min_size=1, max_size=8),
+       text=st.text(max_size=6))
+def test_dumps_writes_every_float_and_string_as_python_does(values, text):
+    """Floats of every magnitude (orjson writes some of the exponent forms otherwise: put back in
+    Python's form) and any string (not ASCII, DEL, controls: the json module's escapes)."""
+    value = {"x": values, "y": [{"v": v, text: text} for v in values], text: values[0]}
+    assert io.dumps(value) == _reference(value)
+
+
+def test_dumps_leaves_to_json_what_orjson_writes_otherwise():
+    """Types orjson writes but the json module refuses, or writes in another form, take the json path."""
+    import dataclasses
+    import enum
+
+    @dataclasses.dataclass
+    class D:
+        a: int
+
+    class Colour(enum.Enum):
+        RED = "red"
+
+    for value in ({"a": D(1)}, [Colour.RED], {"a": (1, 2.5e-7)}, {1: "int key"}, {"big": 2**70},
+                  {"u": "\u00e9\x7f"}, [1e16, -1e-5, 5e-324]):
+        assert io._orjson_dumps(value) is None or io._orjson_dumps(value) == _reference(value)
+        try:
+            expected = _reference(value)
+        except TypeError:
+            with pytest.raises(TypeError):
+                io.dumps(value)
+            continue
+        assert io.dumps(value) == expected
+    assert io._orjson_dumps({"a": D(1)}) is None and io._orjson_dumps({"u": "\u00e9"}) is None
+
+
+@pytest.mark.parametrize("value", [1e16, -2.5e-7, [1e300], {"a": [[5e-324]]}, 0.5])
+def test_dumps_of_a_float_alone_or_nested_is_python_s(value):
+    assert io.dumps(value) == _reference(value)
+
+
+def test_dumps_of_deep_or_circular_values_takes_the_json_path():
+    deep: list = []
+    for _ in range(300):
+        deep = [deep]
+    assert io._orjson_dumps(deep) is None and io.dumps(deep) == _reference(deep)
+    loop: dict = {}
+    loop["self"] = loop
+    assert io._orjson_dumps(loop) is None
+    with pytest.raises((ValueError, RecursionError)):
+        io.dumps(loop)
 
 
 def test_dumps_of_a_plan_is_json_dumps_indented(monkeypatch):
     from unicron_plan import api
 
-    plan = api.solve(ROOT / "instances" / "jagged-16384-128jobs.json")
+    plan = api.solve(ROOT / "instances" / "jagged-16384-128jobs.json", time_limit_seconds=None)
     data = plan.model_dump(mode="json", exclude_none=True)
-    written = []  # placements written by the C encoder (the fast path is taken, not only correct)
+    assert io._orjson_dumps(data) is not None  # the one-call path is taken, not only correct
+    assert io.dumps(plan) == _reference(data)
+    monkeypatch.setattr(io, "_orjson", None)
+    written = []  # without orjson: placements written by the C encoder
     real = io._flat_objects
     monkeypatch.setattr(io, "_flat_objects", lambda items, indent: written.append(real(items, indent)) or written[-1])
     assert io.dumps(plan) == _reference(data)
@@ -178,6 +244,8 @@ def test_dumps_refuses_what_json_dumps_refuses(value):
         _reference(value)
     with pytest.raises(ValueError, match="Out of range float"):
         io.dumps(value)
+    with pytest.raises(ValueError, match="Out of range float"):
+        _without_orjson(value)
 
 
 @settings(max_examples=200, deadline=None)

@@ -24,14 +24,15 @@ from unicron_plan.plan.validate import ValidationReport
 from unicron_plan.plan.validate import validate_plan as _validate
 
 
-def _load(model, source: Any):
+def _load(model, source: Any, keep: list | None = None):
     if isinstance(source, model):
         return source
     if isinstance(source, dict):
         return parse_model(model, source)
-    if isinstance(source, str) and source.lstrip().startswith("{"):
-        return parse_model(model, parse_json(source))
-    return parse_model(model, read_json(source))
+    doc = parse_json(source) if isinstance(source, str) and source.lstrip().startswith("{") else read_json(source)
+    if keep is not None:  # the parsed text too (see solve)
+        keep.append(doc)
+    return parse_model(model, doc)
 
 
 def load_instance(source: str | os.PathLike | dict | Instance) -> Instance:
@@ -51,7 +52,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
           time_limit_seconds: float | None = DEFAULT_TIME_LIMIT_SECONDS, threads: int | None = None,
           contingency: str | os.PathLike | dict | None = None,
           instance_fingerprint: str | None = None, prepared=None, started: float | None = None,
-          timings: dict | None = None) -> Plan:
+          timings: dict | None = None, keep: list | None = None) -> Plan:
     """The optimal (or, under a time limit, best found) plan, checked by the independent validator.
 
     ``solver`` is one of the registry (``unicron-plan solvers``); None (the default)
@@ -79,6 +80,9 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     ``timings``: a dict filled with the seconds from ``started`` at the end of each phase
     (``read``, ``build``, ``solve``, ``place``, ``validate``) and the ``reserve`` kept for the
     phases after the solver.
+    ``keep``: a list the parsed text, the instance and the problem are appended to, for a caller
+    that ends its process right after (the CLI): it then never frees them (0.1-0.2 s of CPU at
+    1,048,576 GPUs).
 
     Under a limit the solver's deadline is moved earlier by that reserve: the time placing,
     validating and writing the plan will take, estimated from the instance's size (jobs and
@@ -99,12 +103,14 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     deadline = None if time_limit_seconds is None else call + float(time_limit_seconds)
     phases = timings if timings is not None else {}
     # build_problem runs check_instance itself: parse only here, so the checks run once.
-    instance = _load(Instance, instance)
+    instance = _load(Instance, instance, keep)
     phases["read"] = time.perf_counter() - call
     fallback = None
     if contingency is not None:
         plan, fallback = _from_contingency(instance, contingency, instance_fingerprint, prepared)
         if plan is not None:
+            if keep is not None:
+                keep.append(instance)
             return plan
     start = time.perf_counter()
     problem = build_problem(instance, prepared)
@@ -131,6 +137,8 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     phases["place"] = time.perf_counter() - call
     report = _validate(instance, plan, derived=_derived(problem))
     phases["validate"] = time.perf_counter() - call
+    if keep is not None:
+        keep += [instance, problem, raw]
     if not report.valid:
         raise PlanValidationError(report.problems)
     return plan

@@ -124,7 +124,8 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
 
     with working(f"solving {instance.name}", quiet):
         plan = api.solve(instance, solver=solver, time_limit_seconds=time_limit, threads=threads,
-                         contingency=contingency, started=started, timings=phases)  # parses and checks once
+                         contingency=contingency, started=started, timings=phases,  # parses and checks once
+                         keep=_KEPT if as_process else None)
     reason = (plan.solver.options or {}).get("contingency_fallback")
     if reason:
         typer.echo(f"note: contingency not used: {reason}; solved from scratch", err=True)
@@ -139,6 +140,9 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
         from unicron_plan.plan.report import print_summary
 
         print_summary(plan)
+
+
+_KEPT: list = []  # a `solve` process's instance and problem: never freed, the process ends (_exit_now)
 
 
 def _source_tree_without_native() -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import operator
 import os
 import sys
 import tempfile
@@ -418,10 +419,86 @@ def dumps(obj: Any) -> str:
     type other than the JSON ones, or a key that is not a string, is left to ``json.dumps``."""
     if isinstance(obj, BaseModel):
         obj = obj.model_dump(mode="json", exclude_none=True)
+    fast = _orjson_dumps(obj)
+    if fast is not None:
+        return fast
     try:
         return _indented(obj, "") + "\n"
     except _NotPlain:
         return json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+_PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
+#: Python writes a float of this magnitude or more, or of less than _TINY (but not 0), with an
+#: exponent ("1e+16", "5e-05"); orjson writes some of them differently ("1e16", "0.00005"). Between
+#: the two both write the shortest repr that reads back as the same float, the same digits.
+_HUGE, _TINY = 1e16, 1e-4
+
+
+_ORJSON_DEPTH = 250  # levels of nesting orjson is given (it refuses more than 255)
+
+
+def _of_kind(values: list, kinds: set, kind: type) -> list:
+    """The items of ``values`` that are exactly of ``kind`` (``kinds``: the types of them all)."""
+    if kinds == {kind}:
+        return values
+    if kind not in kinds:
+        return []
+    return list(itertools.compress(values, map(operator.is_, map(type, values), itertools.repeat(kind))))
+
+
+def _plain_floats(value: Any) -> "list[float] | None":
+    """Every float in ``value`` when it holds only JSON types (exactly: no subclass) with string
+    keys, nested at most _ORJSON_DEPTH levels, else None. A level of the tree at a time, each
+    level's values gathered in C calls."""
+    level, floats = [value], []
+    for _ in range(_ORJSON_DEPTH):
+        if not level:
+            return floats
+        kinds = set(map(type, level))
+        if not kinds <= _PLAIN:
+            return None
+        floats += _of_kind(level, kinds, float)
+        dicts = _of_kind(level, kinds, dict)
+        if dicts and set(map(type, itertools.chain.from_iterable(dicts))) - {str}:
+            return None
+        level = list(itertools.chain(itertools.chain.from_iterable(map(dict.values, dicts)),
+                                     itertools.chain.from_iterable(_of_kind(level, kinds, list))))
+    return None  # deeper than orjson writes, or a container that holds itself
+
+
+def _orjson_dumps(obj: Any) -> "str | None":
+    """:func:`dumps`'s text written by orjson (one C call), or None when it might differ from the json
+    module's: a type other than the JSON ones (orjson writes dataclasses, the json module refuses
+    them), a non-finite float (orjson writes null where the json module raises), a text that is not
+    ASCII or holds DEL (the json module escapes those). A float Python writes with an exponent is
+    put back in Python's form: orjson's and Python's texts of it are each a whole token between a
+    space and ",\n" or "\n", which no JSON string holds (a string never holds a raw newline)."""
+    if _orjson is None:
+        return None
+    floats = _plain_floats(obj)
+    if floats is None:
+        return None
+    import numpy as np
+
+    values = np.asarray(floats, dtype=float).reshape(len(floats))
+    if not np.isfinite(values).all():
+        return None
+    size = np.abs(values)
+    odd = values[(size >= _HUGE) | ((size < _TINY) & (size != 0))].tolist()
+    try:
+        text = _orjson.dumps(obj, option=_orjson.OPT_INDENT_2 | _orjson.OPT_SORT_KEYS) + b"\n"
+    except (TypeError, _orjson.JSONEncodeError):  # an integer wider than 64 bits
+        return None
+    if not text.isascii() or b"\x7f" in text:
+        return None
+    text = b" " + text  # (a text that is one number is a token after a space too)
+    for v in set(odd):
+        ours, theirs = float.__repr__(v).encode(), _orjson.dumps(v)
+        if ours != theirs:
+            text = text.replace(b" " + theirs + b",\n", b" " + ours + b",\n").replace(
+                b" " + theirs + b"\n", b" " + ours + b"\n")
+    return text[1:].decode("ascii")
 
 
 class _NotPlain(Exception):

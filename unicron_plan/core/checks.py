@@ -3,6 +3,8 @@ current allocations that fit. Each failure names the exact field path."""
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import attrgetter, sub
 from typing import TYPE_CHECKING
 
 from unicron_plan.errors import InvalidInstanceError
@@ -11,6 +13,9 @@ from unicron_plan.schema.instance import Cost, Instance
 
 if TYPE_CHECKING:  # the scenario model is imported by the simulator, not by every solve
     from unicron_plan.schema.scenario import Scenario
+
+
+_id, _gpu_type, _gpus, _failed = (attrgetter(f) for f in ("id", "gpu_type", "gpus", "failed_gpus"))
 
 
 def _unique(items, what: str) -> None:
@@ -45,16 +50,18 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
     from unicron_plan.core.cluster import previous_distribution
 
     cluster = instance.cluster
-    _unique([n.id for n in cluster.nodes], "cluster.nodes")
+    ids, types = list(map(_id, cluster.nodes)), list(map(_gpu_type, cluster.nodes))  # the nodes' fields, read in C
+    _unique(ids, "cluster.nodes")
     _unique([j.id for j in instance.jobs], "jobs")
-    nodes = {n.id: n for n in cluster.nodes}
+    nodes = dict(zip(ids, cluster.nodes))
     of_type: dict[str, set[str]] = {t: set() for t in cluster.gpu_types}
-    for k, node in enumerate(cluster.nodes):
-        if node.gpu_type not in of_type:
+    for t in dict.fromkeys(types):
+        if t not in of_type:
+            k = types.index(t)
             raise InvalidInstanceError(f"cluster.nodes[{k}].gpu_type",
-                                       f"{node.gpu_type!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
-        of_type[node.gpu_type].add(node.id)
-    healthy_before = {n.id: n.gpus - len(n.failed_gpus) for n in cluster.nodes}
+                                       f"{t!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
+        of_type[t] = set(ids) if len(of_type) == 1 else set(compress(ids, map(t.__eq__, types)))
+    healthy_before = dict(zip(ids, map(sub, map(_gpus, cluster.nodes), map(len, map(_failed, cluster.nodes)))))
     for k, job in enumerate(instance.jobs):
         where = f"jobs[{k}]"
         gtype = job.throughput.gpu_type

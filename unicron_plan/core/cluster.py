@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import chain
+from itertools import chain, compress
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -315,19 +315,8 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int]) ->
     shared_nodes = {n for n, k in listed.items() if k > 1}
     shared_jobs = {job.id for job in instance.jobs if not shared_nodes.isdisjoint(job.current.nodes)} \
         if shared_nodes else set()
-    out: dict[str, dict[str, int]] = {}
-    for job in instance.jobs:
-        if job.id in shared_jobs or job.current.gpus == 0:
-            continue
-        left = job.current.gpus
-        split: dict[str, int] = {}
-        unit = job.tp or 1  # tp groups never straddle nodes
-        for n in job.current.nodes:
-            take = min(left, healthy_before[n] // unit * unit)
-            if take:
-                split[n] = take
-            left -= take
-        out[job.id] = split if left == 0 else {}
+    out = _solo_split([job for job in instance.jobs if job.current.gpus and job.id not in shared_jobs],
+                      healthy_before)
     if shared_jobs:
         shared = [j for j in instance.jobs if j.id in shared_jobs]
         if any((j.tp or 1) > 1 for j in shared):
@@ -337,6 +326,38 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int]) ->
             out.update(_flow_split(shared, healthy_before))
     for job in instance.jobs:
         out.setdefault(job.id, {})
+    return out
+
+
+def _solo_split(jobs, healthy_before: dict[str, int]) -> dict[str, dict[str, int]]:
+    """The split of jobs alone on their nodes: each fills its nodes in the listed order, whole tp
+    groups per node ({} when they do not hold its count). The fill of all jobs at once: a node's
+    take is what is left of the count after the nodes before it, at most the node's capacity."""
+    nodes = list(chain.from_iterable(job.current.nodes for job in jobs))
+    sizes = np.fromiter(map(len, (job.current.nodes for job in jobs)), dtype=np.int64, count=len(jobs))
+    units = np.fromiter(((job.tp or 1) for job in jobs), dtype=np.int64, count=len(jobs))
+    # (a count beyond 2**62 is held by no cluster: it stays beyond every node's capacity in int64)
+    want = np.fromiter((min(job.current.gpus, 1 << 62) for job in jobs), dtype=np.int64, count=len(jobs))
+    cap = np.fromiter(map(healthy_before.__getitem__, nodes), dtype=np.int64, count=len(nodes))
+    unit = np.repeat(units, sizes)
+    cap = cap // unit * unit  # tp groups never straddle nodes
+    ends = np.cumsum(sizes)
+    total = np.zeros(len(nodes) + 1, dtype=np.int64)
+    np.cumsum(cap, out=total[1:])
+    before = total[:-1] - np.repeat(total[ends - sizes], sizes)  # capacity of the job's nodes before each
+    take = np.minimum(np.maximum(np.repeat(want, sizes) - before, 0), cap)
+    np.cumsum(take, out=total[1:])
+    held = total[ends] - total[ends - sizes]
+    take = take.tolist()
+    out: dict[str, dict[str, int]] = {}
+    start = 0
+    for job, end, whole in zip(jobs, ends.tolist(), (held == want).tolist()):
+        if whole:
+            part = take[start:end]
+            out[job.id] = dict(zip(compress(nodes[start:end], part), filter(None, part)))
+        else:
+            out[job.id] = {}
+        start = end
     return out
 
 

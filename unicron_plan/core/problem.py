@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import sub
 
 import numpy as np
 
@@ -122,16 +124,23 @@ class Problem:
         free = self.state.usable_gpus()
         result: dict[str, dict[str, int]] = {j.id: {} for j in self.jobs}
         movers = []
+        kept = []
         for j in self.jobs:
             y = counts[j.id]
             if y == 0:
                 continue
             if (y == j.x and not j.hit and not j.off_type) or j.pinned:  # pinned: the previous split (constraints.precheck)
-                for nid, g in self.state.previous[j.id].items():
-                    result[j.id][nid] = g
-                    free[nid] -= g
+                kept.append(self.state.previous[j.id])
+                result[j.id] = dict(kept[-1])
             else:
                 movers.append(j)
+        nodes = list(chain.from_iterable(kept))
+        if len(set(nodes)) == len(nodes):  # each node in one split: the free GPUs left, in C calls
+            free.update(zip(nodes, map(sub, map(free.__getitem__, nodes), chain.from_iterable(map(dict.values, kept)))))
+        else:
+            for split in kept:
+                for nid, g in split.items():
+                    free[nid] -= g
         return free, result, movers
 
     def objective(self, counts: dict[str, int], placement: dict[str, dict[str, int]] | None = None) -> float:
@@ -358,12 +367,16 @@ def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -
     for job in instance.jobs:
         keys, vals = _table_arrays(job, tables[job.id])
         parts_c += [zero_i, keys]
-        parts_f += [zero_f, cost.waf(job.weight, vals)]
+        parts_f += [zero_f, vals]
         sizes.append(len(keys) + 1)
     off = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=off[1:])
     counts = np.concatenate(parts_c) if parts_c else zero_i[:0]
-    f = np.concatenate(parts_f).astype(float, copy=False) if parts_f else zero_f[:0]
+    weights = np.fromiter((job.weight for job in instance.jobs), dtype=float, count=len(sizes))
+    # F = weight x TFLOP/s of every entry at once (cost.waf, elementwise), 0 at each job's count 0
+    f = cost.waf(np.repeat(weights, sizes), np.concatenate(parts_f).astype(float, copy=False)) if parts_f \
+        else zero_f[:0]
+    f[off[:-1]] = 0.0
     counts.flags.writeable = f.flags.writeable = False
     return FlatTables(counts, f, off)
 

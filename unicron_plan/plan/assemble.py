@@ -38,7 +38,6 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     if raw.types:  # mixed fleets: each job on the GPU type the solver chose
         problem = problem.with_types(raw.types)
     placement = raw.placement if raw.placement is not None else place(problem, raw.counts)
-    plan_jobs = []
     total_waf = 0.0
     gains = []
     previous = problem.state.previous
@@ -47,6 +46,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     for j in problem.jobs:
         where = placement.get(j.id, {})
         wheres.append({n: g for n, g in where.items() if g > 0} if 0 in where.values() else where)
+    entries = []  # each job's fields but its reason (explained for all jobs at once, below)
     for j, where, shares in zip(problem.jobs, wheres, _placements(wheres)):
         y = int(raw.counts[j.id])
         moved = cost.is_moved(j.x, y, where, previous.get(j.id, {}))
@@ -55,17 +55,17 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         changed = bool(cost.is_changed(y, j.x, j.hit, j.exiting, moved))
         penalty = float(cost.charged(y, j.x, j.f_x, j.d_trans, j.d_repeat, changed))
         gains.append(j.gain_of(y, moved))
-        plan_jobs.append(PlanJob(
-            id=j.id, previous_gpus=j.x, gpus=y, action=action_of(j.x, y, j.hit, moved),
+        action = action_of(j.x, y, j.hit, moved)
+        entries.append(dict(
+            id=j.id, previous_gpus=j.x, gpus=y, action=action,
             nodes=list(where), placement=shares, waf_tflops=f_y, transition_penalty=penalty, hit=j.hit,
             gain=gains[-1], gpu_type=j.gpu_type, parallelism=j.layouts.get(y) if y else None,
             transition_seconds=j.d_trans if changed and j.x else 0.0,
             placement_left_to=problem.instance.jobs[j.index].placement_left_to))
-        facts.append(JobFacts(j.id, plan_jobs[-1].action, j.x, y, j.hit, j.exiting, changed, j.f_x, f_y,
+        facts.append(JobFacts(j.id, action, j.x, y, j.hit, j.exiting, changed, j.f_x, f_y,
                               j.d_trans, gains[-1], where, before.get(j.id, {})))
     why = explain_jobs(facts, problem.state.nodes, problem.d_run)
-    for pj, r in zip(plan_jobs, why):
-        pj.reason, pj.why, pj.keep_cost = r.reason, r.why, r.keep_cost
+    plan_jobs = [PlanJob(**e, reason=r.reason, why=r.why, keep_cost=r.keep_cost) for e, r in zip(entries, why)]
     objective = float(sum(gains))  # Problem.objective of these counts and this placement
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
+from operator import methodcaller
 from typing import Mapping, Optional, Sequence
 
 from unicron_plan.text import shown
@@ -121,9 +123,7 @@ def explain_jobs(facts: Sequence[JobFacts], nodes: Mapping, d_run: float) -> lis
                 f": {num(f.f_y)} weighted TFLOP/s, no transition." if f.y else "."), 0.0))
         else:
             if used is None:
-                used = Counter()
-                for g in facts:
-                    used.update(g.split)
+                used = _used(facts)
             feasible = keep_feasible(f, nodes, used)
             keep_cost = f.gain - f.f_x * d_run if feasible else None
             keep = (f"keeping it would lose {num(keep_cost)} TFLOP ({num(keep_cost / d_run)} weighted TFLOP/s "
@@ -132,6 +132,18 @@ def explain_jobs(facts: Sequence[JobFacts], nodes: Mapping, d_run: float) -> lis
             out.append(JobReason("chosen", f"not hit, chosen for the gain; {doing(f.action, f.x, f.y)}: {delta}, "
                                            f"{transition_text(f)}; {keep}.", keep_cost))
     return out
+
+
+def _used(facts: Sequence[JobFacts]) -> Mapping[str, int]:
+    """GPUs the plan places on each node, over every job's split: one merge in C when no node is in
+    two splits, else summed."""
+    merged = dict(chain.from_iterable(map(methodcaller("items"), (f.split for f in facts))))
+    if len(merged) == sum(len(f.split) for f in facts):
+        return merged
+    used: Counter = Counter()
+    for f in facts:
+        used.update(f.split)
+    return used
 
 
 def relabel_hit(why: str, a: str, b: str) -> str:

@@ -70,6 +70,13 @@ class Cluster(StrictModel):
     nodes: list[Node] = Field(min_length=1, description="Every node of the cluster, ids unique.")
 
 
+def _private(model, name: str):
+    """A private attribute of a validated model, read from its store: ``model._name`` goes through
+    ``BaseModel.__getattr__`` (a Python call, tens of thousands per plan at 1,048,576 GPUs)."""
+    private = model.__pydantic_private__
+    return private.get(name) if private is not None else getattr(model, name)
+
+
 MAX_COMPACT_COUNT = 10**MAX_COUNT_DIGITS - 1  # the largest count of the compact table form
 _NOT_DIGITS = {ord(ch): None for ch in "0123456789,"}  # str.translate deletes these
 
@@ -152,6 +159,9 @@ class CompactTable(StrictModel):
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(counts, tflops) as read-only numpy arrays (int64, float64), made once."""
+        made = _private(self, "_arrays")
+        if made is not None:
+            return made
         if self._arrays is None:  # a copy made without validation (model_copy, model_construct)
             counts, tflops = np.asarray(self.counts, dtype=np.int64), np.asarray(self.tflops, dtype=float)
             counts.flags.writeable = tflops.flags.writeable = False
@@ -204,6 +214,7 @@ class Throughput(StrictModel):
     _table: Optional[ArrayTable] = PrivateAttr(default=None)  # table_view(), made once
     _arrays: Optional[tuple] = PrivateAttr(default=None)  # table_arrays(), made once
     _in_order: bool = PrivateAttr(default=True)  # the arrays are the table's entries in its own order
+    _order: Optional[np.ndarray] = PrivateAttr(default=None)  # else: the arrays' entries' places in the table
     model: Optional[str] = Field(default=None, min_length=1,
         description="A model of the package's library (`unicron-plan models`); the table is derived "
                     "from the performance model. Give this or tflops.")
@@ -330,12 +341,16 @@ class Throughput(StrictModel):
         simulator asks at every event)."""
         if not self.has_table:
             raise ValueError("throughput names a model; derive its table with unicron_plan.perf")
-        if self._table is None:
-            self._table = ArrayTable(*self.table_arrays())
-        return self._table
+        made = _private(self, "_table")
+        if made is None:
+            made = self._table = ArrayTable(*self.table_arrays())
+        return made
 
     def table_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(GPU counts ascending, TFLOP/s at them) of :meth:`table`, read-only arrays made once per object."""
+        made = _private(self, "_arrays")
+        if made is not None:
+            return made
         if self._arrays is None and self.compact is not None:  # already ascending: no dict, no sort
             self._arrays = self.compact.arrays()
         if self._arrays is None:
@@ -352,16 +367,26 @@ class Throughput(StrictModel):
                 counts, tflops = counts[fits], tflops[fits]
             self._in_order = len(counts) == len(table) and bool((counts[1:] > counts[:-1]).all())
             order = np.argsort(counts, kind="stable")
+            if not self._in_order and len(counts) == len(table):
+                order.flags.writeable = False
+                self._order = order
             counts, tflops = counts[order], tflops[order]
             counts.flags.writeable = tflops.flags.writeable = False
             self._arrays = (counts, tflops)
         return self._arrays
 
+    def table_order(self) -> Optional[np.ndarray]:
+        """For a ``tflops`` table whose keys are not ascending (every key a count the arrays keep): the
+        place in the table of each entry of :meth:`table_arrays`, which with them determines the table;
+        else None."""
+        self.table_arrays()
+        return _private(self, "_order")
+
     def arrays_in_order(self) -> bool:
         """Whether :meth:`table_arrays` are every entry of the table in the order given (a compact table,
         or ``tflops`` with its keys ascending), so that the arrays determine the table."""
         self.table_arrays()
-        return self._in_order
+        return _private(self, "_in_order")
 
 
 class CurrentAllocation(StrictModel):

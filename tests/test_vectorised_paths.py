@@ -1,0 +1,150 @@
+"""Paths rewritten to work on all nodes or jobs at once give exactly what the per-item loops they
+replaced gave: the loops are kept here as references and compared on random inputs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from types import SimpleNamespace as NS
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT
+from unicron_plan import api
+from unicron_plan.core import cost
+from unicron_plan.core.checks import check_instance
+from unicron_plan.core.cluster import _solo_split
+from unicron_plan.core.problem import build_problem, flat_tables, resolve_tables
+from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.schema import Instance
+from unicron_plan.tools.generate import generate_instance
+
+
+def _solo_split_loop(jobs, healthy_before):
+    """Each job alone on its nodes fills them in the listed order, whole tp groups per node."""
+    out = {}
+    for job in jobs:
+        left, split, unit = job.current.gpus, {}, job.tp or 1
+        for n in job.current.nodes:
+            take = min(left, healthy_before[n] // unit * unit)
+            if take:
+                split[n] = take
+            left -= take
+        out[job.id] = split if left == 0 else {}
+    return out
+
+
+@settings(max_examples=300)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_solo_split_is_the_fill_in_listed_order(seed):
+    rng = random.Random(seed)
+    healthy = {f"n{i}": rng.randint(0, 8) for i in range(rng.randint(1, 40))}
+    ids = list(healthy)
+    rng.shuffle(ids)
+    jobs, k = [], 0
+    for j in range(rng.randint(0, 8)):
+        take = rng.randint(0, 6)
+        gpus = rng.choice([rng.randint(1, 48), 10**30])  # also a count no cluster holds
+        jobs.append(NS(id=f"j{j}", tp=rng.choice([None, 1, 2, 4, 8]), current=NS(gpus=gpus, nodes=ids[k:k + take])))
+        k += take
+    got, want = _solo_split(jobs, healthy), _solo_split_loop(jobs, healthy)
+    assert got == want and all(list(got[j]) == list(want[j]) for j in want)  # the nodes' order too
+
+
+def _instance(seed: int) -> Instance:
+    rng = random.Random(seed)
+    doc = generate_instance(seed, gpus=rng.choice([256, 1024]), jobs=rng.choice([4, 12]),
+                            curves=rng.choice(["synthetic", "four-types", "linear-step"]),
+                            placement=rng.choice(["shuffled", "ordered"]), failed_nodes=rng.choice([0, 1, 2]))
+    for job in doc["jobs"]:
+        job["weight"] = rng.choice([0.0, 0.5, 1.0, 3.25])
+    running = [j for j in doc["jobs"] if j["current"]["nodes"]]
+    if seed % 2 and len(running) >= 2:  # two jobs share a node: the split by a flow
+        a, b = running[0], running[1]
+        b["current"]["nodes"] = list(dict.fromkeys(b["current"]["nodes"] + a["current"]["nodes"][:1]))
+    return Instance.model_validate(doc)
+
+
+def _stays_loop(problem, counts):
+    free = problem.state.usable_gpus()
+    result = {j.id: {} for j in problem.jobs}
+    movers = []
+    for j in problem.jobs:
+        y = counts[j.id]
+        if y == 0:
+            continue
+        if (y == j.x and not j.hit and not j.off_type) or j.pinned:
+            for nid, g in problem.state.previous[j.id].items():
+                result[j.id][nid] = g
+                free[nid] -= g
+        else:
+            movers.append(j)
+    return free, result, movers
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_stays_and_flat_tables_are_the_per_job_loops(seed):
+    inst = _instance(seed)
+    try:
+        problem = build_problem(inst)
+    except InvalidInstanceError:  # a shared node that cannot hold both jobs: nothing to compare
+        return
+    rng = random.Random(seed)
+    for _ in range(5):  # counts that keep, change or suspend jobs
+        counts = {j.id: int(rng.choice([j.x, j.x, int(j.counts[-1]), 0])) for j in problem.jobs}
+        free, result, movers = problem.stays(counts)
+        free0, result0, movers0 = _stays_loop(problem, counts)
+        assert list(free.items()) == list(free0.items()) and result == result0 and movers == movers0
+    tables, _ = resolve_tables(inst)
+    flat = flat_tables(inst, tables)
+    for i, job in enumerate(inst.jobs):
+        counts, vals = job.throughput.table_arrays()
+        lo, hi = int(flat.off[i]), int(flat.off[i + 1])
+        assert flat.counts[lo:hi].tolist() == [0] + counts.tolist()
+        assert flat.f[lo:hi].tobytes() == np.concatenate([[0.0], cost.waf(job.weight, vals)]).tobytes()
+
+
+def test_shared_nodes_in_stays_take_the_loop():
+    """Two staying jobs on one node (j1 and j2 share n1): the free GPUs subtract both."""
+    doc = json.loads((ROOT / "instances" / "small-shared-node-failure.json").read_text())
+    doc["event"]["failed_nodes"] = ["n3"]
+    problem = build_problem(Instance.model_validate(doc))
+    counts = {j.id: j.x for j in problem.jobs}
+    free, result, _ = problem.stays(counts)
+    assert "n1" in result["j1"] and "n1" in result["j2"]
+    assert list(free.items()) == list(_stays_loop(problem, counts)[0].items())
+
+
+def test_an_unknown_node_type_names_the_first_node_of_it():
+    doc = generate_instance(0, gpus=256, jobs=4, curves="four-types")
+    doc = copy.deepcopy(doc)
+    nodes = doc["cluster"]["nodes"]
+    nodes[7]["gpu_type"] = "z100"
+    nodes[3]["gpu_type"] = "y100"
+    nodes[9]["gpu_type"] = "y100"
+    with pytest.raises(InvalidInstanceError, match=r"cluster\.nodes\[3\]\.gpu_type: 'y100' is not in"):
+        check_instance(Instance.model_validate(doc))
+    with pytest.raises(InvalidInstanceError, match=r"cluster\.nodes\[3\]\.gpu_type"):
+        api.solve(doc)
+
+
+def test_used_gpus_per_node_are_the_summed_splits():
+    from collections import Counter
+
+    from unicron_plan.plan.reasons import JobFacts, _used
+
+    def facts(splits):
+        return [JobFacts(f"j{k}", "keep", 0, 0, False, False, False, 0.0, 0.0, 0.0, 0.0, s, {}) for k, s in
+                enumerate(splits)]
+
+    rng = random.Random(3)
+    for _ in range(200):
+        splits = [{f"n{rng.randint(0, 12)}": rng.randint(1, 8) for _ in range(rng.randint(0, 4))} for _ in range(5)]
+        summed = Counter()
+        for s in splits:
+            summed.update(s)
+        assert dict(_used(facts(splits))) == dict(summed)

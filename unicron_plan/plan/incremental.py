@@ -51,7 +51,7 @@ class KeptPlan:
     usage: Counter  # node id -> GPUs of every job's previous split
 
 
-def keep_plan(prepared: PreparedCluster, solver_name: str = "dp") -> KeptPlan | None:
+def keep_plan(prepared: PreparedCluster) -> KeptPlan | None:
     """The :class:`KeptPlan` of ``prepared`` (None where it does not apply or does not validate)."""
     base = prepared.instance
     if base.max_changed_jobs is not None or prepared.type_tables:
@@ -61,7 +61,7 @@ def keep_plan(prepared: PreparedCluster, solver_name: str = "dp") -> KeptPlan | 
         return None
     counts = {j.id: j.x for j in problem.jobs}
     raw = RawSolution(counts=counts, objective=0.0, bound=0.0, termination="time_limit", solution="feasible")
-    plan = to_plan(problem, raw, solver_name, 0.0)
+    plan = to_plan(problem, raw, "kept", 0.0)
     derived = ({j.id: j.table for j in problem.jobs}, problem.state)
     if not validate_plan(base, plan, derived=derived).valid:
         return None

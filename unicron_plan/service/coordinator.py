@@ -91,6 +91,7 @@ class Coordinator:
         self._order: tuple[int, dict[str, int]] | None = None  # (base_version, node id -> cluster position)
         self._fingerprint: tuple[int, str] | None = None  # (base_version, fingerprint of the base)
         self._prepared_base = None  # (base_version, core.problem.prepare of the base, or None)
+        self._kept = None  # (that prepared cluster, plan.incremental.keep_plan of it, or None)
         self._closed = False
         self._settle = settle_heap
         if settle_heap:
@@ -129,16 +130,49 @@ class Coordinator:
 
     def solve(self, instance, index: dict | None, fingerprint: str | None = None, observe: bool = True,
               prepared=None):
-        """The one place plans are computed: :func:`unicron_plan.api.solve`."""
+        """The one place plans are computed: :func:`unicron_plan.api.solve`, or, for an event on the
+        prepared cluster that reads no index, :func:`unicron_plan.plan.incremental.incremental_plan`
+        (the same plan in work that grows with the jobs it changes; where it does not apply, api.solve)."""
         from unicron_plan import api
 
         start = time.perf_counter()
         with self._worker_paused():
-            plan = api.solve(instance, solver=self.solver, contingency=index, instance_fingerprint=fingerprint,
-                             prepared=prepared)
+            plan = self._incremental(instance, prepared) if index is None and prepared is not None else None
+            if plan is None:
+                plan = api.solve(instance, solver=self.solver, contingency=index,
+                                 instance_fingerprint=fingerprint, prepared=prepared)
         if observe:
             self.metrics.solver_time.observe(time.perf_counter() - start)
         return plan
+
+    def _incremental(self, instance, prepared):
+        """The incremental plan of ``instance`` on ``prepared`` (its kept plan made once), or None."""
+        from unicron_plan.plan.incremental import incremental_plan
+        from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
+
+        kept = self._kept_plan(prepared)
+        if kept is None:
+            return None
+        try:
+            return incremental_plan(kept, instance, self.solver, DEFAULT_TIME_LIMIT_SECONDS)
+        except Exception:  # any doubt (bad input included): the whole path answers, and reports it
+            return None
+
+    def _kept_plan(self, prepared):
+        """:func:`unicron_plan.plan.incremental.keep_plan` of ``prepared``, once per prepared cluster."""
+        from unicron_plan.plan.incremental import keep_plan
+
+        with self._cv:
+            kept = self._kept
+        if kept is not None and kept[0] is prepared:
+            return kept[1]
+        try:
+            made = keep_plan(prepared)
+        except Exception:  # a cluster the kept plan does not cover: events are solved whole
+            made = None
+        with self._cv:
+            self._kept = (prepared, made)
+        return made
 
     def worker_paused(self):
         """The warm worker stopped for as long as the block runs (the whole HTTP exchange of an event:
@@ -296,6 +330,7 @@ class Coordinator:
         with self.lock:
             new = st.set_cluster(self.state, data)
             self._vet(new)
+            self._kept_plan(self._prepared_base[1])  # made with the upload, not by its first event
             rev = self.last + 1
             body = new.base.model_dump(mode="json", exclude_none=True)
             self._commit([("cluster", body)], replace(new, revision=rev))

@@ -33,7 +33,7 @@ from unicron_plan.plan.assemble import to_plan
 from unicron_plan.plan.placement import place
 from unicron_plan.plan.reasons import changes_of
 from unicron_plan.plan.validate import REL_TOL, validate_plan
-from unicron_plan.schema import Instance, Plan
+from unicron_plan.schema import Instance, Plan, PlanJob
 
 
 def _close(a: float, b: float) -> bool:
@@ -49,6 +49,7 @@ class KeptPlan:
     entries: list  # PlanJob per job, instance order (``gain`` of the cluster without event)
     f_kept: np.ndarray  # F(x) of each job, as its entry's waf_tflops
     usage: Counter  # node id -> GPUs of every job's previous split
+    free: dict[str, int]  # node id -> GPUs usable before the event less the usage (cluster order)
 
 
 def keep_plan(prepared: PreparedCluster) -> KeptPlan | None:
@@ -71,7 +72,26 @@ def keep_plan(prepared: PreparedCluster) -> KeptPlan | None:
     for split in prepared.previous.values():
         usage.update(split)
     f_kept = np.fromiter((pj.waf_tflops for pj in plan.jobs), dtype=float, count=len(plan.jobs))
-    return KeptPlan(prepared, plan.jobs, f_kept, usage)
+    free = problem.state.usable_gpus()
+    for nid, g in usage.items():
+        free[nid] -= g
+    return KeptPlan(prepared, plan.jobs, f_kept, usage, free)
+
+
+def _with_gain(entry: PlanJob, gain: float) -> PlanJob:
+    """A copy of a kept entry with its ``gain`` (what ``model_copy(update=...)`` makes, without its
+    per-field machinery: thousands of entries per plan)."""
+    new = _NEW(PlanJob)
+    state = entry.__dict__.copy()
+    state["gain"] = gain
+    _SET(new, "__dict__", state)
+    _SET(new, "__pydantic_fields_set__", set(entry.__pydantic_fields_set__))
+    _SET(new, "__pydantic_extra__", None)
+    _SET(new, "__pydantic_private__", None)
+    return new
+
+
+_NEW, _SET = object.__new__, object.__setattr__
 
 
 class _Used(Mapping):
@@ -127,15 +147,25 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     if raw.types or raw.placement is not None:
         return None
     counts = raw.counts
-    placement = place(problem, counts)
     changed = _changed(problem, counts)
     jobs = problem.jobs
-    delta: dict[str, int] = {}
+    if any(jobs[k].pinned for k in changed):  # (a pinned job stays where it was even when changed)
+        return None
+    state = problem.state
+    delta: dict[str, int] = {}  # GPUs per node: the changed jobs' previous splits out, then their new ones in
     for k in changed:
-        j = jobs[k]
-        for nid, g in problem.state.previous.get(j.id, {}).items():
+        for nid, g in state.previous.get(jobs[k].id, {}).items():
             delta[nid] = delta.get(nid, 0) - g
-        for nid, g in placement.get(j.id, {}).items():
+    # placement's first step (Problem.stays) from the kept usage: every unchanged job stays
+    free = kept.free.copy()
+    for nid in set(delta).union(state.touched if state.touched is not None else state.nodes):
+        node = state.nodes[nid]
+        free[nid] = (0 if node.drained else node.healthy_after) - kept.usage.get(nid, 0) - delta.get(nid, 0)
+    result = {jobs[k].id: {} for k in changed}
+    movers = [jobs[k] for k in changed if counts[jobs[k].id]]
+    placement = place(problem, counts, start=(free, result, movers))
+    for k in changed:
+        for nid, g in placement.get(jobs[k].id, {}).items():
             delta[nid] = delta.get(nid, 0) + g
     used = _Used(kept.usage, delta)
     sub = dataclasses.replace(problem, jobs=[jobs[k] for k in changed])
@@ -150,7 +180,7 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     is_changed = np.zeros(len(jobs), dtype=bool)
     is_changed[changed] = True
     for k in np.flatnonzero(~is_changed).tolist():
-        entries[k] = entries[k].model_copy(update={"gain": gains[k]})
+        entries[k] = _with_gain(entries[k], gains[k])
     total_waf = 0.0
     for pj in entries:
         total_waf += pj.waf_tflops

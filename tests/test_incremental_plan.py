@@ -164,3 +164,23 @@ def test_the_service_answers_events_with_the_incremental_plan(tmp_path, monkeypa
         got["solver"].pop("wall_seconds")
         assert got == exp
     assert calls == [True] * 3
+
+
+@pytest.mark.parametrize("kind", ("linear-step", "equal-per-gpu", "dense"))
+def test_answers_from_the_index_give_the_whole_paths_plan(kind):
+    from unicron_plan.plan.contingency import build_contingency, fingerprint
+
+    inst = generate_instance(4, gpus=1024, jobs=12, failed_nodes=0, curves=kind)
+    prepared = prepare(Instance.model_validate(inst))
+    index, digest = build_contingency(prepared.instance), fingerprint(prepared.instance)
+    kept = incremental.keep_plan(prepared)
+    done = 0
+    for node in inst["cluster"]["nodes"][::7]:
+        ev = Instance.model_validate({**inst, "event": {"kind": "failure", "failed_nodes": [node["id"]]}}).event
+        instance = prepared.instance.model_copy(update={"event": ev})
+        full = api.solve(instance, contingency=index, instance_fingerprint=digest, prepared=prepared)
+        got = incremental.indexed_plan(kept, instance, index, digest)
+        assert full.solver.name == "contingency" and got is not None
+        assert _dump(got) == _dump(full)
+        done += 1
+    assert done >= 18

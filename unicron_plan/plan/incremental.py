@@ -121,10 +121,34 @@ def _changed(problem: Problem, counts: Mapping[str, int]) -> list[int]:
             if counts[j.id] != j.x or j.hit or j.exiting or j.off_type]
 
 
+def indexed_plan(kept: KeptPlan, instance: Instance, index: dict, digest: str) -> Plan | None:
+    """The plan of ``instance`` from the counts ``index`` stores for its failure, built as
+    :func:`incremental_plan` builds it: what :func:`unicron_plan.api.solve` with the index gives
+    (solver ``contingency``), for an index built from this very cluster (``digest``: its
+    fingerprint) in this process, whose optimality is then not proven again; None where none applies
+    or the plan's objective is not the stored one."""
+    from unicron_plan.plan.contingency import lookup
+
+    found = lookup(instance, index, digest)
+    if found is None or found[1] is None:
+        return None
+    key, counts, stored = found
+    entry = index["plans"].get(index["failures"][key]["plan"], {})
+    if entry.get("types"):
+        return None
+    raw = RawSolution(counts=counts, objective=stored, bound=stored,
+                      options={"contingency_key": key, "precomputed": True})
+    plan = incremental_plan(kept, instance, "contingency", raw=raw)
+    if plan is None or abs(plan.objective - stored) > 1e-9 * max(1.0, abs(stored)):
+        return None
+    return plan
+
+
 def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = None,
-                     time_limit_seconds: float | None = None) -> Plan | None:
+                     time_limit_seconds: float | None = None, raw: RawSolution | None = None) -> Plan | None:
     """The plan of ``instance`` (the kept cluster with an event) built from ``kept`` (module
-    docstring), or None where the caller must solve it whole."""
+    docstring), or None where the caller must solve it whole. ``raw``: the counts to place (named
+    ``solver``) instead of solving."""
     from unicron_plan.api import post_solve_reserve
     from unicron_plan.core.constraints import dp_limitations
     from unicron_plan.solvers import SolverOptions, get_solver
@@ -136,15 +160,16 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     problem = build_problem(instance, prepared)
     if problem.alternatives or problem.state.idle is not None or problem.max_changed_jobs is not None:
         return None
-    if solver is None:
-        solver = "auto" if dp_limitations(problem) else "dp"
-    options = SolverOptions(time_limit_seconds=time_limit_seconds)
-    if time_limit_seconds is not None:
-        reserve = post_solve_reserve(problem, 2.0, float(time_limit_seconds))
-        options = SolverOptions(time_limit_seconds=time_limit_seconds, slowdown=2.0,
-                                deadline=start + float(time_limit_seconds) - reserve)
-    raw = get_solver(solver)(problem, options)
-    if raw.types or raw.placement is not None:
+    if raw is None:
+        if solver is None:
+            solver = "auto" if dp_limitations(problem) else "dp"
+        options = SolverOptions(time_limit_seconds=time_limit_seconds)
+        if time_limit_seconds is not None:
+            reserve = post_solve_reserve(problem, 2.0, float(time_limit_seconds))
+            options = SolverOptions(time_limit_seconds=time_limit_seconds, slowdown=2.0,
+                                    deadline=start + float(time_limit_seconds) - reserve)
+        raw = get_solver(solver)(problem, options)
+    if raw.types or raw.placement is not None or set(raw.counts) != {j.id for j in problem.jobs}:
         return None
     counts = raw.counts
     changed = _changed(problem, counts)

@@ -681,6 +681,7 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
     from unicron_plan import api
     from unicron_plan.core.problem import prepare
     from unicron_plan.plan.contingency import build_contingency, fingerprint, node_classes
+    from unicron_plan.plan.incremental import indexed_plan, keep_plan
 
     try:
         index = build_contingency(snapshot.base)
@@ -693,13 +694,20 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
         return
     yield ("index", index, digest, sum(map(len, classes)))
     base = replace(snapshot, failed={}, whole=frozenset(), exits=(), arrivals=())
+    try:
+        kept = keep_plan(prepared)
+    except Exception:  # (the answers are then made whole)
+        kept = None
     for members in classes:
         if stop():
             return
         try:
             after, _ = st.record_event(base, {"kind": "failure", "failed_nodes": [members[0]]}, prepared.nodes)
-            plan = api.solve(st.planning_instance(after), solver=solver, contingency=index,
-                             instance_fingerprint=digest, prepared=prepared)
+            instance = st.planning_instance(after)
+            plan = None if kept is None else indexed_plan(kept, instance, index, digest)
+            if plan is None:
+                plan = api.solve(instance, solver=solver, contingency=index, instance_fingerprint=digest,
+                                 prepared=prepared)
         except Exception:  # e.g. the node has failed already: such events are solved when they come
             continue
         yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))

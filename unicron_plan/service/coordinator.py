@@ -1,7 +1,7 @@
 """The coordinator: state, log, plans, warm contingency and metrics, without HTTP.
 
 Every plan comes from :meth:`Coordinator.solve`, the one call of
-:func:`unicron_plan.api.solve`. Changes are serialised by one lock, committed
+:func:`unicron_plan.api.solve` (or of its incremental equivalent). Changes are serialised by one lock, committed
 to the log, and only then made visible and answered.
 
 Warm contingency has two stages, both in a worker process at the lowest CPU priority, stopped
@@ -9,11 +9,13 @@ while a request solves (watched by a background thread that stops it and starts 
 applied state changes): the contingency index of the state (new counts for
 every single-node and rack failure, each equivalence class of failures solved
 once), then, class by class of nodes, the whole answer to "node X fails" (placed
-and validated by the same :func:`unicron_plan.api.solve` for one node of the
-class, stored compressed here as it comes; the class's other nodes get it with
-the two nodes swapped). An event that is exactly such a failure, arriving while
-nothing is pending on the same applied state, is answered from the stored
-answer; anything else is solved (with the index where it applies).
+and validated for one node of the class as :func:`unicron_plan.api.solve` with
+the index would, by :func:`unicron_plan.plan.incremental.indexed_plan`, stored
+compressed here as it comes; the class's other nodes get it with the two nodes
+swapped). An event that is exactly such a failure, arriving while nothing is
+pending on the same applied state, is answered from the stored answer; anything
+else is solved (with the index where it applies; an event that reads no index
+incrementally, :mod:`unicron_plan.plan.incremental`).
 """
 
 from __future__ import annotations

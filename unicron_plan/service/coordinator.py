@@ -1,8 +1,8 @@
 """The coordinator: state, log, plans, warm contingency and metrics, without HTTP.
 
 Every plan comes from :meth:`Coordinator.solve`, the one call of
-:func:`unicron_plan.api.solve` (or of its incremental equivalent). Changes are serialised by one lock, committed
-to the log, and only then made visible and answered.
+:func:`unicron_plan.api.solve` (or of its incremental equivalent). Changes are
+serialised by one lock, committed to the log, and only then made visible and answered.
 
 Warm contingency has two stages, both in a worker process at the lowest CPU priority, stopped
 while a request solves (watched by a background thread that stops it and starts over whenever the

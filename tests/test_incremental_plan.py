@@ -68,7 +68,9 @@ def _check(base: dict, events: list[dict]) -> int:
     return done
 
 
-def test_random_small_clusters_and_events_give_the_whole_paths_plan():
+@pytest.mark.parametrize("share", (incremental.WHOLE_SHARE, 1.0))  # 1.0: the delta path however many change
+def test_random_small_clusters_and_events_give_the_whole_paths_plan(share, monkeypatch):
+    monkeypatch.setattr(incremental, "WHOLE_SHARE", share)
     rng = np.random.default_rng(38)
     done = total = 0
     for _ in range(120):
@@ -88,7 +90,8 @@ def test_random_small_clusters_and_events_give_the_whole_paths_plan():
 
 @pytest.mark.parametrize("kind", ("synthetic",) + KINDS)
 @pytest.mark.parametrize("placement", ("shuffled", "ordered"))
-def test_generated_clusters_of_every_kind_give_the_whole_paths_plan(kind, placement):
+def test_generated_clusters_of_every_kind_give_the_whole_paths_plan(kind, placement, monkeypatch):
+    monkeypatch.setattr(incremental, "WHOLE_SHARE", 1.0)
     rng = np.random.default_rng(len(kind))
     inst = generate_instance(3, gpus=1024, jobs=12, failed_nodes=0, curves=kind, placement=placement)
     done = _check(inst, _events(rng, inst, 4))

@@ -11,6 +11,8 @@ keep costs), takes the kept entries for the others, and validates the delta: the
 :func:`unicron_plan.plan.validate.validate_plan`, every node a changed job leaves or takes and
 every node the event touched, the capacity per GPU type, the objective and the plan's totals.
 
+When most jobs change (more than WHOLE_SHARE of them: e.g. the first event on a cluster far from
+its optimum) the solved counts are assembled and validated whole, as api.solve does.
 It returns None (the caller solves whole) wherever it does not apply: a cluster whose kept plan
 does not validate, mixed fleets, solvers that place at node level, a churn limit, tracked idle
 GPUs, or a delta that does not validate. The plan is the one :func:`unicron_plan.api.solve` gives
@@ -34,6 +36,11 @@ from unicron_plan.plan.placement import place
 from unicron_plan.plan.reasons import changes_of
 from unicron_plan.plan.validate import REL_TOL, validate_plan
 from unicron_plan.schema import Instance, Plan, PlanJob
+
+
+#: Above this share of the jobs changed, the whole plan is assembled and validated (the delta would
+#: cost more than the whole).
+WHOLE_SHARE = 0.5
 
 
 def _close(a: float, b: float) -> bool:
@@ -174,6 +181,8 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     counts = raw.counts
     changed = _changed(problem, counts)
     jobs = problem.jobs
+    if len(changed) > WHOLE_SHARE * len(jobs):  # most jobs change: api.solve's assembly, without a second solve
+        return _whole(instance, problem, raw, solver, start)
     if any(jobs[k].pinned for k in changed):  # (a pinned job stays where it was even when changed)
         return None
     state = problem.state
@@ -220,6 +229,13 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
         return None
     plan.solver = plan.solver.model_copy(update={"wall_seconds": time.perf_counter() - start})
     return plan
+
+
+def _whole(instance: Instance, problem: Problem, raw: RawSolution, solver: str, start: float) -> Plan | None:
+    """The plan as :func:`unicron_plan.api.solve` assembles and validates it (None if it does not validate)."""
+    plan = to_plan(problem, raw, solver, time.perf_counter() - start)
+    report = validate_plan(instance, plan, derived=({j.id: j.table for j in problem.jobs}, problem.state))
+    return plan if report.valid else None
 
 
 def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Plan, part: Plan,

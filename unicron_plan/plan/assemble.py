@@ -32,8 +32,9 @@ def _placements(wheres: list[dict[str, int]]) -> list[list[Placement]]:
     return [found[a:b] for a, b in zip([0, *ends], ends)]
 
 
-def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float) -> Plan:
-    """Place the counts on nodes and assemble the v1 plan, each job with its reason (:mod:`.reasons`)."""
+def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float, used=None) -> Plan:
+    """Place the counts on nodes and assemble the v1 plan, each job with its reason (:mod:`.reasons`).
+    ``used``: GPUs per node over a whole plan of which ``problem`` holds some jobs (:func:`explain_jobs`)."""
     before = problem.state.previous  # the split before the event (a job moved to another type has none there)
     if raw.types:  # mixed fleets: each job on the GPU type the solver chose
         problem = problem.with_types(raw.types)
@@ -64,7 +65,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
             placement_left_to=problem.instance.jobs[j.index].placement_left_to))
         facts.append(JobFacts(j.id, action, j.x, y, j.hit, j.exiting, changed, j.f_x, f_y,
                               j.d_trans, gains[-1], where, before.get(j.id, {})))
-    why = explain_jobs(facts, problem.state.nodes, problem.d_run)
+    why = explain_jobs(facts, problem.state.nodes, problem.d_run, used)
     plan_jobs = [PlanJob(**e, reason=r.reason, why=r.why, keep_cost=r.keep_cost) for e, r in zip(entries, why)]
     objective = float(sum(gains))  # Problem.objective of these counts and this placement
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).

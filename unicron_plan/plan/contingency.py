@@ -180,12 +180,25 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
 
 
 def _with_changes(base: Instance, index: dict) -> dict:
-    """``index`` with each failure's ``changes`` (hit, chosen, unchanged jobs: :mod:`unicron_plan.plan.reasons`)."""
-    from unicron_plan.plan.reasons import failure_changes
+    """``index`` with each failure's ``changes`` (hit, chosen, unchanged jobs: :mod:`unicron_plan.plan.reasons`),
+    :func:`unicron_plan.plan.reasons.failure_changes` counted from the jobs on the failed nodes and, once
+    per stored plan, the jobs it changes: work per failure grows with the jobs it hits, not all jobs."""
+    from unicron_plan.plan.reasons import REASONS
 
+    on_node: dict[str, set[int]] = {}
+    for k, job in enumerate(base.jobs):
+        for nid in job.current.nodes:
+            on_node.setdefault(nid, set()).add(k)
+    changed: dict[str, set[int]] = {}  # plan id -> positions of the jobs its counts or types change
+    for pid, stored in index["plans"].items():
+        counts, types = stored["counts"], stored.get("types")
+        changed[pid] = {k for k, job in enumerate(base.jobs)
+                        if counts[job.id] != job.current.gpus or (types and job.id in types)}
+    m = len(base.jobs)
     for entry in index["failures"].values():
-        stored = index["plans"][entry["plan"]]
-        entry["changes"] = failure_changes(base, entry["failed_nodes"], stored["counts"], stored.get("types"))
+        hit = set().union(*(on_node.get(nid, ()) for nid in entry["failed_nodes"]))
+        chosen = len(changed[entry["plan"]] - hit)
+        entry["changes"] = dict(zip(REASONS, (len(hit), chosen, m - len(hit) - chosen)))
     return index
 
 

@@ -21,11 +21,16 @@ import numpy as np
 from unicron_plan.core.problem import Problem
 
 
-def place(problem: Problem, counts: dict[str, int]) -> dict[str, dict[str, int]]:
-    """{job id: {node id: GPUs}} for planned ``counts`` (nodes in cluster order)."""
+def place(problem: Problem, counts: dict[str, int], start=None) -> dict[str, dict[str, int]]:
+    """{job id: {node id: GPUs}} for planned ``counts`` (nodes in cluster order). ``start``: the
+    first step's (free GPUs per node, {job: split}, jobs left to place) for a caller that keeps the
+    stays' usage (:mod:`unicron_plan.plan.incremental`; only the jobs of its dict are placed)."""
     state = problem.state
     order = state.order
-    free, result, movers = problem.stays(counts) if state.idle is None else _stays_idle(problem, counts)
+    if start is not None:
+        free, result, movers = start
+    else:
+        free, result, movers = problem.stays(counts) if state.idle is None else _stays_idle(problem, counts)
     _retain(problem, movers, counts, free, result)
     racks = {j.id: {state.nodes[n].rack for n in state.previous[j.id]} for j in movers}
     pool = _FreePool(state, free, order, {(j.gpu_type, r) for j in movers for r in racks[j.id]})

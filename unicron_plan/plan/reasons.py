@@ -101,11 +101,12 @@ def keep_feasible(f: JobFacts, nodes: Mapping, used: Mapping[str, int]) -> bool:
     return True
 
 
-def explain_jobs(facts: Sequence[JobFacts], nodes: Mapping, d_run: float) -> list[JobReason]:
+def explain_jobs(facts: Sequence[JobFacts], nodes: Mapping, d_run: float,
+                 used: Mapping[str, int] | None = None) -> list[JobReason]:
     """The reason, sentence and keep cost of every job. ``nodes``: node id -> its health after the event
     (:class:`unicron_plan.core.cluster.NodeHealth`: ``healthy_after``, ``drained``, ``lost_in_event``);
-    ``d_run``: the plan's D_run."""
-    used: Counter | None = None
+    ``d_run``: the plan's D_run. ``used``: GPUs planned per node over the whole plan (``.get``), for
+    a caller that explains only some of its jobs (by default summed over ``facts``)."""
     out = []
     for f in facts:
         delta = f"{'+' if f.f_y >= f.f_x else '-'}{num(abs(f.f_y - f.f_x))} weighted TFLOP/s"

@@ -42,7 +42,8 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-6)
 
 
-def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool = False) -> ValidationReport:
+def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool = False,
+                  whole_used=None) -> ValidationReport:
     """Check ``plan`` against ``instance``; never raises for a bad plan, only reports.
 
     ``derived``: optional ``(tables, state)`` or ``(tables, state, type_tables)`` already derived
@@ -50,6 +51,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
     :func:`resolve_type_tables`), so that api.solve does not derive them twice; they are inputs,
     not solver arithmetic, so the check stays independent.
     ``reasons``: also recompute each job's reason when the plan gives none (the report's ``reasons``).
+    ``whole_used``: GPUs per node over a whole plan of which ``plan`` holds some jobs, for the reasons'
+    keep costs (:func:`unicron_plan.plan.reasons.explain_jobs`).
     """
     type_tables = None
     if derived is None:
@@ -187,7 +190,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
             bad(f"capacity: {used} {gtype} GPUs planned, {capacity[gtype]} healthy")
     if instance.max_changed_jobs is not None and changed_jobs > instance.max_changed_jobs:
         bad(f"max_changed_jobs: {changed_jobs} jobs changed, at most {instance.max_changed_jobs} allowed")
-    recomputed = _check_reasons(plan, facts, state, d_run, bad, reasons)
+    recomputed = _check_reasons(plan, facts, state, d_run, bad, reasons, whole_used)
     if not _close(plan.objective, total):
         bad(f"objective: {plan.objective} != recomputed {total}")
     if not _close(plan.waf_tflops, total_waf):
@@ -205,13 +208,13 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
     return ValidationReport(valid=not problems, problems=problems, objective=total, reasons=recomputed)
 
 
-def _check_reasons(plan: Plan, facts, state, d_run: float, bad, always: bool = False):
+def _check_reasons(plan: Plan, facts, state, d_run: float, bad, always: bool = False, used=None):
     """Each job's ``reason``, ``why`` and ``keep_cost`` and the plan's ``changes``, where given, recomputed
     (:func:`unicron_plan.plan.reasons.explain_jobs` on the facts derived here); returns the recomputed
     reasons (None when the plan gives none and ``always`` is false)."""
     if not always and plan.changes is None and all(pj.reason is None for pj, _ in facts):
         return None
-    recomputed = explain_jobs([f for _, f in facts], state.nodes, d_run)
+    recomputed = explain_jobs([f for _, f in facts], state.nodes, d_run, used)
     for (pj, f), r in zip(facts, recomputed):
         where = f"job {f.id!r}"
         if pj.reason is not None and pj.reason != r.reason:

@@ -1,19 +1,21 @@
 """The coordinator: state, log, plans, warm contingency and metrics, without HTTP.
 
 Every plan comes from :meth:`Coordinator.solve`, the one call of
-:func:`unicron_plan.api.solve`. Changes are serialised by one lock, committed
-to the log, and only then made visible and answered.
+:func:`unicron_plan.api.solve` (or of its incremental equivalent). Changes are
+serialised by one lock, committed to the log, and only then made visible and answered.
 
 Warm contingency has two stages, both in a worker process at the lowest CPU priority, stopped
 while a request solves (watched by a background thread that stops it and starts over whenever the
 applied state changes): the contingency index of the state (new counts for
 every single-node and rack failure, each equivalence class of failures solved
 once), then, class by class of nodes, the whole answer to "node X fails" (placed
-and validated by the same :func:`unicron_plan.api.solve` for one node of the
-class, stored compressed here as it comes; the class's other nodes get it with
-the two nodes swapped). An event that is exactly such a failure, arriving while
-nothing is pending on the same applied state, is answered from the stored
-answer; anything else is solved (with the index where it applies).
+and validated for one node of the class as :func:`unicron_plan.api.solve` with
+the index would, by :func:`unicron_plan.plan.incremental.indexed_plan`, stored
+compressed here as it comes; the class's other nodes get it with the two nodes
+swapped). An event that is exactly such a failure, arriving while nothing is
+pending on the same applied state, is answered from the stored answer; anything
+else is solved (with the index where it applies; an event that reads no index
+incrementally, :mod:`unicron_plan.plan.incremental`).
 """
 
 from __future__ import annotations
@@ -91,6 +93,7 @@ class Coordinator:
         self._order: tuple[int, dict[str, int]] | None = None  # (base_version, node id -> cluster position)
         self._fingerprint: tuple[int, str] | None = None  # (base_version, fingerprint of the base)
         self._prepared_base = None  # (base_version, core.problem.prepare of the base, or None)
+        self._kept = None  # (that prepared cluster, plan.incremental.keep_plan of it, or None)
         self._closed = False
         self._settle = settle_heap
         if settle_heap:
@@ -129,16 +132,49 @@ class Coordinator:
 
     def solve(self, instance, index: dict | None, fingerprint: str | None = None, observe: bool = True,
               prepared=None):
-        """The one place plans are computed: :func:`unicron_plan.api.solve`."""
+        """The one place plans are computed: :func:`unicron_plan.api.solve`, or, for an event on the
+        prepared cluster that reads no index, :func:`unicron_plan.plan.incremental.incremental_plan`
+        (the same plan in work that grows with the jobs it changes; where it does not apply, api.solve)."""
         from unicron_plan import api
 
         start = time.perf_counter()
         with self._worker_paused():
-            plan = api.solve(instance, solver=self.solver, contingency=index, instance_fingerprint=fingerprint,
-                             prepared=prepared)
+            plan = self._incremental(instance, prepared) if index is None and prepared is not None else None
+            if plan is None:
+                plan = api.solve(instance, solver=self.solver, contingency=index,
+                                 instance_fingerprint=fingerprint, prepared=prepared)
         if observe:
             self.metrics.solver_time.observe(time.perf_counter() - start)
         return plan
+
+    def _incremental(self, instance, prepared):
+        """The incremental plan of ``instance`` on ``prepared`` (its kept plan made once), or None."""
+        from unicron_plan.plan.incremental import incremental_plan
+        from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
+
+        kept = self._kept_plan(prepared)
+        if kept is None:
+            return None
+        try:
+            return incremental_plan(kept, instance, self.solver, DEFAULT_TIME_LIMIT_SECONDS)
+        except Exception:  # any doubt (bad input included): the whole path answers, and reports it
+            return None
+
+    def _kept_plan(self, prepared):
+        """:func:`unicron_plan.plan.incremental.keep_plan` of ``prepared``, once per prepared cluster."""
+        from unicron_plan.plan.incremental import keep_plan
+
+        with self._cv:
+            kept = self._kept
+        if kept is not None and kept[0] is prepared:
+            return kept[1]
+        try:
+            made = keep_plan(prepared)
+        except Exception:  # a cluster the kept plan does not cover: events are solved whole
+            made = None
+        with self._cv:
+            self._kept = (prepared, made)
+        return made
 
     def worker_paused(self):
         """The warm worker stopped for as long as the block runs (the whole HTTP exchange of an event:
@@ -296,6 +332,7 @@ class Coordinator:
         with self.lock:
             new = st.set_cluster(self.state, data)
             self._vet(new)
+            self._kept_plan(self._prepared_base[1])  # made with the upload, not by its first event
             rev = self.last + 1
             body = new.base.model_dump(mode="json", exclude_none=True)
             self._commit([("cluster", body)], replace(new, revision=rev))
@@ -646,6 +683,7 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
     from unicron_plan import api
     from unicron_plan.core.problem import prepare
     from unicron_plan.plan.contingency import build_contingency, fingerprint, node_classes
+    from unicron_plan.plan.incremental import indexed_plan, keep_plan
 
     try:
         index = build_contingency(snapshot.base)
@@ -658,13 +696,20 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
         return
     yield ("index", index, digest, sum(map(len, classes)))
     base = replace(snapshot, failed={}, whole=frozenset(), exits=(), arrivals=())
+    try:
+        kept = keep_plan(prepared)
+    except Exception:  # (the answers are then made whole)
+        kept = None
     for members in classes:
         if stop():
             return
         try:
             after, _ = st.record_event(base, {"kind": "failure", "failed_nodes": [members[0]]}, prepared.nodes)
-            plan = api.solve(st.planning_instance(after), solver=solver, contingency=index,
-                             instance_fingerprint=digest, prepared=prepared)
+            instance = st.planning_instance(after)
+            plan = None if kept is None else indexed_plan(kept, instance, index, digest)
+            if plan is None:
+                plan = api.solve(instance, solver=solver, contingency=index, instance_fingerprint=digest,
+                                 prepared=prepared)
         except Exception:  # e.g. the node has failed already: such events are solved when they come
             continue
         yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))

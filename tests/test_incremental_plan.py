@@ -1,0 +1,189 @@
+"""The incremental plan of an event (plan/incremental.py) against the whole path (api.solve): the same
+plan on random clusters and events, None (the caller solves whole) where it does not apply or its
+delta does not validate, and the service answering with it."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from randgen import random_instance
+from unicron_plan import api
+from unicron_plan.core.problem import prepare
+from unicron_plan.errors import InfeasibleError, InvalidInstanceError
+from unicron_plan.plan import incremental
+from unicron_plan.schema import Instance
+from unicron_plan.service.coordinator import Coordinator
+from unicron_plan.tools.adversarial import KINDS
+from unicron_plan.tools.generate import generate_instance
+
+
+def _dump(plan) -> dict:
+    out = plan.model_dump(mode="json", exclude_none=True)
+    out["solver"].pop("wall_seconds")
+    return out
+
+
+def _events(rng: np.random.Generator, inst: dict, count: int) -> list[dict]:
+    """Random failures of whole nodes and single GPUs (healthy ones), one to three of each at most."""
+    nodes = inst["cluster"]["nodes"]
+    out = []
+    for _ in range(count):
+        picked = rng.permutation(len(nodes))[:int(rng.integers(1, 4))].tolist()
+        whole = [nodes[k]["id"] for k in picked[:int(rng.integers(0, len(picked) + 1))]]
+        gpus = []
+        for k in picked:
+            n = nodes[k]
+            healthy = [g for g in range(n["gpus"]) if g not in n["failed_gpus"]]
+            if n["id"] not in whole and healthy:
+                gpus.append({"node": n["id"], "gpu": int(rng.choice(healthy))})
+        out.append({"kind": "failure", "failed_nodes": whole, "failed_gpus": gpus})
+    return out
+
+
+def _check(base: dict, events: list[dict]) -> int:
+    """Every event planned both ways; returns how many were planned incrementally (all equal)."""
+    inst = copy.deepcopy(base)
+    inst.pop("event", None)
+    prepared = prepare(Instance.model_validate(inst))
+    try:
+        kept = incremental.keep_plan(prepared)
+    except InfeasibleError:  # (e.g. a pinned job over a failed GPU: the service then solves whole)
+        kept = None
+    done = 0
+    for ev in events:
+        instance = prepared.instance.model_copy(update={"event": Instance.model_validate({**inst, "event": ev}).event})
+        try:
+            full = api.solve(instance, prepared=prepared)
+        except (InvalidInstanceError, InfeasibleError):
+            continue  # (an event refused or without a plan: the service answers it by the whole path)
+        if kept is None:
+            continue
+        inc = incremental.incremental_plan(kept, instance, time_limit_seconds=60)
+        if inc is not None:
+            assert _dump(inc) == _dump(full)
+            done += 1
+    return done
+
+
+@pytest.mark.parametrize("share", (incremental.WHOLE_SHARE, 1.0))  # 1.0: the delta path however many change
+def test_random_small_clusters_and_events_give_the_whole_paths_plan(share, monkeypatch):
+    monkeypatch.setattr(incremental, "WHOLE_SHARE", share)
+    rng = np.random.default_rng(38)
+    done = total = 0
+    for _ in range(120):
+        inst = random_instance(rng, max_nodes=6, max_jobs=5, mtbf=bool(rng.random() < 0.5))
+        for job in inst["jobs"]:  # hysteresis and pinned jobs (constraints every plan keeps)
+            if rng.random() < 0.2:
+                job["min_gain_fraction"] = float(rng.choice([0.01, 0.5]))
+            if rng.random() < 0.1:
+                job["pinned"] = True
+        if rng.random() < 0.3 and "node_mtbf_hours" in inst["cost"]:
+            inst["cost"]["horizon"] = str(rng.choice(["job", "lifetime"]))
+        events = _events(rng, inst, 3) + ([inst["event"]] if "event" in inst else [])
+        done += _check(inst, events)
+        total += len(events)
+    assert done > total // 3  # the path is taken for most of them, not skipped
+
+
+@pytest.mark.parametrize("kind", ("synthetic",) + KINDS)
+@pytest.mark.parametrize("placement", ("shuffled", "ordered"))
+def test_generated_clusters_of_every_kind_give_the_whole_paths_plan(kind, placement, monkeypatch):
+    monkeypatch.setattr(incremental, "WHOLE_SHARE", 1.0)
+    rng = np.random.default_rng(len(kind))
+    inst = generate_instance(3, gpus=1024, jobs=12, failed_nodes=0, curves=kind, placement=placement)
+    done = _check(inst, _events(rng, inst, 4))
+    if kind != "four-types":
+        assert done == 4
+
+
+def _corrupt_gain(monkeypatch):
+    """to_plan in the incremental path writing a wrong gain for the first changed job."""
+    real = incremental.to_plan
+
+    def wrong(problem, raw, name, wall, used=None):
+        plan = real(problem, raw, name, wall, used=used)
+        if plan.jobs:
+            plan.jobs[0].gain = plan.jobs[0].gain + 1e6
+        return plan
+
+    monkeypatch.setattr(incremental, "to_plan", wrong)
+
+
+def test_a_delta_that_does_not_validate_gives_none_and_the_service_solves_whole(tmp_path, monkeypatch):
+    inst = generate_instance(5, gpus=512, jobs=6, failed_nodes=0, curves="equal-per-gpu")
+    ev = {"kind": "failure", "failed_nodes": [inst["jobs"][0]["current"]["nodes"][0]]}
+    prepared = prepare(Instance.model_validate(inst))
+    kept = incremental.keep_plan(prepared)
+    instance = Instance.model_validate({**inst, "event": ev})
+    instance = prepared.instance.model_copy(update={"event": instance.event})
+    assert incremental.incremental_plan(kept, instance) is not None
+    _corrupt_gain(monkeypatch)
+    assert incremental.incremental_plan(kept, instance) is None
+    c = Coordinator(tmp_path / "s", contingency=False)
+    c.put_cluster(inst)
+    served = c.post_event(ev, dry_run=True)
+    got = {k: v for k, v in served.items() if k not in ("plan_id", "revision", "includes_pending", "solver")}
+    exp = _dump(api.solve(instance, prepared=prepared))
+    exp.pop("solver")
+    assert got == exp
+
+
+def test_a_kept_plan_is_refused_where_it_does_not_apply():
+    inst = generate_instance(5, gpus=512, jobs=6, failed_nodes=0, curves="equal-per-gpu")
+    inst["max_changed_jobs"] = 2
+    assert incremental.keep_plan(prepare(Instance.model_validate(inst))) is None
+
+
+def test_an_instance_the_kept_plan_does_not_cover_gives_none():
+    inst = generate_instance(5, gpus=512, jobs=6, failed_nodes=0, curves="equal-per-gpu")
+    kept = incremental.keep_plan(prepare(Instance.model_validate(inst)))
+    other = Instance.model_validate({**inst, "event": {"kind": "failure", "failed_nodes": ["n00001"]}})
+    assert incremental.incremental_plan(kept, other) is None  # not the prepared cluster's objects
+
+
+def test_the_service_answers_events_with_the_incremental_plan(tmp_path, monkeypatch):
+    calls = []
+    real = incremental.incremental_plan
+
+    def counted(*a, **kw):
+        plan = real(*a, **kw)
+        calls.append(plan is not None)
+        return plan
+
+    monkeypatch.setattr(incremental, "incremental_plan", counted)
+    inst = generate_instance(7, gpus=1024, jobs=10, failed_nodes=0, curves="linear-step")
+    c = Coordinator(tmp_path / "s", contingency=False)
+    c.put_cluster(inst)
+    rng = np.random.default_rng(7)
+    prepared = prepare(Instance.model_validate(inst))
+    for ev in _events(rng, inst, 3):
+        served = c.post_event(ev, dry_run=True)
+        instance = prepared.instance.model_copy(update={"event": Instance.model_validate({**inst, "event": ev}).event})
+        exp = _dump(api.solve(instance, prepared=prepared))
+        got = {k: v for k, v in served.items() if k not in ("plan_id", "revision", "includes_pending")}
+        got["solver"].pop("wall_seconds")
+        assert got == exp
+    assert calls == [True] * 3
+
+
+@pytest.mark.parametrize("kind", ("linear-step", "equal-per-gpu", "dense"))
+def test_answers_from_the_index_give_the_whole_paths_plan(kind):
+    from unicron_plan.plan.contingency import build_contingency, fingerprint
+
+    inst = generate_instance(4, gpus=1024, jobs=12, failed_nodes=0, curves=kind)
+    prepared = prepare(Instance.model_validate(inst))
+    index, digest = build_contingency(prepared.instance), fingerprint(prepared.instance)
+    kept = incremental.keep_plan(prepared)
+    done = 0
+    for node in inst["cluster"]["nodes"][::7]:
+        ev = Instance.model_validate({**inst, "event": {"kind": "failure", "failed_nodes": [node["id"]]}}).event
+        instance = prepared.instance.model_copy(update={"event": ev})
+        full = api.solve(instance, contingency=index, instance_fingerprint=digest, prepared=prepared)
+        got = incremental.indexed_plan(kept, instance, index, digest)
+        assert full.solver.name == "contingency" and got is not None
+        assert _dump(got) == _dump(full)
+        done += 1
+    assert done >= 18

@@ -1,0 +1,279 @@
+"""A plan of an event on a kept cluster in work that grows with the jobs the event changes.
+
+A failure (or a dry run of one) changes few jobs: the hit ones and the few the planner resizes.
+Every other job keeps its count and its split, and its plan entry is that of the state before the
+event but for its ``gain`` (D_run changes with the nodes in service). :class:`KeptPlan` holds those
+entries once per cluster (the plan that keeps every job, checked whole by the independent
+validator); :func:`incremental_plan` then solves the event as :func:`unicron_plan.api.solve` does
+(the same problem, solver and placement), assembles and explains only the changed jobs
+(:func:`unicron_plan.plan.assemble.to_plan` on them, with the whole plan's GPUs per node for their
+keep costs), takes the kept entries for the others, and validates the delta: the changed jobs by
+:func:`unicron_plan.plan.validate.validate_plan`, every node a changed job leaves or takes and
+every node the event touched, the capacity per GPU type, the objective and the plan's totals.
+
+When most jobs change (more than WHOLE_SHARE of them: e.g. the first event on a cluster far from
+its optimum) the solved counts are assembled and validated whole, as api.solve does.
+It returns None (the caller solves whole) wherever it does not apply: a cluster whose kept plan
+does not validate, mixed fleets, solvers that place at node level, a churn limit, tracked idle
+GPUs, or a delta that does not validate. The plan is the one :func:`unicron_plan.api.solve` gives
+but for ``solver.wall_seconds`` (tests/test_incremental_plan.py compares them on random clusters
+and events).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import Counter
+from collections.abc import Mapping
+
+import numpy as np
+
+from unicron_plan.core.problem import PreparedCluster, Problem, RawSolution, build_problem
+from unicron_plan.plan.assemble import to_plan
+from unicron_plan.plan.placement import place
+from unicron_plan.plan.reasons import changes_of
+from unicron_plan.plan.validate import REL_TOL, validate_plan
+from unicron_plan.schema import Instance, Plan, PlanJob
+
+
+#: Above this share of the jobs changed, the whole plan is assembled and validated (the delta would
+#: cost more than the whole).
+WHOLE_SHARE = 0.5
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-6)
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptPlan:
+    """The plan that keeps every job of a prepared cluster, validated whole: each job's entry, its
+    F at its count, and the GPUs every job holds per node."""
+
+    prepared: PreparedCluster
+    entries: list  # PlanJob per job, instance order (``gain`` of the cluster without event)
+    f_kept: np.ndarray  # F(x) of each job, as its entry's waf_tflops
+    usage: Counter  # node id -> GPUs of every job's previous split
+    free: dict[str, int]  # node id -> GPUs usable before the event less the usage (cluster order)
+
+
+def keep_plan(prepared: PreparedCluster) -> KeptPlan | None:
+    """The :class:`KeptPlan` of ``prepared`` (None where it does not apply or does not validate)."""
+    base = prepared.instance
+    if base.max_changed_jobs is not None or prepared.type_tables:
+        return None
+    problem = build_problem(base, prepared)
+    if problem.state.idle is not None:
+        return None
+    counts = {j.id: j.x for j in problem.jobs}
+    raw = RawSolution(counts=counts, objective=0.0, bound=0.0, termination="time_limit", solution="feasible")
+    plan = to_plan(problem, raw, "kept", 0.0)
+    derived = ({j.id: j.table for j in problem.jobs}, problem.state)
+    if not validate_plan(base, plan, derived=derived).valid:
+        return None
+    if any(pj.action not in ("keep", "idle") for pj in plan.jobs):
+        return None
+    usage: Counter = Counter()
+    for split in prepared.previous.values():
+        usage.update(split)
+    f_kept = np.fromiter((pj.waf_tflops for pj in plan.jobs), dtype=float, count=len(plan.jobs))
+    free = problem.state.usable_gpus()
+    for nid, g in usage.items():
+        free[nid] -= g
+    return KeptPlan(prepared, plan.jobs, f_kept, usage, free)
+
+
+def _with_gain(entry: PlanJob, gain: float) -> PlanJob:
+    """A copy of a kept entry with its ``gain`` (what ``model_copy(update=...)`` makes, without its
+    per-field machinery: thousands of entries per plan)."""
+    new = _NEW(PlanJob)
+    state = entry.__dict__.copy()
+    state["gain"] = gain
+    _SET(new, "__dict__", state)
+    _SET(new, "__pydantic_fields_set__", set(entry.__pydantic_fields_set__))
+    _SET(new, "__pydantic_extra__", None)
+    _SET(new, "__pydantic_private__", None)
+    return new
+
+
+_NEW, _SET = object.__new__, object.__setattr__
+
+
+class _Used(Mapping):
+    """GPUs per node of a whole plan: the kept usage with the changed jobs' previous splits taken out
+    and their planned splits put in (``delta``: node -> change)."""
+
+    def __init__(self, usage: Counter, delta: dict[str, int]):
+        self.usage, self.delta = usage, delta
+
+    def get(self, nid, default=0):
+        return self.usage.get(nid, 0) + self.delta.get(nid, 0) or default
+
+    def __getitem__(self, nid):
+        return self.get(nid)
+
+    def __iter__(self):
+        return iter(self.usage.keys() | self.delta.keys())
+
+    def __len__(self):
+        return len(self.usage.keys() | self.delta.keys())
+
+
+def _changed(problem: Problem, counts: Mapping[str, int]) -> list[int]:
+    """Positions of the jobs whose entry may differ from their kept one: resized, hit, leaving,
+    or on another GPU type (a job that keeps its count unhit stays on its split: Problem.stays)."""
+    return [k for k, j in enumerate(problem.jobs)
+            if counts[j.id] != j.x or j.hit or j.exiting or j.off_type]
+
+
+def indexed_plan(kept: KeptPlan, instance: Instance, index: dict, digest: str) -> Plan | None:
+    """The plan of ``instance`` from the counts ``index`` stores for its failure, built as
+    :func:`incremental_plan` builds it: what :func:`unicron_plan.api.solve` with the index gives
+    (solver ``contingency``), for an index built from this very cluster (``digest``: its
+    fingerprint) in this process, whose optimality is then not proven again; None where none applies
+    or the plan's objective is not the stored one."""
+    from unicron_plan.plan.contingency import lookup
+
+    found = lookup(instance, index, digest)
+    if found is None or found[1] is None:
+        return None
+    key, counts, stored = found
+    entry = index["plans"].get(index["failures"][key]["plan"], {})
+    if entry.get("types"):
+        return None
+    raw = RawSolution(counts=counts, objective=stored, bound=stored,
+                      options={"contingency_key": key, "precomputed": True})
+    plan = incremental_plan(kept, instance, "contingency", raw=raw)
+    if plan is None or abs(plan.objective - stored) > 1e-9 * max(1.0, abs(stored)):
+        return None
+    return plan
+
+
+def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = None,
+                     time_limit_seconds: float | None = None, raw: RawSolution | None = None) -> Plan | None:
+    """The plan of ``instance`` (the kept cluster with an event) built from ``kept`` (module
+    docstring), or None where the caller must solve it whole. ``raw``: the counts to place (named
+    ``solver``) instead of solving."""
+    from unicron_plan.api import post_solve_reserve
+    from unicron_plan.core.constraints import dp_limitations
+    from unicron_plan.solvers import SolverOptions, get_solver
+
+    prepared = kept.prepared
+    if not prepared.covers(instance):
+        return None
+    start = time.perf_counter()
+    problem = build_problem(instance, prepared)
+    if problem.alternatives or problem.state.idle is not None or problem.max_changed_jobs is not None:
+        return None
+    if raw is None:
+        if solver is None:
+            solver = "auto" if dp_limitations(problem) else "dp"
+        options = SolverOptions(time_limit_seconds=time_limit_seconds)
+        if time_limit_seconds is not None:
+            reserve = post_solve_reserve(problem, 2.0, float(time_limit_seconds))
+            options = SolverOptions(time_limit_seconds=time_limit_seconds, slowdown=2.0,
+                                    deadline=start + float(time_limit_seconds) - reserve)
+        raw = get_solver(solver)(problem, options)
+    if raw.types or raw.placement is not None or set(raw.counts) != {j.id for j in problem.jobs}:
+        return None
+    counts = raw.counts
+    changed = _changed(problem, counts)
+    jobs = problem.jobs
+    if len(changed) > WHOLE_SHARE * len(jobs):  # most jobs change: api.solve's assembly, without a second solve
+        return _whole(instance, problem, raw, solver, start)
+    if any(jobs[k].pinned for k in changed):  # (a pinned job stays where it was even when changed)
+        return None
+    state = problem.state
+    delta: dict[str, int] = {}  # GPUs per node: the changed jobs' previous splits out, then their new ones in
+    for k in changed:
+        for nid, g in state.previous.get(jobs[k].id, {}).items():
+            delta[nid] = delta.get(nid, 0) - g
+    # placement's first step (Problem.stays) from the kept usage: every unchanged job stays
+    free = kept.free.copy()
+    for nid in set(delta).union(state.touched if state.touched is not None else state.nodes):
+        node = state.nodes[nid]
+        free[nid] = (0 if node.drained else node.healthy_after) - kept.usage.get(nid, 0) - delta.get(nid, 0)
+    result = {jobs[k].id: {} for k in changed}
+    movers = [jobs[k] for k in changed if counts[jobs[k].id]]
+    placement = place(problem, counts, start=(free, result, movers))
+    for k in changed:
+        for nid, g in placement.get(jobs[k].id, {}).items():
+            delta[nid] = delta.get(nid, 0) + g
+    used = _Used(kept.usage, delta)
+    sub = dataclasses.replace(problem, jobs=[jobs[k] for k in changed])
+    sub_raw = dataclasses.replace(raw, placement={jobs[k].id: placement.get(jobs[k].id, {}) for k in changed})
+    part = to_plan(sub, sub_raw, solver, 0.0, used=used)
+    # the kept jobs' gains: F(x) D_run, no transition (cost.gain of an unchanged job)
+    gains = (kept.f_kept * problem.d_run).tolist()
+    entries = list(kept.entries)
+    for k, pj in zip(changed, part.jobs):
+        entries[k] = pj
+        gains[k] = pj.gain
+    is_changed = np.zeros(len(jobs), dtype=bool)
+    is_changed[changed] = True
+    for k in np.flatnonzero(~is_changed).tolist():
+        entries[k] = _with_gain(entries[k], gains[k])
+    total_waf = 0.0
+    for pj in entries:
+        total_waf += pj.waf_tflops
+    objective = float(sum(gains))
+    bound = objective if raw.solution == "optimal" else max(raw.bound, objective)
+    gap = (bound - objective) / max(abs(bound), 1.0) if math.isfinite(bound) else None
+    reasons = [pj.reason for pj in entries]
+    plan = part.model_copy(update=dict(
+        objective=objective, bound=bound, gap=gap, waf_tflops=total_waf, jobs=entries,
+        changes=changes_of(reasons)))
+    if not _delta_valid(kept, instance, problem, plan, part, changed, used, delta):
+        return None
+    plan.solver = plan.solver.model_copy(update={"wall_seconds": time.perf_counter() - start})
+    return plan
+
+
+def _whole(instance: Instance, problem: Problem, raw: RawSolution, solver: str, start: float) -> Plan | None:
+    """The plan as :func:`unicron_plan.api.solve` assembles and validates it (None if it does not validate)."""
+    plan = to_plan(problem, raw, solver, time.perf_counter() - start)
+    report = validate_plan(instance, plan, derived=({j.id: j.table for j in problem.jobs}, problem.state))
+    return plan if report.valid else None
+
+
+def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Plan, part: Plan,
+                 changed: list[int], used: _Used, delta: dict[str, int]) -> bool:
+    """The delta of ``plan`` checked: the changed jobs by the independent validator (on the instance
+    restricted to them), the nodes they leave or take and the nodes the event touched against their
+    healthy GPUs, the capacity per GPU type, the kept jobs' entries and the plan's totals."""
+    state = problem.state
+    sub_instance = instance.model_copy(update={"jobs": [instance.jobs[j.index] for j in
+                                                        (problem.jobs[k] for k in changed)]})
+    report = validate_plan(sub_instance, part, derived=({j.id: j.table for j in problem.jobs}, state),
+                           whole_used=used)
+    if not report.valid:
+        return False
+    # every node whose load changed, and every node the event touched (a kept job on it would be hit)
+    # (a state not re-derived from a healthy cluster does not list them: every node is checked)
+    touched = set(delta) | set(state.nodes if state.touched is None else state.touched)
+    for nid in touched:
+        node = state.nodes.get(nid)
+        load = used.get(nid, 0)
+        if node is None or load > (0 if node.drained else node.healthy_after):
+            return False
+    capacity = state.capacity()
+    per_type: dict[str, int] = {}
+    for pj, j in zip(plan.jobs, problem.jobs):
+        per_type[j.gpu_type] = per_type.get(j.gpu_type, 0) + pj.gpus
+    if any(used_t > capacity.get(t, 0) for t, used_t in per_type.items()):
+        return False
+    is_changed = np.zeros(len(problem.jobs), dtype=bool)
+    is_changed[changed] = True
+    kept_idx = np.flatnonzero(~is_changed)
+    kept_gain = kept.f_kept[kept_idx] * problem.d_run
+    if any(state.hit[problem.jobs[k].id] for k in kept_idx.tolist()):
+        return False
+    total = float(kept_gain.sum()) + report.objective
+    waf = float(kept.f_kept[kept_idx].sum()) + float(sum(pj.waf_tflops for pj in part.jobs))
+    if not (_close(plan.objective, total) and _close(plan.waf_tflops, waf)):
+        return False
+    if plan.status.solution == "optimal" and not _close(plan.bound, plan.objective):
+        return False
+    return plan.changes == changes_of([pj.reason for pj in plan.jobs])

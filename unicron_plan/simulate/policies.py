@@ -67,7 +67,7 @@ def packaged_models() -> PolicyModels:
 
 
 #: Policies that take another policy's constants (and its scenario overrides, then their own).
-MODEL_OF = {"type-bound": "unicron", "clairvoyant": "unicron", "lookahead": "unicron"}
+MODEL_OF = {"type-bound": "unicron", "clairvoyant": "unicron", "lookahead": "unicron", "rollout": "unicron"}
 
 
 def policy_model(name: str, scenario: Scenario | None = None) -> PolicyModel:
@@ -616,6 +616,101 @@ class LookaheadPolicy(UnicronPolicy):
         return out
 
 
+class RolloutPolicy(UnicronPolicy):
+    """Unicron choosing, at a re-plan after a failure or a repair where the horizons' plans differ, the plan
+    with the highest output summed over ``futures`` sampled futures (``simulate/fork.py``: the same futures
+    for every plan), each plan applied to a copy of the run and continued by unicron under the ``base``
+    horizon for ``window_hours`` (or to the run's end). The candidates are the plans of unicron under each
+    of :data:`CANDIDATES` (each exact for its own objective: the DP's); the first of them wins ties. The
+    time-0 plan and a planning without candidates that differ are the ``base`` horizon's. The futures of
+    a re-plan come from a generator seeded by (``seed``, the re-plan's number), so a run is repeatable.
+    ``decisions`` counts the re-plans where the candidates differed, ``changed`` those where the choice
+    was not the ``base`` horizon's plan."""
+
+    name = "rollout"
+    CANDIDATES = ("lifetime", "event", "job", "cluster", "lookahead")
+    horizon = "lifetime"  # the base: its plan at time 0 and when the candidates agree, and in the forks
+    futures = 8
+    window_hours = 72.0
+    seed = 0
+
+    def __init__(self, model: PolicyModel | None = None):
+        super().__init__(model)
+        self._subs: dict | None = None
+        self._chosen = None
+        self.decisions = self.changed = 0
+
+    def candidates(self) -> dict:
+        """The policies whose plans are the candidates, by horizon (made once per run)."""
+        if self._subs is None:
+            self._subs = {}
+            for h in self.CANDIDATES:
+                p = LookaheadPolicy(self.model) if h == "lookahead" else UnicronPolicy(self.model)
+                if h != "lookahead":
+                    p.horizon = h
+                p.free_setup = self.free_setup
+                self._subs[h] = p
+        return self._subs
+
+    def plan(self, eng: Engine, failed: str | None, repaired: str | None):
+        return self._chosen if self._chosen is not None else super().plan(eng, failed, repaired)
+
+    def replan(self, eng: Engine, failed: str | None, repaired: str | None, charge: bool) -> None:
+        if charge and not self._setting_up:
+            self._chosen = self.decide(eng, failed, repaired)
+        try:
+            super().replan(eng, failed, repaired, charge)
+        finally:
+            self._chosen = None
+
+    def decide(self, eng: Engine, failed: str | None, repaired: str | None):
+        """The plan (as :meth:`PlannerPolicy.plan` gives it) chosen at this re-plan."""
+        plans = []
+        for h, p in self.candidates().items():
+            if isinstance(p, LookaheadPolicy):
+                p._eng, p._failed = eng, failed
+            plan = p.plan(eng, failed, repaired)
+            if all(plan[0] != q[0] or plan[2] != q[2] for q in plans):
+                plans.append(plan)
+        if len(plans) == 1:
+            return plans[0]
+        self.decisions += 1
+        values = self.values(eng, plans, failed, repaired)
+        best = max(range(len(plans)), key=lambda k: (values[k], -k))
+        self.changed += best != 0
+        return plans[best]
+
+    def values(self, eng: Engine, plans: list, failed: str | None, repaired: str | None) -> list[float]:
+        """Each plan's weighted TFLOP over the window, summed over the sampled futures."""
+        from unicron_plan.simulate import fork
+
+        past = eng.events[:bisect.bisect_right([e.time for e in eng.events], eng.t)]
+        end = min(eng.t + self.window_hours * 3600.0, eng.scenario.duration_hours * 3600.0)
+        seeds = np.random.SeedSequence([self.seed, eng.plans]).spawn(self.futures)
+        futures = [fork.future_events(eng.scenario, past, eng.t, np.random.default_rng(s), end) for s in seeds]
+        base = self._subs[self.horizon]
+        share = [getattr(base, a) for a in ("_cache", "_sig_ids", "_base_instance", "_tables", "_healthy",
+                                            "_flat", "_down_copies", "_job_copies", "_throughputs", "_by_types")]
+        values = []
+        for plan in plans:
+            total = 0.0
+            for future in futures:
+                copy = fork.fork(eng, base, share)
+                apply_plan(copy.policy, copy, plan, failed, repaired)
+                total += fork.continue_on(copy, future, end)
+            values.append(total)
+        return values
+
+
+def apply_plan(policy: PlannerPolicy, eng: Engine, plan, failed: str | None, repaired: str | None) -> None:
+    """``policy``'s re-plan with ``plan`` (from :meth:`PlannerPolicy.plan` at this state) in place of its own."""
+    policy.plan = lambda *_: plan
+    try:
+        policy.replan(eng, failed, repaired, charge=True)
+    finally:
+        del policy.plan
+
+
 class TypeBoundPolicy(UnicronPolicy):
     """Unicron that may not change a job's GPU type: the same planner on the problem without type
     alternatives, so every job keeps the type it started on (a mixed fleet's ablation)."""
@@ -1063,7 +1158,8 @@ class BambooPolicy(OobleckPolicy):
 
 POLICIES: dict[str, type[Policy]] = {
     p.name: p for p in (UnicronPolicy, MegatronPolicy, OobleckPolicy, GreedyPolicy, EqualSharePolicy,
-                        VarunaPolicy, BambooPolicy, TypeBoundPolicy, ClairvoyantPolicy, LookaheadPolicy)
+                        VarunaPolicy, BambooPolicy, TypeBoundPolicy, ClairvoyantPolicy, LookaheadPolicy,
+                        RolloutPolicy)
 }
 
 

@@ -146,7 +146,7 @@ def fork_seed(family: str, gpus: int, seed: int, hours: float, fixed: str, futur
     scale = val_f
     rel = [d / scale for d in diffs]
     lo, hi = _ci95(rel)
-    out.update(mean_rel=float(np.mean(rel)), ci95_rel=[lo, hi],
+    out.update(mean_rel=float(np.mean(rel)), ci95_rel=[lo, hi], diffs_rel=rel,
                lifetime_wins=sum(d > TIE * scale for d in diffs), ties=sum(abs(d) <= TIE * scale for d in diffs),
                actual_rel=(val_l - val_f) / scale)
     out["verdict"] = "gamble" if lo > 0 else "mistake" if hi < 0 else "even"

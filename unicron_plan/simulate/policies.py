@@ -67,7 +67,8 @@ def packaged_models() -> PolicyModels:
 
 
 #: Policies that take another policy's constants (and its scenario overrides, then their own).
-MODEL_OF = {"type-bound": "unicron", "clairvoyant": "unicron", "lookahead": "unicron", "rollout": "unicron"}
+MODEL_OF = {"type-bound": "unicron", "clairvoyant": "unicron", "lookahead": "unicron", "rollout": "unicron",
+            "rollout-to-end": "unicron"}
 
 
 def policy_model(name: str, scenario: Scenario | None = None) -> PolicyModel:
@@ -632,6 +633,7 @@ class RolloutPolicy(UnicronPolicy):
     horizon = "lifetime"  # the base: its plan at time 0 and when the candidates agree, and in the forks
     futures = 8
     window_hours = 72.0
+    continue_own = False  # True: each candidate's fork continued by its own horizon, not the base
     seed = 0
 
     def __init__(self, model: PolicyModel | None = None):
@@ -666,12 +668,14 @@ class RolloutPolicy(UnicronPolicy):
     def decide(self, eng: Engine, failed: str | None, repaired: str | None):
         """The plan (as :meth:`PlannerPolicy.plan` gives it) chosen at this re-plan."""
         plans = []
+        self._plan_of = {}  # id of a candidate plan -> the first horizon that gave it
         for h, p in self.candidates().items():
             if isinstance(p, LookaheadPolicy):
                 p._eng, p._failed = eng, failed
             plan = p.plan(eng, failed, repaired)
             if all(plan[0] != q[0] or plan[2] != q[2] for q in plans):
                 plans.append(plan)
+                self._plan_of[id(plan)] = h
         if len(plans) == 1:
             return plans[0]
         self.decisions += 1
@@ -684,15 +688,16 @@ class RolloutPolicy(UnicronPolicy):
         """Each plan's weighted TFLOP over the window, summed over the sampled futures."""
         from unicron_plan.simulate import fork
 
+        plan_of = self._plan_of
         past = eng.events[:bisect.bisect_right([e.time for e in eng.events], eng.t)]
         end = min(eng.t + self.window_hours * 3600.0, eng.scenario.duration_hours * 3600.0)
         seeds = np.random.SeedSequence([self.seed, eng.plans]).spawn(self.futures)
         futures = [fork.future_events(eng.scenario, past, eng.t, np.random.default_rng(s), end) for s in seeds]
-        base = self._subs[self.horizon]
-        share = [getattr(base, a) for a in ("_cache", "_sig_ids", "_base_instance", "_tables", "_healthy",
-                                            "_flat", "_down_copies", "_job_copies", "_throughputs", "_by_types")]
         values = []
         for plan in plans:
+            base = self._subs[self.horizon if not self.continue_own else plan_of[id(plan)]]
+            share = [getattr(base, a) for a in ("_cache", "_sig_ids", "_base_instance", "_tables", "_healthy",
+                                                "_flat", "_down_copies", "_job_copies", "_throughputs", "_by_types")]
             total = 0.0
             for future in futures:
                 copy = fork.fork(eng, base, share)
@@ -700,6 +705,16 @@ class RolloutPolicy(UnicronPolicy):
                 total += fork.continue_on(copy, future, end)
             values.append(total)
         return values
+
+
+class RolloutToEndPolicy(RolloutPolicy):
+    """The rollout with more futures, each to the run's end and continued by the horizon whose plan it
+    forks (the fork analysis's comparison, made without the future)."""
+
+    name = "rollout-to-end"
+    futures = 16
+    window_hours = math.inf
+    continue_own = True
 
 
 def apply_plan(policy: PlannerPolicy, eng: Engine, plan, failed: str | None, repaired: str | None) -> None:
@@ -1159,7 +1174,7 @@ class BambooPolicy(OobleckPolicy):
 POLICIES: dict[str, type[Policy]] = {
     p.name: p for p in (UnicronPolicy, MegatronPolicy, OobleckPolicy, GreedyPolicy, EqualSharePolicy,
                         VarunaPolicy, BambooPolicy, TypeBoundPolicy, ClairvoyantPolicy, LookaheadPolicy,
-                        RolloutPolicy)
+                        RolloutPolicy, RolloutToEndPolicy)
 }
 
 

@@ -205,3 +205,21 @@ def test_the_fork_analysis_picks_the_seeds_lifetime_loses():
               "weighted_tflop": {"cluster": 1.0, "job": 2.0, "event": 1.5, "lifetime": v}}
              for s, v in enumerate((2.0, 1.9, 3.0))]
     assert forks.losing_seeds(lines) == [("jagged", 1024, 1, 1.0, "job")]
+
+
+def test_rollout_to_end_continues_each_fork_with_the_horizon_of_its_plan(monkeypatch):
+    sc = _scenario("near-linear", 0, hours=120.0)
+    policy = make_policy("rollout-to-end", sc)
+    policy.futures = 2
+    used = []
+    plain = fork.fork
+
+    def recorded(eng, base=None, share=()):
+        used.append((base.horizon, eng.t))
+        return plain(eng, base, share)
+
+    monkeypatch.setattr(fork, "fork", recorded)
+    result = _rollout_run(sc, 0, policy)
+    assert result["weighted_tflop"] > 0 and policy.decisions > 0
+    assert len({h for h, _ in used}) > 1  # forks continued by more than the base horizon
+    assert set(h for h, _ in used) <= {"lifetime", "event", "job", "cluster"}

@@ -30,9 +30,9 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 HORIZONS = ("cluster", "job", "event", "lifetime")
 FIXED = HORIZONS[:3]
-POLICY_COLUMNS = ("greedy",) + HORIZONS + ("lookahead", "rollout", "clairvoyant")
+POLICY_COLUMNS = ("greedy",) + HORIZONS + ("lookahead", "rollout", "rollout-to-end", "clairvoyant")
 COLUMNS = POLICY_COLUMNS + ("bound",)
-DERIVED = ("lifetime", "lookahead", "rollout")  # compared with every fixed horizon
+DERIVED = ("lifetime", "lookahead", "rollout", "rollout-to-end")  # compared with every fixed horizon
 TIE = 1e-12  # a relative difference below this is a tie (the runs are deterministic)
 
 

@@ -14,6 +14,8 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
 - ``lookahead``: unicron that, after a failure, values the plan now and the plan the failed
   node's return will bring together (exact DP over pairs of counts where its table is small,
   else the ``"lifetime"`` objective); ``clairvoyant``: a reference that reads the run's future.
+- ``rollout`` / ``rollout-to-end``: unicron choosing among the plans of those horizons, where they
+  differ, by forking the run onto futures sampled from the scenario's failure model.
 - ``type-bound`` (mixed fleets): unicron restricted to each job's current GPU
   type (the same planner on the problem without type alternatives,
   ``simulate/mixed.py``), so that the gap to ``unicron`` is what type choice earns.
@@ -621,7 +623,8 @@ class RolloutPolicy(UnicronPolicy):
     """Unicron choosing, at a re-plan after a failure or a repair where the horizons' plans differ, the plan
     with the highest output summed over ``futures`` sampled futures (``simulate/fork.py``: the same futures
     for every plan), each plan applied to a copy of the run and continued by unicron under the ``base``
-    horizon for ``window_hours`` (or to the run's end). The candidates are the plans of unicron under each
+    horizon for ``window_hours`` (or to the run's end; ``continue_own``: each fork by the horizon whose plan
+    it applies). The candidates are the plans of unicron under each
     of :data:`CANDIDATES` (each exact for its own objective: the DP's); the first of them wins ties. The
     time-0 plan and a planning without candidates that differ are the ``base`` horizon's. The futures of
     a re-plan come from a generator seeded by (``seed``, the re-plan's number), so a run is repeatable.

@@ -223,3 +223,17 @@ def test_rollout_to_end_continues_each_fork_with_the_horizon_of_its_plan(monkeyp
     assert result["weighted_tflop"] > 0 and policy.decisions > 0
     assert len({h for h, _ in used}) > 1  # forks continued by more than the base horizon
     assert set(h for h, _ in used) <= {"lifetime", "event", "job", "cluster"}
+
+
+def test_without_a_failure_model_to_sample_the_rollout_plans_as_its_base():
+    from unicron_plan.simulate.run import simulate
+
+    data = family_scenario("near-linear", 0, 1024, duration_hours=120.0)
+    sc = load_scenario(data)
+    events = draw_events(sc, np.random.default_rng(0))
+    trace = [{"time_hours": e.time / 3600.0, "kind": e.kind, "node": e.node,
+              **({"severity": e.severity, "error": e.error} if e.kind == "failure" else {})} for e in events]
+    replayed = load_scenario(dict({k: v for k, v in data.items() if k != "failures"}, trace=trace))
+    lifetime = load_scenario(dict(replayed.model_dump(exclude_none=True), cost={"horizon": "lifetime"}))
+    out = simulate(replayed, ["rollout"], 0)["policies"]["rollout"]
+    assert out == simulate(lifetime, ["unicron"], 0)["policies"]["unicron"]

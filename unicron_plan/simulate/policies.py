@@ -626,7 +626,8 @@ class RolloutPolicy(UnicronPolicy):
     horizon for ``window_hours`` (or to the run's end; ``continue_own``: each fork by the horizon whose plan
     it applies). The candidates are the plans of unicron under each
     of :data:`CANDIDATES` (each exact for its own objective: the DP's); the first of them wins ties. The
-    time-0 plan and a planning without candidates that differ are the ``base`` horizon's. The futures of
+    time-0 plan, a re-plan without candidates that differ, and every re-plan of a scenario without a failure
+    model to sample (a trace, or failure domains) are the ``base`` horizon's. The futures of
     a re-plan come from a generator seeded by (``seed``, the re-plan's number), so a run is repeatable.
     ``decisions`` counts the re-plans where the candidates differed, ``changed`` those where the choice
     was not the ``base`` horizon's plan."""
@@ -679,7 +680,8 @@ class RolloutPolicy(UnicronPolicy):
             if all(plan[0] != q[0] or plan[2] != q[2] for q in plans):
                 plans.append(plan)
                 self._plan_of[id(plan)] = h
-        if len(plans) == 1:
+        failures = eng.scenario.failures
+        if len(plans) == 1 or failures is None or failures.domains:  # nothing to sample futures from
             return plans[0]
         self.decisions += 1
         values = self.values(eng, plans, failed, repaired)

@@ -13,7 +13,7 @@ from unicron_plan.simulate.engine import Engine
 from unicron_plan.simulate.policies import RolloutPolicy, apply_plan, make_policy
 from unicron_plan.simulate.run import load_scenario
 from unicron_plan.simulate.trace import draw_events, planning_mtbf_hours
-from unicron_plan.tools.families import family_scenario
+from unicron_plan.tools.families import FAMILIES, family_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -237,3 +237,19 @@ def test_without_a_failure_model_to_sample_the_rollout_plans_as_its_base():
     lifetime = load_scenario(dict(replayed.model_dump(exclude_none=True), cost={"horizon": "lifetime"}))
     out = simulate(replayed, ["rollout"], 0)["policies"]["rollout"]
     assert out == simulate(lifetime, ["unicron"], 0)["policies"]["unicron"]
+
+
+def test_the_bound_is_above_the_rollouts_on_small_runs():
+    from unicron_plan.simulate.bound import upper_bound
+
+    for seed in range(3):
+        data = family_scenario(FAMILIES[seed], seed, (64, 128, 256)[seed], duration_hours=100.0)
+        data["failures"]["node_mtbf_hours"] = 100.0  # many failures per run
+        sc = load_scenario(data)
+        events = draw_events(sc, np.random.default_rng(seed))
+        bound = upper_bound(sc, events, make_policy("unicron", sc).healthy_factor())
+        for name in ("rollout", "rollout-to-end"):
+            policy = make_policy(name, sc)
+            policy.futures = 2
+            result = Engine(sc, events, policy, planning_mtbf_hours(sc), checks=True).run()
+            assert 0 < result["weighted_tflop"] <= bound * (1 + 1e-12), (seed, name)

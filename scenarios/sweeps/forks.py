@@ -134,7 +134,8 @@ def fork_seed(family: str, gpus: int, seed: int, hours: float, fixed: str, futur
         for s in seeds:
             ev = future_events(sc, [], 0.0, np.random.default_rng(s))
             values.append({h: _engine(sc, ev, h).run()["weighted_tflop"] for h in runs})
-        out["actual_check"] = True
+        out["actual_check"] = bool(_engine(sc, events, "lifetime").run()["weighted_tflop"] == val_l
+                                   and _engine(sc, events, fixed).run()["weighted_tflop"] == val_f)
     else:
         snaps = {h: paused_at(sc, events, h, k) for h in runs}
         past = [e for e in events if e.time <= t]

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from unicron_plan.faults import severity
 from unicron_plan.simulate.engine import Engine
 from unicron_plan.simulate.trace import SimEvent, _repair_hours
 
@@ -57,8 +58,6 @@ def future_events(scenario, events: list[SimEvent], t: float, rng: np.random.Gen
     mtbf = f.node_mtbf(len(scenario.cluster.nodes))
     scale = mtbf / math.gamma(1.0 + 1.0 / k) if k is not None else None
     states = node_states(events, t)
-    from unicron_plan.faults import severity
-
     raw = []
     for node in scenario.cluster.nodes:
         down, since = states.get(node.id, (False, 0.0))

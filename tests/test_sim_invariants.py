@@ -13,6 +13,8 @@ from unicron_plan.simulate.engine import Engine
 from unicron_plan.simulate.policies import POLICIES, make_policy
 from unicron_plan.simulate.trace import draw_events, planning_mtbf_hours
 
+ROLLOUTS = ("rollout", "rollout-to-end")  # they fork the run at every decision: slow runs only
+
 
 def _run(doc, name, seed=0):
     sc = parse_model(Scenario, doc)
@@ -35,7 +37,8 @@ def test_no_policy_runs_on_an_undetected_failed_node_after_a_repair(name):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ROLLOUTS else n
+                                  for n in sorted(POLICIES)])
 def test_invariants_hold_at_a_dense_failure_rate(name, seed):
     # 16 nodes with a node MTBF of 100 h over 120 h: about 19 failures a run, with repairs.
     _, result = _run(stressed_128(mtbf=100.0, hours=120.0), name, seed)
@@ -88,8 +91,12 @@ def _every_seed(stem: str, name: str, seeds: int, hours: float, max_nodes: int) 
         Engine(sc, events, make_policy(name, sc), mtbf, checks=True).run()
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "clairvoyant" else n
-                                  for n in sorted(POLICIES)])  # the reference re-plans uncached: slow runs only
+# the reference re-plans uncached and the rollouts fork the run at every decision: slow runs only
+FORKING = ("clairvoyant",) + ROLLOUTS
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in FORKING else n
+                                  for n in sorted(POLICIES)])
 @pytest.mark.parametrize("stem", SHIPPED)
 def test_invariants_every_shipped_scenario_dense_20_seeds(stem, name):
     # Short and small enough for the default suite: 48 h, at most 16 nodes, 20 seeds (3 on a mixed fleet,

@@ -76,7 +76,8 @@ def test_a_move_back_that_is_not_worth_its_transition_is_not_made():
     assert [j.gpu_type for j in eng.jobs] == ["a100", "h100", "a100"]
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in ("rollout", "rollout-to-end") else n
+                                  for n in sorted(POLICIES)])  # the rollouts fork the run: slow runs only
 def test_every_policy_keeps_the_invariants_and_the_accounting_on_a_mixed_fleet(name):
     doc = copy.deepcopy(idle_a100([], duration=240.0))
     del doc["trace"]
@@ -89,7 +90,7 @@ def test_every_policy_keeps_the_invariants_and_the_accounting_on_a_mixed_fleet(n
         # GPU-hours held: at most the cluster's 16 GPUs of each type over the run
         assert set(r["gpu_hours"]) == {"a100", "h100"}
         assert all(0 <= v <= 16 * 240.0 + 1e-6 for v in r["gpu_hours"].values())
-        if name not in ("unicron", "greedy", "clairvoyant", "lookahead"):  # the planners that choose types
+        if name not in ("unicron", "greedy", "clairvoyant", "lookahead", "rollout", "rollout-to-end"):  # choose types
             assert r["type_changes"] == 0
             assert [j.gpu_type for j in eng.jobs] == ["h100", "h100", "a100"]
 

@@ -7,13 +7,13 @@
 
 ``run`` writes one JSON line per (family, size, seed): the scenario's parameters and the weighted
 TFLOP of ``greedy``, of ``unicron`` under each horizon (``cluster``, ``job``, ``event``,
-``lifetime``), of the ``lookahead`` policy, of the ``clairvoyant`` policy and the ``bound``
+``lifetime``), of the ``lookahead`` and ``rollout`` policies, of the ``clairvoyant`` policy and the ``bound``
 (``unicron_plan.simulate.bound``: no policy earns more), all on the same events (a paired
 comparison). Columns a line already has are kept (the runs are deterministic) and only the missing
 ones of ``--columns`` are run; the line is appended again with them, and the last line of a key
 wins. Scenarios come from ``unicron_plan.tools.families`` (seed s of a family and size is always
 the same scenario). ``report`` prints, per family and size: each column's ratio to greedy (mean,
-95% interval, seeds at least as good), the lifetime horizon and the lookahead against each fixed
+95% interval, seeds at least as good), the lifetime horizon, the lookahead and the rollout against each fixed
 horizon (seeds at least as good), and the share of the greedy -> bound gap each closes (sum over
 seeds of column - greedy over the sum of bound - greedy).
 """
@@ -30,9 +30,9 @@ sys.path.insert(0, str(HERE.parent.parent))
 
 HORIZONS = ("cluster", "job", "event", "lifetime")
 FIXED = HORIZONS[:3]
-POLICY_COLUMNS = ("greedy",) + HORIZONS + ("lookahead", "clairvoyant")
+POLICY_COLUMNS = ("greedy",) + HORIZONS + ("lookahead", "rollout", "rollout-to-end", "clairvoyant")
 COLUMNS = POLICY_COLUMNS + ("bound",)
-DERIVED = ("lifetime", "lookahead")  # compared with every fixed horizon
+DERIVED = ("lifetime", "lookahead", "rollout", "rollout-to-end")  # compared with every fixed horizon
 TIE = 1e-12  # a relative difference below this is a tie (the runs are deterministic)
 
 
@@ -200,7 +200,7 @@ def plot(rows: list[dict], path: str) -> None:
     fig, ax = plt.subplots(figsize=(11, 4.5))
     labels = [f"{r['family']}\n{r['gpus']:,}" for r in rows]
     # the cluster horizon is 1-9% below greedy at 16,384 GPUs and up, the bound far above: in the table only
-    shown = ("job", "event", "lifetime", "lookahead", "clairvoyant")
+    shown = ("job", "event", "lifetime", "lookahead", "rollout", "clairvoyant")
     width = 0.8 / len(shown)
     for k, c in enumerate(shown):
         idx = [i for i, r in enumerate(rows) if c in r["columns"]]
@@ -211,7 +211,7 @@ def plot(rows: list[dict], path: str) -> None:
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(rows)), labels, fontsize=8)
     ax.set_ylabel("weighted TFLOP vs greedy (%), mean and 95% interval")
-    ax.set_title("unicron under each horizon, the lookahead and the clairvoyant policy, against greedy "
+    ax.set_title("unicron under each horizon, the lookahead, the rollout and the clairvoyant policy, against greedy "
                  "(cluster horizon and upper bound: see the tables)", fontsize=9)
     ax.legend(fontsize=8, ncol=5)
     fig.tight_layout()

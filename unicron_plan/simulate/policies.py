@@ -14,6 +14,8 @@ with the jobs that were on the node) and to a repaired node (:meth:`on_repair`).
 - ``lookahead``: unicron that, after a failure, values the plan now and the plan the failed
   node's return will bring together (exact DP over pairs of counts where its table is small,
   else the ``"lifetime"`` objective); ``clairvoyant``: a reference that reads the run's future.
+- ``rollout`` / ``rollout-to-end``: unicron choosing among the plans of those horizons, where they
+  differ, by forking the run onto futures sampled from the scenario's failure model.
 - ``type-bound`` (mixed fleets): unicron restricted to each job's current GPU
   type (the same planner on the problem without type alternatives,
   ``simulate/mixed.py``), so that the gap to ``unicron`` is what type choice earns.
@@ -67,7 +69,8 @@ def packaged_models() -> PolicyModels:
 
 
 #: Policies that take another policy's constants (and its scenario overrides, then their own).
-MODEL_OF = {"type-bound": "unicron", "clairvoyant": "unicron", "lookahead": "unicron"}
+MODEL_OF = {"type-bound": "unicron", "clairvoyant": "unicron", "lookahead": "unicron", "rollout": "unicron",
+            "rollout-to-end": "unicron"}
 
 
 def policy_model(name: str, scenario: Scenario | None = None) -> PolicyModel:
@@ -616,6 +619,118 @@ class LookaheadPolicy(UnicronPolicy):
         return out
 
 
+class RolloutPolicy(UnicronPolicy):
+    """Unicron choosing, at a re-plan after a failure or a repair where the horizons' plans differ, the plan
+    with the highest output summed over ``futures`` sampled futures (``simulate/fork.py``: the same futures
+    for every plan), each plan applied to a copy of the run and continued by unicron under the ``base``
+    horizon for ``window_hours`` (or to the run's end; ``continue_own``: each fork by the horizon whose plan
+    it applies). The candidates are the plans of unicron under each
+    of :data:`CANDIDATES` (each exact for its own objective: the DP's); the first of them wins ties. The
+    time-0 plan, a re-plan without candidates that differ, and every re-plan of a scenario without a failure
+    model to sample (a trace, or failure domains) are the ``base`` horizon's. The futures of
+    a re-plan come from a generator seeded by (``seed``, the re-plan's number), so a run is repeatable.
+    ``decisions`` counts the re-plans where the candidates differed, ``changed`` those where the choice
+    was not the ``base`` horizon's plan."""
+
+    name = "rollout"
+    CANDIDATES = ("lifetime", "event", "job", "cluster", "lookahead")
+    horizon = "lifetime"  # the base: its plan at time 0 and when the candidates agree, and in the forks
+    futures = 8
+    window_hours = 72.0
+    continue_own = False  # True: each candidate's fork continued by its own horizon, not the base
+    seed = 0
+
+    def __init__(self, model: PolicyModel | None = None):
+        super().__init__(model)
+        self._subs: dict | None = None
+        self._chosen = None
+        self.decisions = self.changed = 0
+
+    def candidates(self) -> dict:
+        """The policies whose plans are the candidates, by horizon (made once per run)."""
+        if self._subs is None:
+            self._subs = {}
+            for h in self.CANDIDATES:
+                p = LookaheadPolicy(self.model) if h == "lookahead" else UnicronPolicy(self.model)
+                if h != "lookahead":
+                    p.horizon = h
+                p.free_setup = self.free_setup
+                self._subs[h] = p
+        return self._subs
+
+    def plan(self, eng: Engine, failed: str | None, repaired: str | None):
+        return self._chosen if self._chosen is not None else super().plan(eng, failed, repaired)
+
+    def replan(self, eng: Engine, failed: str | None, repaired: str | None, charge: bool) -> None:
+        if charge and not self._setting_up:
+            self._chosen = self.decide(eng, failed, repaired)
+        try:
+            super().replan(eng, failed, repaired, charge)
+        finally:
+            self._chosen = None
+
+    def decide(self, eng: Engine, failed: str | None, repaired: str | None):
+        """The plan (as :meth:`PlannerPolicy.plan` gives it) chosen at this re-plan."""
+        plans = []
+        self._plan_of = {}  # id of a candidate plan -> the first horizon that gave it
+        for h, p in self.candidates().items():
+            if isinstance(p, LookaheadPolicy):
+                p._eng, p._failed = eng, failed
+            plan = p.plan(eng, failed, repaired)
+            if all(plan[0] != q[0] or plan[2] != q[2] for q in plans):
+                plans.append(plan)
+                self._plan_of[id(plan)] = h
+        failures = eng.scenario.failures
+        if len(plans) == 1 or failures is None or failures.domains:  # nothing to sample futures from
+            return plans[0]
+        self.decisions += 1
+        values = self.values(eng, plans, failed, repaired)
+        best = max(range(len(plans)), key=lambda k: (values[k], -k))
+        self.changed += best != 0
+        return plans[best]
+
+    def values(self, eng: Engine, plans: list, failed: str | None, repaired: str | None) -> list[float]:
+        """Each plan's weighted TFLOP over the window, summed over the sampled futures."""
+        from unicron_plan.simulate import fork
+
+        plan_of = self._plan_of
+        past = eng.events[:bisect.bisect_right([e.time for e in eng.events], eng.t)]
+        end = min(eng.t + self.window_hours * 3600.0, eng.scenario.duration_hours * 3600.0)
+        seeds = np.random.SeedSequence([self.seed, eng.plans]).spawn(self.futures)
+        futures = [fork.future_events(eng.scenario, past, eng.t, np.random.default_rng(s), end) for s in seeds]
+        values = []
+        for plan in plans:
+            base = self._subs[self.horizon if not self.continue_own else plan_of[id(plan)]]
+            share = [getattr(base, a) for a in ("_cache", "_sig_ids", "_base_instance", "_tables", "_healthy",
+                                                "_flat", "_down_copies", "_job_copies", "_throughputs", "_by_types")]
+            total = 0.0
+            for future in futures:
+                copy = fork.fork(eng, base, share)
+                apply_plan(copy.policy, copy, plan, failed, repaired)
+                total += fork.continue_on(copy, future, end)
+            values.append(total)
+        return values
+
+
+class RolloutToEndPolicy(RolloutPolicy):
+    """The rollout with more futures, each to the run's end and continued by the horizon whose plan it
+    forks (the fork analysis's comparison, made without the future)."""
+
+    name = "rollout-to-end"
+    futures = 16
+    window_hours = math.inf
+    continue_own = True
+
+
+def apply_plan(policy: PlannerPolicy, eng: Engine, plan, failed: str | None, repaired: str | None) -> None:
+    """``policy``'s re-plan with ``plan`` (from :meth:`PlannerPolicy.plan` at this state) in place of its own."""
+    policy.plan = lambda *_: plan
+    try:
+        policy.replan(eng, failed, repaired, charge=True)
+    finally:
+        del policy.plan
+
+
 class TypeBoundPolicy(UnicronPolicy):
     """Unicron that may not change a job's GPU type: the same planner on the problem without type
     alternatives, so every job keeps the type it started on (a mixed fleet's ablation)."""
@@ -1063,7 +1178,8 @@ class BambooPolicy(OobleckPolicy):
 
 POLICIES: dict[str, type[Policy]] = {
     p.name: p for p in (UnicronPolicy, MegatronPolicy, OobleckPolicy, GreedyPolicy, EqualSharePolicy,
-                        VarunaPolicy, BambooPolicy, TypeBoundPolicy, ClairvoyantPolicy, LookaheadPolicy)
+                        VarunaPolicy, BambooPolicy, TypeBoundPolicy, ClairvoyantPolicy, LookaheadPolicy,
+                        RolloutPolicy, RolloutToEndPolicy)
 }
 
 

@@ -34,10 +34,10 @@ What makes it fast, every rule exact (docs/performance.md has the proofs):
    T* that meets this bound is optimal with no DP pass; it is read back from the bitsets.
    When it does not meet it, it still raises LB for rules 3-4.
 6. Backtracking memory is bounded: the argmax per (job, c) is stored in the
-   smallest unsigned type; when the windows after the cuts would exceed
-   ``MEMORY_BUDGET_BYTES`` the value arrays are checkpointed every B jobs and
-   each segment's choices are recomputed during the backtrack (O(sqrt(m))
-   arrays alive).
+   smallest unsigned type; when that would exceed ``MEMORY_BUDGET_BYTES`` (the
+   compiled pass: its windows after the cuts; without it, a bound on them before
+   the cuts) the value arrays are checkpointed every B jobs and each segment's
+   choices are recomputed during the backtrack (O(sqrt(m)) arrays alive).
 
 :func:`solve_type_reference` is the straightforward DP kept for the tests.
 """

@@ -187,3 +187,33 @@ def test_regression_baseline_covers_every_adversarial_kind():
         assert len(specs) == 2, kind  # the library instance and the 16,384-GPU generated one
         for s in specs:
             assert base["instances"][s]["solvers"]["dp"]["solution"] == "optimal"
+
+
+@pytest.mark.skipif(NATIVE_PASS is None, reason="the compiled pass was not built (no C compiler at install)")
+def test_compiled_pass_within_the_budget_when_the_estimate_exceeds_it(monkeypatch):
+    """The memory estimate bounds the windows before the cuts: with a budget below it but above what
+    the cut windows store, the compiled pass still runs; one entry short, the checkpointed Python pass
+    runs. Both give the counts and value of the pass with every choice stored."""
+    rng = np.random.default_rng(11)
+    default = dp.MEMORY_BUDGET_BYTES
+    compared = 0
+    for _ in range(400):
+        opts, cap = _random_options(rng)
+        if not opts or sum(int(y[-1]) for y, _ in opts) <= cap:
+            continue
+        lam = float(dp.lp_multiplier(opts, cap))
+        red_max = [float(np.max(g - lam * y)) for y, g in opts]
+        threshold = lam * cap + sum(red_max) - rng.uniform(0, 5)
+        stats = {}
+        found = dp._attempt(opts, red_max, lam, cap, threshold, stats)
+        if found is None:
+            continue
+        stored = stats["sum_width"]
+        for budget, checkpointed in ((4 * stored, False), (stored - 1, True)):
+            monkeypatch.setattr(dp, "MEMORY_BUDGET_BYTES", budget)
+            again = {}
+            assert dp._attempt(opts, red_max, lam, cap, threshold, again) == found
+            assert again["checkpointed"] is checkpointed
+        monkeypatch.setattr(dp, "MEMORY_BUDGET_BYTES", default)
+        compared += 1
+    assert compared > 50

@@ -133,3 +133,26 @@ def test_a_replan_touches_what_changed_not_every_node(monkeypatch):
     assert sum(stays_copied) == 0  # a staying job keeps its dict
     assert sum(free_sizes) / len(free_sizes) < nodes / 10, sum(free_sizes) / len(free_sizes)
     assert sum(refreshed) / len(refreshed) < jobs / 4, sum(refreshed) / len(refreshed)
+
+
+class ScanningEngine(Engine):
+    """jobs_on checked at every call against a scan of every job."""
+
+    calls = 0
+
+    def jobs_on(self, node: str):
+        found = super().jobs_on(node)
+        assert found == [j for j in self.jobs if j.alloc.get(node, 0) > 0]
+        ScanningEngine.calls += 1
+        return found
+
+
+@pytest.mark.parametrize("scenario", ["gpt3-mix-128-a800-dense", "gpt3-mix-1024-a800"])
+def test_jobs_on_a_node_equal_a_scan_of_every_job(monkeypatch, scenario):
+    """The node index kept from replaced allocs gives the jobs a scan finds, in job order, at every
+    failure on every policy (each replaces allocs its own way)."""
+    monkeypatch.setattr(sim_run, "Engine", ScanningEngine)
+    ScanningEngine.calls = 0
+    names = sorted(POLICIES)
+    simulate(_dense(scenario), names, 0)
+    assert ScanningEngine.calls > 5 * len(names)

@@ -96,6 +96,7 @@ class JobRun:
     # Mixed fleets: the table on every GPU type the job may run on (None: bound to ``gpu_type``).
     tables: Optional[dict] = None
     _hook = None  # the engine's callback, given the job's index when a watched field changes
+    _alloc_hook = None  # the engine's callback, given the job's index when ``alloc`` is replaced
 
     def __setattr__(self, name, value):
         if name in _WATCHED:
@@ -103,6 +104,8 @@ class JobRun:
                 value = _Watched(value, self._touched)
             object.__setattr__(self, name, value)
             self._touched()
+            if name == "alloc" and self._alloc_hook is not None:
+                self._alloc_hook(self.index)
         else:
             object.__setattr__(self, name, value)
 
@@ -185,6 +188,13 @@ class Engine:
         self._blocked: set[int] = set()
         for j in self.jobs:
             object.__setattr__(j, "_hook", self._touched.add)
+        # The jobs holding GPUs on each node (a superset: nodes of an alloc with 0 GPUs too), brought up
+        # to date in jobs_on from the allocs replaced since (an alloc is replaced, never changed in place).
+        self._holding: dict[str, set[int]] = {}
+        self._indexed: list[dict[str, int]] = [{} for _ in self.jobs]  # the alloc each job is indexed by
+        self._replaced: set[int] = set(range(m))
+        for j in self.jobs:
+            object.__setattr__(j, "_alloc_hook", self._replaced.add)
 
     # --- helpers for policies ---
     def push(self, time: float, kind: str, payload=None) -> None:
@@ -243,8 +253,19 @@ class Engine:
         self.reconfigurations += 1
 
     def jobs_on(self, node: str) -> list[JobRun]:
-        """Jobs holding GPUs on ``node``."""
-        return [j for j in self.jobs if j.alloc.get(node, 0) > 0]
+        """Jobs holding GPUs on ``node``, in job order (work in the jobs whose alloc was replaced since
+        the last call and those on the node, not in all jobs)."""
+        jobs, holding = self.jobs, self._holding
+        for k in self._replaced:
+            old, new = self._indexed[k], jobs[k].alloc
+            for nid in old:
+                if nid not in new:
+                    holding[nid].discard(k)
+            for nid in new:
+                holding.setdefault(nid, set()).add(k)
+            self._indexed[k] = new
+        self._replaced.clear()
+        return [jobs[k] for k in sorted(holding.get(node, ())) if jobs[k].alloc.get(node, 0) > 0]
 
     def waf_now(self) -> float:
         """Sum of F over the jobs producing at the current time."""

@@ -34,9 +34,10 @@ What makes it fast, every rule exact (docs/performance.md has the proofs):
    T* that meets this bound is optimal with no DP pass; it is read back from the bitsets.
    When it does not meet it, it still raises LB for rules 3-4.
 6. Backtracking memory is bounded: the argmax per (job, c) is stored in the
-   smallest unsigned type; when that would exceed ``MEMORY_BUDGET_BYTES`` the
-   value arrays are checkpointed every B jobs and each segment's choices are
-   recomputed during the backtrack (O(sqrt(m)) arrays alive).
+   smallest unsigned type; when that would exceed ``MEMORY_BUDGET_BYTES`` (the
+   compiled pass: its windows after the cuts; without it, a bound on them before
+   the cuts) the value arrays are checkpointed every B jobs and each segment's
+   choices are recomputed during the backtrack (O(sqrt(m)) arrays alive).
 
 :func:`solve_type_reference` is the straightforward DP kept for the tests.
 """
@@ -757,9 +758,14 @@ def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stat
     itemsize = np.dtype(_dtype(int(per_job.max()))).itemsize
     entries = int((np.minimum(np.cumsum(hi), capacity) + 1).sum())
     est = entries * itemsize
-    if NATIVE_PASS is not None and est <= MEMORY_BUDGET_BYTES:
-        return _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, threshold, cut, deadline,
-                            entries, itemsize, stats)
+    if NATIVE_PASS is not None:
+        # ``est`` bounds the windows before the cuts, which are often far narrower: past the budget the
+        # compiled pass runs within it and the checkpointed Python pass only when its choices overflow.
+        try:
+            return _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, threshold, cut, deadline,
+                                min(entries, MEMORY_BUDGET_BYTES // itemsize), itemsize, stats)
+        except _ChoicesOverflow:
+            pass
     kept = [(ky[koff[j]: koff[j + 1]], kg[koff[j]: koff[j + 1]]) for j in range(m)]
 
     def step(V, L, U, j, want_choice):
@@ -810,6 +816,8 @@ def _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, thresho
         return None
     if status == 2:
         raise _TimeUp
+    if status == 3:
+        raise _ChoicesOverflow
     if status:  # pragma: no cover - the buffer is sized from the same bound as the Python path's
         raise MemoryError(f"compiled DP pass failed (status {status})")
     widths = win[1::2] - win[0::2] + 1
@@ -823,6 +831,10 @@ class _LostPath(Exception):
 
 class _TimeUp(Exception):
     """The deadline passed during a fold."""
+
+
+class _ChoicesOverflow(Exception):
+    """The compiled pass's choices did not fit in the buffer it was given."""
 
 
 def _run(kept, step, m, est, widths, stats, L):

@@ -186,14 +186,18 @@ class Engine:
         self.job_output = np.zeros(m)  # weighted TFLOP produced per job
         self._touched: set[int] = set(range(m))
         self._blocked: set[int] = set()
-        for j in self.jobs:
-            object.__setattr__(j, "_hook", self._touched.add)
         # The jobs holding GPUs on each node (a superset: nodes of an alloc with 0 GPUs too), brought up
         # to date in jobs_on from the allocs replaced since (an alloc is replaced, never changed in place).
         self._holding: dict[str, set[int]] = {}
         self._indexed: list[dict[str, int]] = [{} for _ in self.jobs]  # the alloc each job is indexed by
         self._replaced: set[int] = set(range(m))
+        self.attach_jobs()
+
+    def attach_jobs(self) -> None:
+        """Point every job's callbacks at this engine's sets (after a copy of the engine too: a bound
+        method of a set is copied as the original's)."""
         for j in self.jobs:
+            object.__setattr__(j, "_hook", self._touched.add)
             object.__setattr__(j, "_alloc_hook", self._replaced.add)
 
     # --- helpers for policies ---

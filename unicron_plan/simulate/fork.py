@@ -112,8 +112,8 @@ def fork(eng: Engine, policy=None, share=()) -> Engine:
     out = copy.deepcopy(eng, memo)
     if other:
         out.policy = copy.deepcopy(policy, memo)
-    for j in out.jobs:  # a bound method of a set is copied as the original's: point it at the copy's
-        object.__setattr__(j, "_hook", out._touched.add)
+    out.attach_jobs()  # the jobs' callbacks still point at the original engine's sets
+    for j in out.jobs:
         j.waiting = set(j.waiting)  # the copy's watched set tells the copy's engine
     out.record, out.progress, out.checks = False, None, False
     return out

@@ -330,6 +330,17 @@ class Engine:
         self.t = t1
 
     # --- the run ---
+    def handle(self, kind: str, payload) -> None:
+        """Carry out one entry of the heap at the current time: an event, a reaction, a repair or a timer."""
+        if kind == "event":
+            self._external(payload)
+        elif kind == "react":
+            self._react(*payload)
+        elif kind == "repair":
+            self._repair(payload)
+        elif kind == "timer":
+            self.policy.on_timer(self, payload)
+
     def run(self) -> dict:
         """Replay every event up to the horizon; the policy's result (see :func:`result`)."""
         self.policy.setup(self)
@@ -346,16 +357,9 @@ class Engine:
             if self.checks and time > self.t:  # the state that holds from now until the next event
                 self.check_invariants()
             self.advance(time)
-            if kind == "event":
-                self._external(payload)
-                if self.progress is not None:
-                    self.progress()
-            elif kind == "react":
-                self._react(*payload)
-            elif kind == "repair":
-                self._repair(payload)
-            elif kind == "timer":
-                self.policy.on_timer(self, payload)
+            self.handle(kind, payload)
+            if kind == "event" and self.progress is not None:
+                self.progress()
             self._record()
         if self.checks and self.horizon > self.t:
             self.check_invariants()

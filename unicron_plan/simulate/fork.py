@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import copy
 import heapq
-import math
 
 import numpy as np
 
 from unicron_plan.faults import severity
 from unicron_plan.simulate.engine import Engine
-from unicron_plan.simulate.trace import SimEvent, _repair_hours
+from unicron_plan.simulate.trace import SimEvent, _repair_hours, node_renewal
 
 REJECTIONS = 64
 
@@ -51,12 +50,7 @@ def future_events(scenario, events: list[SimEvent], t: float, rng: np.random.Gen
         raise ValueError("a sampled future needs a failure model without failure domains")
     horizon = (scenario.duration_hours * 3600.0 if end is None else end) / 3600.0
     now = t / 3600.0
-    mix = f.severity_mix
-    p = np.array([mix.sev1, mix.sev2, mix.sev3])
-    sevs = ("sev1", "sev2", "sev3")
-    k = f.weibull_shape
-    mtbf = f.node_mtbf(len(scenario.cluster.nodes))
-    scale = mtbf / math.gamma(1.0 + 1.0 / k) if k is not None else None
+    p, sevs, k, mtbf, scale = node_renewal(scenario)
     states = node_states(events, t)
     raw = []
     for node in scenario.cluster.nodes:
@@ -133,13 +127,6 @@ def continue_on(eng: Engine, future: list[SimEvent], end: float) -> float:
         if time > end:
             break
         eng.advance(time)
-        if kind == "event":
-            eng._external(payload)
-        elif kind == "react":
-            eng._react(*payload)
-        elif kind == "repair":
-            eng._repair(payload)
-        elif kind == "timer":
-            eng.policy.on_timer(eng, payload)
+        eng.handle(kind, payload)
     eng.advance(end)
     return eng.output - start

@@ -34,6 +34,18 @@ def _most_frequent(sev: str) -> str:
     return max(severity.errors_of(sev), key=lambda e: faultdata.FIGURE1_PERCENT[e])
 
 
+def node_renewal(scenario):
+    """Each node's renewal process of the scenario's failure model: (the severity mix as probabilities,
+    the severity names in that order, the Weibull shape or None, the node MTBF in hours, the Weibull
+    scale or None)."""
+    f = scenario.failures
+    mix = f.severity_mix
+    k = f.weibull_shape
+    mtbf = f.node_mtbf(len(scenario.cluster.nodes))
+    scale = mtbf / math.gamma(1.0 + 1.0 / k) if k is not None else None
+    return np.array([mix.sev1, mix.sev2, mix.sev3]), ("sev1", "sev2", "sev3"), k, mtbf, scale
+
+
 def draw_events(scenario: Scenario, rng: np.random.Generator) -> list[SimEvent]:
     """Events over ``duration_hours``: each node is a renewal process of failures (and repairs).
 
@@ -51,12 +63,7 @@ def draw_events(scenario: Scenario, rng: np.random.Generator) -> list[SimEvent]:
         return trace_events(scenario)
     f = scenario.failures
     horizon = scenario.duration_hours
-    mix = f.severity_mix
-    p = np.array([mix.sev1, mix.sev2, mix.sev3])
-    sevs = ("sev1", "sev2", "sev3")
-    k = f.weibull_shape
-    mtbf = f.node_mtbf(len(scenario.cluster.nodes))
-    scale = mtbf / math.gamma(1.0 + 1.0 / k) if k is not None else None
+    p, sevs, k, mtbf, scale = node_renewal(scenario)
     raw = []  # (hours, kind, node, severity, error, pair): a SEV1 failure and its repair share a pair
     for node in scenario.cluster.nodes:
         t = 0.0

@@ -153,20 +153,19 @@ def test_rejects_a_node_of_another_gpu_type():
 
 def test_rejects_the_same_faults_on_the_state_of_a_prepared_cluster(shared):
     """The service validates on a state derived from a prepared cluster (healthy nodes shared)."""
-    from unicron_plan.api import _derived
     from unicron_plan.core.problem import build_problem, prepare
     from unicron_plan.plan.validate import validate_plan as check
 
     inst, plan = shared
     problem = build_problem(inst, prepare(inst))
     assert problem.state.touched is not None  # the shared-healthy path is the one checked
-    assert check(inst, plan, derived=_derived(problem)).valid
+    assert check(inst, plan, derived=problem.derived()).valid
     bad = copy.deepcopy(plan)
     j2 = next(j for j in bad.jobs if j.id == "j2")
     j2.placement, j2.nodes, j2.gpus = [Placement(node="n1", gpus=4), Placement(node="n0", gpus=4)], ["n0", "n1"], 8
     j1 = next(j for j in bad.jobs if j.id == "j1")
     j1.placement, j1.nodes, j1.gpus = [Placement(node="n0", gpus=8)], ["n0"], 8
-    msg = " | ".join(check(inst, bad, derived=_derived(problem)).problems)
+    msg = " | ".join(check(inst, bad, derived=problem.derived()).problems)
     assert "node 'n1' is failed or drained" in msg and "node 'n0': 12 GPUs placed on 8" in msg
 
 

@@ -135,7 +135,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
         raw.options = {**raw.options, "contingency_fallback": fallback}
     plan = to_plan(problem, raw, solver, time.perf_counter() - start)
     phases["place"] = time.perf_counter() - call
-    report = _validate(instance, plan, derived=_derived(problem))
+    report = _validate(instance, plan, derived=problem.derived())
     phases["validate"] = time.perf_counter() - call
     if keep is not None:
         keep += [instance, problem, raw]
@@ -164,15 +164,6 @@ def post_solve_reserve(problem, slowdown: float, limit: float) -> float:
     fixed, per = POST_SOLVE_CPU_SECONDS
     estimate = fixed + per * (len(problem.jobs) + len(problem.state.nodes))
     return min(estimate * slowdown, 0.5 * limit)
-
-
-def _derived(problem) -> tuple[dict, object]:
-    """The checked tables and cluster state a Problem was built from (for the validator); on a mixed
-    fleet also every job's table per GPU type."""
-    if problem.alternatives:
-        return {j.id: j.table for j in problem.jobs}, problem.state, \
-            {jid: {a.gpu_type: a.table for a in alts} for jid, alts in problem.alternatives.items()}
-    return {j.id: j.table for j in problem.jobs}, problem.state
 
 
 def _from_contingency(instance: Instance, contingency, instance_fingerprint: str | None = None,
@@ -223,7 +214,7 @@ def _from_contingency(instance: Instance, contingency, instance_fingerprint: str
     raw = RawSolution(counts=counts, objective=value, bound=value,
                       options={"contingency_key": key, "precomputed": True}, types=types)
     plan = to_plan(base_problem, raw, "contingency", time.perf_counter() - start)
-    report = _validate(instance, plan, derived=_derived(base_problem))
+    report = _validate(instance, plan, derived=base_problem.derived())
     if not report.valid or abs(value - stored) > 1e-9 * max(1.0, abs(stored)) \
             or abs(plan.objective - value) > 1e-9 * max(1.0, abs(value)):
         return None, f"the stored plan for {key} does not check out (stale or edited index)"

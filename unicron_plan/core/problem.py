@@ -75,6 +75,15 @@ class Problem:
     # for the jobs with several types (empty: every job is bound to its type, the single-type problem).
     alternatives: dict[str, list[JobTerms]] = field(default_factory=dict)
 
+    def derived(self) -> tuple:
+        """The checked tables and cluster state this problem was built from (the validator's
+        ``derived``); on a mixed fleet also every job's table per GPU type."""
+        tables = {j.id: j.table for j in self.jobs}
+        if self.alternatives:
+            return tables, self.state, {jid: {a.gpu_type: a.table for a in alts}
+                                        for jid, alts in self.alternatives.items()}
+        return tables, self.state
+
     def with_types(self, types: Mapping[str, str]) -> "Problem":
         """This problem with each job of ``types`` on the GPU type given there (its terms from
         ``alternatives``; a job's previous split is empty on another type, it has no GPUs there).

@@ -70,8 +70,7 @@ def keep_plan(prepared: PreparedCluster) -> KeptPlan | None:
     counts = {j.id: j.x for j in problem.jobs}
     raw = RawSolution(counts=counts, objective=0.0, bound=0.0, termination="time_limit", solution="feasible")
     plan = to_plan(problem, raw, "kept", 0.0)
-    derived = ({j.id: j.table for j in problem.jobs}, problem.state)
-    if not validate_plan(base, plan, derived=derived).valid:
+    if not validate_plan(base, plan, derived=problem.derived()).valid:
         return None
     if any(pj.action not in ("keep", "idle") for pj in plan.jobs):
         return None
@@ -234,7 +233,7 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
 def _whole(instance: Instance, problem: Problem, raw: RawSolution, solver: str, start: float) -> Plan | None:
     """The plan as :func:`unicron_plan.api.solve` assembles and validates it (None if it does not validate)."""
     plan = to_plan(problem, raw, solver, time.perf_counter() - start)
-    report = validate_plan(instance, plan, derived=({j.id: j.table for j in problem.jobs}, problem.state))
+    report = validate_plan(instance, plan, derived=problem.derived())
     return plan if report.valid else None
 
 
@@ -246,7 +245,7 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
     state = problem.state
     sub_instance = instance.model_copy(update={"jobs": [instance.jobs[j.index] for j in
                                                         (problem.jobs[k] for k in changed)]})
-    report = validate_plan(sub_instance, part, derived=({j.id: j.table for j in problem.jobs}, state),
+    report = validate_plan(sub_instance, part, derived=problem.derived(),
                            whole_used=used)
     if not report.valid:
         return False

@@ -148,3 +148,71 @@ def test_used_gpus_per_node_are_the_summed_splits():
         for s in splits:
             summed.update(s)
         assert dict(_used(facts(splits))) == dict(summed)
+
+
+def _healthy_loop(instance):
+    """The healthy cluster's records, totals and per-type ids, one node at a time."""
+    from unicron_plan.core.cluster import NodeHealth
+
+    nodes = {n.id: NodeHealth(n.id, n.gpu_type, n.rack, n.gpus, n.gpus, n.gpus, False, False)
+             for n in instance.cluster.nodes}
+    cap = {t: 0 for t in instance.cluster.gpu_types}
+    by_type: dict = {}
+    for h in nodes.values():
+        cap[h.gpu_type] += h.gpus
+        by_type.setdefault(h.gpu_type, []).append(h.id)
+    return nodes, cap, sum(1 for h in nodes.values() if h.gpus > 0), {t: frozenset(v) for t, v in by_type.items()}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_healthy_cluster_from_columns_is_the_per_node_loop(seed):
+    from unicron_plan.core.cluster import healthy_nodes, node_arrays
+
+    inst = _instance(seed)
+    rng = random.Random(seed)
+    for node in inst.cluster.nodes:  # racks missing on some nodes, sizes varied
+        if rng.random() < 0.3:
+            node.rack = None
+        node.gpus = rng.choice([node.gpus, 1, 4, 8])
+    healthy = healthy_nodes(inst)
+    nodes, cap, in_service, by_type = _healthy_loop(inst)
+    assert list(healthy.nodes.items()) == list(nodes.items())
+    assert all(type(h) is type(nodes[i]) for i, h in healthy.nodes.items())
+    assert healthy.capacity == cap and list(healthy.capacity) == list(cap) and healthy.in_service == in_service
+    assert list(healthy.order.items()) == [(nid, k) for k, nid in enumerate(nodes)]
+    assert list(healthy.usable.items()) == [(nid, h.gpus) for nid, h in nodes.items()]
+    assert healthy.ids_by_type == by_type and list(healthy.ids_by_type) == list(by_type)
+    got, want = healthy.arrays, node_arrays(nodes)
+    assert got.gpus.tolist() == want.gpus.tolist() and got.group.tolist() == want.group.tolist()
+    assert got.groups == want.groups and list(got.groups) == list(want.groups)
+    assert got.types == want.types and got.group_type.tolist() == want.group_type.tolist()
+    assert got.gpus.dtype == want.gpus.dtype == got.group.dtype == np.int64
+
+
+def test_placements_made_at_once_are_the_models_made_one_by_one():
+    from unicron_plan.plan import assemble
+    from unicron_plan.schema import Placement
+
+    rng = random.Random(3)
+    wheres = [{f"n{rng.randint(0, 50)}": rng.randint(1, 8) for _ in range(rng.randint(0, 5))} for _ in range(40)]
+    assemble._PLACEMENTS.clear()
+    for _ in range(2):  # made, then found in the shared cache
+        got = assemble._placements(wheres)
+        want = [[Placement(node=n, gpus=g) for n, g in w.items()] for w in wheres]
+        assert got == want
+        assert all(p.model_fields_set == {"node", "gpus"} for ps in got for p in ps)
+    with pytest.raises(Exception):
+        got[0][0].gpus = 3  # frozen, as made one by one
+
+
+@pytest.mark.parametrize("node, message", [
+    ({"failed_gpus": [8]}, r"failed_gpus\[0\]: GPU index 8 is outside 0\.\.7"),
+    ({"failed_gpus": [1, 1]}, r"failed_gpus\[1\]: GPU index 1 is listed twice"),
+    ({"expected_repair_seconds": 60.0}, "expected_repair_seconds: the node has no failed GPU to repair"),
+])
+def test_node_rules_still_name_the_field(node, message):
+    doc = generate_instance(0, gpus=64, jobs=2)
+    doc["cluster"]["nodes"][2].update(node)
+    with pytest.raises(InvalidInstanceError, match=message) as err:
+        api.load_instance(doc)
+    assert "cluster.nodes.2" in str(err.value) or "cluster.nodes[2]" in str(err.value)

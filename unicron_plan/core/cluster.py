@@ -8,10 +8,10 @@ and the independent validator see one and the same cluster state.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
-from itertools import chain, compress
+from functools import cached_property, partial
+from itertools import chain, compress, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -228,10 +228,18 @@ class HealthyCluster:
     in_service: int
     order: dict[str, int]  # node id -> position in the cluster
     usable: dict[str, int]  # node id -> its GPUs
+    # the nodes' ids, GPU types, racks and GPUs as lists in cluster order (when made by healthy_nodes)
+    columns: tuple[list, list, list, list] | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def ids_by_type(self) -> dict[str, frozenset[str]]:
         """{GPU type: ids of its nodes} (made on first use, then kept)."""
+        if self.columns is not None:
+            ids, types = self.columns[0], self.columns[1]
+            kinds = dict.fromkeys(types)
+            if len(kinds) == 1:
+                return {t: frozenset(ids) for t in kinds}
+            return {t: frozenset(compress(ids, map(t.__eq__, types))) for t in kinds}
         out: dict[str, list[str]] = {}
         for n in self.nodes.values():
             out.setdefault(n.gpu_type, []).append(n.id)
@@ -245,30 +253,45 @@ class HealthyCluster:
     @cached_property
     def arrays(self) -> NodeArrays:
         """The nodes as :class:`NodeArrays` (made on first use, then kept)."""
+        if self.columns is not None:
+            return _node_arrays(*self.columns[1:])
         return node_arrays(self.nodes)
 
 
 def node_arrays(nodes: dict[str, NodeHealth]) -> NodeArrays:
     """The :class:`NodeArrays` of ``nodes`` (``gpus``: their GPUs as if healthy)."""
+    return _node_arrays(*zip(*((h.gpu_type, h.rack, h.gpus) for h in nodes.values()))) if nodes \
+        else _node_arrays([], [], [])
+
+
+def _node_arrays(types: Sequence[str], racks: Sequence[str | None], gpus: Sequence[int]) -> NodeArrays:
+    """The :class:`NodeArrays` of nodes given as columns (GPU types, racks, GPUs) in cluster order."""
     groups: dict[tuple[str, str | None], int] = {}
-    codes = [groups.setdefault((n.gpu_type, n.rack), len(groups)) for n in nodes.values()]
-    n = len(nodes)
-    types = list(dict.fromkeys(t for t, _ in groups))
-    type_index = {t: k for k, t in enumerate(types)}
-    return NodeArrays(np.fromiter((h.gpus for h in nodes.values()), dtype=np.int64, count=n),
-                      np.asarray(codes, dtype=np.int64).reshape(n), groups, types,
+    codes = list(map(groups.setdefault, zip(types, racks), map(len, repeat(groups))))  # in C
+    n = len(codes)
+    kinds = list(dict.fromkeys(t for t, _ in groups))
+    type_index = {t: k for k, t in enumerate(kinds)}
+    return NodeArrays(np.asarray(gpus, dtype=np.int64).reshape(n),
+                      np.asarray(codes, dtype=np.int64).reshape(n), groups, kinds,
                       np.asarray([type_index[t] for t, _ in groups], dtype=np.int64).reshape(len(groups)))
 
 
+_health = partial(tuple.__new__, NodeHealth)  # a NodeHealth from an iterable of its fields, made in C
+
+
 def healthy_nodes(instance: Instance) -> HealthyCluster:
-    """The :class:`HealthyCluster` of ``instance`` (for :func:`build_state`)."""
-    fields = map(attrgetter("id", "gpu_type", "rack", "gpus"), instance.cluster.nodes)  # read in C
-    nodes = {i: NodeHealth(i, t, r, g, g, g, False, False) for i, t, r, g in fields}
-    cap = {t: 0 for t in instance.cluster.gpu_types}
-    for h in nodes.values():
-        cap[h.gpu_type] += h.gpus
-    return HealthyCluster(nodes, cap, sum(1 for h in nodes.values() if h.gpus > 0),
-                          dict(zip(nodes, range(len(nodes)))), {nid: h.gpus for nid, h in nodes.items()})
+    """The :class:`HealthyCluster` of ``instance`` (for :func:`build_state`). The nodes' fields are
+    read and their records made in C calls (no Python frame per node)."""
+    cluster = instance.cluster
+    columns = ids, types, racks, gpus = [list(map(attrgetter(f), cluster.nodes))
+                                         for f in ("id", "gpu_type", "rack", "gpus")]
+    nodes = dict(zip(ids, map(_health, zip(ids, types, racks, gpus, gpus, gpus, repeat(False), repeat(False)))))
+    cap = {t: 0 for t in cluster.gpu_types}
+    kinds = dict.fromkeys(types)
+    for t in kinds:
+        cap[t] += sum(gpus) if len(kinds) == 1 else sum(compress(gpus, map(t.__eq__, types)))
+    return HealthyCluster(nodes, cap, len(gpus) - gpus.count(0), dict(zip(ids, range(len(ids)))),
+                          dict(zip(ids, gpus)), columns)
 
 
 def _repaired_ids(instance: Instance) -> list[str]:

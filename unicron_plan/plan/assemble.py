@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from itertools import accumulate, chain
 
+from pydantic import TypeAdapter
+
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
 from unicron_plan.plan.placement import place
@@ -14,6 +16,7 @@ from unicron_plan.schema import Placement, Plan, PlanJob, SolverInfo, Status
 
 _PLACEMENTS: dict[tuple[str, int], Placement] = {}  # (node, GPUs) -> its frozen Placement, shared
 _MAX_PLACEMENTS = 1 << 16
+_PLACEMENT_LIST = TypeAdapter(list[Placement])
 
 
 def _placements(wheres: list[dict[str, int]]) -> list[list[Placement]]:
@@ -25,9 +28,13 @@ def _placements(wheres: list[dict[str, int]]) -> list[list[Placement]]:
     if not all(found):  # (a Placement is always truthy; "None in" would call its __eq__)
         if len(_PLACEMENTS) > _MAX_PLACEMENTS:
             _PLACEMENTS.clear()
-        for k, (key, got) in enumerate(zip(keys, found)):
-            if got is None:
-                found[k] = _PLACEMENTS[key] = Placement(node=key[0], gpus=key[1])
+        at = [k for k, got in enumerate(found) if got is None]
+        missing = list(map(keys.__getitem__, at))
+        # the new ones validated in one call (no Python frame per placement)
+        made = _PLACEMENT_LIST.validate_python([{"node": node, "gpus": gpus} for node, gpus in missing])
+        _PLACEMENTS.update(zip(missing, made))
+        for k, p in zip(at, made):
+            found[k] = p
     ends = list(accumulate(map(len, wheres)))
     return [found[a:b] for a, b in zip([0, *ends], ends)]
 

@@ -335,7 +335,8 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int]) ->
     ``{}`` for a job's entry that cannot be fitted (the instance checks report it).
     """
     listed = Counter(chain.from_iterable(job.current.nodes for job in instance.jobs))
-    shared_nodes = {n for n, k in listed.items() if k > 1}
+    shared_nodes = {n for n, k in listed.items() if k > 1} \
+        if len(listed) < sum(listed.values()) else set()  # (no node listed twice: nothing to look for)
     shared_jobs = {job.id for job in instance.jobs if not shared_nodes.isdisjoint(job.current.nodes)} \
         if shared_nodes else set()
     out = _solo_split([job for job in instance.jobs if job.current.gpus and job.id not in shared_jobs],

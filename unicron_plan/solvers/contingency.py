@@ -550,14 +550,14 @@ def certified_optimal(jobs: list[JobTerms], capacity: int, counts: dict[str, int
     UB(lam) = lam C' + sum_i max_y (G_i(y) - lam y). The multiplier is only a candidate (the bound
     holds for any, so a wrong or edited one only fails to prove):
 
-    * ``multiplier``, the index's (the LP multiplier of the failure-free problem, stored at build time):
-      when its bound does not close, a count whose slack max_y (G_i - lam y) - (G_i(y) - lam y) exceeds
-      UB - value can be in no better plan, so one pruned DP pass
-      (:func:`unicron_plan.solvers.dp.can_beat`) over the remaining options decides, usually a few per
-      job (only with ``search``: without it, an undecided bound answers None);
-    * without one (an index written before multipliers were stored): the counts' own, the smallest
-      lam >= 0 at which each job's chosen count maximises G_i(y) - lam y, enough when the bound closes
-      at the counts."""
+    * ``multiplier``, the index's (the LP multiplier of the failure-free problem, stored at build time);
+    * the counts' own: the smallest lam >= 0 at which each job's chosen count maximises G_i(y) - lam y
+      (their largest right-hand slope), which closes the bound whenever any multiplier does.
+
+    When neither closes the bound and ``search``, a count whose slack at ``multiplier``,
+    max_y (G_i - lam y) - (G_i(y) - lam y), exceeds UB - value can be in no better plan, so one pruned
+    DP pass (:func:`unicron_plan.solvers.dp.can_beat`) over the remaining options decides, when they are
+    few (usually a few per job)."""
     m = len(jobs)
     sizes = np.fromiter(map(len, (j.counts for j in jobs)), dtype=np.int64, count=m)
     if m == 0 or not sizes.all():
@@ -590,16 +590,17 @@ def certified_optimal(jobs: list[JobTerms], capacity: int, counts: dict[str, int
         top = np.maximum.reduceat(red, off[:-1])
         return red, top, lam * cap + math.fsum(top.tolist()), dp.REL_TOL * (lam * cap + width + 1.0)
 
-    if multiplier is None or not math.isfinite(multiplier) or multiplier < 0:
-        dy = y - np.repeat(want, sizes)
-        up = dy > 0
-        own = float(((g[up] - np.repeat(chosen, sizes)[up]) / dy[up]).max()) if up.any() else 0.0
-        _, _, ub, tol = bound(max(own, 0.0))
-        return True if value >= ub - tol else None
-    red, top, ub, tol = bound(float(multiplier))
-    if value >= ub - tol:
+    stored = multiplier is not None and math.isfinite(multiplier) and multiplier >= 0
+    if stored:
+        red, top, ub, tol = bound(float(multiplier))
+        if value >= ub - tol:
+            return True
+    dy = y - np.repeat(want, sizes)  # the counts' own multiplier: their largest right-hand slope
+    slope = np.divide(g - np.repeat(chosen, sizes), dy, out=np.full(len(y), -np.inf), where=dy > 0)
+    _, _, own_ub, own_tol = bound(max(float(slope.max()), 0.0))
+    if value >= own_ub - own_tol:
         return True
-    if not search:
+    if not stored or not search:
         return None
     # A plan using an option of slack s is worth at most UB - s: beyond UB - value + tol, none beats the counts.
     keep = (np.repeat(top, sizes) - red) <= (ub - value) + tol

@@ -116,6 +116,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
         start = time.perf_counter()
         problem = build_problem(instance, prepared)
         built = time.perf_counter() - start
+        solver = solver or _default_solver(problem)
         if contingency_use == "cheaper" and not isinstance(contingency, dict):
             from unicron_plan.plan.contingency import cold_is_cheaper
 
@@ -131,10 +132,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
         problem = build_problem(instance, prepared)
         built = time.perf_counter() - start
     phases["build"] = time.perf_counter() - call
-    if solver is None:
-        from unicron_plan.core.constraints import dp_limitations
-
-        solver = "auto" if dp_limitations(problem) else "dp"
+    solver = solver or _default_solver(problem)
     options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads)
     if deadline is not None:
         slowdown = _slowdown(time.perf_counter() - call, time.process_time() - cpu)
@@ -157,6 +155,13 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     if not report.valid:
         raise PlanValidationError(report.problems)
     return plan
+
+
+def _default_solver(problem) -> str:
+    """``dp``, or ``auto`` when ``problem`` has constraints the DP cannot express."""
+    from unicron_plan.core.constraints import dp_limitations
+
+    return "auto" if dp_limitations(problem) else "dp"
 
 
 #: CPU seconds of the work after a solver (placing, validating and writing the plan): a fixed part

@@ -140,8 +140,10 @@ def relabel_plan(plan: dict, a: str, b: str, order: dict[str, int]) -> dict:
     return plan
 
 
-def build_contingency(instance: Instance, racks: bool = False, progress: bool = False) -> dict:
-    """Optimal counts for every single-node (and, with ``racks``, rack) failure of ``instance``.
+def build_contingency(instance: Instance, racks: bool = False, progress: bool = False,
+                      keys: set[str] | None = None) -> dict:
+    """Optimal counts for every single-node (and, with ``racks``, rack) failure of ``instance``
+    (``keys``: only the failures of these keys, a part of the index).
 
     The instance's own event, if any, is ignored: contingencies are planned
     from the state before any failure. Every stored plan is the optimum of its
@@ -157,6 +159,8 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
     prepared = prepare(base)
     problem = build_problem(base, prepared)
     candidates = candidate_failures(base, racks)
+    if keys is not None:
+        candidates = [c for c in candidates if c[0] in keys]
     bar = _progress(progress, len(candidates))
     try:  # a plan's value is its placed plan's: a node-level move pays its transition
         results, stats = solver.solve(problem, candidates, prepared, advance=bar.advance,
@@ -327,7 +331,7 @@ def cold_is_cheaper(problem, solver: str | None, source: str | Path) -> str | No
     more than a check. An index that cannot be found is left to the reader (its error)."""
     if problem.alternatives or (solver not in (None, "dp", "auto")):
         return None
-    if solver != "dp":
+    if solver != "dp":  # auto: the DP when it is exact for the problem
         from unicron_plan.core.constraints import dp_limitations
 
         if dp_limitations(problem):

@@ -314,8 +314,9 @@ def write_keyed(index: dict, source: bytes, path: Path, digest: str | None = Non
 #: check): fixed, per node, per table entry, per byte of contingency.json (hashed when the keyed copy is
 #: read; parsed and checked when it is not); and the DP solve's CPU per table entry, the least measured
 #: over the curve kinds. Measured in process at 16,384-1,048,576 GPUs (docs/performance.md, "A warm
-#: answer against a cold one"), the warm terms rounded up and the DP's down.
-WARM_CPU_SECONDS = {"fixed": 4e-3, "node": 0.5e-6, "entry": 40e-9, "keyed_byte": 1e-9, "whole_byte": 100e-9}
+#: answer against a cold one"), the warm terms the largest measured, the DP's the least: the index is read
+#: only where the dearest warm answer costs less than the cheapest DP solve.
+WARM_CPU_SECONDS = {"fixed": 5e-3, "node": 0.5e-6, "entry": 75e-9, "keyed_byte": 1e-9, "whole_byte": 100e-9}
 DP_CPU_SECONDS_PER_ENTRY = 25e-9
 
 
@@ -351,7 +352,7 @@ def cold_is_cheaper(problem, solver: str | None, source: str | Path) -> str | No
     if warm <= cold:
         return None
     return (f"a fresh DP solve is estimated cheaper than checking a stored plan ({entries:,} table entries: "
-            f"about {cold * 1e3:.2g} ms of CPU against {warm * 1e3:.2g} ms to read the index and check; "
+            f"about {cold * 1e3:,.1f} ms of CPU against {warm * 1e3:,.1f} ms to read the index and check; "
             f"the index was not read)")
 
 

@@ -512,8 +512,8 @@ def proven_optimal(problem, counts: dict[str, int], multipliers: dict[str, float
     stored plan passes before it is used.
 
     Per GPU type, first the certificates checked in one pass over the table entries
-    (:func:`certified_optimal`: the Lagrangian bound at a multiplier read off the counts, then at the
-    index's stored multiplier with the options a better plan could use); when they do not decide, the
+    (:func:`certified_optimal`: the Lagrangian bound at the index's stored multiplier and at one read off
+    the counts, then a pass over the options a better plan could use); when they do not decide, the
     full proof: the stored counts' value against the Lagrangian bound of the Pareto options and, when
     below it, one pruned DP pass at the stored value looks for a better plan
     (:func:`unicron_plan.solvers.dp.can_beat`). With constraints the DP cannot express, only the bounds

@@ -43,12 +43,13 @@ def _plans(problem, limit: int = 300):
 
 
 def test_the_certificate_never_claims_a_plan_brute_force_beats():
-    """Every plan of many small random instances, with the right, a wrong and an edited multiplier:
+    """Every plan (up to 300) of 120 small random instances, with the right, a zero, a huge and a random
+    multiplier:
     proven exactly when no plan is worth more (brute force), the certificate alone never wrong."""
     rng = np.random.default_rng(11)
     checked = proven = 0
-    for _ in range(40):
-        doc = random_instance(rng, max_nodes=4, max_jobs=3)
+    for k in range(120):
+        doc = random_instance(rng, max_nodes=4, max_jobs=3 + k % 2)
         try:
             problem = build_problem(api.load_instance(doc))
             best = brute.solve(problem).objective
@@ -74,7 +75,7 @@ def test_the_certificate_never_claims_a_plan_brute_force_beats():
                 assert whole == optimal or (whole and value >= best - 1e-6 * (abs(best) + 1.0)), (counts, mult)
                 checked += 1
                 proven += bool(verdict)
-    assert checked > 500 and proven > 20
+    assert checked > 2000 and proven > 100
 
 
 @pytest.mark.parametrize("curves", ["queued-linear-step", "equal-per-gpu"])

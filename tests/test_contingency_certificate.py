@@ -44,8 +44,7 @@ def _plans(problem, limit: int = 300):
 
 def test_the_certificate_never_claims_a_plan_brute_force_beats():
     """Every plan (up to 300) of 120 small random instances, with the right, a zero, a huge and a random
-    multiplier:
-    proven exactly when no plan is worth more (brute force), the certificate alone never wrong."""
+    multiplier: proven exactly when no plan is worth more (brute force), the certificate alone never wrong."""
     rng = np.random.default_rng(11)
     checked = proven = 0
     for k in range(120):
@@ -76,6 +75,37 @@ def test_the_certificate_never_claims_a_plan_brute_force_beats():
                 checked += 1
                 proven += bool(verdict)
     assert checked > 2000 and proven > 100
+
+
+def test_the_pass_over_the_options_a_multiplier_leaves_proves_only_optima():
+    """Jagged tables, where no bound closes: the pass over the options the stored multiplier leaves
+    proves the DP's optimum (exact: tests/test_dp_exact.py) and never a plan worth less, whatever the
+    multiplier."""
+    rng = np.random.default_rng(5)
+    decided_by_the_pass = 0
+    for gpus, m, seed in [(256, 4, 1), (256, 4, 2), (512, 8, 0), (512, 8, 3), (1024, 8, 1), (2048, 16, 3)]:
+        problem = build_problem(api.load_instance(generate_instance(seed, gpus=gpus, jobs=m, failed_nodes=1)))
+        gpu_type, capacity = next(iter(problem.capacity.items()))
+        jobs = problem.jobs_of_type(gpu_type)
+        lam = dp.lp_multiplier(dp.pareto_all(jobs), capacity)
+        best = dp.solve(problem)
+        plans = [best.counts]
+        for _ in range(30):  # the optimum with one job moved to another allowed count, when it fits
+            counts = dict(best.counts)
+            j = jobs[int(rng.integers(len(jobs)))]
+            counts[j.id] = int(rng.choice(j.counts))
+            if sum(counts.values()) <= capacity:
+                plans.append(counts)
+        for counts in plans:
+            value = problem.objective(counts)
+            optimal = value >= best.objective - 1e-9 * (abs(best.objective) + 1.0)
+            for mult in (lam, lam * 1.001, lam * 0.999, 0.0, float(rng.uniform(0, 2 * lam))):
+                verdict = certified_optimal(jobs, capacity, counts, mult)
+                assert not verdict or optimal, (gpus, m, seed, counts, mult)
+                if verdict and certified_optimal(jobs, capacity, counts, mult, search=False) is None:
+                    decided_by_the_pass += 1
+        assert certified_optimal(jobs, capacity, best.counts, lam * 1.001) is not False
+    assert decided_by_the_pass >= 4
 
 
 @pytest.mark.parametrize("curves", ["queued-linear-step", "equal-per-gpu"])

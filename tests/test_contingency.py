@@ -103,7 +103,7 @@ def test_cli_contingency_then_solve_uses_the_precomputed_plan(tmp_path):
     path = tmp_path / "failed.json"
     path.write_text(dumps(failed))
     out = tmp_path / "plan.json"
-    res = runner.invoke(app, ["solve", str(path), "--contingency", str(tmp_path / "cont"), "--out", str(out)])
+    res = runner.invoke(app, ["solve", str(path), "--contingency", str(tmp_path / "cont"), "--contingency-use", "always", "--out", str(out)])
     assert res.exit_code == 0, res.output
     plan = read_json(out)
     assert plan["solver"]["name"] == "contingency"

@@ -25,7 +25,7 @@ def _with_failure(doc: dict, node: str) -> Instance:
 
 
 def _answer(inst: Instance, where) -> dict:
-    plan = api.solve(inst, contingency=where).model_dump(mode="json", exclude_none=True)
+    plan = api.solve(inst, contingency=where, contingency_use="always").model_dump(mode="json", exclude_none=True)
     plan["solver"].pop("wall_seconds")
     return plan
 
@@ -102,7 +102,7 @@ def test_an_edited_index_is_read_whole_with_its_errors(built, tmp_path):
     from unicron_plan.errors import InvalidInstanceError
 
     with pytest.raises(InvalidInstanceError, match="counts"):
-        api.solve(_with_failure(doc, doc["cluster"]["nodes"][5]["id"]), contingency=where)
+        api.solve(_with_failure(doc, doc["cluster"]["nodes"][5]["id"]), contingency=where, contingency_use="always")
 
 
 def _variants(doc: dict) -> list[dict]:

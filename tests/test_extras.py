@@ -39,7 +39,7 @@ def test_core_commands_need_no_extra(tmp_path):
     assert core_only("validate", TINY, plan).returncode == 0
     r = core_only("contingency", TINY, "-o", tmp_path / "c", "-q")
     assert r.returncode == 0, r.stderr
-    r = core_only("solve", TINY, "--contingency", tmp_path / "c")
+    r = core_only("solve", TINY, "--contingency", tmp_path / "c", "--contingency-use", "always")
     assert r.returncode == 0, r.stderr
     for args in (("--version",), ("--help",), ("solvers",), ("schema", "plan")):
         r = core_only(*args)

@@ -162,7 +162,7 @@ def test_fuzz_plans(tmp_path):
 def test_fuzz_contingency_index(tmp_path):
     inst = ROOT / "instances" / "tiny-one-job-two-nodes.json"
     index = build_contingency(api.load_instance(inst))
-    fuzz(tmp_path, [index], lambda p: ("solve", inst, "--contingency", p), None, seed=4)
+    fuzz(tmp_path, [index], lambda p: ("solve", inst, "--contingency", p, "--contingency-use", "always"), None, seed=4)
 
 
 def test_fuzz_scenarios(tmp_path):

@@ -36,7 +36,7 @@ def test_deeply_nested_json_is_bad_input(tmp_path, depth):
     path = tmp_path / "deep.json"
     path.write_text('{"schema_version": "1", "name": ' + "[" * depth + "]" * depth + "}")
     for args in (("solve", path), ("validate", TINY, path), ("simulate", path),
-                 ("solve", TINY, "--contingency", path), ("calibrate", path, "--out", tmp_path / "e.json")):
+                 ("solve", TINY, "--contingency", path, "--contingency-use", "always"), ("calibrate", path, "--out", tmp_path / "e.json")):
         r = cli(*args)
         assert r.returncode == 2, (args, r.stderr)
         assert "nested more than 64 levels" in r.stderr and "Traceback" not in r.stderr
@@ -137,7 +137,7 @@ def _plan_id(d):
         "objective-str", "no-fingerprint"])
 def test_malformed_index_is_bad_input(index_dir, change):
     _edit(index_dir, change)
-    r = cli("solve", TINY, "--contingency", index_dir)
+    r = cli("solve", TINY, "--contingency", index_dir, "--contingency-use", "always")
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "Traceback" not in r.stderr, r.stderr
 
 
@@ -151,7 +151,7 @@ def test_malformed_index_is_bad_input(index_dir, change):
 def test_stored_plan_that_does_not_check_out_falls_back(index_dir, change):
     fresh = json.loads(cli("solve", TINY).stdout)
     _edit(index_dir, change)
-    r = cli("solve", TINY, "--contingency", index_dir)
+    r = cli("solve", TINY, "--contingency", index_dir, "--contingency-use", "always")
     assert r.returncode == 0, r.stderr
     assert "contingency not used" in r.stderr and "solved from scratch" in r.stderr
     plan = json.loads(r.stdout)
@@ -161,13 +161,13 @@ def test_stored_plan_that_does_not_check_out_falls_back(index_dir, change):
 def test_library_pinned_instance_after_contingency(tmp_path):
     inst = ROOT / "instances" / "ip-pinned.json"
     assert cli("contingency", inst, "--out", tmp_path / "c", "-q").returncode == 0
-    r = cli("solve", inst, "--contingency", tmp_path / "c")
+    r = cli("solve", inst, "--contingency", tmp_path / "c", "--contingency-use", "always")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["objective"] == pytest.approx(json.loads(inst.read_text())["reference"]["objective"])
 
 
 def test_matching_index_is_used_silently(index_dir):
-    r = cli("solve", TINY, "--contingency", index_dir)
+    r = cli("solve", TINY, "--contingency", index_dir, "--contingency-use", "always")
     assert r.returncode == 0 and r.stderr == "" and json.loads(r.stdout)["solver"]["name"] == "contingency"
 
 

@@ -111,7 +111,7 @@ def _readers(tmp_path):
         ("solve", ".json", ["solve", "{}"]),
         ("validate-plan", ".json", ["validate", TINY, "{}"]),
         ("validate-instance", ".json", ["validate", "{}", plan]),
-        ("contingency-index", ".json", ["solve", TINY, "--contingency", "{}"]),
+        ("contingency-index", ".json", ["solve", TINY, "--contingency", "{}", "--contingency-use", "always"]),
         ("contingency-instance", ".json", ["contingency", "{}", "-o", tmp_path / "c2", "-q"]),
         ("simulate", ".json", ["simulate", "{}"]),
         ("sweep-json", ".json", ["sweep", "{}", "-o", tmp_path / "sw"]),
@@ -136,7 +136,7 @@ def _readers(tmp_path):
         ("export-slurm-jobs", ".json", ["export", "slurm", plan, "--jobs", "{}"]),
         ("export-k8s-jobs", ".json", ["export", "k8s", plan, "--jobs", "{}"]),
         ("bench-check", ".json", ["bench", TINY, "--runs", "1", "-q", "--check", "{}"]),
-        ("index-dir", ".json", ["solve", TINY, "--contingency", index]),  # a good one, as a control
+        ("index-dir", ".json", ["solve", TINY, "--contingency", index, "--contingency-use", "always"]),  # a good one, as a control
     ]
 
 

@@ -52,7 +52,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
           time_limit_seconds: float | None = DEFAULT_TIME_LIMIT_SECONDS, threads: int | None = None,
           contingency: str | os.PathLike | dict | None = None,
           instance_fingerprint: str | None = None, prepared=None, started: float | None = None,
-          timings: dict | None = None, keep: list | None = None) -> Plan:
+          timings: dict | None = None, keep: list | None = None, contingency_use: str = "cheaper") -> Plan:
     """The optimal (or, under a time limit, best found) plan, checked by the independent validator.
 
     ``solver`` is one of the registry (``unicron-plan solvers``); None (the default)
@@ -68,6 +68,10 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     plan is placed, validated and returned (solver name ``contingency``); when
     it is not used, the fresh plan's ``solver.options["contingency_fallback"]``
     says why. A malformed index raises InvalidInstanceError.
+    ``contingency_use``: ``cheaper`` (the default) reads an index on disk only when answering from it
+    is estimated cheaper than solving afresh, from the problem's size before the index is read
+    (:func:`unicron_plan.plan.contingency.cold_is_cheaper`; an index held as a dict is always tried);
+    ``always`` tries it whatever the cost.
     ``instance_fingerprint``: the instance's ``contingency.fingerprint``, for a
     caller that keeps the instance and computed it once (the service); it is
     compared with the index's instead of hashing the instance again.
@@ -105,21 +109,30 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     # build_problem runs check_instance itself: parse only here, so the checks run once.
     instance = _load(Instance, instance, keep)
     phases["read"] = time.perf_counter() - call
-    fallback = None
+    fallback = problem = None
     if contingency is not None:
-        plan, fallback = _from_contingency(instance, contingency, instance_fingerprint, prepared)
-        if plan is not None:
-            if keep is not None:
-                keep.append(instance)
-            return plan
-    start = time.perf_counter()
-    problem = build_problem(instance, prepared)
-    built = time.perf_counter() - start
-    phases["build"] = time.perf_counter() - call
-    if solver is None:
-        from unicron_plan.core.constraints import dp_limitations
+        if contingency_use not in ("cheaper", "always"):
+            raise ValueError(f"contingency_use must be 'cheaper' or 'always', not {contingency_use!r}")
+        start = time.perf_counter()
+        problem = build_problem(instance, prepared)
+        built = time.perf_counter() - start
+        solver = solver or _default_solver(problem)
+        if contingency_use == "cheaper" and not isinstance(contingency, dict):
+            from unicron_plan.plan.contingency import cold_is_cheaper
 
-        solver = "auto" if dp_limitations(problem) else "dp"
+            fallback = cold_is_cheaper(problem, solver, contingency)
+        if fallback is None:
+            plan, fallback = _from_contingency(instance, contingency, instance_fingerprint, problem)
+            if plan is not None:
+                if keep is not None:
+                    keep.append(instance)
+                return plan
+    if problem is None:
+        start = time.perf_counter()
+        problem = build_problem(instance, prepared)
+        built = time.perf_counter() - start
+    phases["build"] = time.perf_counter() - call
+    solver = solver or _default_solver(problem)
     options = SolverOptions(time_limit_seconds=time_limit_seconds, threads=threads)
     if deadline is not None:
         slowdown = _slowdown(time.perf_counter() - call, time.process_time() - cpu)
@@ -144,6 +157,13 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     return plan
 
 
+def _default_solver(problem) -> str:
+    """``dp``, or ``auto`` when ``problem`` has constraints the DP cannot express."""
+    from unicron_plan.core.constraints import dp_limitations
+
+    return "auto" if dp_limitations(problem) else "dp"
+
+
 #: CPU seconds of the work after a solver (placing, validating and writing the plan): a fixed part
 #: and a part per job and per node; about twice what it took at 8,192-16,384 GPUs
 #: (docs/performance.md, "Time limits").
@@ -166,13 +186,14 @@ def post_solve_reserve(problem, slowdown: float, limit: float) -> float:
     return min(estimate * slowdown, 0.5 * limit)
 
 
-def _from_contingency(instance: Instance, contingency, instance_fingerprint: str | None = None,
-                      prepared=None) -> tuple[Plan | None, str | None]:
+def _from_contingency(instance: Instance, contingency, instance_fingerprint: str | None,
+                      problem) -> tuple[Plan | None, str | None]:
     """(the precomputed plan for the instance's event, placed and validated, None) or
-    (None, why none was used): a stored plan that does not check out is never used."""
+    (None, why none was used): a stored plan that does not check out is never used.
+    ``problem``: the instance's, built."""
     from unicron_plan.plan.contingency import check_index, lookup, read_for_event
     from unicron_plan.solvers.contingency import proven_optimal
-    from unicron_plan.core.problem import RawSolution, build_problem
+    from unicron_plan.core.problem import RawSolution
     from unicron_plan.plan.assemble import to_plan
 
     start = time.perf_counter()
@@ -187,7 +208,6 @@ def _from_contingency(instance: Instance, contingency, instance_fingerprint: str
     if found[1] is None:
         return None, f"the index lists {found[0]} as infeasible"
     key, counts, stored = found
-    problem = build_problem(instance, prepared)
     types = index["plans"][index["failures"][key]["plan"]].get("types") or None  # mixed fleets
     if types is not None:
         choices = {jid: {a.gpu_type for a in alts} for jid, alts in problem.alternatives.items()}
@@ -207,7 +227,7 @@ def _from_contingency(instance: Instance, contingency, instance_fingerprint: str
         _, bound = mixed_relaxation(base_problem)
         proven = problem.objective(counts) >= bound - 1e-9 * max(1.0, abs(bound))
     else:
-        proven = proven_optimal(problem, counts)
+        proven = proven_optimal(problem, counts, index.get("multipliers"))
     if not proven:
         return None, f"the stored plan for {key} is not proven optimal for this instance"
     value = problem.objective(counts)

@@ -80,6 +80,11 @@ def handle_errors(fn):
     return wrapper
 
 
+class ContingencyUse(str, Enum):
+    cheaper = "cheaper"
+    always = "always"
+
+
 @app.command()
 @handle_errors
 def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
@@ -96,6 +101,11 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
               None, "--contingency", help="Directory from `unicron-plan contingency`: use its precomputed "
                                           "plan when the event matches one (validated first; otherwise "
                                           "solve afresh and say why on stderr)."),
+          contingency_use: "ContingencyUse" = typer.Option(
+              "cheaper", "--contingency-use",
+              help="With --contingency: 'cheaper' reads the index only when a warm answer is estimated to "
+                   "cost less CPU than solving afresh (from the problem's size, before the index is read; "
+                   "otherwise solve afresh and say why); 'always' tries the index whatever the cost."),
           summary: bool = typer.Option(False, "--summary", help="Also print a table of the plan "
                                                                 "(job, action, GPUs, GPU type on a mixed fleet, nodes, WAF, "
                                                                 "penalty) on stderr."),
@@ -125,6 +135,7 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
     with working(f"solving {instance.name}", quiet):
         plan = api.solve(instance, solver=solver, time_limit_seconds=time_limit, threads=threads,
                          contingency=contingency, started=started, timings=phases,  # parses and checks once
+                         contingency_use=ContingencyUse(contingency_use).value,
                          keep=_KEPT if as_process else None)
     reason = (plan.solver.options or {}).get("contingency_fallback")
     if reason:

@@ -26,9 +26,18 @@ from pathlib import Path
 
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.schema import Instance
-from unicron_plan.solvers.contingency import node_classes  # noqa: F401  (part of the index's interface)
 
 INDEX_FILE = "contingency.json"
+
+
+def __getattr__(name: str):
+    """``node_classes`` (part of the index's interface), imported on first use: a `solve` that does
+    not read the index does not load the contingency solver."""
+    if name == "node_classes":
+        from unicron_plan.solvers.contingency import node_classes
+
+        return node_classes
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fingerprint(instance: Instance) -> str:
@@ -131,8 +140,10 @@ def relabel_plan(plan: dict, a: str, b: str, order: dict[str, int]) -> dict:
     return plan
 
 
-def build_contingency(instance: Instance, racks: bool = False, progress: bool = False) -> dict:
-    """Optimal counts for every single-node (and, with ``racks``, rack) failure of ``instance``.
+def build_contingency(instance: Instance, racks: bool = False, progress: bool = False,
+                      keys: set[str] | None = None) -> dict:
+    """Optimal counts for every single-node (and, with ``racks``, rack) failure of ``instance``
+    (``keys``: only the failures of these keys, a part of the index).
 
     The instance's own event, if any, is ignored: contingencies are planned
     from the state before any failure. Every stored plan is the optimum of its
@@ -148,6 +159,8 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
     prepared = prepare(base)
     problem = build_problem(base, prepared)
     candidates = candidate_failures(base, racks)
+    if keys is not None:
+        candidates = [c for c in candidates if c[0] in keys]
     bar = _progress(progress, len(candidates))
     try:  # a plan's value is its placed plan's: a node-level move pays its transition
         results, stats = solver.solve(problem, candidates, prepared, advance=bar.advance,
@@ -170,13 +183,27 @@ def build_contingency(instance: Instance, racks: bool = False, progress: bool = 
         failures[fkey] = {"failed_nodes": sorted(failed), "objective": value, "plan": plan_ids[vector]}
     if prepared.type_tables:
         stats["mixed_types"] = True
+    multipliers = {} if problem.alternatives else _multipliers(problem)
     stats.update(failures=len(failures), infeasible=len(infeasible), plans=len(plans),
                  wall_seconds=time.perf_counter() - start)
     return _with_changes(base, {
         "schema_version": "1", "kind": "contingency", "instance": base.name,
-        "fingerprint": fingerprint(base), "racks": racks,
+        "fingerprint": fingerprint(base), "racks": racks, **({"multipliers": multipliers} if multipliers else {}),
         "failures": failures, "infeasible": infeasible, "plans": plans, "stats": stats,
     })
+
+
+def _multipliers(problem) -> dict[str, float]:
+    """Per GPU type, the LP multiplier of the capacity in the failure-free problem: the certificate a
+    stored plan is checked with first (:func:`unicron_plan.solvers.contingency.certified_optimal`)."""
+    from unicron_plan.solvers import dp
+
+    out = {}
+    for gpu_type, capacity in problem.capacity.items():
+        jobs = problem.jobs_of_type(gpu_type)
+        if jobs:
+            out[gpu_type] = float(dp.lp_multiplier(dp.pareto_all(jobs), capacity))
+    return out
 
 
 def _with_changes(base: Instance, index: dict) -> dict:
@@ -241,7 +268,7 @@ def write_contingency(index: dict, out_dir: str | Path, instance: Instance | Non
 #: and the plans by id, each as the JSON text of its entry, with the sha256 of the contingency.json
 #: bytes it was written from; it is used only while that file is unchanged.
 KEYED_FILE = "contingency.sqlite"
-_HEADER = ("schema_version", "kind", "instance", "fingerprint", "racks")
+_HEADER = ("schema_version", "kind", "instance", "fingerprint", "racks", "multipliers")
 
 
 def write_keyed(index: dict, source: bytes, path: Path, digest: str | None = None) -> None:
@@ -280,6 +307,53 @@ def write_keyed(index: dict, source: bytes, path: Path, digest: str | None = Non
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+#: CPU seconds a warm answer from an index on disk adds to a cold `solve`'s work besides the solver (the
+#: index's modules and SQLite imported, the instance's identity check, the entry read, the stored plan's
+#: check): fixed, per node, per table entry, per byte of contingency.json (hashed when the keyed copy is
+#: read; parsed and checked when it is not); and the DP solve's CPU per table entry, the least measured
+#: over the curve kinds. Measured in process at 16,384-1,048,576 GPUs (docs/performance.md, "A warm
+#: answer against a cold one"), the warm terms the largest measured, the DP's the least: the index is read
+#: only where the dearest warm answer costs less than the cheapest DP solve.
+WARM_CPU_SECONDS = {"fixed": 5e-3, "node": 0.5e-6, "entry": 75e-9, "keyed_byte": 1e-9, "whole_byte": 100e-9}
+DP_CPU_SECONDS_PER_ENTRY = 25e-9
+
+
+def cold_is_cheaper(problem, solver: str | None, source: str | Path) -> str | None:
+    """Why solving ``problem`` afresh is estimated cheaper than answering from the index at ``source``
+    (a directory or its index file), or None when the index is worth reading; decided from sizes alone,
+    before the index is read.
+
+    A warm answer costs :data:`WARM_CPU_SECONDS` (the identity check alone hashes every table entry and
+    node); the cold solve it replaces, when that is the DP (``solver`` ``dp``, or ``auto`` / None on an
+    instance the DP solves exactly), about :data:`DP_CPU_SECONDS_PER_ENTRY` per table entry. Any other
+    solve (an IP backend, a mixed fleet, constraints the DP cannot express, brute force) is taken to cost
+    more than a check. An index that cannot be found is left to the reader (its error)."""
+    if problem.alternatives or (solver not in (None, "dp", "auto")):
+        return None
+    if solver != "dp":  # auto: the DP when it is exact for the problem
+        from unicron_plan.core.constraints import dp_limitations
+
+        if dp_limitations(problem):
+            return None
+    p = Path(source)
+    path = p / INDEX_FILE if p.is_dir() else p
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    keyed = (path.parent / KEYED_FILE).is_file()
+    entries = sum(len(j.counts) for j in problem.jobs)
+    w = WARM_CPU_SECONDS
+    warm = w["fixed"] + w["node"] * len(problem.state.nodes) + w["entry"] * entries \
+        + w["keyed_byte" if keyed else "whole_byte"] * size
+    cold = DP_CPU_SECONDS_PER_ENTRY * entries
+    if warm <= cold:
+        return None
+    return (f"a fresh DP solve is estimated cheaper than checking a stored plan ({entries:,} table entries: "
+            f"about {cold * 1e3:,.1f} ms of CPU against {warm * 1e3:,.1f} ms to read the index and check; "
+            f"the index was not read)")
 
 
 def event_key(instance: Instance) -> str | None:

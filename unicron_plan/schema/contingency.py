@@ -8,7 +8,7 @@ does not check out is not used (api.solve solves afresh and says so).
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -62,6 +62,9 @@ class ContingencyIndex(_Open):
     infeasible: dict[str, InfeasibleEntry] = Field(
         default_factory=dict, description="Failures under which no plan satisfies the instance's rules.")
     stats: dict[str, Any] = Field(default_factory=dict)
+    multipliers: Optional[dict[str, Annotated[float, Field(ge=0)]]] = Field(
+        default=None, description="Per GPU type, the LP multiplier of the capacity in the failure-free problem: "
+                                  "the certificate a stored plan is checked with first.")
 
     @model_validator(mode="after")
     def _plan_ids_resolve(self) -> "ContingencyIndex":

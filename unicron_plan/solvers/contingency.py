@@ -29,6 +29,7 @@ failure infeasible: it is answered with the reason.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -506,26 +507,115 @@ def _no_fit(js: list, gpu_type: str, cap: int) -> str:
             f"{cap} GPUs left")
 
 
-def proven_optimal(problem, counts: dict[str, int]) -> bool:
+def proven_optimal(problem, counts: dict[str, int], multipliers: dict[str, float] | None = None) -> bool:
     """Whether no plan of ``problem`` is worth more than ``counts`` (to the DP's tolerance): the check a
     stored plan passes before it is used.
 
-    Per GPU type, the stored counts' value is compared with the Lagrangian bound and, when below it, one
-    pruned DP pass at the stored value looks for a better plan (:func:`unicron_plan.solvers.dp.can_beat`).
-    With constraints the DP cannot express, only the bound applies (that of the DP relaxation): a plan it
-    cannot prove is not used.
+    Per GPU type, first the certificates checked in one pass over the table entries
+    (:func:`certified_optimal`: the Lagrangian bound at the index's stored multiplier and at one read off
+    the counts, then a pass over the options a better plan could use); when they do not decide, the
+    full proof: the stored counts' value against the Lagrangian bound of the Pareto options and, when
+    below it, one pruned DP pass at the stored value looks for a better plan
+    (:func:`unicron_plan.solvers.dp.can_beat`). With constraints the DP cannot express, only the bounds
+    apply (those of the DP relaxation): a plan they cannot prove is not used.
     """
     search = not constraints.dp_limitations(problem)
     for gpu_type in problem.capacity:
         jobs = problem.jobs_of_type(gpu_type)
         if not jobs:
             continue
-        value = 0.0
-        for j in jobs:
-            at = int(j.counts.searchsorted(counts[j.id]))
-            if at >= len(j.counts) or int(j.counts[at]) != counts[j.id]:
-                return False
-            value += float(j.gains[at])
-        if dp.can_beat(dp.pareto_all(jobs), problem.capacity[gpu_type], value, search):
+        verdict = certified_optimal(jobs, problem.capacity[gpu_type], counts,
+                                    (multipliers or {}).get(gpu_type), search)
+        if verdict is None:  # the certificates do not decide: the full proof
+            value = 0.0
+            for j in jobs:
+                at = int(j.counts.searchsorted(counts[j.id]))
+                if at >= len(j.counts) or int(j.counts[at]) != counts[j.id]:
+                    return False
+                value += float(j.gains[at])
+            verdict = not dp.can_beat(dp.pareto_all(jobs), problem.capacity[gpu_type], value, search)
+        if not verdict:
             return False
     return True
+
+
+def certified_optimal(jobs: list[JobTerms], capacity: int, counts: dict[str, int],
+                      multiplier: float | None = None, search: bool = True) -> bool | None:
+    """True when ``counts`` of ``jobs`` (one GPU type, ``capacity`` GPUs) are proven optimal by a
+    certificate checked in time linear in the table entries, False when they are not a plan of the
+    jobs (a count not allowed, or more GPUs than ``capacity``), None when no certificate decides.
+
+    Any multiplier lam >= 0 bounds every plan: with the counts' common step s and C' = s floor(C / s)
+    (every plan uses a multiple of s GPUs), no plan is worth more than
+    UB(lam) = lam C' + sum_i max_y (G_i(y) - lam y). The multiplier is only a candidate (the bound
+    holds for any, so a wrong or edited one only fails to prove):
+
+    * ``multiplier``, the index's (the LP multiplier of the failure-free problem, stored at build time);
+    * the counts' own: the smallest lam >= 0 at which each job's chosen count maximises G_i(y) - lam y
+      (their largest right-hand slope), which closes the bound whenever any multiplier does.
+
+    When neither closes the bound and ``search``, a count whose slack at ``multiplier``,
+    max_y (G_i - lam y) - (G_i(y) - lam y), exceeds UB - value can be in no better plan, so one pruned
+    DP pass (:func:`unicron_plan.solvers.dp.can_beat`) over the remaining options decides, when they are
+    few (usually a few per job)."""
+    m = len(jobs)
+    sizes = np.fromiter(map(len, (j.counts for j in jobs)), dtype=np.int64, count=m)
+    if m == 0 or not sizes.all():
+        return None
+    y = np.concatenate([j.counts for j in jobs]).astype(np.int64, copy=False)
+    g = np.concatenate([j.gains for j in jobs]).astype(np.float64, copy=False)
+    off = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(sizes, out=off[1:])
+    want = np.fromiter((counts[j.id] for j in jobs), dtype=np.int64, count=m)
+    scale = int(max(int(y.max()), int(want.max()))) + 1
+    base = np.arange(m, dtype=np.int64) * scale
+    key = np.repeat(base, sizes) + y  # ascending: each job's counts ascend, jobs apart by scale
+    at = np.minimum(np.searchsorted(key, base + want), len(key) - 1)
+    if (want < 0).any() or (key[at] != base + want).any():
+        return False
+    step = int(np.gcd.reduce(y[:64]))  # the counts' gcd: that of the first few when it divides every count
+    if step != 1 and (step == 0 or (y % step).any()):
+        step = int(np.gcd.reduce(y))
+    step = step or 1
+    cap = capacity // step * step
+    if int(want.sum()) > cap:
+        return False
+    chosen = g[at]
+    value = math.fsum(chosen.tolist())
+    width = float(np.maximum.reduceat(np.abs(g), off[:-1]).sum())
+
+    def bound(lam: float) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(G - lam y per entry, its maximum per job, UB(lam), the tolerance at lam)."""
+        red = g - lam * y
+        top = np.maximum.reduceat(red, off[:-1])
+        return red, top, lam * cap + math.fsum(top.tolist()), dp.REL_TOL * (lam * cap + width + 1.0)
+
+    stored = multiplier is not None and math.isfinite(multiplier) and multiplier >= 0
+    if stored:
+        red, top, ub, tol = bound(float(multiplier))
+        if value >= ub - tol:
+            return True
+    dy = y - np.repeat(want, sizes)  # the counts' own multiplier: their largest right-hand slope
+    slope = np.divide(g - np.repeat(chosen, sizes), dy, out=np.full(len(y), -np.inf), where=dy > 0)
+    _, _, own_ub, own_tol = bound(max(float(slope.max()), 0.0))
+    if value >= own_ub - own_tol:
+        return True
+    if not stored or not search:
+        return None
+    # A plan using an option of slack s is worth at most UB - s: beyond UB - value + tol, none beats the counts.
+    keep = (np.repeat(top, sizes) - red) <= (ub - value) + tol
+    kept = np.add.reduceat(keep.astype(np.int64), off[:-1])
+    if not kept.all() or int(kept.sum()) > len(y) // 4:  # little cut: the full proof's Pareto options do better
+        return None
+    # Each job shifted to its smallest kept count (0 first, as the DP takes options): a better plan
+    # beats the value less the shifts' within the capacity less theirs.
+    first = np.flatnonzero(keep)[np.concatenate(([0], np.cumsum(kept)[:-1]))]
+    room = cap - int(y[first].sum())
+    if room < 0:
+        return True  # no plan of the kept options fits: none beats the counts
+    options = []
+    for i in np.flatnonzero(kept > 1).tolist():
+        a, b = int(off[i]), int(off[i + 1])
+        k = keep[a:b]
+        options.append(dp.pareto_arrays(y[a:b][k] - y[first[i]], g[a:b][k] - g[first[i]]))
+    return True if not dp.can_beat(options, room, value - math.fsum(g[first].tolist()), True) else None

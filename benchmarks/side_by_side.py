@@ -245,6 +245,46 @@ def summary(r: dict) -> str:
     return "  ".join(parts)
 
 
+def _ip(r: dict | None) -> str:
+    if r is None:
+        return "not run"
+    if r["rc"]:
+        return f"exit {r['rc']}" + (f" (killed after {r['killed_after_s']:.0f} s)" if "killed_after_s" in r else "")
+    engine = r.get("highs_status") or r.get("cpsat_status") or "-"
+    eq = {True: "= dp", False: "**differs from dp**", None: "dp not optimal"}[r.get("equals_dp")]
+    return (f"{r['cpu']:.1f} / {r['wall']:.1f} / {r['peak_mib']:.0f}; {engine}; {r['solution']}, {eq}")
+
+
+def table(path: Path) -> str:
+    """The cells of a results file as one markdown table (the docs' side-by-side table)."""
+    lines = ["| GPUs x jobs | kind | dp exact: CPU s / peak MiB | plain C DP: CPU s / peak MiB | dp / plain (CPU) "
+             "| milp T = 60 s: CPU s / wall s / peak MiB; HiGHS; answer | cpsat T = 60 s: CPU s / wall s / peak MiB; "
+             "CP-SAT; answer | load (1-min) |",
+             "| --- | --- | ---: | ---: | ---: | --- | --- | ---: |"]
+    for c in json.loads(path.read_text())["cells"]:
+        head = f"| {c['gpus']:,} x {c['jobs']:,} | {c['kind']} |"
+        if "not_run" in c:
+            lines.append(f"{head} {c['not_run']} | | | | | |")
+            continue
+        d, p = c["dp"], c.get("plain")
+        dp_cell = f"**{d['cpu']:.2f}** / {d['peak_mib']:.0f} ({d['runs']} run{'s' if d['runs'] > 1 else ''}, {d['solution']})"
+        if p is None:
+            plain_cell = "not run"
+        elif not p["finished"]:
+            plain_cell = f"not finished: killed after {p['killed_after_s']:.0f} s ({p['cells']:.3g} cells)"
+        else:
+            eq = "= dp" if p["equals_dp"] else "**differs from dp**" if p["equals_dp"] is False else "dp not optimal"
+            plain_cell = (f"{p['cpu']:.3g} / {p['peak_mib']:.0f}{' value-only' if p['value_only'] else ''}, "
+                          f"{p['cells']:.3g} cells, {eq}")
+        ratio = f"{c['dp_over_plain_cpu']:.3g}" if "dp_over_plain_cpu" in c else "-"
+        loads = [r["load_before"] for k in ("dp", "plain", "milp", "cpsat") if isinstance(c.get(k), dict)
+                 for r in c[k].get("each", [c[k]]) if "load_before" in r]
+        load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "-"
+        lines.append(f"{head} {dp_cell} | {plain_cell} | {ratio} | {_ip(c.get('milp'))} | {_ip(c.get('cpsat'))} "
+                     f"| {load} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="16384,131072,1048576", help="GPUs, comma-separated (of 16384, 131072, 1048576)")
@@ -261,7 +301,11 @@ def main() -> None:
     ap.add_argument("--nice", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="16,384 x 128, synthetic and linear-step, one run, T = 10 s")
     ap.add_argument("--json")
+    ap.add_argument("--table", metavar="RESULTS", help="print RESULTS' cells as a markdown table and exit")
     a = ap.parse_args()
+    if a.table:
+        print(table(Path(a.table)))
+        return
     if a.quick:
         a.sizes, a.runs, a.time_limit = "16384", 1, 10.0
         a.kinds = "synthetic,linear-step" if a.kinds == ",".join(KINDS) else a.kinds

@@ -58,6 +58,19 @@ def cli() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "unicron_plan.cli"]
 
 
+def _session_cpu(sid: int) -> float:
+    """User + system CPU seconds so far of the live processes of session ``sid`` (from /proc)."""
+    total, tick = 0.0, os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # fields after the name: state ppid pgrp session ... utime (12) stime (13)
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def run(cmd: list[str], timeout: float, nice: int, stdout: Path | None = None) -> dict:
     """One whole process under ``nice``: wall from spawn to exit, CPU and peak RSS from ``wait4``."""
     load = os.getloadavg()[0]
@@ -75,6 +88,7 @@ def run(cmd: list[str], timeout: float, nice: int, stdout: Path | None = None) -
         if pid:
             break
         if time.perf_counter() - start > timeout and not killed:
+            group_cpu = _session_cpu(proc.pid)  # a killed process's own accounting is lost with it
             os.killpg(proc.pid, signal.SIGKILL)
             killed = True
         time.sleep(0.02)
@@ -89,7 +103,7 @@ def run(cmd: list[str], timeout: float, nice: int, stdout: Path | None = None) -
            "load_before": load}
     rss.close()
     if killed:
-        row["killed_after_s"] = timeout
+        row.update(killed_after_s=timeout, cpu=group_cpu)
     if proc.returncode and not killed:
         row["stderr"] = err.read()[-400:].decode(errors="replace")
     return row
@@ -168,7 +182,7 @@ def plain(exe: Path, paths: list[Path], value_only: bool, runs: int, budget: flo
         r = repeated(lambda: cmd, runs, budget, timeout, nice, out)
         if r["each"][-1].get("killed_after_s") or r["rc"]:
             return {"finished": False, "killed_after_s": timeout, "rc": r["rc"], "cpu_until_killed": r["cpu"],
-                    "types_done": n, "value_only": value_only}
+                    "types_done": n, "value_only": value_only, "load_before": r["each"][0]["load_before"]}
         parts = out.read_text().split()
         total["objective"] += float(parts[0])
         total["dp_seconds"] += float(parts[3])
@@ -204,8 +218,13 @@ def cell(gpus: int, jobs: int, kind: str, a, exe: Path, tmp: Path) -> dict:
     opt = row["dp"]["objective"] if row["dp"]["solution"] == "optimal" else None
     if "plain" in a.backends:
         paths, value_only, size = plain_inputs(inst, tmp, a.choice_max_bytes)
-        row["plain"] = {**size, **plain(exe, paths, value_only, runs, a.repeat_budget, a.plain_timeout, a.nice,
-                                        tmp)}
+        if size["cells"] > a.plain_max_cells:
+            row["plain"] = {**size, "finished": False, "value_only": value_only,
+                            "not_run": f"not run: its loop has {size['cells']:.3g} cells, over this pass's budget "
+                                       f"of {a.plain_max_cells:.3g}"}
+        else:
+            row["plain"] = {**size, **plain(exe, paths, value_only, runs, a.repeat_budget, a.plain_timeout,
+                                            a.nice, tmp)}
         if row["plain"].get("finished"):
             row["plain"]["equals_dp"] = same(row["plain"]["objective"], opt)
             row["dp_over_plain_cpu"] = row["dp"]["cpu"] / row["plain"]["cpu"]
@@ -238,7 +257,8 @@ def summary(r: dict) -> str:
     parts = [f"{r['gpus']:>9,} {r['kind']:22s} dp {r['dp']['cpu']:.2f}s {r['dp'].get('solution')}"]
     p = r.get("plain")
     if p:
-        parts.append(f"plain {p['cpu']:.2f}s eq={p.get('equals_dp')}" if p.get("finished") else "plain killed")
+        parts.append(f"plain {p['cpu']:.2f}s eq={p.get('equals_dp')}" if p.get("finished") else
+                     p.get("not_run", f"plain killed after {p.get('cpu_until_killed', 0):.0f} s CPU"))
     for s in ("milp", "cpsat"):
         if s in r:
             parts.append(f"{s} {r[s]['cpu']:.1f}s/{r[s]['wall']:.1f}w {r[s].get('solution')} eq={r[s].get('equals_dp')}")
@@ -270,8 +290,11 @@ def table(path: Path) -> str:
         dp_cell = f"**{d['cpu']:.2f}** / {d['peak_mib']:.0f} ({d['runs']} run{'s' if d['runs'] > 1 else ''}, {d['solution']})"
         if p is None:
             plain_cell = "not run"
+        elif "not_run" in p:
+            plain_cell = p["not_run"]
         elif not p["finished"]:
-            plain_cell = f"not finished: killed after {p['killed_after_s']:.0f} s ({p['cells']:.3g} cells)"
+            plain_cell = (f"not finished: killed after {p['killed_after_s']:.0f} s of wall, "
+                          f"{p['cpu_until_killed']:.0f} s of CPU ({p['cells']:.3g} cells)")
         else:
             eq = "= dp" if p["equals_dp"] else "**differs from dp**" if p["equals_dp"] is False else "dp not optimal"
             plain_cell = (f"{p['cpu']:.3g} / {p['peak_mib']:.0f}{' value-only' if p['value_only'] else ''}, "
@@ -298,6 +321,7 @@ def main() -> None:
     ap.add_argument("--dp-timeout", type=float, default=600.0)
     ap.add_argument("--plain-timeout", type=float, default=900.0)
     ap.add_argument("--choice-max-bytes", type=float, default=4 * 2**30)
+    ap.add_argument("--plain-max-cells", type=float, default=1e13, help="the plain DP is not run on a larger loop")
     ap.add_argument("--nice", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="16,384 x 128, synthetic and linear-step, one run, T = 10 s")
     ap.add_argument("--json")

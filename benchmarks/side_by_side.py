@@ -293,8 +293,8 @@ def table(path: Path) -> str:
         elif "not_run" in p:
             plain_cell = p["not_run"]
         elif not p["finished"]:
-            plain_cell = (f"not finished: killed after {p['killed_after_s']:.0f} s of wall, "
-                          f"{p['cpu_until_killed']:.0f} s of CPU ({p['cells']:.3g} cells)")
+            cpu = "CPU not recorded" if p["cpu_until_killed"] is None else f"{p['cpu_until_killed']:.0f} s of CPU"
+            plain_cell = f"not finished: killed after {p['killed_after_s']:.0f} s of wall, {cpu} ({p['cells']:.3g} cells)"
         else:
             eq = "= dp" if p["equals_dp"] else "**differs from dp**" if p["equals_dp"] is False else "dp not optimal"
             plain_cell = (f"{p['cpu']:.3g} / {p['peak_mib']:.0f}{' value-only' if p['value_only'] else ''}, "

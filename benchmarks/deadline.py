@@ -140,6 +140,32 @@ def _run(cli: list[str], path: Path, solver: str, limit: float, out: Path, timin
     return row
 
 
+PROCESS_PHASES = ("import", "read", "build", "solve", "place", "validate", "write")  # --timings: cumulative ends
+BACKEND_PHASES = ("model", "start", "build", "copy_and_engine", "engine", "extract")  # solver.options *_seconds
+
+
+def phase_rows(rows: list[dict]) -> list[dict]:
+    """Per route and T, the median seconds of each phase: the process's (from the cumulative ends that
+    ``--timings`` prints; "solve" holds the backend's phases) and the backend's own (``*_seconds``)."""
+    out = []
+    for route in dict.fromkeys(r["route"] for r in rows):
+        for limit in sorted({r["limit"] for r in rows if r["route"] == route}):
+            mine = [r for r in rows if r["route"] == route and r["limit"] == limit and "phases" in r]
+            if not mine:
+                continue
+            row = {"route": route, "limit": limit, "runs": len(mine),
+                   "wall": statistics.median(r["wall"] for r in mine), "cpu": statistics.median(r["cpu"] for r in mine)}
+            for before, name in zip(("",) + PROCESS_PHASES, PROCESS_PHASES):
+                row[name] = statistics.median(r["phases"][name] - r["phases"].get(before, 0.0) for r in mine)
+            for name in BACKEND_PHASES:
+                seen = [r["backend_phases"][f"{name}_seconds"] for r in mine
+                        if f"{name}_seconds" in r.get("backend_phases", {})]
+                if seen:
+                    row[f"backend_{name}"] = statistics.median(seen)
+            out.append(row)
+    return out
+
+
 def main() -> None:
     """Generate, measure, print and optionally write the table."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -238,13 +264,20 @@ def main() -> None:
                     k: {"median": statistics.median(p.get(k, 0.0) for p in mine), "max": max(p.get(k, 0.0) for p in mine)}
                     for k in names}
                 print(f"{route:15} T={limit:<4} {cells}")
+    phases = phase_rows(rows)
+    print("\nmedian seconds per phase (process: " + ", ".join(PROCESS_PHASES) + "; backend: "
+          + ", ".join(BACKEND_PHASES) + ")")
+    for p in phases:
+        cells = " ".join(f"{k} {p[k]:.3f}" for k in PROCESS_PHASES)
+        backend = " ".join(f"{k[8:]} {v:.3f}" for k, v in p.items() if k.startswith("backend_"))
+        print(f"{p['route']:15} T={p['limit']:<4} {cells} | {backend or '-'}")
     print(f"load average before {load_before[0]:.1f} {load_before[1]:.1f} {load_before[2]:.1f}, "
           f"after {load_after[0]:.1f} {load_after[1]:.1f} {load_after[2]:.1f} (1/5/15 min; {os.cpu_count()} CPUs)")
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
              "load_before": load_before, "load_after": load_after, "slack": SLACK,
-             "summary": summary, "rows": rows}, indent=1) + "\n")
+             "summary": summary, "phases": phases, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

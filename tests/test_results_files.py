@@ -46,3 +46,27 @@ def test_the_families_file_matches_its_script_on_one_run():
     assert set(now["weighted_tflop"]) == set(first["weighted_tflop"]) == set(families.COLUMNS)
     for column, value in first["weighted_tflop"].items():
         assert _close(now["weighted_tflop"][column], value), column
+
+
+def test_the_side_by_side_file_matches_its_script_on_its_smallest_cell(tmp_path):
+    """benchmarks/results-side-by-side.json: its flags agree with its objectives, and its first
+    16,384-GPU cell's instance and DP optimum are what the script's instance gives now."""
+    from unicron_plan import api
+
+    side = _module("benchmarks/side_by_side.py")
+    cells = json.loads((ROOT / "benchmarks" / "results-side-by-side.json").read_text())["cells"]
+    for c in cells:
+        if "dp" not in c:
+            assert c["not_run"].startswith("not run: "), c["kind"]
+            continue
+        optimum = c["dp"]["objective"] if c["dp"]["solution"] == "optimal" else None
+        for name in ("plain", "milp", "cpsat"):
+            other = c.get(name, {})
+            if "equals_dp" in other:
+                assert other["equals_dp"] == side.same(other["objective"], optimum), (c["gpus"], c["kind"], name)
+    first = next(c for c in cells if c["gpus"] == 16384 and "dp" in c)
+    path = tmp_path / "instance.json"
+    assert side.make_instance(first["gpus"], first["jobs"], first["kind"], first["seed"], path) == first["instance"]
+    plan = api.solve(str(path))
+    assert plan.status.solution == "optimal"
+    assert _close(plan.objective, first["dp"]["objective"])

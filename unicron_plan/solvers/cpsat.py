@@ -104,10 +104,18 @@ def build_cp(model: ipmodel.Formulation, scale: float, deadline: float | None = 
                 cp.add(expr >= r.lo)
             if r.hi is not None:
                 cp.add(expr <= r.hi)
-    check_deadline(deadline)
-    terms = [(xs[v], int(round(g * scale))) for v, g in model.objective.items()]
-    check_deadline(deadline)
-    cp.maximize(cp_model.LinearExpr.weighted_sum([t[0] for t in terms], [t[1] for t in terms]))
+    # The objective straight into the proto, as CpModel.maximize writes it (CP-SAT minimises the
+    # negated sum, scaling factor -1), a chunk at a time: maximize() appends term by term with no look
+    # at the deadline (8-11 s of CPU for the 1.9 M terms of 1,048,576 GPUs x 8,192 jobs; about 1 s here).
+    objective = cp.proto.objective
+    objective.scaling_factor = -1.0
+    items = list(model.objective.items())
+    for k in range(0, len(items), BUILD_CHECK_TERMS):
+        check_deadline(deadline)
+        chunk = [(xs[v].index, -int(round(g * scale))) for v, g in items[k:k + BUILD_CHECK_TERMS]]
+        chunk = [(i, c) for i, c in chunk if c]  # as maximize(): no zero terms
+        objective.vars.extend([i for i, _ in chunk])
+        objective.coeffs.extend([c for _, c in chunk])
     for v, val in enumerate(model.start_values()):
         if v % BUILD_CHECK_TERMS == 0:
             check_deadline(deadline)

@@ -11,6 +11,7 @@ node-level constraints or ``max_changed_jobs`` the node-level model over types o
 from __future__ import annotations
 
 import math
+import time
 
 from unicron_plan.core.problem import Problem, RawSolution
 from unicron_plan.errors import InfeasibleError, MissingExtraError
@@ -108,11 +109,14 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
 
         return mixed_place.solve(problem, options, backend, single=single_solver(backend), relax=solve_types)
     options = options or SolverOptions()
+    stamps = [time.perf_counter()]  # the phases' ends: model, start, copy and engine, extract
     try:
         model, meaning = build(problem, options.deadline)
     except DeadlineReached:
         model = meaning = None
+    stamps.append(time.perf_counter())
     start = None if options.expired() else _start(problem, options, model, meaning)
+    stamps.append(time.perf_counter())
     if model is None:
         result, values, info = {"termination": "time_limit", "has_solution": False, "bound": math.inf}, None, \
             {"backend": backend, "stopped": "time limit while building"}
@@ -125,6 +129,7 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
 
         result, values = milp.run(model, options, backend)
         info = {"backend": backend, **model.stats()}
+    stamps.append(time.perf_counter())
     if result["termination"] == "infeasible" and start is None:
         raise InfeasibleError("the jobs that may not suspend (pinned, hysteresis) do not fit on any choice of "
                               "GPU types (the solver proved it)")
@@ -145,6 +150,9 @@ def solve(problem: Problem, options: SolverOptions | None, backend: str) -> RawS
     if not plans:
         raise InfeasibleError(f"no plan found ({result['termination']}); raise the time limit")
     objective, name, counts, types = max(plans, key=lambda p: p[0])  # the first of the best
+    stamps.append(time.perf_counter())
+    info = {**info, **{f"{phase}_seconds": round(b - a, 4) for phase, a, b in
+                       zip(("model", "start", "copy_and_engine", "extract"), stamps, stamps[1:])}}
     termination = result["termination"]
     if termination == "infeasible":
         info, termination = {**info, "infeasible_claim_refuted": True}, "error"

@@ -369,8 +369,8 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
     state = problem.state
     sub_instance = instance.model_copy(update={"jobs": [instance.jobs[j.index] for j in
                                                         (problem.jobs[k] for k in changed)]})
-    report = validate_plan(sub_instance, part, derived=problem.derived(),
-                           whole_used=used)
+    # (the tables of problem.derived(), every job's, are the prepared cluster's: the same mapping)
+    report = validate_plan(sub_instance, part, derived=(kept.prepared.tables, state), whole_used=used)
     if not report.valid:
         return False
     # every node whose load changed, and every node the event touched (a kept job on it would be hit)
@@ -391,7 +391,8 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
     is_changed[changed] = True
     kept_idx = np.flatnonzero(~is_changed)
     kept_gain = kept.f_kept[kept_idx] * problem.d_run
-    if any(state.hit[problem.jobs[k].id] for k in kept_idx.tolist()):
+    changed_ids = {problem.jobs[k].id for k in changed}
+    if not {jid for jid, h in state.hit.items() if h} <= changed_ids:  # a kept job was hit
         return False
     total = float(kept_gain.sum()) + report.objective
     waf = float(kept.f_kept[kept_idx].sum()) + float(sum(pj.waf_tflops for pj in part.jobs))

@@ -152,7 +152,7 @@ class Coordinator:
         from unicron_plan.plan.incremental import incremental_plan
         from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
 
-        kept = self._kept_plan(prepared)
+        kept = self._kept_plan(prepared, settle=self._settle)
         if kept is None:
             return None
         try:
@@ -160,8 +160,10 @@ class Coordinator:
         except Exception:  # any doubt (bad input included): the whole path answers, and reports it
             return None
 
-    def _kept_plan(self, prepared):
-        """:func:`unicron_plan.plan.incremental.keep_plan` of ``prepared``, once per prepared cluster."""
+    def _kept_plan(self, prepared, settle: bool = False):
+        """:func:`unicron_plan.plan.incremental.keep_plan` of ``prepared``, once per prepared cluster;
+        with ``settle``, the heap is settled after making it (a cluster reached by ``apply`` has its
+        kept plan made by its first event, after the heap was settled)."""
         from unicron_plan.plan.incremental import keep_plan
 
         with self._cv:
@@ -174,6 +176,8 @@ class Coordinator:
             made = None
         with self._cv:
             self._kept = (prepared, made)
+        if settle and made is not None:
+            _settle_heap()
         return made
 
     def worker_paused(self):

@@ -401,3 +401,12 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
     if plan.status.solution == "optimal" and not _close(plan.bound, plan.objective):
         return False
     return plan.changes == changes_of([pj.reason for pj in plan.jobs])
+
+
+def shared_entries(kept: KeptPlan) -> list | None:
+    """The entries the last plan made from ``kept`` shares with every plan of its event's key (the kept
+    entries with that key's gain; a plan's entry for a job it does not change is that very object), or
+    None when there are none yet."""
+    if not kept.quiet:
+        return None
+    return kept.quiet[next(reversed(kept.quiet))].entries

@@ -86,9 +86,10 @@ class Coordinator:
         self._contingency_on = contingency
         self._cv = threading.Condition()
         self._index: tuple[int, dict | None] | None = None  # (base_version, index or None on failure)
-        # (base_version, {node id: its class's representative}, {representative: zlib(JSON plan)},
-        # nodes to do): answers to single-node failures, one per class of nodes
-        self._answers: tuple[int, dict[str, str], dict[str, bytes], int] | None = None
+        # (base_version, {node id: its class's representative}, {representative: zlib(JSON plan), or
+        # (body number, head, changed entries, tail): service/answers.py}, nodes to do, {body number:
+        # shared entries' JSON}): answers to single-node failures, one per class of nodes
+        self._answers: tuple[int, dict[str, str], dict[str, Any], int, dict[int, list]] | None = None
         self._can_fail: tuple[int, int] | None = None  # (base version, its nodes not down as a whole)
         self._order: tuple[int, dict[str, int]] | None = None  # (base_version, node id -> cluster position)
         self._fingerprint: tuple[int, str] | None = None  # (base_version, fingerprint of the base)
@@ -229,7 +230,15 @@ class Coordinator:
         rep = answers[1].get(node)
         if rep is None:
             return None
-        text = zlib.decompress(answers[2][rep])
+        packed = answers[2][rep]
+        if isinstance(packed, tuple):  # a delta on the shared entries
+            from unicron_plan.service.answers import joined_text, relabelled_text
+
+            number, head, changed, tail = packed
+            if rep == node:
+                return joined_text(answers[4][number], head, changed, tail)
+            return relabelled_text(answers[4][number], head, changed, tail, rep, node, self._node_order(state))
+        text = zlib.decompress(packed)
         if rep == node:
             return text
         from unicron_plan.plan.contingency import relabel_plan
@@ -545,8 +554,9 @@ class Coordinator:
         return self._closed or self.state.base_version != snapshot.base_version
 
     def _publish(self, snapshot: st.State, message: tuple, start: float) -> None:
-        """One message of the warm stages: ("index", index, digest, nodes to do) or
-        ("answer", representative, its class, zlib JSON)."""
+        """One message of the warm stages: ("index", index, digest, nodes to do),
+        ("shared", body number, entries' JSON) or ("answer", representative, its class, zlib JSON or
+        a delta on a body sent before)."""
         if message[0] == "index":
             _, index, digest, total = message
             self.metrics.contingency_build.observe(time.perf_counter() - start)
@@ -554,7 +564,12 @@ class Coordinator:
                 self._index = (snapshot.base_version, index)
                 self._fingerprint = None if digest is None else (snapshot.base_version, digest)
                 if index is not None:
-                    self._answers = (snapshot.base_version, {}, {}, total)
+                    self._answers = (snapshot.base_version, {}, {}, total, {})
+        elif message[0] == "shared":
+            with self._cv:
+                answers = self._answers
+            if answers is not None and answers[0] == snapshot.base_version:
+                answers[4][message[1]] = message[2]
         elif message[0] == "answer":
             with self._cv:
                 answers = self._answers
@@ -680,14 +695,17 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
     """The warm stages of ``snapshot`` as messages: ("index", index or None, fingerprint, nodes to do),
     then ("answer", representative, its class, zlib JSON plan) for each class of nodes
     (:func:`unicron_plan.plan.contingency.node_classes`, largest first; not nodes already down as a
-    whole, which cannot fail again) whose representative's failure has a plan. The index solves each equivalence class of failures once; the answer of a class is
+    whole, which cannot fail again) whose representative's failure has a plan. An answer made from the
+    kept plan is sent as a delta on the entries it shares with the others (:mod:`unicron_plan.service.answers`;
+    ("shared", body number, their JSON) first, once). The index solves each equivalence class of failures once; the answer of a class is
     its representative's plan, placed and validated by :func:`unicron_plan.api.solve` as a cold
     request would be; the other nodes of the class are answered with it relabelled
     (:func:`unicron_plan.plan.contingency.relabel_plan`)."""
     from unicron_plan import api
     from unicron_plan.core.problem import prepare
     from unicron_plan.plan.contingency import build_contingency, fingerprint, node_classes
-    from unicron_plan.plan.incremental import indexed_plan, keep_plan
+    from unicron_plan.plan.incremental import indexed_plan, keep_plan, shared_entries
+    from unicron_plan.service.answers import encode_body, split_plan
 
     try:
         index = build_contingency(snapshot.base)
@@ -704,6 +722,7 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
         kept = keep_plan(prepared)
     except Exception:  # (the answers are then made whole)
         kept = None
+    bodies: dict[int, tuple[list, int]] = {}  # id of shared entries -> (them, their body number)
     for members in classes:
         if stop():
             return
@@ -711,12 +730,22 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
             after, _ = st.record_event(base, {"kind": "failure", "failed_nodes": [members[0]]}, prepared.nodes)
             instance = st.planning_instance(after)
             plan = None if kept is None else indexed_plan(kept, instance, index, digest)
+            shared = split = None
             if plan is None:
                 plan = api.solve(instance, solver=solver, contingency=index, instance_fingerprint=digest,
                                  prepared=prepared)
+            else:
+                shared = shared_entries(kept)
+                split = None if shared is None else split_plan(plan, shared, kept.holders, members)
         except Exception:  # e.g. the node has failed already: such events are solved when they come
             continue
-        yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))
+        if split is not None:
+            if id(shared) not in bodies:
+                bodies[id(shared)] = (shared, len(bodies))
+                yield ("shared", len(bodies) - 1, encode_body(shared))
+            yield ("answer", members[0], members, (bodies[id(shared)][1], *split))
+        else:
+            yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))
         time.sleep(0)  # in-thread: let request threads in between answers
 
 

@@ -1,0 +1,56 @@
+"""Stored answers as deltas on a shared body (service/answers.py): every answer of the warm stage, for its
+representative and relabelled for every other node of its class, reads as the plan the whole text
+would give (the plan's own text, and plan.contingency.relabel_plan of it)."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import pytest
+
+from unicron_plan.plan import incremental
+from unicron_plan.plan.contingency import relabel_plan
+from unicron_plan.schema import Instance
+from unicron_plan.service import coordinator, state as st
+from unicron_plan.service.answers import joined_text, relabelled_text
+from unicron_plan.tools.generate import generate_instance
+
+
+@pytest.mark.parametrize("kind,seed", [("equal-per-gpu", 1), ("synthetic", 2), ("near-linear", 3), ("linear-step", 4)])
+def test_delta_answers_read_as_the_whole_plans(kind, seed, monkeypatch):
+    """(On the synthetic cluster a failure changes most jobs: its answers go whole.)"""
+    inst = generate_instance(seed, gpus=1024, jobs=12, failed_nodes=0, curves=kind)
+    inst.pop("event", None)
+    snapshot = st.State(base=Instance.model_validate(inst), revision=1, base_version=1)
+    order = {n.id: k for k, n in enumerate(snapshot.base.cluster.nodes)}
+    bodies, deltas = {}, 0
+    messages = list(coordinator._warm_messages(snapshot, None, 4096, lambda: False))
+    assert messages[0][0] == "index" and messages[0][1] is not None
+    # the reference: every answer's whole text, as the stage stores it without the delta
+    whole = {}
+    monkeypatch.setattr(incremental, "shared_entries", lambda kept: None)  # every answer sent whole
+    for message in coordinator._warm_messages(snapshot, None, 4096, lambda: False):
+        if message[0] == "answer":
+            whole[message[1]] = json.loads(zlib.decompress(message[3]))
+    monkeypatch.undo()
+    for message in messages[1:]:
+        if message[0] == "shared":
+            bodies[message[1]] = message[2]
+            continue
+        _, rep, members, packed = message
+        if not isinstance(packed, tuple):
+            continue
+        deltas += 1
+        number, head, changed, tail = packed
+        assert len(changed) < len(bodies[number])  # a delta, not the whole plan
+        text = joined_text(bodies[number], head, changed, tail)
+        got = json.loads(text)
+        want = whole[rep]
+        got["solver"].pop("wall_seconds"), want["solver"].pop("wall_seconds")
+        assert got == want
+        for b in members[1:]:
+            relabelled = json.loads(relabelled_text(bodies[number], head, changed, tail, rep, b, order))
+            expect = relabel_plan(json.loads(text), rep, b, order)
+            assert relabelled == expect
+    assert deltas > 0 or kind == "synthetic"

@@ -54,3 +54,27 @@ def test_delta_answers_read_as_the_whole_plans(kind, seed, monkeypatch):
             expect = relabel_plan(json.loads(text), rep, b, order)
             assert relabelled == expect
     assert deltas > 0 or kind == "synthetic"
+
+
+def test_cold_replies_encode_the_shared_entries_once_and_read_as_the_plans_text(tmp_path):
+    """A cold dry run's text (the kept plan's entries spliced in from their JSON encoded once) is the
+    plan's own JSON text, byte for byte, on a cluster where failures change few jobs and on one where
+    they change most."""
+    import numpy as np
+
+    for kind in ("equal-per-gpu", "synthetic"):
+        inst = generate_instance(5, gpus=1024, jobs=12, failed_nodes=0, curves=kind)
+        inst.pop("event", None)
+        c = coordinator.Coordinator(tmp_path / kind, contingency=False)
+        c.put_cluster(inst)
+        rng = np.random.default_rng(0)
+        nodes = [n["id"] for n in inst["cluster"]["nodes"]]
+        spliced = 0
+        for _ in range(6):
+            pair = [nodes[int(i)] for i in rng.choice(len(nodes), 2, replace=False)]
+            after, _ = st.record_event(c.state, {"kind": "failure", "failed_nodes": pair}, c._nodes(c.state))
+            plan = c._plan(c.state, after, dry_run=True)
+            assert c._plan_text(plan) == plan.model_dump_json(exclude_none=True).encode()
+            spliced += c._body is not None and c._body[0] is incremental.shared_entries(c._kept[1])
+        assert spliced or kind == "synthetic"
+        c.close()

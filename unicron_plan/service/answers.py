@@ -22,13 +22,16 @@ def encode_body(entries: list) -> list[bytes]:
     return [pj.model_dump_json(exclude_none=True).encode() for pj in entries]
 
 
-def split_plan(plan, shared: list, holders: dict, members: list[str]) -> tuple | None:
+def split_plan(plan, shared: list, holders: dict, members: list[str], most: int | None = None) -> tuple | None:
     """(head, {position: changed entry's JSON}, tail) of ``plan`` whose other entries are ``shared``'s
-    (the very objects), or None where that does not hold, or where a shared entry may name a node of
-    ``members`` (a job listing one in its current allocation, by ``holders``: node -> job ids)."""
+    (the very objects), or None where that does not hold, where more than ``most`` entries change,
+    or where a shared entry may name a node of ``members`` (a job listing one in its current
+    allocation, by ``holders``: node -> job ids)."""
     if len(plan.jobs) != len(shared):
         return None
     changed = [k for k, (pj, s) in enumerate(zip(plan.jobs, shared)) if pj is not s]
+    if most is not None and len(changed) > most:
+        return None
     ids = {plan.jobs[k].id for k in changed}
     if any(jid not in ids for m in members for jid in holders.get(m, ())):
         return None

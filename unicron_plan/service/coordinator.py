@@ -95,6 +95,7 @@ class Coordinator:
         self._fingerprint: tuple[int, str] | None = None  # (base_version, fingerprint of the base)
         self._prepared_base = None  # (base_version, core.problem.prepare of the base, or None)
         self._kept = None  # (that prepared cluster, plan.incremental.keep_plan of it, or None)
+        self._body = None  # (shared entries of the kept plan, their JSON: service/answers.py)
         self._closed = False
         self._settle = settle_heap
         if settle_heap:
@@ -279,10 +280,28 @@ class Coordinator:
         else:
             with self._worker_paused():  # solving and encoding: the warm worker waits
                 after, _ = st.record_event(state, data, self._nodes(state))
-                text = self._plan(state, after, dry_run=True).model_dump_json(exclude_none=True).encode()
+                text = self._plan_text(self._plan(state, after, dry_run=True))
         self.metrics.plan_latency.observe(time.perf_counter() - start)
         pending = json.dumps(st.pending_summary(state), separators=(",", ":")).encode()
         return text[:-1] + b',"plan_id":null,"revision":%d,"includes_pending":%s}' % (state.revision, pending)
+
+    def _plan_text(self, plan) -> bytes:
+        """``plan``'s JSON text; where it shares the kept plan's entries (an incremental plan), those
+        are encoded once per key (:mod:`unicron_plan.service.answers`) and only the rest per plan."""
+        from unicron_plan.plan.incremental import shared_entries
+        from unicron_plan.service.answers import encode_body, joined_text, split_plan
+
+        with self._cv:
+            kept, body = self._kept, self._body
+        shared = shared_entries(kept[1]) if kept is not None and kept[1] is not None else None
+        split = None if shared is None else split_plan(plan, shared, {}, [], most=len(shared) // 2)
+        if split is None:
+            return plan.model_dump_json(exclude_none=True).encode()
+        if body is None or body[0] is not shared:
+            body = (shared, encode_body(shared))
+            with self._cv:
+                self._body = body
+        return joined_text(body[1], *split)
 
     def _plan(self, before: st.State, after: st.State, dry_run: bool):
         """The plan of ``after`` (``before`` plus one event), from warm contingency when it applies."""

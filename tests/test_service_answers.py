@@ -78,3 +78,41 @@ def test_cold_replies_encode_the_shared_entries_once_and_read_as_the_plans_text(
             spliced += c._body is not None and c._body[0] is incremental.shared_entries(c._kept[1])
         assert spliced or kind == "synthetic"
         c.close()
+
+
+def test_a_cluster_too_large_for_an_index_has_its_answers_solved_per_class(monkeypatch):
+    """Above INDEX_MAX_CELLS the warm stage stores no failure in its index and answers every class by
+    the DP on the kept plan's terms: each answer (for every node of its class) reads as api.solve's
+    plan of that failure, proven optimal."""
+    from unicron_plan import api
+
+    monkeypatch.setattr(coordinator, "INDEX_MAX_CELLS", 0)
+    inst = generate_instance(4, gpus=1024, jobs=12, failed_nodes=0, curves="equal-per-gpu")
+    inst.pop("event", None)
+    snapshot = st.State(base=Instance.model_validate(inst), revision=1, base_version=1)
+    order = {n.id: k for k, n in enumerate(snapshot.base.cluster.nodes)}
+    messages = list(coordinator._warm_messages(snapshot, None, 4096, lambda: False))
+    assert messages[0][0] == "index" and coordinator._answers_only(messages[0][1])
+    bodies, checked = {}, 0
+    for message in messages[1:]:
+        if message[0] == "shared":
+            bodies[message[1]] = message[2]
+            continue
+        _, rep, members, packed = message
+        for b in members[:3]:
+            if isinstance(packed, tuple):
+                number, head, changed, tail = packed
+                text = joined_text(bodies[number], head, changed, tail) if b == rep else \
+                    relabelled_text(bodies[number], head, changed, tail, rep, b, order)
+                got = json.loads(text)
+            else:
+                got = json.loads(zlib.decompress(packed))
+                if b != rep:
+                    got = relabel_plan(got, rep, b, order)
+            event = Instance.model_validate({**inst, "event": {"kind": "failure", "failed_nodes": [b]}})
+            want = json.loads(api.solve(event).model_dump_json(exclude_none=True))
+            assert got["status"]["solution"] == "optimal"
+            assert got["objective"] == pytest.approx(want["objective"], rel=1e-9)
+            assert [(j["id"], j["gpus"]) for j in got["jobs"]] == [(j["id"], j["gpus"]) for j in want["jobs"]]
+            checked += 1
+    assert checked > 5

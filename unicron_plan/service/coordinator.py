@@ -39,6 +39,10 @@ from unicron_plan.service.store import Store
 #: Whole answers are precomputed for at most this many classes of nodes, largest first (the index
 #: covers every node).
 MAX_PRECOMPUTED_CLASSES = 4096
+#: Above this many (jobs x whole-node units of capacity) the warm stage builds no contingency index
+#: (its tables would take more memory than the service's budget: 12 GiB and growing at 8,192 jobs x
+#: 131,072 units) and answers each class of nodes by the DP on the kept plan's shared terms instead.
+INDEX_MAX_CELLS = 2**28
 #: A request stops the warm worker only while the worker was stopped for less than this share of the
 #: last STOP_WINDOW seconds: under back-to-back requests it still runs about a quarter of the time.
 STOP_SHARE = 0.75
@@ -312,8 +316,9 @@ class Coordinator:
                     index = self._index[1]
                 if self._fingerprint is not None and self._fingerprint[0] == after.base_version:
                     fingerprint = self._fingerprint[1]
-            # only a node's or a rack's failure reads the index (the key is looked for only when there is one)
-            if index is not None and _index_key(after, self._nodes(after)) is None:
+            # only a node's or a rack's failure reads the index (the key is looked for only when there is
+            # one), and only an index that stores some
+            if index is not None and (_answers_only(index) or _index_key(after, self._nodes(after)) is None):
                 index = None
         plan = self.solve(st.planning_instance(after), index, fingerprint, prepared=self._prepared(after))
         source = plan.solver.name
@@ -723,13 +728,14 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
     from unicron_plan import api
     from unicron_plan.core.problem import prepare
     from unicron_plan.plan.contingency import build_contingency, fingerprint, node_classes
-    from unicron_plan.plan.incremental import indexed_plan, keep_plan, shared_entries
+    from unicron_plan.plan.incremental import incremental_plan, indexed_plan, keep_plan, shared_entries
+    from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
     from unicron_plan.service.answers import encode_body, split_plan
 
     try:
-        index = build_contingency(snapshot.base)
-        digest = fingerprint(snapshot.base)
         prepared = prepare(snapshot.base)
+        digest = fingerprint(snapshot.base)
+        index = ANSWERS_ONLY if _index_cells(prepared) > INDEX_MAX_CELLS else build_contingency(snapshot.base)
         down = _down_nodes(snapshot.base)
         classes = [c for c in node_classes(snapshot.base, prepared.previous) if c[0] not in down][:max_classes]
     except Exception:  # e.g. a cluster the planner rejects: events are solved instead
@@ -748,7 +754,12 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
         try:
             after, _ = st.record_event(base, {"kind": "failure", "failed_nodes": [members[0]]}, prepared.nodes)
             instance = st.planning_instance(after)
-            plan = None if kept is None else indexed_plan(kept, instance, index, digest)
+            if _answers_only(index):  # the DP on the shared terms: kept only when proven optimal
+                plan = None if kept is None else incremental_plan(kept, instance, solver, DEFAULT_TIME_LIMIT_SECONDS)
+                if plan is None or plan.status.solution != "optimal":
+                    continue
+            else:
+                plan = None if kept is None else indexed_plan(kept, instance, index, digest)
             shared = split = None
             if plan is None:
                 plan = api.solve(instance, solver=solver, contingency=index, instance_fingerprint=digest,
@@ -766,6 +777,26 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
         else:
             yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))
         time.sleep(0)  # in-thread: let request threads in between answers
+
+
+#: The index of a cluster too large for one (INDEX_MAX_CELLS): it stores no failure, and the warm
+#: stage's answers are solved one class at a time.
+ANSWERS_ONLY = {"failures": {}, "infeasible": {}, "plans": {},
+                "stats": {"method": "none: answers solved per class of nodes (the index exceeds its memory budget)"}}
+
+
+def _answers_only(index: dict) -> bool:
+    return not index.get("failures") and not index.get("infeasible")
+
+
+def _index_cells(prepared) -> int:
+    """Jobs x the largest GPU type's capacity in whole-node units (the size of the index's tables)."""
+    cap: dict[str, int] = {}
+    gpus: dict[str, int] = {}
+    for n in prepared.instance.cluster.nodes:
+        cap[n.gpu_type] = cap.get(n.gpu_type, 0) + n.gpus
+        gpus[n.gpu_type] = max(gpus.get(n.gpu_type, 1), n.gpus)
+    return len(prepared.instance.jobs) * max((c // gpus[t] for t, c in cap.items()), default=0)
 
 
 def _down_nodes(instance) -> set[str]:

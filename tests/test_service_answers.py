@@ -116,3 +116,26 @@ def test_a_cluster_too_large_for_an_index_has_its_answers_solved_per_class(monke
             assert [(j["id"], j["gpus"]) for j in got["jobs"]] == [(j["id"], j["gpus"]) for j in want["jobs"]]
             checked += 1
     assert checked > 5
+
+
+def test_an_index_that_stores_no_failure_is_not_read(tmp_path, monkeypatch):
+    """With the index of a cluster too large for one, a single-node failure not stored yet is solved
+    as any cold event (incrementally, without api.solve), not through the index."""
+    from unicron_plan import api
+
+    inst = generate_instance(6, gpus=1024, jobs=12, failed_nodes=0, curves="equal-per-gpu")
+    inst.pop("event", None)
+    c = coordinator.Coordinator(tmp_path / "s", contingency=False)
+    c.put_cluster(inst)
+    c._index = (c.state.base_version, coordinator.ANSWERS_ONLY)
+    node = inst["cluster"]["nodes"][3]["id"]
+    want = api.solve(Instance.model_validate({**inst, "event": {"kind": "failure", "failed_nodes": [node]}}))
+
+    def whole(*args, **kwargs):
+        raise AssertionError("solved through api.solve")
+
+    monkeypatch.setattr(api, "solve", whole)
+    got = json.loads(c.dry_run_reply({"kind": "failure", "failed_nodes": [node]}))
+    assert got["solver"]["name"] == want.solver.name == "dp"
+    assert got["objective"] == pytest.approx(want.objective, rel=1e-9)
+    c.close()

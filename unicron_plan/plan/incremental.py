@@ -13,6 +13,10 @@ every node the event touched, the capacity per GPU type, the objective and the p
 
 When most jobs change (more than WHOLE_SHARE of them: e.g. the first event on a cluster far from
 its optimum) the solved counts are assembled and validated whole, as api.solve does.
+The problem itself is built from terms shared by every event of one key (:func:`event_problem`:
+the nodes left in service, the capacity per GPU type, the expected repair), only the jobs hit
+differently being tabulated afresh; the DP reuses the others' Pareto options, and the kept entries
+with the key's ``gain`` are made once per key (:func:`shared_entries`).
 It returns None (the caller solves whole) wherever it does not apply: a cluster whose kept plan
 does not validate, mixed fleets, solvers that place at node level, a churn limit, tracked idle
 GPUs, or a delta that does not validate. The plan is the one :func:`unicron_plan.api.solve` gives
@@ -146,10 +150,9 @@ class _Quiet:
 
 def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] | None:
     """(``build_problem(instance, kept.prepared)`` in work that grows with the jobs the event hits,
-    the shared terms it reuses: their ``options`` are the :attr:`SolverOptions.pareto` that reuses
-    the other jobs' options), or None where that does
-    not apply (an instance the kept plan does not cover, an event that makes jobs leave, a mixed
-    fleet, or a precheck that fails: build_problem then reports it).
+    the shared terms it reuses, whose ``options`` are the :attr:`SolverOptions.pareto` of the
+    problem), or None where that does not apply (an instance the kept plan does not cover, an event
+    that makes jobs leave, a mixed fleet, or a precheck that fails: build_problem then reports it).
 
     A job's terms depend on the event only through whether it hits the job, the nodes left in
     service (D_run, and the horizon of its transition), the capacity per GPU type and, under the

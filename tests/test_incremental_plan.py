@@ -187,3 +187,62 @@ def test_answers_from_the_index_give_the_whole_paths_plan(kind):
         assert _dump(got) == _dump(full)
         done += 1
     assert done >= 18
+
+
+def _terms(problem) -> list:
+    """Every job's terms of ``problem`` as comparable tuples (arrays as lists)."""
+    out = []
+    for j in problem.jobs:
+        row = dict(vars(j))
+        row.update(counts=j.counts.tolist(), f=j.f.tolist(), gains=j.gains.tolist(), table=dict(j.table))
+        out.append(row)
+    return out
+
+
+def test_event_problems_share_the_quiet_terms_and_equal_build_problem():
+    """event_problem gives build_problem's problem term for term (and dp.pareto_joined's options per
+    type) on random clusters and events of several keys, with its quiet terms made once per key."""
+    from unicron_plan.core.problem import build_problem
+    from unicron_plan.solvers import dp
+
+    rng = np.random.default_rng(7)
+    made = reused = 0
+    for _ in range(80):
+        inst = random_instance(rng, max_nodes=6, max_jobs=5, gpu_types=int(rng.integers(1, 3)),
+                               mtbf=bool(rng.random() < 0.6))
+        for job in inst["jobs"]:
+            if rng.random() < 0.2:
+                job["min_gain_fraction"] = float(rng.choice([0.01, 0.5]))
+        if rng.random() < 0.4 and "node_mtbf_hours" in inst["cost"]:
+            inst["cost"]["horizon"] = str(rng.choice(["job", "lifetime"]))
+        inst.pop("event", None)
+        prepared = prepare(Instance.model_validate(inst))
+        try:
+            kept = incremental.keep_plan(prepared)
+        except InfeasibleError:
+            continue
+        if kept is None:
+            continue
+        for ev in _events(rng, inst, 4) * 2:  # every event twice: the second reads the quiet terms kept
+            instance = prepared.instance.model_copy(update={"event": Instance.model_validate({**inst, "event": ev}).event})
+            try:
+                whole = build_problem(instance, prepared)
+            except (InvalidInstanceError, InfeasibleError):
+                continue
+            keys = len(kept.quiet)
+            got = incremental.event_problem(kept, instance)
+            assert got is not None
+            problem, quiet = got
+            made, reused = made + (len(kept.quiet) > keys), reused + (len(kept.quiet) == keys)
+            assert (problem.d_run, problem.capacity, problem.max_changed_jobs) == \
+                   (whole.d_run, whole.capacity, whole.max_changed_jobs)
+            assert problem.state.hit == whole.state.hit
+            assert _terms(problem) == _terms(whole)
+            for t in whole.capacity:
+                want, want_joined = dp.pareto_joined(whole.jobs_of_type(t))
+                have, have_joined = quiet.options(problem.jobs_of_type(t))
+                assert [(y.tolist(), g.tolist()) for y, g in have] == [(y.tolist(), g.tolist()) for y, g in want]
+                assert (have_joined is None) == (want_joined is None)
+                if want_joined is not None:
+                    assert all(np.array_equal(a, b) for a, b in zip(have_joined, want_joined))
+    assert made > 20 and reused > made  # both kinds of call were checked

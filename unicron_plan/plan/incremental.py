@@ -13,6 +13,10 @@ every node the event touched, the capacity per GPU type, the objective and the p
 
 When most jobs change (more than WHOLE_SHARE of them: e.g. the first event on a cluster far from
 its optimum) the solved counts are assembled and validated whole, as api.solve does.
+The problem itself is built from terms shared by every event of one key (:func:`event_problem`:
+the nodes left in service, the capacity per GPU type, the expected repair), only the jobs hit
+differently being tabulated afresh; the DP reuses the others' Pareto options, and the kept entries
+with the key's ``gain`` are made once per key (:func:`shared_entries`).
 It returns None (the caller solves whole) wherever it does not apply: a cluster whose kept plan
 does not validate, mixed fleets, solvers that place at node level, a churn limit, tracked idle
 GPUs, or a delta that does not validate. The plan is the one :func:`unicron_plan.api.solve` gives
@@ -25,12 +29,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping
 
 import numpy as np
 
-from unicron_plan.core.problem import PreparedCluster, Problem, RawSolution, build_problem
+from unicron_plan.core import constraints, cost
+from unicron_plan.core.checks import check_event
+from unicron_plan.core.cluster import build_state
+from unicron_plan.core.problem import (FlatTables, PreparedCluster, Problem, RawSolution, add_alternatives,
+                                       build_problem, tabulate)
+from unicron_plan.errors import InfeasibleError
 from unicron_plan.plan.assemble import to_plan
 from unicron_plan.plan.placement import place
 from unicron_plan.plan.reasons import changes_of
@@ -41,6 +50,10 @@ from unicron_plan.schema import Instance, Plan, PlanJob
 #: Above this share of the jobs changed, the whole plan is assembled and validated (the delta would
 #: cost more than the whole).
 WHOLE_SHARE = 0.5
+#: The shared terms kept per cluster (:func:`event_problem`), the most recently used: one per distinct
+#: (event kind, nodes in service, capacity per type, expected repair); failures of two whole nodes
+#: in service all share one.
+QUIET_KEPT = 4
 
 
 def _close(a: float, b: float) -> bool:
@@ -57,6 +70,9 @@ class KeptPlan:
     f_kept: np.ndarray  # F(x) of each job, as its entry's waf_tflops
     usage: Counter  # node id -> GPUs of every job's previous split
     free: dict[str, int]  # node id -> GPUs usable before the event less the usage (cluster order)
+    holders: dict = dataclasses.field(default_factory=dict, compare=False)  # node id -> ids of the jobs listing it
+    # (event kind, nodes in service, capacity, repair) -> _Quiet, most recently used last (event_problem)
+    quiet: OrderedDict = dataclasses.field(default_factory=OrderedDict, compare=False)
 
 
 def keep_plan(prepared: PreparedCluster) -> KeptPlan | None:
@@ -81,7 +97,115 @@ def keep_plan(prepared: PreparedCluster) -> KeptPlan | None:
     free = problem.state.usable_gpus()
     for nid, g in usage.items():
         free[nid] -= g
-    return KeptPlan(prepared, plan.jobs, f_kept, usage, free)
+    holders: dict[str, list[str]] = {}
+    for j in base.jobs:
+        for nid in j.current.nodes:
+            holders.setdefault(nid, []).append(j.id)
+    return KeptPlan(prepared, plan.jobs, f_kept, usage, free, holders)
+
+
+@dataclasses.dataclass
+class _Quiet:
+    """Every job's terms after an event of one key (:func:`event_problem`), with the hit flags they were
+    tabulated under, and per GPU type those jobs' Pareto options (``dp.pareto_joined``), made when
+    first asked for."""
+
+    jobs: list
+    hit: list  # per job, whether its terms are those of a hit job
+    pareto: dict = dataclasses.field(default_factory=dict)  # gpu type -> (jobs, options, joined)
+    entries: list | None = None  # the kept plan's entries with this key's gain (incremental_plan)
+
+    def options(self, jobs: list) -> tuple:
+        """The :attr:`SolverOptions.pareto` of problems made from these terms: one GPU type's options
+        are the shared jobs' (made once), with those of the jobs tabulated afresh spliced in."""
+        from unicron_plan.solvers import dp
+
+        t = jobs[0].gpu_type if jobs else None
+        made = self.pareto.get(t)
+        if made is None:
+            shared = [j for j in self.jobs if j.gpu_type == t]
+            made = self.pareto[t] = (shared, *dp.pareto_joined(shared))
+        shared, options, joined = made
+        if len(shared) != len(jobs) or joined is None:
+            return dp.pareto_joined(jobs)
+        new = [k for k, (a, b) in enumerate(zip(jobs, shared)) if a is not b]
+        if not new:
+            return options, joined
+        fresh, fresh_joined = dp.pareto_joined([jobs[k] for k in new])
+        if fresh_joined is None:
+            return dp.pareto_joined(jobs)
+        options = list(options)
+        sizes = np.diff(joined.off)
+        ys, gs, at = [], [], 0
+        for k, (y, g) in zip(new, fresh):
+            ys += [joined.y[joined.off[at]:joined.off[k]], y]
+            gs += [joined.g[joined.off[at]:joined.off[k]], g]
+            options[k], sizes[k], at = (y, g), len(y), k + 1
+        ys.append(joined.y[joined.off[at]:])
+        gs.append(joined.g[joined.off[at]:])
+        off = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=off[1:])
+        return options, type(joined)(np.concatenate(ys), np.concatenate(gs), off)
+
+
+def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] | None:
+    """(``build_problem(instance, kept.prepared)`` in work that grows with the jobs the event hits,
+    the shared terms it reuses, whose ``options`` are the :attr:`SolverOptions.pareto` of the
+    problem), or None where that does not apply (an instance the kept plan does not cover, an event
+    that makes jobs leave, a mixed fleet, or a precheck that fails: build_problem then reports it).
+
+    A job's terms depend on the event only through whether it hits the job, the nodes left in
+    service (D_run, and the horizon of its transition), the capacity per GPU type and, under the
+    "lifetime" horizon, the expected repair. So the first event of each such key has every job
+    tabulated, and the next ones reuse those terms (and their Pareto options) for every job hit by
+    neither, tabulating only the others. The problem is build_problem's, term for term
+    (tests/test_incremental_plan.py).
+    """
+    prepared = kept.prepared
+    if not prepared.covers(instance):
+        return None
+    check_event(instance, prepared.nodes)
+    holders = kept.holders
+    state = build_state(instance, prepared.previous, prepared.healthy, prepared.unhealthy,
+                        holders=lambda nodes: {jid for n in nodes for jid in holders.get(n, ())})
+    if state.exiting or state.idle is not None or prepared.type_tables:
+        return None
+    capacity = state.capacity()
+    repair = cost.pending_repair_seconds(instance) if instance.cost.horizon == "lifetime" else None
+    key = (instance.event.kind if instance.event is not None else None, state.nodes_in_service(),
+           tuple(sorted(capacity.items())), repair)
+    flags = [state.hit[j.id] for j in instance.jobs]
+    quiet = kept.quiet.get(key)
+    try:
+        if quiet is None:
+            quiet = _Quiet(tabulate(instance, state, prepared.tables, prepared.layouts, prepared.flat).jobs, flags)
+            kept.quiet[key] = quiet
+            while len(kept.quiet) > QUIET_KEPT:
+                kept.quiet.popitem(last=False)
+        kept.quiet.move_to_end(key)
+        jobs = list(quiet.jobs)
+        redo = [k for k, (a, b) in enumerate(zip(flags, quiet.hit)) if a != b]
+        if redo:
+            sub = instance.model_copy(update={"jobs": [instance.jobs[k] for k in redo]})
+            part = tabulate(sub, state, prepared.tables, prepared.layouts, _flat_of(prepared.flat, redo))
+            for k, terms in zip(redo, part.jobs):
+                jobs[k] = dataclasses.replace(terms, index=k)
+        limit = instance.max_changed_jobs
+        problem = Problem(instance, state, cost.d_run_seconds(instance, state.nodes_in_service()), capacity,
+                          jobs, max_changed_jobs=None if limit is None else min(limit, len(jobs)))
+        constraints.precheck(problem)
+    except InfeasibleError:
+        return None
+    return add_alternatives(problem, prepared.type_tables, prepared.type_layouts), quiet
+
+
+def _flat_of(flat: FlatTables, rows: list[int]) -> FlatTables:
+    """The :class:`FlatTables` of the jobs at ``rows`` alone (in that order)."""
+    lo, hi = flat.off[rows], flat.off[np.asarray(rows) + 1]
+    off = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(hi - lo, out=off[1:])
+    return FlatTables(np.concatenate([flat.counts[a:b] for a, b in zip(lo.tolist(), hi.tolist())]),
+                      np.concatenate([flat.f[a:b] for a, b in zip(lo.tolist(), hi.tolist())]), off)
 
 
 def _with_gain(entry: PlanJob, gain: float) -> PlanJob:
@@ -163,17 +287,19 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     if not prepared.covers(instance):
         return None
     start = time.perf_counter()
-    problem = build_problem(instance, prepared)
+    made = event_problem(kept, instance)
+    problem, quiet = made if made is not None else (build_problem(instance, prepared), None)
+    pareto = None if quiet is None else quiet.options
     if problem.alternatives or problem.state.idle is not None or problem.max_changed_jobs is not None:
         return None
     if raw is None:
         if solver is None:
             solver = "auto" if dp_limitations(problem) else "dp"
-        options = SolverOptions(time_limit_seconds=time_limit_seconds)
+        options = SolverOptions(time_limit_seconds=time_limit_seconds, pareto=pareto)
         if time_limit_seconds is not None:
             reserve = post_solve_reserve(problem, 2.0, float(time_limit_seconds))
             options = SolverOptions(time_limit_seconds=time_limit_seconds, slowdown=2.0,
-                                    deadline=start + float(time_limit_seconds) - reserve)
+                                    deadline=start + float(time_limit_seconds) - reserve, pareto=pareto)
         raw = get_solver(solver)(problem, options)
     if raw.types or raw.placement is not None or set(raw.counts) != {j.id for j in problem.jobs}:
         return None
@@ -206,14 +332,15 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     part = to_plan(sub, sub_raw, solver, 0.0, used=used)
     # the kept jobs' gains: F(x) D_run, no transition (cost.gain of an unchanged job)
     gains = (kept.f_kept * problem.d_run).tolist()
-    entries = list(kept.entries)
+    if quiet is not None and quiet.entries is None:  # (shared by every event of its key: one D_run)
+        quiet.entries = [_with_gain(pj, g) for pj, g in zip(kept.entries, gains)]
+    if quiet is not None:
+        entries = list(quiet.entries)
+    else:
+        entries = [_with_gain(pj, g) for pj, g in zip(kept.entries, gains)]
     for k, pj in zip(changed, part.jobs):
         entries[k] = pj
         gains[k] = pj.gain
-    is_changed = np.zeros(len(jobs), dtype=bool)
-    is_changed[changed] = True
-    for k in np.flatnonzero(~is_changed).tolist():
-        entries[k] = _with_gain(entries[k], gains[k])
     total_waf = 0.0
     for pj in entries:
         total_waf += pj.waf_tflops
@@ -245,8 +372,8 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
     state = problem.state
     sub_instance = instance.model_copy(update={"jobs": [instance.jobs[j.index] for j in
                                                         (problem.jobs[k] for k in changed)]})
-    report = validate_plan(sub_instance, part, derived=problem.derived(),
-                           whole_used=used)
+    # (the tables of problem.derived(), every job's, are the prepared cluster's: the same mapping)
+    report = validate_plan(sub_instance, part, derived=(kept.prepared.tables, state), whole_used=used)
     if not report.valid:
         return False
     # every node whose load changed, and every node the event touched (a kept job on it would be hit)
@@ -267,7 +394,8 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
     is_changed[changed] = True
     kept_idx = np.flatnonzero(~is_changed)
     kept_gain = kept.f_kept[kept_idx] * problem.d_run
-    if any(state.hit[problem.jobs[k].id] for k in kept_idx.tolist()):
+    changed_ids = {problem.jobs[k].id for k in changed}
+    if not {jid for jid, h in state.hit.items() if h} <= changed_ids:  # a kept job was hit
         return False
     total = float(kept_gain.sum()) + report.objective
     waf = float(kept.f_kept[kept_idx].sum()) + float(sum(pj.waf_tflops for pj in part.jobs))
@@ -276,3 +404,12 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
     if plan.status.solution == "optimal" and not _close(plan.bound, plan.objective):
         return False
     return plan.changes == changes_of([pj.reason for pj in plan.jobs])
+
+
+def shared_entries(kept: KeptPlan) -> list | None:
+    """The entries the last plan made from ``kept`` shares with every plan of its event's key (the kept
+    entries with that key's gain; a plan's entry for a job it does not change is that very object), or
+    None when there are none yet."""
+    if not kept.quiet:
+        return None
+    return kept.quiet[next(reversed(kept.quiet))].entries

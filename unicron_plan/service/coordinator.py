@@ -39,6 +39,10 @@ from unicron_plan.service.store import Store
 #: Whole answers are precomputed for at most this many classes of nodes, largest first (the index
 #: covers every node).
 MAX_PRECOMPUTED_CLASSES = 4096
+#: Above this many (jobs x whole-node units of capacity) the warm stage builds no contingency index
+#: (its tables would take more memory than the service's budget: 12 GiB and growing at 8,192 jobs x
+#: 131,072 units) and answers each class of nodes by the DP on the kept plan's shared terms instead.
+INDEX_MAX_CELLS = 2**28
 #: A request stops the warm worker only while the worker was stopped for less than this share of the
 #: last STOP_WINDOW seconds: under back-to-back requests it still runs about a quarter of the time.
 STOP_SHARE = 0.75
@@ -86,14 +90,16 @@ class Coordinator:
         self._contingency_on = contingency
         self._cv = threading.Condition()
         self._index: tuple[int, dict | None] | None = None  # (base_version, index or None on failure)
-        # (base_version, {node id: its class's representative}, {representative: zlib(JSON plan)},
-        # nodes to do): answers to single-node failures, one per class of nodes
-        self._answers: tuple[int, dict[str, str], dict[str, bytes], int] | None = None
+        # (base_version, {node id: its class's representative}, {representative: zlib(JSON plan), or
+        # (body number, head, changed entries, tail): service/answers.py}, nodes to do, {body number:
+        # shared entries' JSON}): answers to single-node failures, one per class of nodes
+        self._answers: tuple[int, dict[str, str], dict[str, Any], int, dict[int, list]] | None = None
         self._can_fail: tuple[int, int] | None = None  # (base version, its nodes not down as a whole)
         self._order: tuple[int, dict[str, int]] | None = None  # (base_version, node id -> cluster position)
         self._fingerprint: tuple[int, str] | None = None  # (base_version, fingerprint of the base)
         self._prepared_base = None  # (base_version, core.problem.prepare of the base, or None)
         self._kept = None  # (that prepared cluster, plan.incremental.keep_plan of it, or None)
+        self._body = None  # (shared entries of the kept plan, their JSON: service/answers.py)
         self._closed = False
         self._settle = settle_heap
         if settle_heap:
@@ -152,7 +158,7 @@ class Coordinator:
         from unicron_plan.plan.incremental import incremental_plan
         from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
 
-        kept = self._kept_plan(prepared)
+        kept = self._kept_plan(prepared, settle=self._settle)
         if kept is None:
             return None
         try:
@@ -160,8 +166,10 @@ class Coordinator:
         except Exception:  # any doubt (bad input included): the whole path answers, and reports it
             return None
 
-    def _kept_plan(self, prepared):
-        """:func:`unicron_plan.plan.incremental.keep_plan` of ``prepared``, once per prepared cluster."""
+    def _kept_plan(self, prepared, settle: bool = False):
+        """:func:`unicron_plan.plan.incremental.keep_plan` of ``prepared``, once per prepared cluster;
+        with ``settle``, the heap is settled after making it (a cluster reached by ``apply`` has its
+        kept plan made by its first event, after the heap was settled)."""
         from unicron_plan.plan.incremental import keep_plan
 
         with self._cv:
@@ -174,6 +182,8 @@ class Coordinator:
             made = None
         with self._cv:
             self._kept = (prepared, made)
+        if settle and made is not None:
+            _settle_heap()
         return made
 
     def worker_paused(self):
@@ -225,7 +235,15 @@ class Coordinator:
         rep = answers[1].get(node)
         if rep is None:
             return None
-        text = zlib.decompress(answers[2][rep])
+        packed = answers[2][rep]
+        if isinstance(packed, tuple):  # a delta on the shared entries
+            from unicron_plan.service.answers import joined_text, relabelled_text
+
+            number, head, changed, tail = packed
+            if rep == node:
+                return joined_text(answers[4][number], head, changed, tail)
+            return relabelled_text(answers[4][number], head, changed, tail, rep, node, self._node_order(state))
+        text = zlib.decompress(packed)
         if rep == node:
             return text
         from unicron_plan.plan.contingency import relabel_plan
@@ -266,10 +284,28 @@ class Coordinator:
         else:
             with self._worker_paused():  # solving and encoding: the warm worker waits
                 after, _ = st.record_event(state, data, self._nodes(state))
-                text = self._plan(state, after, dry_run=True).model_dump_json(exclude_none=True).encode()
+                text = self._plan_text(self._plan(state, after, dry_run=True))
         self.metrics.plan_latency.observe(time.perf_counter() - start)
         pending = json.dumps(st.pending_summary(state), separators=(",", ":")).encode()
         return text[:-1] + b',"plan_id":null,"revision":%d,"includes_pending":%s}' % (state.revision, pending)
+
+    def _plan_text(self, plan) -> bytes:
+        """``plan``'s JSON text; where it shares the kept plan's entries (an incremental plan), those
+        are encoded once per key (:mod:`unicron_plan.service.answers`) and only the rest per plan."""
+        from unicron_plan.plan.incremental import shared_entries
+        from unicron_plan.service.answers import encode_body, joined_text, split_plan
+
+        with self._cv:
+            kept, body = self._kept, self._body
+        shared = shared_entries(kept[1]) if kept is not None and kept[1] is not None else None
+        split = None if shared is None else split_plan(plan, shared, {}, [], most=len(shared) // 2)
+        if split is None:
+            return plan.model_dump_json(exclude_none=True).encode()
+        if body is None or body[0] is not shared:
+            body = (shared, encode_body(shared))
+            with self._cv:
+                self._body = body
+        return joined_text(body[1], *split)
 
     def _plan(self, before: st.State, after: st.State, dry_run: bool):
         """The plan of ``after`` (``before`` plus one event), from warm contingency when it applies."""
@@ -280,8 +316,9 @@ class Coordinator:
                     index = self._index[1]
                 if self._fingerprint is not None and self._fingerprint[0] == after.base_version:
                     fingerprint = self._fingerprint[1]
-            # only a node's or a rack's failure reads the index (the key is looked for only when there is one)
-            if index is not None and _index_key(after, self._nodes(after)) is None:
+            # only a node's or a rack's failure reads the index (the key is looked for only when there is
+            # one), and only an index that stores some
+            if index is not None and (_answers_only(index) or _index_key(after, self._nodes(after)) is None):
                 index = None
         plan = self.solve(st.planning_instance(after), index, fingerprint, prepared=self._prepared(after))
         source = plan.solver.name
@@ -541,8 +578,9 @@ class Coordinator:
         return self._closed or self.state.base_version != snapshot.base_version
 
     def _publish(self, snapshot: st.State, message: tuple, start: float) -> None:
-        """One message of the warm stages: ("index", index, digest, nodes to do) or
-        ("answer", representative, its class, zlib JSON)."""
+        """One message of the warm stages: ("index", index, digest, nodes to do),
+        ("shared", body number, entries' JSON) or ("answer", representative, its class, zlib JSON or
+        a delta on a body sent before)."""
         if message[0] == "index":
             _, index, digest, total = message
             self.metrics.contingency_build.observe(time.perf_counter() - start)
@@ -550,7 +588,12 @@ class Coordinator:
                 self._index = (snapshot.base_version, index)
                 self._fingerprint = None if digest is None else (snapshot.base_version, digest)
                 if index is not None:
-                    self._answers = (snapshot.base_version, {}, {}, total)
+                    self._answers = (snapshot.base_version, {}, {}, total, {})
+        elif message[0] == "shared":
+            with self._cv:
+                answers = self._answers
+            if answers is not None and answers[0] == snapshot.base_version:
+                answers[4][message[1]] = message[2]
         elif message[0] == "answer":
             with self._cv:
                 answers = self._answers
@@ -676,19 +719,23 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
     """The warm stages of ``snapshot`` as messages: ("index", index or None, fingerprint, nodes to do),
     then ("answer", representative, its class, zlib JSON plan) for each class of nodes
     (:func:`unicron_plan.plan.contingency.node_classes`, largest first; not nodes already down as a
-    whole, which cannot fail again) whose representative's failure has a plan. The index solves each equivalence class of failures once; the answer of a class is
+    whole, which cannot fail again) whose representative's failure has a plan. An answer made from the
+    kept plan is sent as a delta on the entries it shares with the others (:mod:`unicron_plan.service.answers`;
+    ("shared", body number, their JSON) first, once). The index solves each equivalence class of failures once; the answer of a class is
     its representative's plan, placed and validated by :func:`unicron_plan.api.solve` as a cold
     request would be; the other nodes of the class are answered with it relabelled
     (:func:`unicron_plan.plan.contingency.relabel_plan`)."""
     from unicron_plan import api
     from unicron_plan.core.problem import prepare
     from unicron_plan.plan.contingency import build_contingency, fingerprint, node_classes
-    from unicron_plan.plan.incremental import indexed_plan, keep_plan
+    from unicron_plan.plan.incremental import incremental_plan, indexed_plan, keep_plan, shared_entries
+    from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
+    from unicron_plan.service.answers import encode_body, split_plan
 
     try:
-        index = build_contingency(snapshot.base)
-        digest = fingerprint(snapshot.base)
         prepared = prepare(snapshot.base)
+        digest = fingerprint(snapshot.base)
+        index = ANSWERS_ONLY if _index_cells(prepared) > INDEX_MAX_CELLS else build_contingency(snapshot.base)
         down = _down_nodes(snapshot.base)
         classes = [c for c in node_classes(snapshot.base, prepared.previous) if c[0] not in down][:max_classes]
     except Exception:  # e.g. a cluster the planner rejects: events are solved instead
@@ -700,20 +747,56 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
         kept = keep_plan(prepared)
     except Exception:  # (the answers are then made whole)
         kept = None
+    bodies: dict[int, tuple[list, int]] = {}  # id of shared entries -> (them, their body number)
     for members in classes:
         if stop():
             return
         try:
             after, _ = st.record_event(base, {"kind": "failure", "failed_nodes": [members[0]]}, prepared.nodes)
             instance = st.planning_instance(after)
-            plan = None if kept is None else indexed_plan(kept, instance, index, digest)
+            if _answers_only(index):  # the DP on the shared terms: kept only when proven optimal
+                plan = None if kept is None else incremental_plan(kept, instance, solver, DEFAULT_TIME_LIMIT_SECONDS)
+                if plan is None or plan.status.solution != "optimal":
+                    continue
+            else:
+                plan = None if kept is None else indexed_plan(kept, instance, index, digest)
+            shared = split = None
             if plan is None:
                 plan = api.solve(instance, solver=solver, contingency=index, instance_fingerprint=digest,
                                  prepared=prepared)
+            else:
+                shared = shared_entries(kept)
+                split = None if shared is None else split_plan(plan, shared, kept.holders, members)
         except Exception:  # e.g. the node has failed already: such events are solved when they come
             continue
-        yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))
+        if split is not None:
+            if id(shared) not in bodies:
+                bodies[id(shared)] = (shared, len(bodies))
+                yield ("shared", len(bodies) - 1, encode_body(shared))
+            yield ("answer", members[0], members, (bodies[id(shared)][1], *split))
+        else:
+            yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))
         time.sleep(0)  # in-thread: let request threads in between answers
+
+
+#: The index of a cluster too large for one (INDEX_MAX_CELLS): it stores no failure, and the warm
+#: stage's answers are solved one class at a time.
+ANSWERS_ONLY = {"failures": {}, "infeasible": {}, "plans": {},
+                "stats": {"method": "none: answers solved per class of nodes (the index exceeds its memory budget)"}}
+
+
+def _answers_only(index: dict) -> bool:
+    return not index.get("failures") and not index.get("infeasible")
+
+
+def _index_cells(prepared) -> int:
+    """Jobs x the largest GPU type's capacity in whole-node units (the size of the index's tables)."""
+    cap: dict[str, int] = {}
+    gpus: dict[str, int] = {}
+    for n in prepared.instance.cluster.nodes:
+        cap[n.gpu_type] = cap.get(n.gpu_type, 0) + n.gpus
+        gpus[n.gpu_type] = max(gpus.get(n.gpu_type, 1), n.gpus)
+    return len(prepared.instance.jobs) * max((c // gpus[t] for t, c in cap.items()), default=0)
 
 
 def _down_nodes(instance) -> set[str]:

@@ -70,6 +70,10 @@ class SolverOptions:
     #: CPU work (a solver's import, a model's copy) are scaled by it before they are held against
     #: the deadline.
     slowdown: float = 1.0
+    #: ``dp`` only: (one GPU type's jobs) -> (their Pareto options, those joined or None), as
+    #: :func:`unicron_plan.solvers.dp.pareto_joined` gives them, for a caller that keeps them between
+    #: problems (the incremental plan); None: computed per problem.
+    pareto: Optional[Callable] = None
 
     def __post_init__(self):
         if self.deadline is None and self.time_limit_seconds is not None:

@@ -171,6 +171,10 @@ def _pareto_joined(jobs: list[JobTerms]) -> tuple[list[tuple[np.ndarray, np.ndar
         _Joined(ys, gs, kept_off)
 
 
+#: The public name of :func:`_pareto_joined` (callers that keep options between problems).
+pareto_joined = _pareto_joined
+
+
 def _dtype(n: int):
     return np.uint8 if n <= 256 else (np.uint16 if n <= 65536 else np.uint32)
 
@@ -513,14 +517,14 @@ def reachable_sum(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
 
 
 def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
-               deadline: float | None = None) -> tuple[dict[str, int], float]:
+               deadline: float | None = None, pareto=None) -> tuple[dict[str, int], float]:
     """Optimal counts for the jobs of one GPU type sharing ``capacity`` GPUs (exact).
 
     With a ``deadline`` (a :func:`time.perf_counter` instant) that passes during the
     search, the best plan known then is returned and ``stats["timed_out"]`` is set,
-    with the Lagrangian upper bound in ``stats["ub"]``.
+    with the Lagrangian upper bound in ``stats["ub"]``. ``pareto``: :attr:`SolverOptions.pareto`.
     """
-    options, joined = _pareto_joined(jobs)
+    options, joined = (pareto or _pareto_joined)(jobs)
     counts, value = solve_options(options, capacity, stats, deadline=deadline, joined=joined)
     return {j.id: int(c) for j, c in zip(jobs, counts)}, value
 
@@ -912,7 +916,7 @@ def relaxation_bound(problem: Problem, deadline: float | None = None) -> tuple[d
     return counts, total, bound, not timed_out
 
 
-def _solve_types(problem: Problem, deadline: float | None) -> tuple[dict[str, int], float, float, bool]:
+def _solve_types(problem: Problem, deadline: float | None, pareto=None) -> tuple[dict[str, int], float, float, bool]:
     """(counts, value, upper bound, timed out) over every GPU type, each solved on its own."""
     counts: dict[str, int] = {}
     total, bound, timed_out = 0.0, 0.0, False
@@ -922,7 +926,7 @@ def _solve_types(problem: Problem, deadline: float | None) -> tuple[dict[str, in
             continue
         _check_fits(jobs, cap)
         stats: dict = {}
-        part, value = solve_type(jobs, cap, stats, deadline=deadline)
+        part, value = solve_type(jobs, cap, stats, deadline=deadline, pareto=pareto)
         counts.update(part)
         total += value
         if stats.get("timed_out"):
@@ -949,7 +953,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution
         raise SolverUnavailableError(
             f"solver 'dp' cannot express {', '.join(limits)}; use --solver auto, milp or cpsat")
     deadline = options.deadline if options is not None else None
-    counts, total, bound, timed_out = _solve_types(problem, deadline)
+    counts, total, bound, timed_out = _solve_types(problem, deadline, options.pareto if options is not None else None)
     if timed_out:
         return RawSolution(counts=counts, objective=total, bound=bound, termination="time_limit",
                            solution="feasible", options={"stopped": "time limit"})

@@ -1,0 +1,67 @@
+"""Stored answers to single-node failures as a delta on one shared body of job entries.
+
+Every single-node failure of nodes in service leaves the same nodes in service, so the jobs a failure
+does not change have the same plan entry in all of them (:func:`unicron_plan.plan.incremental.shared_entries`).
+Their JSON is encoded once (:func:`encode_body`); an answer keeps only the text around the jobs
+array and the entries of the jobs it changes (:func:`split_plan`). A reply is then the body with those
+entries spliced in (:func:`joined_text`), or, for another node of the representative's class, with
+the changed entries and the plan's own fields relabelled (:func:`relabelled_text`): the shared entries
+name neither node (:func:`split_plan` refuses a plan where one could). Work per reply grows with the
+changed jobs, not with the plan (but for one copy of the body's bytes).
+"""
+
+from __future__ import annotations
+
+import json
+
+JOBS = b'"jobs":[]'  # the jobs array of a plan's text without its jobs (once, outside any string)
+
+
+def encode_body(entries: list) -> list[bytes]:
+    """Each plan entry's JSON text, as the plan's own text has it."""
+    return [pj.model_dump_json(exclude_none=True).encode() for pj in entries]
+
+
+def split_plan(plan, shared: list, holders: dict, members: list[str], most: int | None = None) -> tuple | None:
+    """(head, {position: changed entry's JSON}, tail) of ``plan`` whose other entries are ``shared``'s
+    (the very objects), or None where that does not hold, where more than ``most`` entries change,
+    or where a shared entry may name a node of ``members`` (a job listing one in its current
+    allocation, by ``holders``: node -> job ids)."""
+    if len(plan.jobs) != len(shared):
+        return None
+    changed = [k for k, (pj, s) in enumerate(zip(plan.jobs, shared)) if pj is not s]
+    if most is not None and len(changed) > most:
+        return None
+    ids = {plan.jobs[k].id for k in changed}
+    if any(jid not in ids for m in members for jid in holders.get(m, ())):
+        return None
+    top = plan.model_copy(update={"jobs": []}).model_dump_json(exclude_none=True).encode()
+    if top.count(JOBS) != 1:
+        return None
+    at = top.index(JOBS) + len(JOBS) - 1
+    return top[:at], {k: plan.jobs[k].model_dump_json(exclude_none=True).encode() for k in changed}, top[at:]
+
+
+def joined_text(body: list[bytes], head: bytes, changed: dict[int, bytes], tail: bytes) -> bytes:
+    """The plan's JSON text: the body with the changed entries in place."""
+    pieces = list(body)
+    for k, text in changed.items():
+        pieces[k] = text
+    return head + b",".join(pieces) + tail
+
+
+def relabelled_text(body: list[bytes], head: bytes, changed: dict[int, bytes], tail: bytes, a: str, b: str,
+                    order: dict[str, int]) -> bytes:
+    """The JSON text of :func:`unicron_plan.plan.contingency.relabel_plan` of the plan (``a``'s
+    failure) made ``b``'s: only its own fields and changed entries are read and relabelled."""
+    from unicron_plan.plan.contingency import relabel_plan
+
+    top = json.loads(head + tail)
+    positions = list(changed)
+    top["jobs"] = [json.loads(changed[k]) for k in positions]
+    relabel_plan(top, a, b, order)
+    pieces = list(body)
+    for k, job in zip(positions, top.pop("jobs")):
+        pieces[k] = json.dumps(job, separators=(",", ":"), allow_nan=False).encode()
+    rest = json.dumps(top, separators=(",", ":"), allow_nan=False).encode()
+    return b'{"jobs":[' + b",".join(pieces) + b"]" + (b"," + rest[1:] if len(rest) > 2 else b"}")

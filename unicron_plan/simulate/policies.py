@@ -210,6 +210,7 @@ class PlannerPolicy(Policy):
         self._tables = None  # (tables, layouts) of the jobs, from resolve_tables
         self._healthy = None  # cluster.healthy_nodes of the scenario
         self._flat = None  # problem.flat_tables of the jobs
+        self._terms = None  # simulate.terms.RunTerms of the jobs (single-type runs)
         self._failed_at_start: set[str] = set()  # nodes the scenario lists with failed GPUs
         self._job_copies: dict[int, tuple] = {}  # see instance
         self._throughputs: dict = {}  # mixed fleets: (job id, GPU type) -> its throughput there
@@ -386,6 +387,10 @@ class PlannerPolicy(Policy):
             self._healthy = healthy_nodes(base)
             self._flat = flat_tables(base, self._tables[0])
             self._failed_at_start = {n.id for n in base.cluster.nodes if n.failed_gpus}
+            if eng.gpu_seconds is None:
+                from unicron_plan.simulate.terms import RunTerms
+
+                self._terms = RunTerms(base, *self._tables, self._flat)
         self._sync(eng)
         key = (failed, repaired, frozenset(eng.down), tuple(self._sig))
         if eng.gpu_seconds is not None:  # mixed fleets: the jobs' types are part of the state
@@ -405,7 +410,7 @@ class PlannerPolicy(Policy):
                             holders=self._holders)
         state.in_order = True
         state.idle = self._idle(state)
-        problem = tabulate(instance, state, *tables, flat)
+        problem = tabulate(instance, state, *tables, flat) if self._terms is None else self._terms.tabulate(instance, state)
         if self._setting_up:  # the time-0 plan is free: every job's term is its rate alone
             problem = free_problem(problem)
         types = {}
@@ -481,7 +486,8 @@ class UnicronPolicy(PlannerPolicy):
     def choose(self, problem) -> dict[str, int]:
         from unicron_plan.solvers.dp import solve
 
-        return solve(problem).counts
+        counts = self._terms.dp_counts(problem) if self._terms is not None else None
+        return counts if counts is not None else solve(problem).counts
 
     def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
         from unicron_plan.solvers.mixed import solve

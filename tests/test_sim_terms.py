@@ -19,9 +19,17 @@ from unicron_plan.solvers import dp
 from unicron_plan.tools.generate import generate_scenario
 
 
-def _scenario(seed: int, horizon: str | None, curves: str = "synthetic", constrained: bool = False):
+def _scenario(seed: int, horizon: str | None, curves: str = "synthetic", constrained: bool = False,
+              dips: bool = False):
     doc = generate_scenario(seed, duration_hours=150.0, gpus=512, jobs=12, curves=curves, max_counts=80)
     doc["failures"]["node_mtbf_hours"] = 60.0
+    if dips:  # jobs whose own count is worth less than a smaller one: an option only as the count they keep
+        doc["cost"]["default_transition_seconds"] = 20000.0
+        for job in doc["jobs"][:8]:
+            table, x = job["throughput"]["tflops"], job["current"]["gpus"]
+            below = [v for c, v in table.items() if int(c) < x]
+            if below and str(x) in table:
+                table[str(x)] = 0.95 * max(below)
     if horizon is not None:
         doc["cost"]["horizon"] = horizon
     if constrained:  # counts a constraint removes: the jobs' terms are no longer table prefixes
@@ -85,6 +93,15 @@ def test_every_replan_equals_tabulate_and_the_dp(checked, seed, horizon):
         assert checked["flat"] == 0
     else:
         assert checked["flat"] == plans and checked["dp"] >= out["policies"]["unicron"]["plans"] - 1  # not time 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_own_counts_below_a_smaller_counts_worth_stay_options(monkeypatch, checked, seed):
+    # the time-0 plan charged as the instance would: the jobs start on the counts that dip
+    monkeypatch.setattr(policies.UnicronPolicy, "free_setup", False)
+    sc = _scenario(seed, "cluster", dips=True)
+    out = simulate(sc, ["unicron"], seed)
+    assert checked["dp"] >= out["policies"]["unicron"]["plans"] - 1 > 10
 
 
 def test_constrained_jobs_equal_tabulate(checked):

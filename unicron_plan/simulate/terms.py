@@ -27,6 +27,7 @@ import numpy as np
 
 from unicron_plan.core import constraints, cost
 from unicron_plan.core.problem import FlatTables, JobTerms, Problem, tabulate
+from unicron_plan.solvers.dp import pareto_mask, solve_type_joined
 
 
 class FlatOptions(NamedTuple):
@@ -39,6 +40,8 @@ class FlatOptions(NamedTuple):
     off: np.ndarray
     fits: np.ndarray
     filtered: bool
+    x_at: np.ndarray  # each job's entry at its own count (-1: not in its table)
+    charges: bool  # D_run > 0 and every transition term >= 0 (RunTerms.dp_counts)
 
 
 class RunTerms:
@@ -73,6 +76,9 @@ class RunTerms:
         # take the flat options as they are (dp_counts)
         self.plain = not self.constrained and all(j.max_nodes is None and not j.same_rack for j in jobs) \
             and len(set(self.types)) <= 1
+        # the entries worth more than every smaller count of the job (F alone), see dp_counts
+        self.f_pareto = pareto_mask(flat.f, flat.off)
+        self.f_pareto_at = np.flatnonzero(self.f_pareto)
         self._job_seen: list = [None] * m  # the Job object each D_trans below was made from
         self._d = [0.0] * m  # cost.d_trans_seconds of that Job
         self._split_seen: list = [None] * m  # the previous split each node count below was made from
@@ -172,7 +178,8 @@ class RunTerms:
             limit = min(limit, len(jobs))
         problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=limit)
         constraints.precheck(problem)
-        self._options = (weakref.ref(problem), FlatOptions(flat.counts, gains, flat.off, fits, filtered))
+        self._options = (weakref.ref(problem), FlatOptions(flat.counts, gains, flat.off, fits, filtered,
+                                                           np.where(found, at, -1), d_run > 0 and bool((pen >= 0).all())))
         return problem
 
     def flat_options(self, problem: Problem) -> FlatOptions | None:
@@ -184,13 +191,25 @@ class RunTerms:
     def dp_counts(self, problem: Problem) -> dict[str, int] | None:
         """``dp.solve(problem).counts`` from the flat options, or None where this does not apply (a
         problem not built here by the array path, constraints, several GPU types, a change limit)."""
-        from unicron_plan.solvers.dp import solve_type_joined
-
         flat = self.flat_options(problem)
         if flat is None or not self.plain or problem.max_changed_jobs is not None or problem.alternatives \
                 or list(problem.capacity) != self.types[:1]:
             return None
-        if (flat.fits == self.sizes).all():  # every count fits: the flat arrays as they are
+        every = (flat.fits == self.sizes).all()
+        if flat.charges:
+            # A count below which another count has F at least as large is never an option (worth no
+            # more than that one, even when that one is the job's own count x, which pays nothing
+            # here), so the options are among the entries of f_pareto and x: the same Pareto options
+            # from a quarter of the entries (dp.pareto_mask keeps the first of a prefix's largest).
+            x_at = flat.x_at[flat.x_at >= 0]
+            extra = x_at[~self.f_pareto[x_at]]  # ascending: one per job, in job order
+            at = self.f_pareto_at if not len(extra) else \
+                np.insert(self.f_pareto_at, np.searchsorted(self.f_pareto_at, extra), extra)
+            if not every:  # each job's entries that fit
+                at = at[at < (self.starts + flat.fits)[self.job_of[at]]]
+            counts, gains = flat.counts[at], flat.gains[at]
+            off = np.searchsorted(at, flat.off)  # every job's first entry (count 0) is in ``at``
+        elif every:  # the flat arrays as they are
             counts, gains, off = flat.counts, flat.gains, flat.off
         else:  # each job's leading entries that fit
             keep = np.arange(len(flat.counts)) - np.repeat(self.starts, self.sizes) < np.repeat(flat.fits, self.sizes)

@@ -159,13 +159,29 @@ def _pareto_joined(jobs: list[JobTerms]) -> tuple[list[tuple[np.ndarray, np.ndar
     return _pareto_of(_join([(j.counts, j.gains) for j in jobs]))
 
 
+def pareto_mask(gains: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """Per job j (``gains[off[j]:off[j + 1]]``, at least one entry each, counts ascending), True at the
+    first entry and at each entry worth more than every earlier one: the Pareto options' mask."""
+    m = len(off) - 1
+    if NATIVE_PARETO is None:
+        keep = np.zeros(len(gains), dtype=bool)
+        for a, b in zip(off[:-1].tolist(), off[1:].tolist()):
+            prev = np.maximum.accumulate(gains[a:b])
+            keep[a] = True
+            keep[a + 1:b] = gains[a + 1:b] > prev[:-1]
+        return keep
+    gains = np.ascontiguousarray(gains, dtype=np.float64)
+    off = np.ascontiguousarray(off, dtype=np.int64)
+    keep = np.zeros(len(gains), dtype=np.uint8)
+    NATIVE_PARETO(m, off.ctypes.data, gains.ctypes.data, keep.ctypes.data)
+    return keep.view(bool)
+
+
 def _pareto_of(joined: _Joined) -> tuple[list[tuple[np.ndarray, np.ndarray]], _Joined]:
     """:func:`_pareto_joined` of options already joined (every job with a count; the compiled pass)."""
     counts, gains, off = joined
     m = len(off) - 1
-    keep = np.zeros(len(gains), dtype=np.uint8)
-    NATIVE_PARETO(m, off.ctypes.data, gains.ctypes.data, keep.ctypes.data)
-    keep = keep.view(bool)
+    keep = pareto_mask(gains, off)
     if keep.all():  # every count beats the smaller ones (near-linear tables): no copy
         ys, gs, kept_off = counts, gains, off
     else:

@@ -104,6 +104,25 @@ def test_own_counts_below_a_smaller_counts_worth_stay_options(monkeypatch, check
     assert checked["dp"] >= out["policies"]["unicron"]["plans"] - 1 > 10
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_keyed_by_the_counts_that_fit_gives_the_plain_greedy(monkeypatch, seed):
+    from test_sim_greedy_memo import plain_greedy
+
+    seen = []
+    choose = policies.GreedyPolicy.choose
+
+    def checked_choose(self, problem):
+        out = choose(self, problem)
+        assert out == plain_greedy(problem)
+        seen.append(self._terms.flat_options(problem) is not None)
+        return out
+
+    monkeypatch.setattr(policies.GreedyPolicy, "choose", checked_choose)
+    sc = _scenario(seed, None, curves="linear-step" if seed else "synthetic")
+    simulate(sc, ["greedy"], seed)
+    assert sum(seen) > 10  # keyed by the counts that fit
+
+
 def test_constrained_jobs_equal_tabulate(checked):
     sc = _scenario(3, None, constrained=True)
     out = simulate(sc, ["unicron"], 3)

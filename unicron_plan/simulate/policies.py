@@ -764,11 +764,16 @@ class GreedyPolicy(PlannerPolicy):
     def choose(self, problem) -> dict[str, int]:
         # Greedy ignores transitions: its answer depends only on the capacities and each job's allowed
         # counts (F at a count is fixed for a job during a run), which recur as nodes fail and return.
+        # In a run without constraints every job's allowed counts are the leading entries of its table
+        # that fit (simulate/terms.py): their number per job says which they are.
+        prefixes = self._terms is not None and self._terms.plain
+        flat = self._terms.flat_options(problem) if prefixes else None
         key = (tuple(sorted(problem.capacity.items())),
+               flat.fits.tobytes() if flat is not None else
                tuple((j.id, j.gpu_type, j.counts.tobytes()) for j in problem.jobs))
         found = self._answers.get(key)
         if found is None:
-            found = self._answers[key] = self._greedy(problem, self._steps)
+            found = self._answers[key] = self._greedy(problem, self._steps, prefixes)
         return dict(found)
 
     def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
@@ -795,11 +800,13 @@ class GreedyPolicy(PlannerPolicy):
         return best, to
 
     @classmethod
-    def _greedy(cls, problem, memo: dict | None = None) -> dict[str, int]:
+    def _greedy(cls, problem, memo: dict | None = None, prefixes: bool = False) -> dict[str, int]:
         """The greedy counts. ``memo`` (job id -> (counts, F, counts as a list, F as a list, {k: the
         step from counts[k] with no limit on GPUs})), kept between calls: a job's best step with GPUs
         to spare is the one with no limit whenever that one fits (the first of the largest ratios over
-        all larger counts, so also over the fitting ones), so it is looked up instead of scanned."""
+        all larger counts, so also over the fitting ones), so it is looked up instead of scanned.
+        ``prefixes``: every job's counts and F, in this call and those that filled ``memo``, are
+        leading entries of its own table, so equal lengths mean equal arrays."""
         import heapq
         from bisect import bisect_right
 
@@ -813,7 +820,8 @@ class GreedyPolicy(PlannerPolicy):
             cs, fs, free = {}, {}, {}
             for j in jobs:
                 kept = memo.get(j.id)
-                if kept is None or not (np.array_equal(kept[0], j.counts) and np.array_equal(kept[1], j.f)):
+                if kept is None or not (len(kept[0]) == len(j.counts) if prefixes else
+                                        np.array_equal(kept[0], j.counts) and np.array_equal(kept[1], j.f)):
                     kept = memo[j.id] = (j.counts, j.f, j.counts.tolist(), j.f.tolist(), {})
                 cs[j.index], fs[j.index], free[j.index] = kept[2], kept[3], kept[4]
 

@@ -159,3 +159,34 @@ def test_an_overflowing_gain_is_reported_as_tabulate_reports_it():
     with pytest.raises(InvalidInstanceError) as theirs:
         core_problem.tabulate(huge, state, tables, layouts, flat)
     assert str(ours.value) == str(theirs.value)
+
+
+KINDS = ["synthetic", "identical", "linear-step", "near-linear", "dense", "equal-per-gpu",
+         "queued-linear-step", "queued-equal-per-gpu", "queued-near-linear"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_random_instances_same_problem_counts_objective_and_bound(kind):
+    """On generated instances with failures (every curve kind of one GPU type, running and queued
+    jobs), the flat-options DP gives dp.solve's counts, so its objective, and dp.solve proves them
+    optimal (bound = objective)."""
+    from unicron_plan.api import load_instance
+    from unicron_plan.core.cluster import build_state
+    from unicron_plan.core.checks import check_instance
+    from unicron_plan.tools.generate import generate_instance
+
+    for seed in range(6):
+        inst = load_instance(generate_instance(seed, gpus=512, jobs=14, curves=kind, max_counts=120,
+                                               failed_nodes=1 + seed % 3))
+        tables, layouts = core_problem.resolve_tables(inst)
+        flat = core_problem.flat_tables(inst, tables)
+        state = build_state(inst, check_instance(inst, tables))
+        run_terms = terms.RunTerms(inst, tables, layouts, flat)
+        p = run_terms.tabulate(inst, state)
+        q = core_problem.tabulate(inst, state, tables, layouts, flat)
+        assert_same_problem(p, q)
+        counts = run_terms.dp_counts(p)
+        assert counts is not None
+        raw = dp.solve(q)
+        assert counts == raw.counts and raw.bound == raw.objective
+        assert q.objective(counts) == pytest.approx(raw.objective, rel=1e-12, abs=1e-9)

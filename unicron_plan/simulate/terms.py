@@ -63,7 +63,7 @@ class RunTerms:
         self.types = [j.throughput.gpu_type for j in jobs]
         self.fixed = [(j.weight, tables[j.id], layouts.get(j.id, {}), j.tp, j.pinned, j.max_nodes,
                        bool(j.same_rack), j.min_gain_fraction) for j in jobs]
-        # Each job's JobTerms attributes that never change, JobTerms' defaults first (see _terms)
+        # Each job's JobTerms attributes that never change, JobTerms' defaults first (see tabulate)
         defaults = {f.name: f.default for f in dataclasses.fields(JobTerms) if f.default is not dataclasses.MISSING}
         self.templates = [{**defaults, "index": k, "id": j.id, "gpu_type": j.throughput.gpu_type, "weight": j.weight,
                            "table": tables[j.id], "layouts": layouts.get(j.id, {}), "tp": j.tp or 1,

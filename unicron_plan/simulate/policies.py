@@ -210,6 +210,7 @@ class PlannerPolicy(Policy):
         self._tables = None  # (tables, layouts) of the jobs, from resolve_tables
         self._healthy = None  # cluster.healthy_nodes of the scenario
         self._flat = None  # problem.flat_tables of the jobs
+        self._terms = None  # simulate.terms.RunTerms of the jobs (single-type runs)
         self._failed_at_start: set[str] = set()  # nodes the scenario lists with failed GPUs
         self._job_copies: dict[int, tuple] = {}  # see instance
         self._throughputs: dict = {}  # mixed fleets: (job id, GPU type) -> its throughput there
@@ -386,6 +387,10 @@ class PlannerPolicy(Policy):
             self._healthy = healthy_nodes(base)
             self._flat = flat_tables(base, self._tables[0])
             self._failed_at_start = {n.id for n in base.cluster.nodes if n.failed_gpus}
+            if eng.gpu_seconds is None:
+                from unicron_plan.simulate.terms import RunTerms
+
+                self._terms = RunTerms(base, *self._tables, self._flat)
         self._sync(eng)
         key = (failed, repaired, frozenset(eng.down), tuple(self._sig))
         if eng.gpu_seconds is not None:  # mixed fleets: the jobs' types are part of the state
@@ -405,7 +410,7 @@ class PlannerPolicy(Policy):
                             holders=self._holders)
         state.in_order = True
         state.idle = self._idle(state)
-        problem = tabulate(instance, state, *tables, flat)
+        problem = tabulate(instance, state, *tables, flat) if self._terms is None else self._terms.tabulate(instance, state)
         if self._setting_up:  # the time-0 plan is free: every job's term is its rate alone
             problem = free_problem(problem)
         types = {}
@@ -481,7 +486,8 @@ class UnicronPolicy(PlannerPolicy):
     def choose(self, problem) -> dict[str, int]:
         from unicron_plan.solvers.dp import solve
 
-        return solve(problem).counts
+        counts = self._terms.dp_counts(problem) if self._terms is not None else None
+        return counts if counts is not None else solve(problem).counts
 
     def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
         from unicron_plan.solvers.mixed import solve
@@ -758,11 +764,16 @@ class GreedyPolicy(PlannerPolicy):
     def choose(self, problem) -> dict[str, int]:
         # Greedy ignores transitions: its answer depends only on the capacities and each job's allowed
         # counts (F at a count is fixed for a job during a run), which recur as nodes fail and return.
+        # In a run without constraints every job's allowed counts are the leading entries of its table
+        # that fit (simulate/terms.py): their number per job says which they are.
+        prefixes = self._terms is not None and self._terms.plain
+        flat = self._terms.flat_options(problem) if prefixes else None
         key = (tuple(sorted(problem.capacity.items())),
+               flat.fits.tobytes() if flat is not None else
                tuple((j.id, j.gpu_type, j.counts.tobytes()) for j in problem.jobs))
         found = self._answers.get(key)
         if found is None:
-            found = self._answers[key] = self._greedy(problem, self._steps)
+            found = self._answers[key] = self._greedy(problem, self._steps, prefixes)
         return dict(found)
 
     def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
@@ -789,11 +800,13 @@ class GreedyPolicy(PlannerPolicy):
         return best, to
 
     @classmethod
-    def _greedy(cls, problem, memo: dict | None = None) -> dict[str, int]:
+    def _greedy(cls, problem, memo: dict | None = None, prefixes: bool = False) -> dict[str, int]:
         """The greedy counts. ``memo`` (job id -> (counts, F, counts as a list, F as a list, {k: the
         step from counts[k] with no limit on GPUs})), kept between calls: a job's best step with GPUs
         to spare is the one with no limit whenever that one fits (the first of the largest ratios over
-        all larger counts, so also over the fitting ones), so it is looked up instead of scanned."""
+        all larger counts, so also over the fitting ones), so it is looked up instead of scanned.
+        ``prefixes``: every job's counts and F, in this call and those that filled ``memo``, are
+        leading entries of its own table, so equal lengths mean equal arrays."""
         import heapq
         from bisect import bisect_right
 
@@ -807,7 +820,8 @@ class GreedyPolicy(PlannerPolicy):
             cs, fs, free = {}, {}, {}
             for j in jobs:
                 kept = memo.get(j.id)
-                if kept is None or not (np.array_equal(kept[0], j.counts) and np.array_equal(kept[1], j.f)):
+                if kept is None or not (len(kept[0]) == len(j.counts) if prefixes else
+                                        np.array_equal(kept[0], j.counts) and np.array_equal(kept[1], j.f)):
                     kept = memo[j.id] = (j.counts, j.f, j.counts.tolist(), j.f.tolist(), {})
                 cs[j.index], fs[j.index], free[j.index] = kept[2], kept[3], kept[4]
 

@@ -156,11 +156,32 @@ def _pareto_joined(jobs: list[JobTerms]) -> tuple[list[tuple[np.ndarray, np.ndar
     """(:func:`pareto_all`, the same options joined, or None when not joined on the way)."""
     if NATIVE_PARETO is None or not jobs or any(len(j.counts) == 0 for j in jobs):
         return [pareto_options(j) for j in jobs], None
-    m = len(jobs)
-    counts, gains, off = _join([(j.counts, j.gains) for j in jobs])
+    return _pareto_of(_join([(j.counts, j.gains) for j in jobs]))
+
+
+def pareto_mask(gains: np.ndarray, off: np.ndarray) -> np.ndarray:
+    """Per job j (``gains[off[j]:off[j + 1]]``, at least one entry each, counts ascending), True at the
+    first entry and at each entry worth more than every earlier one: the Pareto options' mask."""
+    m = len(off) - 1
+    if NATIVE_PARETO is None:
+        keep = np.zeros(len(gains), dtype=bool)
+        for a, b in zip(off[:-1].tolist(), off[1:].tolist()):
+            prev = np.maximum.accumulate(gains[a:b])
+            keep[a] = True
+            keep[a + 1:b] = gains[a + 1:b] > prev[:-1]
+        return keep
+    gains = np.ascontiguousarray(gains, dtype=np.float64)
+    off = np.ascontiguousarray(off, dtype=np.int64)
     keep = np.zeros(len(gains), dtype=np.uint8)
     NATIVE_PARETO(m, off.ctypes.data, gains.ctypes.data, keep.ctypes.data)
-    keep = keep.view(bool)
+    return keep.view(bool)
+
+
+def _pareto_of(joined: _Joined) -> tuple[list[tuple[np.ndarray, np.ndarray]], _Joined]:
+    """:func:`_pareto_joined` of options already joined (every job with a count; the compiled pass)."""
+    counts, gains, off = joined
+    m = len(off) - 1
+    keep = pareto_mask(gains, off)
     if keep.all():  # every count beats the smaller ones (near-linear tables): no copy
         ys, gs, kept_off = counts, gains, off
     else:
@@ -527,6 +548,18 @@ def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
     options, joined = (pareto or _pareto_joined)(jobs)
     counts, value = solve_options(options, capacity, stats, deadline=deadline, joined=joined)
     return {j.id: int(c) for j, c in zip(jobs, counts)}, value
+
+
+def solve_type_joined(counts: np.ndarray, gains: np.ndarray, off: np.ndarray, capacity: int,
+                      stats: dict | None = None, deadline: float | None = None) -> tuple[list[int], float]:
+    """:func:`solve_type` for jobs whose allowed counts (int64, ascending, 0 first unless a constraint
+    forbids it) and gains come joined already: job j's at ``off[j]:off[j + 1]``, at least one each.
+    Returns the counts in job order and the value (the same as :func:`solve_type` on those jobs)."""
+    if NATIVE_PARETO is None or len(off) < 2:
+        options, joined = [pareto_arrays(counts[a:b], gains[a:b]) for a, b in zip(off[:-1].tolist(), off[1:].tolist())], None
+    else:
+        options, joined = _pareto_of(_Joined(counts, gains, off))
+    return solve_options(options, capacity, stats, deadline=deadline, joined=joined)
 
 
 def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,

@@ -1,0 +1,192 @@
+"""The simulator's problem builder (simulate/terms.py) returns the Problem core.problem.tabulate
+returns, to the last bit, and its DP on the flat options the counts of dp.solve, at every re-plan of
+random small runs (every horizon, constrained jobs, capacity below the largest counts); the runs'
+results equal those of the planner policies built on tabulate and dp.solve alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from unicron_plan.core import problem as core_problem
+from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.simulate import policies, terms
+from unicron_plan.simulate.run import load_scenario, simulate
+from unicron_plan.solvers import dp
+from unicron_plan.tools.generate import generate_scenario
+
+
+def _scenario(seed: int, horizon: str | None, curves: str = "synthetic", constrained: bool = False,
+              dips: bool = False):
+    doc = generate_scenario(seed, duration_hours=150.0, gpus=512, jobs=12, curves=curves, max_counts=80)
+    doc["failures"]["node_mtbf_hours"] = 60.0
+    if dips:  # jobs whose own count is worth less than a smaller one: an option only as the count they keep
+        doc["cost"]["default_transition_seconds"] = 20000.0
+        for job in doc["jobs"][:8]:
+            table, x = job["throughput"]["tflops"], job["current"]["gpus"]
+            below = [v for c, v in table.items() if int(c) < x]
+            if below and str(x) in table:
+                table[str(x)] = 0.95 * max(below)
+    if horizon is not None:
+        doc["cost"]["horizon"] = horizon
+    if constrained:  # counts a constraint removes: the jobs' terms are no longer table prefixes
+        for job in doc["jobs"][:4]:
+            job["min_gain_fraction"] = 0.2
+    return load_scenario(doc)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (a != a and b != b)
+    return a == b
+
+
+def assert_same_problem(p, q) -> None:
+    """Every field of the two problems equal, every array to the last bit."""
+    assert (p.d_run, p.capacity, p.max_changed_jobs, p.alternatives) == (q.d_run, q.capacity, q.max_changed_jobs,
+                                                                          q.alternatives)
+    assert p.state is q.state and p.instance is q.instance and len(p.jobs) == len(q.jobs)
+    for a, b in zip(p.jobs, q.jobs):
+        assert type(a) is type(b)
+        for f in dataclasses.fields(a):
+            assert _same(getattr(a, f.name), getattr(b, f.name)), (a.id, f.name)
+
+
+@pytest.fixture
+def checked(monkeypatch):
+    """Every RunTerms problem and DP answer compared with tabulate's and dp.solve's; counts the checks."""
+    seen = {"problems": 0, "flat": 0, "dp": 0}
+    build, counts = terms.RunTerms.tabulate, terms.RunTerms.dp_counts
+
+    def tabulate(self, instance, state):
+        p = build(self, instance, state)
+        assert_same_problem(p, core_problem.tabulate(instance, state, self.tables, self.layouts, self.flat))
+        seen["problems"] += 1
+        seen["flat"] += self.flat_options(p) is not None
+        return p
+
+    def dp_counts(self, problem):
+        out = counts(self, problem)
+        if out is not None:
+            assert out == dp.solve(problem).counts
+            seen["dp"] += 1
+        return out
+
+    monkeypatch.setattr(terms.RunTerms, "tabulate", tabulate)
+    monkeypatch.setattr(terms.RunTerms, "dp_counts", dp_counts)
+    return seen
+
+
+@pytest.mark.parametrize("horizon", [None, "cluster", "job", "lifetime"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_replan_equals_tabulate_and_the_dp(checked, seed, horizon):
+    sc = _scenario(seed, horizon, curves=["synthetic", "equal-per-gpu", "linear-step"][seed])
+    out = simulate(sc, ["unicron", "greedy"], seed)
+    plans = out["policies"]["unicron"]["plans"] + out["policies"]["greedy"]["plans"]
+    assert plans > 10 and checked["problems"] == plans
+    if horizon == "lifetime":  # tabulate itself
+        assert checked["flat"] == 0
+    else:
+        assert checked["flat"] == plans and checked["dp"] >= out["policies"]["unicron"]["plans"] - 1  # not time 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_own_counts_below_a_smaller_counts_worth_stay_options(monkeypatch, checked, seed):
+    # the time-0 plan charged as the instance would: the jobs start on the counts that dip
+    monkeypatch.setattr(policies.UnicronPolicy, "free_setup", False)
+    sc = _scenario(seed, "cluster", dips=True)
+    out = simulate(sc, ["unicron"], seed)
+    assert checked["dp"] >= out["policies"]["unicron"]["plans"] - 1 > 10
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_greedy_keyed_by_the_counts_that_fit_gives_the_plain_greedy(monkeypatch, seed):
+    from test_sim_greedy_memo import plain_greedy
+
+    seen = []
+    choose = policies.GreedyPolicy.choose
+
+    def checked_choose(self, problem):
+        out = choose(self, problem)
+        assert out == plain_greedy(problem)
+        seen.append(self._terms.flat_options(problem) is not None)
+        return out
+
+    monkeypatch.setattr(policies.GreedyPolicy, "choose", checked_choose)
+    sc = _scenario(seed, None, curves="linear-step" if seed else "synthetic")
+    simulate(sc, ["greedy"], seed)
+    assert sum(seen) > 10  # keyed by the counts that fit
+
+
+def test_constrained_jobs_equal_tabulate(checked):
+    sc = _scenario(3, None, constrained=True)
+    out = simulate(sc, ["unicron"], 3)
+    assert checked["problems"] == out["policies"]["unicron"]["plans"] > 10
+    assert checked["dp"] == 0  # the DP path needs jobs without constraints: dp.solve
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_runs_equal_the_runs_on_tabulate_alone(monkeypatch, seed):
+    sc = _scenario(seed, None, curves="linear-step" if seed else "synthetic")
+    names = ["unicron", "greedy", "clairvoyant"]
+    fast = simulate(sc, names, seed)
+    monkeypatch.setattr(terms.RunTerms, "tabulate", lambda self, instance, state: self._reference(instance, state))
+    slow = simulate(sc, names, seed)
+    assert json.dumps(fast, sort_keys=True) == json.dumps(slow, sort_keys=True)
+
+
+def test_an_overflowing_gain_is_reported_as_tabulate_reports_it():
+    sc = _scenario(0, None)
+    pol = policies.make_policy("unicron", sc)
+    from unicron_plan.simulate.engine import Engine
+    from unicron_plan.simulate.trace import draw_events, planning_mtbf_hours
+
+    eng = Engine(sc, draw_events(sc, np.random.default_rng(0)), pol, planning_mtbf_hours(sc))
+    base = pol._base(eng)
+    tables, layouts = core_problem.resolve_tables(base)
+    huge = base.model_copy(update={"jobs": [base.jobs[0].model_copy(update={"weight": 1e308}), *base.jobs[1:]]})
+    with np.errstate(over="ignore"):
+        flat = core_problem.flat_tables(huge, tables)
+    run_terms = terms.RunTerms(huge, tables, layouts, flat)
+    state = core_problem.build_state(huge)
+    with pytest.raises(InvalidInstanceError) as ours:
+        run_terms.tabulate(huge, state)
+    with pytest.raises(InvalidInstanceError) as theirs:
+        core_problem.tabulate(huge, state, tables, layouts, flat)
+    assert str(ours.value) == str(theirs.value)
+
+
+KINDS = ["synthetic", "identical", "linear-step", "near-linear", "dense", "equal-per-gpu",
+         "queued-linear-step", "queued-equal-per-gpu", "queued-near-linear"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_random_instances_same_problem_counts_objective_and_bound(kind):
+    """On generated instances with failures (every curve kind of one GPU type, running and queued
+    jobs), the flat-options DP gives dp.solve's counts, so its objective, and dp.solve proves them
+    optimal (bound = objective)."""
+    from unicron_plan.api import load_instance
+    from unicron_plan.core.cluster import build_state
+    from unicron_plan.core.checks import check_instance
+    from unicron_plan.tools.generate import generate_instance
+
+    for seed in range(6):
+        inst = load_instance(generate_instance(seed, gpus=512, jobs=14, curves=kind, max_counts=120,
+                                               failed_nodes=1 + seed % 3))
+        tables, layouts = core_problem.resolve_tables(inst)
+        flat = core_problem.flat_tables(inst, tables)
+        state = build_state(inst, check_instance(inst, tables))
+        run_terms = terms.RunTerms(inst, tables, layouts, flat)
+        p = run_terms.tabulate(inst, state)
+        q = core_problem.tabulate(inst, state, tables, layouts, flat)
+        assert_same_problem(p, q)
+        counts = run_terms.dp_counts(p)
+        assert counts is not None
+        raw = dp.solve(q)
+        assert counts == raw.counts and raw.bound == raw.objective
+        assert q.objective(counts) == pytest.approx(raw.objective, rel=1e-12, abs=1e-9)

@@ -1,0 +1,223 @@
+"""The planner policies' problem of each re-plan, built from what stays the same during a run.
+
+:func:`unicron_plan.core.problem.tabulate` derives every job's fixed data (id, type, weight,
+constraints, the position of its table in the flat tables) at every call and works out each job's
+gains with several passes over all table entries. The jobs and their tables do not change during a
+simulation: :class:`RunTerms` keeps the fixed data as lists and arrays, keeps each job's D_trans
+until its Job object (replaced only when its allocation changes) is replaced, and computes all gains
+in one pass, F x D_run minus the job's transition term, with the one entry at the job's own count
+put back where it is not a change. The result is the Problem ``tabulate`` returns (the same values
+to the last bit; ``tests/test_sim_terms.py`` compares them field by field).
+
+It also keeps the gains of every table entry and the counts that fit (:meth:`RunTerms.flat_options`),
+so that the DP takes every job's options as one set of arrays instead of joining them again
+(:func:`unicron_plan.solvers.dp.solve_type_joined`).
+
+Cases it does not cover are passed to ``tabulate`` itself: the ``"lifetime"`` horizon, a gain that
+overflows a float (``tabulate`` names the job).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import NamedTuple
+
+import numpy as np
+
+from unicron_plan.core import constraints, cost
+from unicron_plan.core.problem import FlatTables, JobTerms, Problem, tabulate
+from unicron_plan.solvers.dp import pareto_mask, solve_type_joined
+
+
+class FlatOptions(NamedTuple):
+    """Every job's terms over its flat table entries: gains at each entry, the number of leading
+    entries that fit (job i's counts are ``counts[off[i]:off[i] + fits[i]]``), and whether a
+    constraint removed counts from any job (then the jobs' terms are not these prefixes)."""
+
+    counts: np.ndarray
+    gains: np.ndarray
+    off: np.ndarray
+    fits: np.ndarray
+    filtered: bool
+    x_at: np.ndarray  # each job's entry at its own count (-1: not in its table)
+    charges: bool  # D_run > 0 and every transition term >= 0 (RunTerms.dp_counts)
+
+
+class RunTerms:
+    """:func:`tabulate` for the jobs of one run (``base``: the run's instance without event; its jobs,
+    tables and flat tables never change during the run)."""
+
+    def __init__(self, base, tables, layouts, flat: FlatTables):
+        jobs = base.jobs
+        m = self.m = len(jobs)
+        self.tables, self.layouts, self.flat = tables, layouts, flat
+        sizes = self.sizes = np.diff(flat.off)
+        self.starts = flat.off[:-1]
+        self.job_of = np.repeat(np.arange(m, dtype=np.intp), sizes)
+        self.scale = int(flat.counts.max()) + 1 if len(flat.counts) else 1
+        # job i's entries are the keys i * scale + count, ascending over the whole flat array
+        self.keys = self.job_of.astype(np.int64) * self.scale + flat.counts
+        self.first_key = np.arange(m, dtype=np.int64) * self.scale
+        self.ids = [j.id for j in jobs]
+        self.types = [j.throughput.gpu_type for j in jobs]
+        self.fixed = [(j.weight, tables[j.id], layouts.get(j.id, {}), j.tp, j.pinned, j.max_nodes,
+                       bool(j.same_rack), j.min_gain_fraction) for j in jobs]
+        # Each job's JobTerms attributes that never change, JobTerms' defaults first (see tabulate)
+        defaults = {f.name: f.default for f in dataclasses.fields(JobTerms) if f.default is not dataclasses.MISSING}
+        self.templates = [{**defaults, "index": k, "id": j.id, "gpu_type": j.throughput.gpu_type, "weight": j.weight,
+                           "table": tables[j.id], "layouts": layouts.get(j.id, {}), "tp": j.tp or 1,
+                           "max_nodes": j.max_nodes, "same_rack": bool(j.same_rack)}
+                          for k, j in enumerate(jobs)]
+        # jobs whose counts a constraint may filter (tp > 1, pinned, hysteresis), in job order
+        self.constrained = [k for k, j in enumerate(jobs)
+                            if (j.tp is not None and j.tp > 1) or j.pinned or j.min_gain_fraction is not None]
+        # no job with a constraint the DP folds in or cannot express, all of one GPU type: the DP can
+        # take the flat options as they are (dp_counts)
+        self.plain = not self.constrained and all(j.max_nodes is None and not j.same_rack for j in jobs) \
+            and len(set(self.types)) <= 1
+        # the entries worth more than every smaller count of the job (F alone), see dp_counts
+        self.f_pareto = pareto_mask(flat.f, flat.off)
+        self.f_pareto_at = np.flatnonzero(self.f_pareto)
+        self._job_seen: list = [None] * m  # the Job object each D_trans below was made from
+        self._d = [0.0] * m  # cost.d_trans_seconds of that Job
+        self._split_seen: list = [None] * m  # the previous split each node count below was made from
+        self._held = [0] * m
+        self._options: tuple | None = None  # (weak reference to the last problem built here, its FlatOptions)
+
+    def _d_trans(self, instance) -> list[float]:
+        """cost.d_trans_seconds of every job, re-derived only for replaced Job objects."""
+        seen, d = self._job_seen, self._d
+        for k, job in enumerate(instance.jobs):
+            if job is not seen[k]:
+                seen[k], d[k] = job, cost.d_trans_seconds(instance, job)
+        return d
+
+    def _nodes_held(self, state) -> np.ndarray:
+        """Each job's nodes with GPUs in its previous split (as cost.job_transition_terms counts them),
+        re-counted only for replaced splits (a split is replaced, never changed in place)."""
+        seen, held, previous = self._split_seen, self._held, state.previous
+        for k, jid in enumerate(self.ids):
+            split = previous.get(jid)
+            if split is None:
+                split = {}
+            if split is not seen[k]:
+                seen[k], held[k] = split, len(split) - list(split.values()).count(0)
+        return np.asarray(held, dtype=np.int64)
+
+    @np.errstate(over="ignore", invalid="ignore")
+    def tabulate(self, instance, state) -> Problem:
+        """The Problem ``core.problem.tabulate(instance, state, tables, layouts, flat)`` returns."""
+        self._options = None
+        if instance.cost.horizon == "lifetime":
+            return self._reference(instance, state)
+        flat, m, ids = self.flat, self.m, self.ids
+        d_run = cost.d_run_seconds(instance, state.nodes_in_service())
+        capacity = state.capacity()
+        x_list = [job.current.gpus for job in instance.jobs]
+        xs = np.asarray(x_list, dtype=np.int64).reshape(m)
+        hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
+        exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
+        # F at each job's own count: its entry where the count is in its table
+        want = self.first_key + np.minimum(xs, self.scale - 1)
+        at = np.minimum(np.searchsorted(self.keys, want), len(self.keys) - 1) if m else want
+        found = (self.keys[at] == want) & (xs < self.scale) if m else np.zeros(0, dtype=bool)
+        f_x = np.where(found, flat.f[at] if m else 0.0, np.nan)
+        for i in np.flatnonzero(~found).tolist():  # not in the table: the lookup names the count
+            f_x[i] = float(cost.waf(self.fixed[i][0], self.tables[ids[i]][x_list[i]]))
+        d = np.asarray(self._d_trans(instance), dtype=float)
+        if cost.uses_job_horizon(instance):  # D_trans x max(nodes held, 1) / max(H, 1) (cost.horizon_terms)
+            d_trans = d * (np.maximum(self._nodes_held(state), 1) / max(state.nodes_in_service(), 1))
+        else:
+            d_trans = d
+        pen = f_x * d_trans
+        # G(y) = F(y) D_run - [changed] F(x) D_trans, changed = (y != x or hit) and not leaving: every
+        # entry pays, then the entry at x of a job neither hit nor leaving and a leaving job's entries
+        # get F(y) D_run back (the same floats as subtracting 0)
+        gains = flat.f * d_run
+        gains -= np.repeat(pen, self.sizes)
+        back = at[found & ~hit & ~exiting]
+        gains[back] = flat.f[back] * d_run
+        for i in np.flatnonzero(exiting).tolist():
+            a, b = int(flat.off[i]), int(flat.off[i + 1])
+            gains[a:b] = flat.f[a:b] * d_run
+        if not (np.isfinite(gains).all() and np.isfinite(pen).all()):  # tabulate reports it (or not, past the fit)
+            return self._reference(instance, state)
+        # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job)
+        cap = np.fromiter(map(capacity.__getitem__, self.types), dtype=np.int64, count=m)
+        fits = np.searchsorted(self.keys, self.first_key + np.minimum(cap, self.scale - 1), side="right") \
+            - self.starts
+        fits[exiting] = 1
+        f_x_l, d_trans_l, hit_l, exiting_l = f_x.tolist(), d_trans.tolist(), hit.tolist(), exiting.tolist()
+        ends = (self.starts + fits).tolist()
+        all_counts, all_f = flat.counts, flat.f
+        jobs = []
+        new, fixed = object.__new__, self.fixed
+        # JobTerms(...) with the same attributes, set as one dict: the constructor's keyword
+        # handling is most of the time of building 8,192 of them
+        for i, template, lo, hi, x, job_hit, d_i, f_i, exits in zip(
+                range(m), self.templates, self.starts.tolist(), ends, x_list, hit_l, d_trans_l, f_x_l, exiting_l):
+            t = new(JobTerms)
+            t.__dict__ = {**template, "x": x, "hit": job_hit, "d_trans": d_i, "f_x": f_i, "counts": all_counts[lo:hi],
+                          "f": all_f[lo:hi], "gains": gains[lo:hi], "d_run": d_run,
+                          "pinned": bool(fixed[i][4]) and not exits,
+                          "min_gain_fraction": None if exits else fixed[i][7], "exiting": exits}
+            jobs.append(t)
+        filtered = False
+        for i in self.constrained:
+            j = jobs[i]
+            job = instance.jobs[i]
+            if j.exiting or not ((j.tp > 1) or j.pinned or (job.min_gain_fraction is not None and not j.hit)):
+                continue
+            keep = constraints.allowed_mask(job, j.counts, j.gains, j.x, j.hit, j.f_x, d_run, False)
+            if not keep.all():
+                j.counts, j.f, j.gains = j.counts[keep], j.f[keep], j.gains[keep]
+                filtered = True
+        limit = instance.max_changed_jobs
+        if limit is not None:
+            limit = min(limit, len(jobs))
+        problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=limit)
+        constraints.precheck(problem)
+        self._options = (weakref.ref(problem), FlatOptions(flat.counts, gains, flat.off, fits, filtered,
+                                                           np.where(found, at, -1), d_run > 0 and bool((pen >= 0).all())))
+        return problem
+
+    def flat_options(self, problem: Problem) -> FlatOptions | None:
+        """The FlatOptions of ``problem`` when it is the last one built here by the array path (else None)."""
+        if self._options is None or self._options[0]() is not problem:
+            return None
+        return self._options[1]
+
+    def dp_counts(self, problem: Problem) -> dict[str, int] | None:
+        """``dp.solve(problem).counts`` from the flat options, or None where this does not apply (a
+        problem not built here by the array path, constraints, several GPU types, a change limit)."""
+        flat = self.flat_options(problem)
+        if flat is None or not self.plain or problem.max_changed_jobs is not None or problem.alternatives \
+                or list(problem.capacity) != self.types[:1]:
+            return None
+        every = (flat.fits == self.sizes).all()
+        if flat.charges:
+            # A count below which another count has F at least as large is never an option (worth no
+            # more than that one, even when that one is the job's own count x, which pays nothing
+            # here), so the options are among the entries of f_pareto and x: the same Pareto options
+            # from a quarter of the entries (dp.pareto_mask keeps the first of a prefix's largest).
+            x_at = flat.x_at[flat.x_at >= 0]
+            extra = x_at[~self.f_pareto[x_at]]  # ascending: one per job, in job order
+            at = self.f_pareto_at if not len(extra) else \
+                np.insert(self.f_pareto_at, np.searchsorted(self.f_pareto_at, extra), extra)
+            if not every:  # each job's entries that fit
+                at = at[at < (self.starts + flat.fits)[self.job_of[at]]]
+            counts, gains = flat.counts[at], flat.gains[at]
+            off = np.searchsorted(at, flat.off)  # every job's first entry (count 0) is in ``at``
+        elif every:  # the flat arrays as they are
+            counts, gains, off = flat.counts, flat.gains, flat.off
+        else:  # each job's leading entries that fit
+            keep = np.arange(len(flat.counts)) - np.repeat(self.starts, self.sizes) < np.repeat(flat.fits, self.sizes)
+            counts, gains = flat.counts[keep], flat.gains[keep]
+            off = np.zeros(self.m + 1, dtype=np.int64)
+            np.cumsum(flat.fits, out=off[1:])
+        found, _ = solve_type_joined(counts, gains, off, problem.capacity[self.types[0]])
+        return {jid: int(c) for jid, c in zip(self.ids, found)}
+
+    def _reference(self, instance, state) -> Problem:
+        return tabulate(instance, state, self.tables, self.layouts, self.flat)

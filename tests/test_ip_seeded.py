@@ -173,34 +173,33 @@ def test_cpsat_build_looks_at_the_deadline_every_few_thousand_terms(monkeypatch)
     part of the build (variables, rows, objective, hints), and the last look comes after them all."""
     from ortools.sat.python import cp_model
 
-    problem = build_problem(api.load_instance(generate(seed=0, gpus=2048, jobs=32, curves="synthetic")))
+    problem = build_problem(api.load_instance(generate(seed=0, gpus=8192, jobs=64, curves="synthetic")))
     model = ipmodel.build(problem)
     milp.seed(problem, model, None)
-    terms = [0]
+    built: list = []
+    original_init = cp_model.CpModel.__init__
+
+    def kept(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        built.append(self)
+
+    def size() -> int:  # terms in the proto: variables, row terms and rows, objective terms, hints
+        proto = built[0].proto
+        rows = sum(len(c.linear.vars) + 1 for c in proto.constraints)
+        return len(proto.variables) + rows + len(proto.objective.vars) + len(proto.solution_hint.vars)
+
+    monkeypatch.setattr(cp_model.CpModel, "__init__", kept)
     looks: list[int] = []
-    for name in ("new_int_var", "add", "add_hint"):
-        original = getattr(cp_model.CpModel, name)
-
-        def counted(self, *args, _original=original, **kwargs):
-            terms[0] += 1
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(cp_model.CpModel, name, counted)
-    original_sum = cp_model.LinearExpr.weighted_sum
-
-    def counted_sum(expressions, coefficients, *args, **kwargs):
-        terms[0] += len(coefficients)
-        return original_sum(expressions, coefficients, *args, **kwargs)
-
-    monkeypatch.setattr(cp_model.LinearExpr, "weighted_sum", counted_sum)
-    monkeypatch.setattr(cpsat, "check_deadline", lambda deadline: looks.append(terms[0]))
+    monkeypatch.setattr(cpsat, "check_deadline", lambda deadline: looks.append(size()))
     cpsat.build_cp(model, 1.0, deadline=None)
+    total = size()
     widest_row = max(len(r.coefs) for r in model.rows)
-    total = terms[0]
     assert total > 3 * cpsat.BUILD_CHECK_TERMS  # the model is large enough to need several looks
+    assert widest_row > 2 * cpsat.BUILD_CHECK_TERMS + 2  # a row wider than two chunks (the capacity row)
     gaps = np.diff([0] + looks)
     assert looks[-1] == total
-    assert gaps.max() <= cpsat.BUILD_CHECK_TERMS + 2 * widest_row + 2, (gaps.max(), widest_row)
+    # Within a part at most a chunk; across the end of one part and the start of the next, two.
+    assert gaps.max() <= 2 * cpsat.BUILD_CHECK_TERMS + 2, (gaps.max(), widest_row)
 
 
 def test_a_cpsat_run_that_ignores_its_stop_request_is_abandoned_at_the_deadline(monkeypatch):
@@ -260,3 +259,26 @@ def test_node_level_models_start_from_the_dps_counts_placed_in_whole_tp_groups(m
         brute = node_brute(inst)
         assert brute is not None and plan.objective <= brute[0] + 1e-6 * max(1.0, abs(brute[0]))
     assert started >= 10
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_counts_read_the_z_variables_of_every_job_in_any_insertion_order(seed):
+    """Formulation.counts reads the count of every job from its z variables (one vectorised pass
+    over the model's z map), the same as a lookup per (job, count), whatever order z was filled in."""
+    rng = np.random.default_rng(seed)
+    problem = build_problem(api.load_instance(generate(seed=seed, gpus=512, jobs=12, curves="synthetic")))
+    model = ipmodel.build(problem)
+    pairs = list(model.z.items())
+    rng.shuffle(pairs)
+    shuffled = ipmodel.Formulation(problem, model.node_level, names=model.names, z=dict(pairs))
+    for _ in range(5):
+        values = rng.integers(0, 2, len(model.names))
+        expected = {}
+        for j in problem.jobs:
+            row = [values[model.z[(j.index, k)]] for k in range(len(j.counts))]
+            expected[j.id] = int(j.counts[int(np.argmax(row))])  # the first largest
+        assert model.counts(values) == expected
+        assert shuffled.counts(values) == expected
+    del shuffled.z[pairs[0][0]]
+    with pytest.raises(KeyError):
+        shuffled.counts(values)

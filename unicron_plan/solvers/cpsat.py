@@ -58,17 +58,35 @@ def scale_of(model: ipmodel.Formulation) -> tuple[float, float]:
 
     Objective terms on the z variables are grouped per job (one z per job is 1);
     any other term (the placement model's) counts with its variable's largest value.
+    Vectorised over the terms (1.9 M at 1,048,576 GPUs); the groups are summed in the order of
+    their first term, as a loop over the objective would.
     """
-    groups: dict[object, list[tuple[float, int]]] = {}
-    z_of = {v: i for (i, _), v in model.z.items()}
-    for v, g in model.objective.items():
-        if v in z_of:
-            groups.setdefault(("z", z_of[v]), []).append((g, 1))
-        else:
-            groups[("x", v)] = [(g, max(abs(model.lb[v]), abs(model.ub[v])))]
-    total = sum(max(abs(g) * n for g, n in terms) for terms in groups.values())
+    import numpy as np
+
+    n = len(model.objective)
+    if not n:
+        return 1.0, 0.0
+    var = np.fromiter(model.objective.keys(), dtype=np.int64, count=n)
+    gain = np.fromiter(model.objective.values(), dtype=np.float64, count=n)
+    job = np.full(len(model.names), -1, dtype=np.int64)  # the job of every z variable
+    if model.z:
+        zs = np.fromiter(model.z.values(), dtype=np.int64, count=len(model.z))
+        job[zs] = np.fromiter((i for i, _ in model.z), dtype=np.int64, count=len(model.z))
+    largest = np.maximum(np.abs(np.asarray(model.lb, dtype=np.float64)[var]),
+                         np.abs(np.asarray(model.ub, dtype=np.float64)[var]))
+    count = np.where(job[var] >= 0, 1.0, largest)  # z: one per job; others: the variable's largest value
+    key = np.where(job[var] >= 0, job[var], -1 - var)  # the group: the job, or the variable alone
+    groups, first, member = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+
+    def group_sum(per_term: np.ndarray) -> float:
+        top = np.full(len(groups), -np.inf)
+        np.maximum.at(top, member, per_term)
+        return sum(top[order].tolist())
+
+    total = group_sum(np.abs(gain) * count)
     s = 2.0 ** math.floor(math.log2(SCALE_BUDGET / total)) if total > 0 else 1.0
-    err = sum(max(abs(round(g * s) / s - g) * n for g, n in terms) for terms in groups.values())
+    err = group_sum(np.abs(np.round(gain * s) / s - gain) * count)
     return s, err
 
 
@@ -90,20 +108,7 @@ def build_cp(model: ipmodel.Formulation, scale: float, deadline: float | None = 
         if k % BUILD_CHECK_TERMS == 0:
             check_deadline(deadline)
         xs.append(cp.new_int_var(lo, hi, name))
-    done = 0  # row terms added since the last look at the deadline
-    for r in model.rows:
-        done += len(r.coefs) + 1
-        if done >= BUILD_CHECK_TERMS:
-            check_deadline(deadline)
-            done = 0
-        expr = cp_model.LinearExpr.weighted_sum([xs[v] for v in r.coefs], list(r.coefs.values()))
-        if r.lo is not None and r.lo == r.hi:
-            cp.add(expr == r.lo)
-        else:
-            if r.lo is not None:
-                cp.add(expr >= r.lo)
-            if r.hi is not None:
-                cp.add(expr <= r.hi)
+    _add_rows(cp, xs, model.rows, deadline)
     # The objective straight into the proto, as CpModel.maximize writes it (CP-SAT minimises the
     # negated sum, scaling factor -1), a chunk at a time: maximize() appends term by term with no look
     # at the deadline (8-11 s of CPU for the 1.9 M terms of 1,048,576 GPUs x 8,192 jobs; about 1 s here).
@@ -122,6 +127,35 @@ def build_cp(model: ipmodel.Formulation, scale: float, deadline: float | None = 
         cp.add_hint(xs[v], val)
     check_deadline(deadline)
     return cp, xs
+
+
+def _add_rows(cp, xs, rows: list[ipmodel.Row], deadline: float | None) -> None:
+    """The rows as linear constraints written straight into the proto, as CpModel.add writes them
+    (terms in variable order, an equality as one constraint, else one per bounded side), a chunk of terms at a time with a
+    look at the deadline every BUILD_CHECK_TERMS terms: add() takes a row in one call (about 2.5 s
+    of CPU for the 1.9 M-term capacity row of 1,048,576 GPUs x 8,192 jobs)."""
+    from ortools.sat.python.cp_model import INT_MAX, INT_MIN
+
+    constraints = cp.proto.constraints
+    done = 0  # terms (and rows) written since the last look at the deadline
+    for r in rows:
+        if r.lo is not None and r.lo == r.hi:
+            sides = [(r.lo, r.lo)]
+        else:
+            sides = ([(r.lo, INT_MAX)] if r.lo is not None else []) + ([(INT_MIN, r.hi)] if r.hi is not None else [])
+        terms = sorted(r.coefs.items())  # as add(); rows are mostly built in variable order
+        for lo, hi in sides:
+            linear = constraints.add().linear
+            done += 1
+            for k in range(0, len(terms), BUILD_CHECK_TERMS):
+                chunk = terms[k:k + BUILD_CHECK_TERMS]
+                if done + len(chunk) > BUILD_CHECK_TERMS:
+                    check_deadline(deadline)
+                    done = 0
+                done += len(chunk)
+                linear.vars.extend([xs[v].index for v, _ in chunk])
+                linear.coeffs.extend([c for _, c in chunk])
+            linear.domain.extend([lo, hi])
 
 
 def solve(problem: Problem, options: SolverOptions | None = None) -> RawSolution:

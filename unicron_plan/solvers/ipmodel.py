@@ -77,20 +77,40 @@ class Formulation:
     def counts(self, values) -> dict[str, int]:
         """The count of every job from variable values (the first z with the largest value wins)."""
         jobs = self.problem.jobs
-        if self._zjoined is None or len(self._zjoined[0]) != len(self.z):
-            cols = np.fromiter((self.z[(j.index, k)] for j in jobs for k in range(len(j.counts))), dtype=np.int64)
-            sizes = np.fromiter((len(j.counts) for j in jobs), dtype=np.int64, count=len(jobs))
-            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-            allowed = np.concatenate([j.counts for j in jobs]) if jobs else np.zeros(0, dtype=np.int64)
-            self._zjoined = (cols, sizes, starts, allowed)
-        cols, sizes, starts, allowed = self._zjoined
         if not len(jobs):
             return {}
+        if self._zjoined is None or self._zjoined[4] != len(self.z):
+            sizes = np.fromiter((len(j.counts) for j in jobs), dtype=np.int64, count=len(jobs))
+            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            cols = self._z_columns(sizes, starts)
+            allowed = np.concatenate([j.counts for j in jobs])
+            self._zjoined = (cols, sizes, starts, allowed, len(self.z))
+        cols, sizes, starts, allowed, _ = self._zjoined
         vals = np.asarray(values, dtype=np.float64)[cols]
         top = np.repeat(np.maximum.reduceat(vals, starts), sizes)
         at = np.flatnonzero(vals == top)
         first = at[np.unique(np.searchsorted(starts, at, side="right") - 1, return_index=True)[1]]
         return {j.id: int(c) for j, c in zip(jobs, allowed[first].tolist())}
+
+    def _z_columns(self, sizes: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The z variable of every (job, count), jobs in order and counts in order, read from
+        :attr:`z` in one vectorised pass (a lookup per pair takes over a second at 1.9 M pairs).
+        Raises KeyError when a pair has no variable."""
+        import itertools
+
+        jobs, n = self.problem.jobs, len(self.z)
+        keys = np.fromiter(itertools.chain.from_iterable(self.z), dtype=np.int64, count=2 * n).reshape(n, 2)
+        found = np.fromiter(self.z.values(), dtype=np.int64, count=n)
+        index = np.fromiter((j.index for j in jobs), dtype=np.int64, count=len(jobs))
+        position = np.full(int(max(index.max(initial=-1), keys[:, 0].max(initial=-1))) + 1, -1, dtype=np.int64)
+        position[index] = np.arange(len(jobs))
+        at = position[keys[:, 0]]
+        wanted = (at >= 0) & (keys[:, 1] >= 0) & (keys[:, 1] < sizes[np.maximum(at, 0)])
+        cols = np.full(int(sizes.sum()), -1, dtype=np.int64)
+        cols[starts[at[wanted]] + keys[wanted, 1]] = found[wanted]
+        if np.any(cols < 0):
+            raise KeyError("a (job, count) pair has no z variable")
+        return cols
 
     def placement(self, values) -> dict[str, dict[str, int]] | None:
         """{job: {node: GPUs}} at node level, in cluster order; None at count level."""

@@ -444,6 +444,7 @@ def _known_plans(problem: Problem, model: ipmodel.Formulation) -> list[tuple[str
     (the DP's plan, ``dp``) and the keep-or-suspend hint, those that satisfy the model."""
     out = []
     for name, values in (("dp", model.start), ("keep-or-suspend", model.hint_values())):
+        values = None if values is None else np.asarray(values, dtype=np.float64)  # converted once
         if values is not None and model.feasible(values):
             out.append((name, values, problem.objective(model.counts(values), model.placement(values))))
     return sorted(out, key=lambda p: -p[2])
@@ -480,6 +481,8 @@ def extract(problem: Problem, model: ipmodel.Formulation, result: dict, values, 
         info, values = {**info, "solver_error": str(detail)}, None
     if values is not None and any(v is None for v in values):
         values = None
+    if values is not None:
+        values = np.asarray(values, dtype=np.float64)  # once, for the checks and the reading below
     if values is not None and not model.feasible(values):
         # An incumbent (or an "optimal" answer) that breaks a row of the model is no answer.
         if termination == "optimal":

@@ -444,3 +444,32 @@ def test_a_stored_plan_with_a_count_the_job_does_not_allow_is_not_used():
         assert plan.solver.name == "dp"
         assert "does not allow" in plan.solver.options["contingency_fallback"], change
         assert plan.objective == pytest.approx(fresh.objective, rel=1e-12)
+
+
+def test_the_command_refuses_an_instance_whose_index_would_not_fit(tmp_path):
+    """An instance over --max-cells (jobs x whole-node capacity units) exits 2 naming the sizes, before
+    any table is built and with no index written; raised to the instance's size, the index is built."""
+    inst = generate_instance(3, gpus=256, jobs=4, failed_nodes=0)
+    inst.pop("event", None)
+    path = tmp_path / "i.json"
+    path.write_text(dumps(inst))
+    cells = contingency.index_cells(api.load_instance(path))
+    assert cells == 4 * (256 // 8)
+    out, runner = tmp_path / "cont", CliRunner()
+    res = runner.invoke(app, ["contingency", str(path), "--out", str(out), "-q", "--max-cells", str(cells - 1)])
+    assert res.exit_code == 2 and "--max-cells" in res.output and f"{cells:,}" in res.output
+    assert "Traceback" not in res.output and not (out / contingency.INDEX_FILE).exists()
+    res = runner.invoke(app, ["contingency", str(path), "--out", str(out), "-q", "--max-cells", str(cells)])
+    assert res.exit_code == 0, res.output
+    assert read_contingency(out)["failures"]
+
+
+def test_index_cells_counts_the_largest_type_in_whole_nodes():
+    """Jobs x the largest GPU type's capacity in whole nodes: a mixed fleet counts its biggest type
+    (on the library's 4-type fleet, whose nodes of one type are alike: jobs x the most nodes of a type)."""
+    inst = api.load_instance(next(p for p in library_instances() if p.name == "mixed-jagged-16384-4types-32jobs.json"))
+    nodes: dict[str, list[int]] = {}
+    for n in inst.cluster.nodes:
+        nodes.setdefault(n.gpu_type, []).append(n.gpus)
+    assert len(nodes) == 4 and all(len(set(g)) == 1 for g in nodes.values())
+    assert contingency.index_cells(inst) == len(inst.jobs) * max(len(g) for g in nodes.values())

@@ -86,7 +86,9 @@ def test_a_cluster_too_large_for_an_index_has_its_answers_solved_per_class(monke
     plan of that failure, proven optimal."""
     from unicron_plan import api
 
-    monkeypatch.setattr(coordinator, "INDEX_MAX_CELLS", 0)
+    from unicron_plan.plan import contingency
+
+    monkeypatch.setattr(contingency, "INDEX_MAX_CELLS", 0)
     inst = generate_instance(4, gpus=1024, jobs=12, failed_nodes=0, curves="equal-per-gpu")
     inst.pop("event", None)
     snapshot = st.State(base=Instance.model_validate(inst), revision=1, base_version=1)

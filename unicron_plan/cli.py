@@ -281,12 +281,22 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print the lists a
 def contingency(instance: Path = typer.Argument(..., help="Instance JSON file (its event, if any, is ignored)."),
                 out: Path = typer.Option(Path("contingency"), "--out", "-o", help="Output directory."),
                 racks: bool = typer.Option(False, "--racks", help="Also plan for the failure of each rack."),
+                max_cells: Optional[int] = typer.Option(None, "--max-cells", min=1,
+                                              help="Refuse an instance whose jobs x whole-node capacity units "
+                                                   "exceed this (the index's tables grow with it; default 2^28, "
+                                                   "about 12 GiB of memory at 8,192 jobs x 131,072 nodes)."),
                 quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar.")):
     """Precompute the optimal plan for the failure of every single node (and rack) of INSTANCE."""
     from unicron_plan import api
-    from unicron_plan.plan.contingency import build_contingency, write_contingency
+    from unicron_plan.plan.contingency import INDEX_MAX_CELLS, build_contingency, index_cells, write_contingency
 
     inst = api.load_instance(instance)
+    cells, limit = index_cells(inst), max_cells or INDEX_MAX_CELLS
+    if cells > limit:
+        typer.echo(f"error: instance: {len(inst.jobs)} jobs x whole-node capacity units = {cells:,} is over "
+                   f"--max-cells {limit:,}: the index's tables would not fit a planner's memory; raise "
+                   f"--max-cells to build it anyway", err=True)
+        raise typer.Exit(2)
     index = build_contingency(inst, racks=racks, progress=not quiet)
     path = write_contingency(index, out, inst)
     st = index["stats"]

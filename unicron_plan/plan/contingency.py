@@ -28,6 +28,20 @@ from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.schema import Instance
 
 INDEX_FILE = "contingency.json"
+#: Above this many (jobs x whole-node units of capacity) an index's tables take more memory than a
+#: planner's host should give them (12 GiB and growing at 8,192 jobs x 131,072 units; under 1 GiB at
+#: 1,024 x 16,384): the service builds none, and `unicron-plan contingency` refuses unless told more.
+INDEX_MAX_CELLS = 2**28
+
+
+def index_cells(instance: Instance) -> int:
+    """Jobs x the largest GPU type's capacity in whole-node units (the size of an index's tables)."""
+    cap: dict[str, int] = {}
+    gpus: dict[str, int] = {}
+    for n in instance.cluster.nodes:
+        cap[n.gpu_type] = cap.get(n.gpu_type, 0) + n.gpus
+        gpus[n.gpu_type] = max(gpus.get(n.gpu_type, 1), n.gpus)
+    return len(instance.jobs) * max((c // gpus[t] for t, c in cap.items()), default=0)
 
 
 def __getattr__(name: str):

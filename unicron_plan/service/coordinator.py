@@ -39,10 +39,6 @@ from unicron_plan.service.store import Store
 #: Whole answers are precomputed for at most this many classes of nodes, largest first (the index
 #: covers every node).
 MAX_PRECOMPUTED_CLASSES = 4096
-#: Above this many (jobs x whole-node units of capacity) the warm stage builds no contingency index
-#: (its tables would take more memory than the service's budget: 12 GiB and growing at 8,192 jobs x
-#: 131,072 units) and answers each class of nodes by the DP on the kept plan's shared terms instead.
-INDEX_MAX_CELLS = 2**28
 #: A request stops the warm worker only while the worker was stopped for less than this share of the
 #: last STOP_WINDOW seconds: under back-to-back requests it still runs about a quarter of the time.
 STOP_SHARE = 0.75
@@ -727,7 +723,8 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
     (:func:`unicron_plan.plan.contingency.relabel_plan`)."""
     from unicron_plan import api
     from unicron_plan.core.problem import prepare
-    from unicron_plan.plan.contingency import build_contingency, fingerprint, node_classes
+    from unicron_plan.plan.contingency import (INDEX_MAX_CELLS, build_contingency, fingerprint, index_cells,
+                                               node_classes)
     from unicron_plan.plan.incremental import incremental_plan, indexed_plan, keep_plan, shared_entries
     from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
     from unicron_plan.service.answers import encode_body, split_plan
@@ -735,7 +732,7 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
     try:
         prepared = prepare(snapshot.base)
         digest = fingerprint(snapshot.base)
-        index = ANSWERS_ONLY if _index_cells(prepared) > INDEX_MAX_CELLS else build_contingency(snapshot.base)
+        index = ANSWERS_ONLY if index_cells(prepared.instance) > INDEX_MAX_CELLS else build_contingency(snapshot.base)
         down = _down_nodes(snapshot.base)
         classes = [c for c in node_classes(snapshot.base, prepared.previous) if c[0] not in down][:max_classes]
     except Exception:  # e.g. a cluster the planner rejects: events are solved instead
@@ -787,16 +784,6 @@ ANSWERS_ONLY = {"failures": {}, "infeasible": {}, "plans": {},
 
 def _answers_only(index: dict) -> bool:
     return not index.get("failures") and not index.get("infeasible")
-
-
-def _index_cells(prepared) -> int:
-    """Jobs x the largest GPU type's capacity in whole-node units (the size of the index's tables)."""
-    cap: dict[str, int] = {}
-    gpus: dict[str, int] = {}
-    for n in prepared.instance.cluster.nodes:
-        cap[n.gpu_type] = cap.get(n.gpu_type, 0) + n.gpus
-        gpus[n.gpu_type] = max(gpus.get(n.gpu_type, 1), n.gpus)
-    return len(prepared.instance.jobs) * max((c // gpus[t] for t, c in cap.items()), default=0)
 
 
 def _down_nodes(instance) -> set[str]:

@@ -5,7 +5,9 @@
         [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--warm-only] [--json OUT]
 
 ``--curves KIND``: a generated cluster of that curve kind at every size (running jobs on shuffled nodes)
-instead of the library instance at 16,384; ``--warm-only``: no run without warm contingency. At
+instead of the library instance at 16,384; ``--warm-only``: no run without warm contingency; ``--warm-requests N``: once the last upload is
+warm, N dry-run failures of one random node each (stored answers: their latency, and how many the
+server answered from one by its ``unicron_contingency_hits`` counter). At
 1,048,576 GPUs the server gets ``--max-body-mib 1024 --parse-seconds 300`` (about 150 MB of JSON).
 
 Per size and round, two real `serve` processes on free loopback ports, one after the other:
@@ -134,9 +136,36 @@ def under_cpu(pid: int) -> float:
     return total / TICK
 
 
-def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uploads: int) -> dict:
+def _stored_hits(c: httpx.Client) -> float:
+    """The server's count of events answered from a stored answer (``unicron_contingency_hits``)."""
+    for line in c.get("/metrics").text.splitlines():
+        if line.startswith("unicron_contingency_hits_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def warm_answers(c: httpx.Client, nodes: list[str], count: int, interval: float, rng) -> dict:
+    """``count`` dry-run failures of one random node each, once the server is warm: latencies of the
+    stored answers (and how many were answered from one, by the server's own counter)."""
+    hits0, lat = _stored_hits(c), []
+    for _ in range(count):
+        node = nodes[int(rng.integers(len(nodes)))]
+        t = time.perf_counter()
+        r = c.post("/v1/events", params={"dry_run": "true"}, json={"kind": "failure", "failed_nodes": [node]})
+        if r.status_code != 200:
+            raise RuntimeError(r.text)
+        lat.append(time.perf_counter() - t)
+        time.sleep(interval)
+    x = np.asarray(lat) * 1e3
+    return {"requests": len(lat), "stored": _stored_hits(c) - hits0, "latencies_ms": [round(v, 3) for v in x.tolist()],
+            "p50_ms": float(np.percentile(x, 50)), "p99_ms": float(np.percentile(x, 99)), "max_ms": float(x.max())}
+
+
+def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uploads: int,
+        warm_requests: int = 0) -> dict:
     """One server: ``uploads`` uploads, cold requests every ``interval`` s until each is warm (or for
-    ``seconds`` in all without warm contingency)."""
+    ``seconds`` in all without warm contingency); then, warm, ``warm_requests`` single-node failures
+    answered from the stored answers (:func:`warm_answers`)."""
     rng = np.random.default_rng(seed)
     nodes = [n["id"] for n in inst["cluster"]["nodes"] if not n.get("failed_gpus")]
     args = () if warm else ("--no-contingency", )
@@ -189,6 +218,10 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uplo
                               "warm_up_cpu_s": under_cpu(srv.proc.pid) - cpu0,
                               "precomputed": health.get("precomputed")})
             load.append(os.getloadavg()[0])
+        answers = None
+        if warm and warm_requests and warms and warms[-1]["time_to_warm_s"] is not None:
+            answers = warm_answers(c, nodes, min(warm_requests, 2000), 0.05, rng)
+            load.append(os.getloadavg()[0])
         m = memory(srv.proc.pid)
         peak = {key: max(peak[key], m[key]) for key in m}
         x = np.asarray(lat) * 1e3
@@ -198,7 +231,7 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uplo
                 "p99_ms": float(np.percentile(x, 99)) if len(x) else None,
                 "max_ms": float(x.max()) if len(x) else None, "load_1min": load,
                 "peak_rss_mib": peak["rss_mib"], "peak_pss_mib": peak["pss_mib"],
-                "processes_at_peak": peak["processes"]}
+                "processes_at_peak": peak["processes"], "warm_answers": answers}
 
 
 def main() -> None:
@@ -212,6 +245,8 @@ def main() -> None:
     ap.add_argument("--off-seconds", type=float, default=None, help="longest run without warm contingency")
     ap.add_argument("--curves", default=None, help="a generated cluster of this curve kind (generate --curves)")
     ap.add_argument("--warm-only", action="store_true", help="no run without warm contingency")
+    ap.add_argument("--warm-requests", type=int, default=0,
+                    help="once warm, this many single-node dry-run failures (at most 2,000): stored answers' latency")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     sizes = [16384] if a.quick else [int(s) for s in a.sizes.split(",")]
@@ -234,12 +269,14 @@ def main() -> None:
                 name = "warm" if warm else "off"
                 print(f"{gpus} GPUs, round {r + 1}: {name} ...", file=sys.stderr)
                 if warm:
-                    res = run(inst, True, bound, interval, seed=r, uploads=uploads)
+                    res = run(inst, True, bound, interval, seed=r, uploads=uploads, warm_requests=a.warm_requests)
                     ran = res["ran_s"]
                 else:
                     res = run(inst, False, min(ran, a.off_seconds or OFF_SECONDS[gpus]), interval, seed=r,
                               uploads=uploads)
                 short = {k: v for k, v in res.items() if k != "latencies_ms"}
+                if res.get("warm_answers"):
+                    short["warm_answers"] = {k: v for k, v in res["warm_answers"].items() if k != "latencies_ms"}
                 print(f"  {json.dumps(short)}", file=sys.stderr)
                 out["runs"].append({"gpus": gpus, "round": r + 1, "interval_s": interval, **res})
     out["load_end"] = os.getloadavg()
@@ -254,10 +291,13 @@ def main() -> None:
         out["summary"][str(gpus)] = {
             **q, "requests": {m: len(lat[m]) for m in lat},
             "p50_warm_over_off": q["warm_p50_ms"] / q["off_p50_ms"] if q["off_p50_ms"] else None,
-            "p99_ms_per_round": {m: [round(r["p99_ms"], 1) for r in pick[m]] for m in pick},
+            "p99_ms_per_round": {m: [None if r["p99_ms"] is None else round(r["p99_ms"], 1) for r in pick[m]]
+                                 for m in pick},
             "p99_warm_over_off": q["warm_p99_ms"] / q["off_p99_ms"] if q["off_p99_ms"] else None,
             "time_to_warm_s": [u["time_to_warm_s"] for u in ups],
             "warm_up_cpu_s": [round(u["warm_up_cpu_s"], 2) for u in ups],
+            "warm_answers": [{k: v for k, v in r["warm_answers"].items() if k != "latencies_ms"}
+                             for r in pick["warm"] if r.get("warm_answers")],
             "peak_rss_mib": max(r["peak_rss_mib"] for r in pick["warm"]),
             "peak_pss_mib": max(r["peak_pss_mib"] for r in pick["warm"]),
             "load_1min": [min(v for r in rs for v in r["load_1min"]), max(v for r in rs for v in r["load_1min"])]}

@@ -103,6 +103,59 @@ def test_shape_counts_members_depth_and_wide_numbers():
     assert io._shape(-float(2**63)) == (0, 0, True) and io._shape(0.5) == (0, 0, False)
 
 
+def _shape_loop(value):
+    """The exactness pass as first written (a Python test per value), the reference of io._shape."""
+    import itertools
+
+    if type(value) is float:
+        return 0, 0, value >= io._WIDE or value <= -io._WIDE
+    n = depth = 0
+    wide = False
+    level = [value] if type(value) is dict or type(value) is list else []
+    while level and depth <= io.MAX_DEPTH:
+        depth += 1
+        dicts = [v for v in level if type(v) is dict]
+        n += sum(map(len, dicts))
+        lists = [v for v in level if type(v) is list]
+        long = [v for v in lists if len(v) > 64]
+        short = itertools.chain.from_iterable(v for v in lists if len(v) <= 64)
+        below = []
+        for items in [list(itertools.chain(itertools.chain.from_iterable(map(dict.values, dicts)), short)), *long]:
+            kinds = set(map(type, items))
+            if float in kinds and not wide:
+                numbers = items if kinds <= io._NUMBERS else [x for x in items if type(x) is float]
+                wide = max(numbers) >= io._WIDE or min(numbers) <= -io._WIDE
+            if dict in kinds or list in kinds:
+                below += [x for x in items if type(x) is dict or type(x) is list]
+        level = below
+    return n, depth, wide
+
+
+WIDE_SCALARS = st.one_of(SCALARS, st.sampled_from([2.0**63, -2.0**63, 2**63, -2**63 - 1, 2**64, 1e300, True]))
+LONG_VALUES = st.recursive(
+    WIDE_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=12), st.lists(inner, min_size=60, max_size=90),
+                                          st.dictionaries(KEYS, inner, max_size=12)),
+    max_leaves=300)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=LONG_VALUES)
+def test_shape_is_the_per_value_loop(value):
+    """The exactness pass in C calls gives what a Python test per value gave, long arrays (each looked
+    at alone) and wide numbers included."""
+    assert io._shape(value) == _shape_loop(value)
+
+
+def test_shape_of_deep_values_is_the_per_value_loop():
+    deep = current = []
+    for _ in range(io.MAX_DEPTH + 5):
+        current.append({"a": [1.5] * 70, "b": []})
+        current = current[0]["b"]
+    assert io._shape(deep) == _shape_loop(deep)
+    assert io._shape([[0.5] * 100, [1, 2**63] * 40, [2.0**63] + ["x"] * 70]) == _shape_loop(
+        [[0.5] * 100, [1, 2**63] * 40, [2.0**63] + ["x"] * 70])
+
+
 @pytest.mark.parametrize("text", ["-9223372036854775809", "9223372036854775808", "[-9223372036854775809]",
                                   "18446744073709551616"])
 def test_a_text_that_is_one_wide_integer_keeps_it_exact(text):

@@ -131,14 +131,21 @@ def _shape_loop(value):
     return n, depth, wide
 
 
-WIDE_SCALARS = st.one_of(SCALARS, st.sampled_from([2.0**63, -2.0**63, 2**63, -2**63 - 1, 2**64, 1e300, True]))
+WIDE = st.sampled_from([2.0**63, -2.0**63, 2**63, -2**63 - 1, 2**64, 1e300, -1e300])
+WIDE_SCALARS = st.one_of(SCALARS, WIDE, st.just(True))
+# long arrays of numbers only (a throughput table), of integers only, with a wide one or not
+NUMBERS = st.one_of(st.integers(-10**6, 10**6), st.floats(-1e6, 1e6), st.booleans())
+NUMBER_ARRAYS = st.one_of(st.lists(NUMBERS, min_size=65, max_size=80),
+                          st.lists(st.one_of(NUMBERS, WIDE), min_size=65, max_size=80),
+                          st.lists(st.one_of(st.integers(-10**6, 10**6), WIDE), min_size=65, max_size=80))
 LONG_VALUES = st.recursive(
-    WIDE_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=12), st.lists(inner, min_size=60, max_size=90),
-                                          st.dictionaries(KEYS, inner, max_size=12)),
-    max_leaves=300)
+    st.one_of(WIDE_SCALARS, NUMBER_ARRAYS),
+    lambda inner: st.one_of(st.lists(inner, max_size=12), st.lists(inner, min_size=60, max_size=90),
+                            st.dictionaries(KEYS, inner, max_size=12)),
+    max_leaves=150)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(value=LONG_VALUES)
 def test_shape_is_the_per_value_loop(value):
     """The exactness pass in C calls gives what a Python test per value gave, long arrays (each looked

@@ -169,9 +169,7 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, Mapping[int, float]], 
     """Each job's throughput table, derived from the model library where a job names a model."""
     tables: dict[str, dict[int, float]] = {}
     layouts: dict[str, dict[int, dict]] = {}
-    total = {}
-    for n in instance.cluster.nodes:
-        total[n.gpu_type] = total.get(n.gpu_type, 0) + n.gpus
+    total: dict[str, int] | None = None  # GPUs per type, for the jobs that name a model (counted once, if any)
     if instance.efficiency and any(j.throughput.model is not None for j in instance.jobs):
         from unicron_plan.perf.library import get_gpu
 
@@ -187,6 +185,8 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, Mapping[int, float]], 
         except ImportError:  # pragma: no cover - perf ships with the package
             raise InvalidInstanceError(f"jobs[{k}].throughput.model",
                                        "model-derived throughput needs unicron_plan.perf") from None
+        if total is None:
+            total = _gpus_per_type(instance)
         capacity = total.get(tp.gpu_type, 0)
         if job.current.gpus > capacity:  # checked before deriving: the layout search is bounded by capacity
             raise InvalidInstanceError(f"jobs[{k}].current.gpus",
@@ -201,6 +201,14 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, Mapping[int, float]], 
         tables[job.id] = curve.tflops_table()
         layouts[job.id] = {n: curve.layout(n) for n in tables[job.id]}
     return tables, layouts
+
+
+def _gpus_per_type(instance: Instance) -> dict[str, int]:
+    """{GPU type: GPUs of its nodes, healthy or not}, in order of the types' first nodes."""
+    total: dict[str, int] = {}
+    for n in instance.cluster.nodes:
+        total[n.gpu_type] = total.get(n.gpu_type, 0) + n.gpus
+    return total
 
 
 @dataclass(frozen=True)
@@ -282,9 +290,7 @@ def resolve_type_tables(instance: Instance, tables: Mapping[str, Mapping[int, fl
             from unicron_plan.perf import derive_table
 
             if total is None:
-                total = {}
-                for n in instance.cluster.nodes:
-                    total[n.gpu_type] = total.get(n.gpu_type, 0) + n.gpus
+                total = _gpus_per_type(instance)
             try:
                 curve = derive_table(tp.model, t, tp.global_batch, tp.seq_len, recompute=tp.recompute or "auto",
                                      max_gpus=max(total.get(t, 0), 1),

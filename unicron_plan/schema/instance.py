@@ -79,6 +79,16 @@ def _private(model, name: str):
     return private.get(name) if private is not None else getattr(model, name)
 
 
+def _set_private(model, name: str, value) -> None:
+    """Set a private attribute of a validated model in its store (``model._name = value`` goes through
+    ``BaseModel.__setattr__``, a Python call)."""
+    private = model.__pydantic_private__
+    if private is not None:
+        private[name] = value
+    else:
+        setattr(model, name, value)
+
+
 MAX_COMPACT_COUNT = 10**MAX_COUNT_DIGITS - 1  # the largest count of the compact table form
 _NOT_DIGITS = {ord(ch): None for ch in "0123456789,"}  # str.translate deletes these
 
@@ -156,7 +166,7 @@ class CompactTable(StrictModel):
             k = int(np.argmax(tflops < 0))
             raise ValueError(f"tflops[{k}]: {self.tflops[k]} is negative")
         counts.flags.writeable = tflops.flags.writeable = False
-        self._arrays = (counts, tflops)
+        _set_private(self, "_arrays", (counts, tflops))
         return self
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
@@ -345,7 +355,8 @@ class Throughput(StrictModel):
             raise ValueError("throughput names a model; derive its table with unicron_plan.perf")
         made = _private(self, "_table")
         if made is None:
-            made = self._table = ArrayTable(*self.table_arrays())
+            made = ArrayTable(*self.table_arrays())
+            _set_private(self, "_table", made)
         return made
 
     def table_arrays(self) -> tuple[np.ndarray, np.ndarray]:
@@ -353,29 +364,31 @@ class Throughput(StrictModel):
         made = _private(self, "_arrays")
         if made is not None:
             return made
-        if self._arrays is None and self.compact is not None:  # already ascending: no dict, no sort
-            self._arrays = self.compact.arrays()
-        if self._arrays is None:
-            table = self.tflops
-            # The keys are checked decimal strings without leading zeros: one parse of them all in
-            # C. A key of more than MAX_COUNT_DIGITS digits is never chosen and is left out: it is
-            # exactly a count of at least 10**MAX_COUNT_DIGITS (one too large for int64 reads as
-            # its largest value).
-            counts = np.fromstring(",".join(table), dtype=np.int64, sep=",") if table \
-                else np.zeros(0, dtype=np.int64)
-            tflops = np.fromiter(table.values(), dtype=float, count=len(table))
-            if len(counts) and counts.max() > MAX_COMPACT_COUNT:
-                fits = counts <= MAX_COMPACT_COUNT
-                counts, tflops = counts[fits], tflops[fits]
-            self._in_order = len(counts) == len(table) and bool((counts[1:] > counts[:-1]).all())
-            order = np.argsort(counts, kind="stable")
-            if not self._in_order and len(counts) == len(table):
-                order.flags.writeable = False
-                self._order = order
-            counts, tflops = counts[order], tflops[order]
-            counts.flags.writeable = tflops.flags.writeable = False
-            self._arrays = (counts, tflops)
-        return self._arrays
+        if self.compact is not None:  # already ascending: no dict, no sort
+            made = self.compact.arrays()
+            _set_private(self, "_arrays", made)
+            return made
+        table = self.tflops
+        # The keys are checked decimal strings without leading zeros: one parse of them all in
+        # C. A key of more than MAX_COUNT_DIGITS digits is never chosen and is left out: it is
+        # exactly a count of at least 10**MAX_COUNT_DIGITS (one too large for int64 reads as
+        # its largest value).
+        counts = np.fromstring(",".join(table), dtype=np.int64, sep=",") if table \
+            else np.zeros(0, dtype=np.int64)
+        tflops = np.fromiter(table.values(), dtype=float, count=len(table))
+        if len(counts) and counts.max() > MAX_COMPACT_COUNT:
+            fits = counts <= MAX_COMPACT_COUNT
+            counts, tflops = counts[fits], tflops[fits]
+        in_order = len(counts) == len(table) and bool((counts[1:] > counts[:-1]).all())
+        _set_private(self, "_in_order", in_order)
+        order = np.argsort(counts, kind="stable")
+        if not in_order and len(counts) == len(table):
+            order.flags.writeable = False
+            _set_private(self, "_order", order)
+        counts, tflops = counts[order], tflops[order]
+        counts.flags.writeable = tflops.flags.writeable = False
+        _set_private(self, "_arrays", (counts, tflops))
+        return counts, tflops
 
     def table_order(self) -> Optional[np.ndarray]:
         """For a ``tflops`` table whose keys are not ascending (every key a count the arrays keep): the

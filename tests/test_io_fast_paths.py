@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
@@ -138,14 +138,16 @@ NUMBERS = st.one_of(st.integers(-10**6, 10**6), st.floats(-1e6, 1e6), st.boolean
 NUMBER_ARRAYS = st.one_of(st.lists(NUMBERS, min_size=65, max_size=80),
                           st.lists(st.one_of(NUMBERS, WIDE), min_size=65, max_size=80),
                           st.lists(st.one_of(st.integers(-10**6, 10**6), WIDE), min_size=65, max_size=80))
+# long arrays holding objects and arrays too (each looked at alone), and nested values holding them all
+LONG_MIXED = st.lists(st.one_of(WIDE_SCALARS, st.lists(WIDE_SCALARS, max_size=2),
+                                st.dictionaries(KEYS, WIDE_SCALARS, max_size=2)), min_size=65, max_size=75)
 LONG_VALUES = st.recursive(
-    st.one_of(WIDE_SCALARS, NUMBER_ARRAYS),
-    lambda inner: st.one_of(st.lists(inner, max_size=12), st.lists(inner, min_size=60, max_size=90),
-                            st.dictionaries(KEYS, inner, max_size=12)),
-    max_leaves=150)
+    st.one_of(WIDE_SCALARS, NUMBER_ARRAYS, LONG_MIXED),
+    lambda inner: st.one_of(st.lists(inner, max_size=6), st.dictionaries(KEYS, inner, max_size=6)),
+    max_leaves=12)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.data_too_large])
 @given(value=LONG_VALUES)
 def test_shape_is_the_per_value_loop(value):
     """The exactness pass in C calls gives what a Python test per value gave, long arrays (each looked
@@ -322,3 +324,46 @@ def test_table_arrays_leave_out_the_counts_the_table_leaves_out(table):
     expected = sorted((int(k), v) for k, v in table.items() if len(k) <= MAX_COUNT_DIGITS)
     assert counts.tolist() == [c for c, _ in expected]
     assert tflops.tolist() == [v for _, v in expected]
+
+
+def _plans():
+    """Plans of library instances and generated ones (gap, keep costs, layouts, options)."""
+    from unicron_plan import api
+    from unicron_plan.tools.generate import generate_instance
+
+    names = ["tiny-one-job-two-nodes.json", "model-derived-128-a800.json", "cluster-512-gpu-failures.json",
+             "ip-max-nodes.json", "tiny-job-exit.json", "mixed-queued-on-idle-type.json"]
+    plans = [api.solve(ROOT / "instances" / n) for n in names]
+    plans += [api.solve(generate_instance(seed, gpus=512, jobs=8, curves=curves))
+              for seed, curves in ((1, "synthetic"), (2, "linear-step"), (3, "queued-equal-per-gpu"))]
+    return plans
+
+
+ODD = [1e16, -2.5e-7, 5e-05, 1.2345678901234567e300, 0.0, 123456789012345678.0, 3]
+
+
+def test_a_plan_lists_every_float_of_its_json_form_and_is_written_as_json_dumps():
+    """Plan.json_floats() is every float of the dumped plan (the writer's walk finds the same ones), and the
+    text written with it is json.dumps's, floats Python writes with an exponent included."""
+    from collections import Counter
+
+    for plan in _plans():
+        for k, odd in enumerate(ODD):
+            jobs = [j.model_copy(update={"waf_tflops": odd, "keep_cost": ODD[k - 1], "gain": ODD[k - 2]})
+                    if i % 2 == k % 2 else j for i, j in enumerate(plan.jobs)]
+            solver = plan.solver.model_copy(update={"options": {**(plan.solver.options or {}), "x": ODD[k - 3]}})
+            p = plan.model_copy(update={"jobs": jobs, "objective": ODD[k - 4], "solver": solver})
+            dumped = p.model_dump(mode="json", exclude_none=True)
+            assert Counter(map(repr, p.json_floats())) == Counter(map(repr, io._plain_floats(dumped)))
+            assert io.dumps(p) == json.dumps(dumped, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def test_a_plan_with_a_value_set_without_validation_takes_the_walk():
+    plan = _plans()[0]
+    job = plan.jobs[0].model_copy(update={"gpus": 1e16})  # (no validation): a float where an int belongs
+    p = plan.model_copy(update={"jobs": [job, *plan.jobs[1:]]})
+    assert p.json_floats() is None or 1e16 in p.json_floats()
+    dumped = p.model_dump(mode="json", exclude_none=True, warnings=False)
+    assert io.dumps(p) == json.dumps(dumped, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    bad = plan.model_copy(update={"jobs": [plan.jobs[0].model_copy(update={"hit": object()}), *plan.jobs[1:]]})
+    assert bad.json_floats() is None

@@ -444,9 +444,12 @@ def dumps(obj: Any) -> str:
     out here and every array of flat objects (a plan's placements: one per job and node, the bulk
     of a large plan) goes through the C encoder in one call (:func:`_flat_objects`); a value of any
     type other than the JSON ones, or a key that is not a string, is left to ``json.dumps``."""
+    floats = None
     if isinstance(obj, BaseModel):
+        # a model that lists the floats of its JSON form (a plan) spares the walk over the dumped tree
+        floats = obj.json_floats() if hasattr(type(obj), "json_floats") else None
         obj = obj.model_dump(mode="json", exclude_none=True)
-    fast = _orjson_dumps(obj)
+    fast = _orjson_dumps(obj, floats)
     if fast is not None:
         return fast
     try:
@@ -465,45 +468,50 @@ _HUGE, _TINY = 1e16, 1e-4
 _ORJSON_DEPTH = 250  # levels of nesting orjson is given (it refuses more than 255)
 
 
-def _of_kind(values: list, kinds: set, kind: type) -> list:
-    """The items of ``values`` that are exactly of ``kind`` (``kinds``: the types of them all)."""
+def _of_kind(values: list, kinds: set, kind: type, types: list) -> list:
+    """The items of ``values`` that are exactly of ``kind`` (``types``: the type of each, ``kinds``: the set
+    of them)."""
     if kinds == {kind}:
         return values
     if kind not in kinds:
         return []
-    return list(itertools.compress(values, map(operator.is_, map(type, values), itertools.repeat(kind))))
+    return list(itertools.compress(values, map(operator.is_, types, itertools.repeat(kind))))
 
 
 def _plain_floats(value: Any) -> "list[float] | None":
     """Every float in ``value`` when it holds only JSON types (exactly: no subclass) with string
     keys, nested at most _ORJSON_DEPTH levels, else None. A level of the tree at a time, each
-    level's values gathered in C calls."""
+    level's values gathered in C calls (the type of each value read once)."""
     level, floats = [value], []
     for _ in range(_ORJSON_DEPTH):
         if not level:
             return floats
-        kinds = set(map(type, level))
+        types = list(map(type, level))
+        kinds = set(types)
         if not kinds <= _PLAIN:
             return None
-        floats += _of_kind(level, kinds, float)
-        dicts = _of_kind(level, kinds, dict)
+        floats += _of_kind(level, kinds, float, types)
+        dicts = _of_kind(level, kinds, dict, types)
         if dicts and set(map(type, itertools.chain.from_iterable(dicts))) - {str}:
             return None
         level = list(itertools.chain(itertools.chain.from_iterable(map(dict.values, dicts)),
-                                     itertools.chain.from_iterable(_of_kind(level, kinds, list))))
+                                     itertools.chain.from_iterable(_of_kind(level, kinds, list, types))))
     return None  # deeper than orjson writes, or a container that holds itself
 
 
-def _orjson_dumps(obj: Any) -> "str | None":
+def _orjson_dumps(obj: Any, floats: "list[float] | None" = None) -> "str | None":
     """:func:`dumps`'s text written by orjson (one C call), or None when it might differ from the json
     module's: a type other than the JSON ones (orjson writes dataclasses, the json module refuses
     them), a non-finite float (orjson writes null where the json module raises), a text that is not
     ASCII or holds DEL (the json module escapes those). A float Python writes with an exponent is
     put back in Python's form: orjson's and Python's texts of it are each a whole token between a
-    space and ",\n" or "\n", which no JSON string holds (a string never holds a raw newline)."""
+    space and ",\n" or "\n", which no JSON string holds (a string never holds a raw newline).
+    ``floats``: every float of ``obj``, when ``obj`` is a model's JSON-mode dump (JSON types only) and
+    the model listed them (:meth:`unicron_plan.schema.Plan.json_floats`); else ``obj`` is walked for them."""
     if _orjson is None:
         return None
-    floats = _plain_floats(obj)
+    if floats is None:
+        floats = _plain_floats(obj)
     if floats is None:
         return None
     import numpy as np

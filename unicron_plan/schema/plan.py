@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import operator
+from itertools import chain, compress, repeat
+from operator import attrgetter
 from typing import Literal, Optional, Union
 
 from pydantic import ConfigDict, Field, model_serializer
@@ -105,3 +108,36 @@ class Plan(OutputModel):
         default=None, description="Nodes removed from service by the event (failed or isolated).")
     changes: Optional[dict[Reason, int]] = Field(
         default=None, description="How many jobs have each reason: {hit, chosen, unchanged}.")
+
+    def json_floats(self) -> "list[float] | None":
+        """Every float of this plan's JSON form (``model_dump(mode="json", exclude_none=True)``), read off the
+        models, so that the writer need not walk the dumped tree (:func:`unicron_plan.io.dumps`): the
+        scalars of the plan, its status, solver (options included), capacity, changes and drained nodes,
+        and of each job (its fields, its layout's values, its nodes; its placements are frozen models of a
+        node id and a GPU count); an integer in a float field is written as a float. None when one of
+        them is not a plain JSON scalar (a value set without validation): the writer then walks the
+        dumped tree."""
+        status, solver, jobs = self.status, self.solver, self.jobs
+        numbers = [self.objective, self.bound, self.gap, self.d_run_seconds, self.waf_tflops, solver.wall_seconds]
+        for name in _JOB_FLOATS:
+            numbers += map(attrgetter(name), jobs)
+        out = [self.instance, status.termination, status.solution, solver.name, *(solver.options or {}).values(),
+               *(self.capacity or {}).values(), *(self.changes or {}).values(), *(self.drained_nodes or ())]
+        for name in _JOB_OTHERS:
+            out += map(attrgetter(name), jobs)
+        out += chain.from_iterable(map(dict.values, filter(None, map(attrgetter("parallelism"), jobs))))
+        out += chain.from_iterable(map(attrgetter("nodes"), jobs))
+        kinds, types = set(map(type, numbers)), list(map(type, out))
+        if not (kinds <= _NUMBERS and set(types) <= _SCALARS):
+            return None
+        if int in kinds:
+            numbers = [float(v) if type(v) is int else v for v in numbers]
+        return list(compress(numbers, map(operator.is_, map(type, numbers), repeat(float)))) + \
+            list(compress(out, map(operator.is_, types, repeat(float))))
+
+
+_JOB_FLOATS = tuple(name for name, f in PlanJob.model_fields.items() if f.annotation in (float, Optional[float]))
+_JOB_OTHERS = tuple(name for name in PlanJob.model_fields
+                    if name not in _JOB_FLOATS and name not in ("nodes", "placement", "parallelism"))
+_NUMBERS = frozenset({float, int, type(None)})  # of a float field
+_SCALARS = frozenset({str, int, float, bool, type(None)})

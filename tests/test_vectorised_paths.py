@@ -216,3 +216,53 @@ def test_node_rules_still_name_the_field(node, message):
     with pytest.raises(InvalidInstanceError, match=message) as err:
         api.load_instance(doc)
     assert "cluster.nodes.2" in str(err.value) or "cluster.nodes[2]" in str(err.value)
+
+
+def _listed_loop(jobs, ids, types, healthy):
+    """Per job: whether its node list has an unknown node, a node twice or one of another type; the
+    healthy GPUs before the event of its nodes (where none is unknown)."""
+    of_type = {t: {i for i, ty in zip(ids, types) if ty == t} for t in set(types)}
+    wrong, held = [], []
+    for job in jobs:
+        nodes = job.current.nodes
+        ok = len(set(nodes)) == len(nodes) and of_type.get(job.throughput.gpu_type, set()).issuperset(nodes)
+        wrong.append(not ok)
+        held.append(sum(healthy.get(n, 0) for n in nodes))
+    return wrong, held
+
+
+@settings(max_examples=300)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_listed_nodes_are_the_per_job_tests(seed):
+    from unicron_plan.core.checks import _listed_nodes
+
+    rng = random.Random(seed)
+    kinds = ["a", "b", "c"][:rng.randint(1, 3)]
+    ids = [f"n{i}" for i in range(rng.randint(1, 30))]
+    types = [rng.choice(kinds) for _ in ids]
+    healthy = {i: rng.randint(0, 8) for i in ids}
+    pool = ids + ["ghost", "n99"]
+    jobs = [NS(id=f"j{j}", current=NS(nodes=[rng.choice(pool) for _ in range(rng.randint(0, 5))]),
+               throughput=NS(gpu_type=rng.choice(kinds + ["zz"])))
+            for j in range(rng.randint(0, 8))]
+    pos, hb, wrong, held = _listed_nodes(NS(jobs=jobs), ids, types, kinds, healthy)
+    want_wrong, want_held = _listed_loop(jobs, ids, types, healthy)
+    assert wrong == want_wrong
+    assert [h for h, w in zip(held, wrong) if not w] == [h for h, w in zip(want_held, wrong) if not w]
+    index = {n: k for k, n in enumerate(ids)}
+    assert pos.tolist() == [index.get(n, -1) for job in jobs for n in job.current.nodes]
+    assert hb.tolist() == [healthy[i] for i in ids]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_previous_split_from_the_checks_positions_is_the_one_looked_up(seed):
+    from unicron_plan.core.cluster import previous_distribution
+
+    inst = _instance(seed)
+    ids = [n.id for n in inst.cluster.nodes]
+    healthy = {n.id: n.gpus - len(n.failed_gpus) for n in inst.cluster.nodes}
+    index = {n: k for k, n in enumerate(ids)}
+    pos = np.asarray([index[n] for j in inst.jobs for n in j.current.nodes], dtype=np.int64)
+    hb = np.asarray([healthy[i] for i in ids], dtype=np.int64)
+    got, want = previous_distribution(inst, healthy, (pos, hb)), previous_distribution(inst, healthy)
+    assert got == want and all(list(got[j]) == list(want[j]) for j in want)

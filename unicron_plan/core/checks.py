@@ -3,9 +3,11 @@ current allocations that fit. Each failure names the exact field path."""
 
 from __future__ import annotations
 
-from itertools import compress
+from itertools import chain, repeat
 from operator import attrgetter, sub
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.faults.severity import classify
@@ -54,14 +56,13 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
     _unique(ids, "cluster.nodes")
     _unique([j.id for j in instance.jobs], "jobs")
     nodes = dict(zip(ids, cluster.nodes))
-    of_type: dict[str, set[str]] = {t: set() for t in cluster.gpu_types}
     for t in dict.fromkeys(types):
-        if t not in of_type:
+        if t not in cluster.gpu_types:
             k = types.index(t)
             raise InvalidInstanceError(f"cluster.nodes[{k}].gpu_type",
                                        f"{t!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
-        of_type[t] = set(ids) if len(of_type) == 1 else set(compress(ids, map(t.__eq__, types)))
     healthy_before = dict(zip(ids, map(sub, map(_gpus, cluster.nodes), map(len, map(_failed, cluster.nodes)))))
+    pos, hb, wrong, held = _listed_nodes(instance, ids, types, list(cluster.gpu_types), healthy_before)
     for k, job in enumerate(instance.jobs):
         where = f"jobs[{k}]"
         gtype = job.throughput.gpu_type
@@ -83,14 +84,13 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             raise InvalidInstanceError(f"{where}.current.nodes", "a job with current.gpus 0 lists no nodes")
         if cur.gpus > 0 and not cur.nodes:
             raise InvalidInstanceError(f"{where}.current.nodes", f"the job holds {cur.gpus} GPUs but lists no nodes")
-        if not (len(set(cur.nodes)) == len(cur.nodes) and of_type[gtype].issuperset(cur.nodes)):
-            # the set test above is the fast path; this walk names the first bad entry
+        if wrong[k]:  # (found for all jobs at once, _listed_nodes); this walk names the first bad entry
             _check_refs(cur.nodes, nodes, f"{where}.current.nodes")
             for i, nid in enumerate(cur.nodes):
                 if nodes[nid].gpu_type != gtype:
                     raise InvalidInstanceError(f"{where}.current.nodes[{i}]",
                                                f"node {nid!r} has GPU type {nodes[nid].gpu_type!r}, the job runs on {gtype!r}")
-        healthy = sum(map(healthy_before.__getitem__, cur.nodes))
+        healthy = held[k]
         if cur.gpus > healthy:
             raise InvalidInstanceError(f"{where}.current.gpus",
                                        f"{cur.gpus} GPUs do not fit in the {healthy} healthy GPUs of its current nodes")
@@ -98,7 +98,7 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
                 and job.throughput.model is None):
             raise InvalidInstanceError(f"{where}.transition_seconds",
                                        "missing, and cost.default_transition_seconds is not given either")
-    split = previous_distribution(instance, healthy_before)
+    split = previous_distribution(instance, healthy_before, (pos, hb))
     _check_job_constraints(instance, split)
     unplaced = [(k, job) for k, job in enumerate(instance.jobs) if job.current.gpus > 0 and not split[job.id]]
     if unplaced:
@@ -111,6 +111,35 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             f"its nodes, do not fit in the healthy GPUs of those nodes together")
     check_event(instance, nodes)
     return split
+
+
+def _listed_nodes(instance: Instance, ids: list, types: list, kinds: list, healthy_before: dict):
+    """The nodes every job lists, looked up once for all jobs: (their positions in the cluster, in job
+    order; the healthy GPUs before the event of every node by position; per job, whether its list has
+    an unknown node, a node twice or a node of another GPU type than the job's; per job, the healthy
+    GPUs before the event of its nodes, summed). ``kinds``: every GPU type, those of ``types`` among them."""
+    jobs = instance.jobs
+    m, n = len(jobs), len(ids)
+    lists = [job.current.nodes for job in jobs]
+    sizes = np.fromiter(map(len, lists), dtype=np.int64, count=m)
+    at = dict(zip(ids, range(n)))
+    flat = list(chain.from_iterable(lists))
+    pos = np.fromiter(map(at.get, flat, repeat(-1)), dtype=np.int64, count=len(flat))
+    code = {t: k for k, t in enumerate(kinds)}
+    node_type = np.fromiter(map(code.__getitem__, types), dtype=np.int64, count=n)
+    job_type = np.fromiter((code.get(job.throughput.gpu_type, -1) for job in jobs), dtype=np.int64, count=m)
+    hb = np.fromiter(healthy_before.values(), dtype=np.int64, count=n)
+    owner = np.repeat(np.arange(m, dtype=np.int64), sizes)
+    known = pos >= 0
+    at_known = np.where(known, pos, 0)
+    bad = ~known | (node_type[at_known] != job_type[owner]) if n else ~known
+    key = np.sort(owner * (n + 1) + pos + 1)  # a node listed twice by one job: two equal keys
+    twice = owner[:0] if not len(key) else key[1:][key[1:] == key[:-1]] // (n + 1)
+    wrong = np.zeros(m, dtype=bool)
+    wrong[owner[bad]] = True
+    wrong[twice] = True
+    held = np.bincount(owner, weights=np.where(known, hb[at_known], 0), minlength=m) if n else np.zeros(m)
+    return pos, hb, wrong.tolist(), held.astype(np.int64).tolist()
 
 
 def _check_other_types(job, where: str, declared) -> None:

@@ -325,7 +325,8 @@ def exiting_jobs(instance: Instance) -> frozenset:
     return frozenset(event.jobs) if event is not None and event.kind == "job_exit" else frozenset()
 
 
-def previous_distribution(instance: Instance, healthy_before: dict[str, int]) -> dict[str, dict[str, int]]:
+def previous_distribution(instance: Instance, healthy_before: dict[str, int],
+                          listed: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, dict[str, int]]:
     """How many GPUs each job held on each of its nodes before the event.
 
     The instance gives a job's count and its node list, not the split. A job
@@ -333,14 +334,25 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int]) ->
     that share nodes get a split that fits, found exactly: a max flow
     (networkx), or a small CP-SAT model when one of them has tp > 1. Returns
     ``{}`` for a job's entry that cannot be fitted (the instance checks report it).
+    ``listed``: (the cluster position of every node the jobs list, in job order, every one a node of
+    the cluster; the healthy GPUs before the event of every node by position), for a caller that
+    looked them up (the checks): the nodes are then not looked up again.
     """
-    listed = Counter(chain.from_iterable(job.current.nodes for job in instance.jobs))
-    shared_nodes = {n for n, k in listed.items() if k > 1} \
-        if len(listed) < sum(listed.values()) else set()  # (no node listed twice: nothing to look for)
+    if listed is not None and (not len(listed[0]) or np.bincount(listed[0]).max() < 2):
+        shared_nodes: set = set()  # no node listed twice (found on the positions)
+    else:
+        counted = Counter(chain.from_iterable(job.current.nodes for job in instance.jobs))
+        shared_nodes = {n for n, k in counted.items() if k > 1} \
+            if len(counted) < sum(counted.values()) else set()  # (no node listed twice: nothing to look for)
     shared_jobs = {job.id for job in instance.jobs if not shared_nodes.isdisjoint(job.current.nodes)} \
         if shared_nodes else set()
-    out = _solo_split([job for job in instance.jobs if job.current.gpus and job.id not in shared_jobs],
-                      healthy_before)
+    solo = [job for job in instance.jobs if job.current.gpus and job.id not in shared_jobs]
+    cap = None
+    if listed is not None and not shared_jobs:  # the solo jobs' nodes, in order: those of the jobs holding GPUs
+        sizes = np.fromiter((len(job.current.nodes) for job in instance.jobs), dtype=np.int64, count=len(instance.jobs))
+        holds = np.fromiter((job.current.gpus > 0 for job in instance.jobs), dtype=bool, count=len(instance.jobs))
+        cap = listed[1][listed[0][np.repeat(holds, sizes)]]
+    out = _solo_split(solo, healthy_before, cap)
     if shared_jobs:
         shared = [j for j in instance.jobs if j.id in shared_jobs]
         if any((j.tp or 1) > 1 for j in shared):
@@ -353,16 +365,18 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int]) ->
     return out
 
 
-def _solo_split(jobs, healthy_before: dict[str, int]) -> dict[str, dict[str, int]]:
+def _solo_split(jobs, healthy_before: dict[str, int], cap: np.ndarray | None = None) -> dict[str, dict[str, int]]:
     """The split of jobs alone on their nodes: each fills its nodes in the listed order, whole tp
     groups per node ({} when they do not hold its count). The fill of all jobs at once: a node's
-    take is what is left of the count after the nodes before it, at most the node's capacity."""
+    take is what is left of the count after the nodes before it, at most the node's capacity.
+    ``cap``: the healthy GPUs before the event of every node the jobs list, in order, when known."""
     nodes = list(chain.from_iterable(job.current.nodes for job in jobs))
     sizes = np.fromiter(map(len, (job.current.nodes for job in jobs)), dtype=np.int64, count=len(jobs))
     units = np.fromiter(((job.tp or 1) for job in jobs), dtype=np.int64, count=len(jobs))
     # (a count beyond 2**62 is held by no cluster: it stays beyond every node's capacity in int64)
     want = np.fromiter((min(job.current.gpus, 1 << 62) for job in jobs), dtype=np.int64, count=len(jobs))
-    cap = np.fromiter(map(healthy_before.__getitem__, nodes), dtype=np.int64, count=len(nodes))
+    if cap is None or len(cap) != len(nodes):
+        cap = np.fromiter(map(healthy_before.__getitem__, nodes), dtype=np.int64, count=len(nodes))
     unit = np.repeat(units, sizes)
     cap = cap // unit * unit  # tp groups never straddle nodes
     ends = np.cumsum(sizes)

@@ -114,10 +114,13 @@ class _Quiet:
     hit: list  # per job, whether its terms are those of a hit job
     pareto: dict = dataclasses.field(default_factory=dict)  # gpu type -> (jobs, options, joined)
     entries: list | None = None  # the kept plan's entries with this key's gain (incremental_plan)
+    bounds: dict = dataclasses.field(default_factory=dict)  # gpu type -> dp.SharedOptions of pareto's joined
 
     def options(self, jobs: list) -> tuple:
         """The :attr:`SolverOptions.pareto` of problems made from these terms: one GPU type's options
-        are the shared jobs' (made once), with those of the jobs tabulated afresh spliced in."""
+        are the shared jobs' (made once), with those of the jobs tabulated afresh spliced in; with
+        them, a :class:`unicron_plan.solvers.dp.Splice` of the shared options (the DP then reads its
+        bounds from the parts kept for the shared jobs)."""
         from unicron_plan.solvers import dp
 
         t = jobs[0].gpu_type if jobs else None
@@ -128,9 +131,13 @@ class _Quiet:
         shared, options, joined = made
         if len(shared) != len(jobs) or joined is None:
             return dp.pareto_joined(jobs)
+        kept = self.bounds.get(t)
+        if kept is None and dp.NATIVE_HULL is not None:
+            kept = self.bounds[t] = dp.SharedOptions(joined)
         new = [k for k, (a, b) in enumerate(zip(jobs, shared)) if a is not b]
         if not new:
-            return options, joined
+            none = type(joined)(joined.y[:0], joined.g[:0], joined.off[:1])
+            return options, joined, (None if kept is None else kept.splice([], none, joined))
         fresh, fresh_joined = dp.pareto_joined([jobs[k] for k in new])
         if fresh_joined is None:
             return dp.pareto_joined(jobs)
@@ -145,7 +152,8 @@ class _Quiet:
         gs.append(joined.g[joined.off[at]:])
         off = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=off[1:])
-        return options, type(joined)(np.concatenate(ys), np.concatenate(gs), off)
+        spliced = type(joined)(np.concatenate(ys), np.concatenate(gs), off)
+        return options, spliced, (None if kept is None else kept.splice(new, fresh_joined, spliced))
 
 
 def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] | None:

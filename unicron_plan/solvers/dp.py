@@ -331,21 +331,26 @@ def _lp(options, capacity: int, joined: _Joined | None = None, hint: np.ndarray 
     then their segments (first vertex, length, slope) and the segments' order by decreasing slope)."""
     if not options:
         return 0.0, None
+    if hint is None and NATIVE_HULL is not None:  # (_upper_hulls' compiled case, the vertices' positions kept)
+        y, g, off = joined if joined is not None else _join(options)
+        at = np.flatnonzero(envelope_mask(_Joined(y, g, off)))
+        return _lp_of_hull(y[at], g[at], np.searchsorted(off, at, side="right") - 1, capacity, at)
     return _lp_of_hull(*_upper_hulls(options, joined=joined, hint=hint), capacity)
 
 
-def _lp_of_hull(hy: np.ndarray, hg: np.ndarray, seg: np.ndarray, capacity: int):
-    """:func:`_lp` from the envelopes' vertices (y, g, job), job by job."""
+def _lp_of_hull(hy: np.ndarray, hg: np.ndarray, seg: np.ndarray, capacity: int, at: np.ndarray | None = None):
+    """:func:`_lp` from the envelopes' vertices (y, g, job), job by job; ``at``: their positions among
+    the joined options, when known (the last item of the envelopes returned)."""
     within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k: vertex within[k] to within[k] + 1, one job
     n = hy[within + 1] - hy[within]
     s = (hg[within + 1] - hg[within]) / n
     order = np.argsort(-s, kind="stable")
-    hull = (hy, hg, seg, within, n, s, order)
+    hull = (hy, hg, seg, within, n, s, order, at)
     if not len(within):
         return 0.0, hull
     filled = np.cumsum(n[order])
-    at = int(np.searchsorted(filled, capacity, side="left"))
-    return (0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)), hull
+    fill = int(np.searchsorted(filled, capacity, side="left"))
+    return (0.0 if fill >= len(order) else max(float(s[order[fill]]), 0.0)), hull
 
 
 def _option_key(flat: "_Flat", capacity: int) -> np.ndarray:
@@ -362,9 +367,14 @@ def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> 
     when it fits (a job whose segment does not fit takes none of its later ones). Where the LP takes
     a fraction of one segment among many of equal slope (identical jobs), (2) fills the capacity with
     whole segments where (1) stops every job before the tied ones. A start that does not fit is left out."""
-    hy, hg, seg, within, n, s, order = hull
+    hy, hg, seg, within, n, s, order, at = hull
     m = len(flat.off) - 1
-    vert = np.searchsorted(key, seg.astype(np.int64) * (capacity + 2) + np.minimum(hy, capacity + 1))
+    if at is None:
+        vert = np.searchsorted(key, seg.astype(np.int64) * (capacity + 2) + np.minimum(hy, capacity + 1))
+    else:  # a vertex within the capacity is its own first key (a job's keys ascend up to C + 1)
+        vert = at.copy()
+        big = np.flatnonzero(hy > capacity)
+        vert[big] = np.searchsorted(key, seg[big].astype(np.int64) * (capacity + 2) + (capacity + 1))
     first = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
     if len(first) != m:
         return []
@@ -411,10 +421,17 @@ def _greedy(flat: "_Flat", capacity: int, start: np.ndarray, key: np.ndarray) ->
     pick = start.copy()
     used = int(ally[pick].sum())
     base = np.arange(m, dtype=np.int64) * (capacity + 2)
+    ends = offs[1:]
+    last = len(key) - 1
     for _ in range(2 * m + 1):
         left = capacity - used
-        reach = np.minimum(ally[pick] + left, capacity + 1)
-        best_idx = np.searchsorted(key, base + reach, side="right") - 1  # largest count <= y + left
+        want = base + np.minimum(ally[pick] + left, capacity + 1)
+        # the largest count <= y + left: the job's own while its next count's key exceeds that (the
+        # keys of a job ascend, and every later job's are larger); searched for the others only
+        nxt = pick + 1
+        moves = np.flatnonzero((nxt < ends) & (key[np.minimum(nxt, last)] <= want))
+        best_idx = pick.copy()
+        best_idx[moves] = np.searchsorted(key, want[moves], side="right") - 1
         delta = allg[best_idx] - allg[pick]
         i = int(np.argmax(delta))
         if delta[i] <= 0:
@@ -474,7 +491,8 @@ def _bounds(options, joined: _Joined, capacity: int, hint: np.ndarray | None = N
     the flattened options then carry no deficits)."""
     m = len(options)
     if shared is not None:
-        lam, hull = _lp_of_hull(*shared.hull(), capacity)
+        hy, hg, seg, at = shared.hull()
+        lam, hull = _lp_of_hull(hy, hg, seg, capacity, at)
         red_max = shared.red_max(lam)
         flat = _Flat(joined.y, joined.g, joined.off, None)
         key = shared.keys(capacity)
@@ -581,6 +599,7 @@ class SharedOptions:
         at = np.flatnonzero(envelope_mask(joined))
         self.hy, self.hg = y[at], g[at]
         self.hseg = np.searchsorted(off, at, side="right") - 1
+        self.hloc = at - off[self.hseg]  # each vertex's position among its job's options
         self.hoff = np.searchsorted(self.hseg, np.arange(m + 1))  # job j's vertices: hoff[j]:hoff[j + 1]
         self.low = np.minimum.reduceat(g, off[:-1])
         self.gcd = np.gcd.reduceat(y, off[:-1])
@@ -629,14 +648,17 @@ class Splice:
                             if self.new else [])
         return int(np.gcd.reduce(gcd))
 
-    def hull(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:func:`_upper_hulls` of the options: vertices (y, g, job)."""
+    def hull(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`_upper_hulls` of the options: vertices (y, g, job), and their positions among the
+        joined options."""
         sh, jn = self.shared, self.joined_new
         at = np.flatnonzero(envelope_mask(jn)) if self.new else np.zeros(0, dtype=np.int64)
         local = np.searchsorted(jn.off, at, side="right") - 1
         voff = np.searchsorted(local, np.arange(len(self.new) + 1))
         job = np.asarray(self.new, dtype=sh.hseg.dtype)[local]
-        return tuple(self._pieces(sh.hoff, [sh.hy, sh.hg, sh.hseg], voff, [jn.y[at], jn.g[at], job]))
+        hy, hg, seg, loc = self._pieces(sh.hoff, [sh.hy, sh.hg, sh.hseg, sh.hloc], voff,
+                                        [jn.y[at], jn.g[at], job, at - jn.off[local]])
+        return hy, hg, seg, loc + self.joined.off[seg]
 
     def red_max(self, lam: float) -> list[float]:
         """Each job's largest reduced gain ``max(g - lam y)`` (:func:`_flatten`)."""

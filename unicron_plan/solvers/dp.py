@@ -1105,9 +1105,12 @@ def _solve_types(problem: Problem, deadline: float | None, pareto=None) -> tuple
         jobs = problem.jobs_of_type(gpu_type)
         if not jobs:
             continue
-        _check_fits(jobs, cap)
+        made = (pareto or _pareto_joined)(jobs)
+        joined = made[1]  # (each job's first Pareto option is its smallest count)
+        if joined is None or len(joined.off) != len(jobs) + 1 or int(joined.y[joined.off[:-1]].sum()) > cap:
+            _check_fits(jobs, cap)
         stats: dict = {}
-        part, value = solve_type(jobs, cap, stats, deadline=deadline, pareto=pareto)
+        part, value = solve_type(jobs, cap, stats, deadline=deadline, pareto=lambda _: made)
         counts.update(part)
         total += value
         if stats.get("timed_out"):

@@ -52,9 +52,9 @@ def test_delta_answers_read_as_the_whole_plans(kind, seed, monkeypatch):
         got["solver"].pop("wall_seconds"), want["solver"].pop("wall_seconds")
         assert got == want
         for b in members[1:]:
-            whole = relabelled_text(bodies[number], head, changed, tail, rep, b, order)
-            assert relabelled_text(bodies[number], head, changed, tail, rep, b, order, end) == whole[:-1] + end
-            relabelled = json.loads(whole)
+            other = relabelled_text(bodies[number], head, changed, tail, rep, b, order)
+            assert relabelled_text(bodies[number], head, changed, tail, rep, b, order, end) == other[:-1] + end
+            relabelled = json.loads(other)
             expect = relabel_plan(json.loads(text), rep, b, order)
             assert relabelled == expect
     assert deltas > 0 or kind == "synthetic"

@@ -278,7 +278,7 @@ def _changed(problem: Problem, counts: Mapping[str, int], quiet: "_Quiet | None"
     jobs = problem.jobs
     if quiet is None or ids is None or len(ids) != len(jobs) or len(problem.state.hit) != len(jobs):
         return [k for k, j in enumerate(jobs) if counts[j.id] != j.x or j.hit or j.exiting or j.off_type]
-    fresh = [k for k, (a, b) in _fresh(jobs, quiet)]
+    fresh = [k for k, (a, b) in enumerate(zip(jobs, quiet.jobs)) if a is not b]  # tabulated afresh
     x = quiet.x.copy()
     x[fresh] = [jobs[k].x for k in fresh]
     got = np.fromiter(map(counts.__getitem__, ids), dtype=np.int64, count=len(ids))
@@ -287,10 +287,6 @@ def _changed(problem: Problem, counts: Mapping[str, int], quiet: "_Quiet | None"
     out.update(k for k in fresh if jobs[k].exiting or jobs[k].off_type)
     return sorted(out)
 
-
-def _fresh(jobs: list, quiet: "_Quiet"):
-    """(position, (term, shared term)) of the jobs whose terms are not the shared ones."""
-    return [(k, (a, b)) for k, (a, b) in enumerate(zip(jobs, quiet.jobs)) if a is not b]
 
 
 def indexed_plan(kept: KeptPlan, instance: Instance, index: dict, digest: str) -> Plan | None:

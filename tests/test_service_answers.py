@@ -45,12 +45,16 @@ def test_delta_answers_read_as_the_whole_plans(kind, seed, monkeypatch):
         number, head, changed, tail = packed
         assert len(changed) < len(bodies[number])  # a delta, not the whole plan
         text = joined_text(bodies[number], head, changed, tail)
+        end = b',"plan_id":null,"revision":3,"includes_pending":{}}'
+        assert joined_text(bodies[number], head, changed, tail, end) == text[:-1] + end
         got = json.loads(text)
         want = whole[rep]
         got["solver"].pop("wall_seconds"), want["solver"].pop("wall_seconds")
         assert got == want
         for b in members[1:]:
-            relabelled = json.loads(relabelled_text(bodies[number], head, changed, tail, rep, b, order))
+            other = relabelled_text(bodies[number], head, changed, tail, rep, b, order)
+            assert relabelled_text(bodies[number], head, changed, tail, rep, b, order, end) == other[:-1] + end
+            relabelled = json.loads(other)
             expect = relabel_plan(json.loads(text), rep, b, order)
             assert relabelled == expect
     assert deltas > 0 or kind == "synthetic"

@@ -147,7 +147,8 @@ class ClusterState:
 
 def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None = None,
                 healthy: "HealthyCluster | None" = None, unhealthy: Collection[str] | None = None,
-                holders: Callable[[set[str]], set[str]] | None = None) -> ClusterState:
+                holders: Callable[[set[str]], set[str]] | None = None,
+                job_ids: list[str] | None = None) -> ClusterState:
     """Apply the event to the cluster (node or GPU isolation) and find the hit jobs.
 
     Assumes the instance passed :func:`unicron_plan.core.checks.check_instance`; ``previous``
@@ -156,7 +157,8 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
     (made here when not given). ``unhealthy`` (with ``healthy``): ids including every node
     with failed GPUs, for callers that know them; only those and the event's nodes are then
     visited, instead of every node. ``holders``: for callers that index their jobs by node, the ids of
-    the jobs listing any of the given nodes (the hit jobs are then found without visiting every job).
+    the jobs listing any of the given nodes (the hit jobs are then found without visiting every job);
+    ``job_ids`` (with ``holders``): the instance's job ids in order, when the caller keeps them.
     """
     event = instance.event
     failure = event if event is not None and event.kind == "failure" else None
@@ -197,7 +199,7 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
         if lost or drained:
             affected.add(node.id)
     if holders is not None:
-        hit = dict.fromkeys((job.id for job in instance.jobs), False)
+        hit = dict.fromkeys(job_ids if job_ids is not None else (job.id for job in instance.jobs), False)
         if affected:
             hit.update(dict.fromkeys(holders(affected), True))
     else:

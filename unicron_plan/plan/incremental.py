@@ -71,6 +71,8 @@ class KeptPlan:
     usage: Counter  # node id -> GPUs of every job's previous split
     free: dict[str, int]  # node id -> GPUs usable before the event less the usage (cluster order)
     holders: dict = dataclasses.field(default_factory=dict, compare=False)  # node id -> ids of the jobs listing it
+    ids: list = dataclasses.field(default_factory=list, compare=False)  # job ids, instance order
+    per_type: dict = dataclasses.field(default_factory=dict, compare=False)  # GPU type -> GPUs of the entries
     # (event kind, nodes in service, capacity, repair) -> _Quiet, most recently used last (event_problem)
     quiet: OrderedDict = dataclasses.field(default_factory=OrderedDict, compare=False)
 
@@ -101,7 +103,10 @@ def keep_plan(prepared: PreparedCluster) -> KeptPlan | None:
     for j in base.jobs:
         for nid in j.current.nodes:
             holders.setdefault(nid, []).append(j.id)
-    return KeptPlan(prepared, plan.jobs, f_kept, usage, free, holders)
+    per_type: dict[str, int] = {}
+    for pj, j in zip(plan.jobs, problem.jobs):
+        per_type[j.gpu_type] = per_type.get(j.gpu_type, 0) + pj.gpus
+    return KeptPlan(prepared, plan.jobs, f_kept, usage, free, holders, [j.id for j in base.jobs], per_type)
 
 
 @dataclasses.dataclass
@@ -112,12 +117,18 @@ class _Quiet:
 
     jobs: list
     hit: list  # per job, whether its terms are those of a hit job
+    hit_at: set = dataclasses.field(default_factory=set)  # the positions of the hit ones
+    x: np.ndarray | None = None  # every job's current count
+    flagged: set = dataclasses.field(default_factory=set)  # positions of the jobs leaving or on another type
     pareto: dict = dataclasses.field(default_factory=dict)  # gpu type -> (jobs, options, joined)
     entries: list | None = None  # the kept plan's entries with this key's gain (incremental_plan)
+    bounds: dict = dataclasses.field(default_factory=dict)  # gpu type -> dp.SharedOptions of pareto's joined
 
     def options(self, jobs: list) -> tuple:
         """The :attr:`SolverOptions.pareto` of problems made from these terms: one GPU type's options
-        are the shared jobs' (made once), with those of the jobs tabulated afresh spliced in."""
+        are the shared jobs' (made once), with those of the jobs tabulated afresh spliced in; with
+        them, a :class:`unicron_plan.solvers.dp.Splice` of the shared options (the DP then reads its
+        bounds from the parts kept for the shared jobs)."""
         from unicron_plan.solvers import dp
 
         t = jobs[0].gpu_type if jobs else None
@@ -128,9 +139,13 @@ class _Quiet:
         shared, options, joined = made
         if len(shared) != len(jobs) or joined is None:
             return dp.pareto_joined(jobs)
+        kept = self.bounds.get(t)
+        if kept is None and dp.NATIVE_HULL is not None:
+            kept = self.bounds[t] = dp.SharedOptions(joined)
         new = [k for k, (a, b) in enumerate(zip(jobs, shared)) if a is not b]
         if not new:
-            return options, joined
+            none = type(joined)(joined.y[:0], joined.g[:0], joined.off[:1])
+            return options, joined, (None if kept is None else kept.splice([], none, joined))
         fresh, fresh_joined = dp.pareto_joined([jobs[k] for k in new])
         if fresh_joined is None:
             return dp.pareto_joined(jobs)
@@ -145,7 +160,8 @@ class _Quiet:
         gs.append(joined.g[joined.off[at]:])
         off = np.zeros(len(sizes) + 1, dtype=np.int64)
         np.cumsum(sizes, out=off[1:])
-        return options, type(joined)(np.concatenate(ys), np.concatenate(gs), off)
+        spliced = type(joined)(np.concatenate(ys), np.concatenate(gs), off)
+        return options, spliced, (None if kept is None else kept.splice(new, fresh_joined, spliced))
 
 
 def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] | None:
@@ -167,24 +183,28 @@ def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] 
     check_event(instance, prepared.nodes)
     holders = kept.holders
     state = build_state(instance, prepared.previous, prepared.healthy, prepared.unhealthy,
-                        holders=lambda nodes: {jid for n in nodes for jid in holders.get(n, ())})
+                        holders=lambda nodes: {jid for n in nodes for jid in holders.get(n, ())}, job_ids=kept.ids)
     if state.exiting or state.idle is not None or prepared.type_tables:
         return None
     capacity = state.capacity()
     repair = cost.pending_repair_seconds(instance) if instance.cost.horizon == "lifetime" else None
     key = (instance.event.kind if instance.event is not None else None, state.nodes_in_service(),
            tuple(sorted(capacity.items())), repair)
-    flags = [state.hit[j.id] for j in instance.jobs]
+    hit = state.hit  # (built from the job ids in order: its values are the flags in job order)
+    flags = list(hit.values()) if len(hit) == len(instance.jobs) else [hit[j.id] for j in instance.jobs]
     quiet = kept.quiet.get(key)
     try:
         if quiet is None:
-            quiet = _Quiet(tabulate(instance, state, prepared.tables, prepared.layouts, prepared.flat).jobs, flags)
+            terms = tabulate(instance, state, prepared.tables, prepared.layouts, prepared.flat).jobs
+            quiet = _Quiet(terms, flags, {k for k, f in enumerate(flags) if f},
+                           np.fromiter((j.x for j in terms), dtype=np.int64, count=len(terms)),
+                           {k for k, j in enumerate(terms) if j.exiting or j.off_type})
             kept.quiet[key] = quiet
             while len(kept.quiet) > QUIET_KEPT:
                 kept.quiet.popitem(last=False)
         kept.quiet.move_to_end(key)
         jobs = list(quiet.jobs)
-        redo = [k for k, (a, b) in enumerate(zip(flags, quiet.hit)) if a != b]
+        redo = sorted(set(_hit_positions(flags)) ^ quiet.hit_at)  # the jobs hit otherwise than in the terms
         if redo:
             sub = instance.model_copy(update={"jobs": [instance.jobs[k] for k in redo]})
             part = tabulate(sub, state, prepared.tables, prepared.layouts, _flat_of(prepared.flat, redo))
@@ -197,6 +217,11 @@ def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] 
     except InfeasibleError:
         return None
     return add_alternatives(problem, prepared.type_tables, prepared.type_layouts), quiet
+
+
+def _hit_positions(flags) -> list[int]:
+    """The positions of the True ones of ``flags`` (a job's hit flags in job order)."""
+    return np.flatnonzero(np.fromiter(flags, dtype=bool, count=len(flags))).tolist()
 
 
 def _flat_of(flat: FlatTables, rows: list[int]) -> FlatTables:
@@ -244,11 +269,24 @@ class _Used(Mapping):
         return len(self.usage.keys() | self.delta.keys())
 
 
-def _changed(problem: Problem, counts: Mapping[str, int]) -> list[int]:
+def _changed(problem: Problem, counts: Mapping[str, int], quiet: "_Quiet | None" = None,
+             ids: list | None = None) -> list[int]:
     """Positions of the jobs whose entry may differ from their kept one: resized, hit, leaving,
-    or on another GPU type (a job that keeps its count unhit stays on its split: Problem.stays)."""
-    return [k for k, j in enumerate(problem.jobs)
-            if counts[j.id] != j.x or j.hit or j.exiting or j.off_type]
+    or on another GPU type (a job that keeps its count unhit stays on its split: Problem.stays).
+    ``quiet``: the shared terms the problem was made from (``ids``: its job ids): the flags are read
+    from them but for the jobs tabulated afresh."""
+    jobs = problem.jobs
+    if quiet is None or ids is None or len(ids) != len(jobs) or len(problem.state.hit) != len(jobs):
+        return [k for k, j in enumerate(jobs) if counts[j.id] != j.x or j.hit or j.exiting or j.off_type]
+    fresh = [k for k, (a, b) in enumerate(zip(jobs, quiet.jobs)) if a is not b]  # tabulated afresh
+    x = quiet.x.copy()
+    x[fresh] = [jobs[k].x for k in fresh]
+    got = np.fromiter(map(counts.__getitem__, ids), dtype=np.int64, count=len(ids))
+    out = set(np.flatnonzero(got != x).tolist()) | set(_hit_positions(problem.state.hit.values()))
+    out |= quiet.flagged.difference(fresh)
+    out.update(k for k in fresh if jobs[k].exiting or jobs[k].off_type)
+    return sorted(out)
+
 
 
 def indexed_plan(kept: KeptPlan, instance: Instance, index: dict, digest: str) -> Plan | None:
@@ -301,10 +339,11 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
             options = SolverOptions(time_limit_seconds=time_limit_seconds, slowdown=2.0,
                                     deadline=start + float(time_limit_seconds) - reserve, pareto=pareto)
         raw = get_solver(solver)(problem, options)
-    if raw.types or raw.placement is not None or set(raw.counts) != {j.id for j in problem.jobs}:
+    ids = kept.ids if len(kept.ids) == len(problem.jobs) else [j.id for j in problem.jobs]
+    if raw.types or raw.placement is not None or raw.counts.keys() != set(ids):
         return None
     counts = raw.counts
-    changed = _changed(problem, counts)
+    changed = _changed(problem, counts, quiet, ids if ids is kept.ids else None)
     jobs = problem.jobs
     if len(changed) > WHOLE_SHARE * len(jobs):  # most jobs change: api.solve's assembly, without a second solve
         return _whole(instance, problem, raw, solver, start)
@@ -385,17 +424,20 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
         if node is None or load > (0 if node.drained else node.healthy_after):
             return False
     capacity = state.capacity()
-    per_type: dict[str, int] = {}
-    for pj, j in zip(plan.jobs, problem.jobs):
-        per_type[j.gpu_type] = per_type.get(j.gpu_type, 0) + pj.gpus
+    per_type = dict(kept.per_type)  # the kept entries' GPUs per type, the changed ones' taken out, theirs put in
+    for k in changed:
+        t = problem.jobs[k].gpu_type
+        per_type[t] = per_type.get(t, 0) + plan.jobs[k].gpus - kept.entries[k].gpus
     if any(used_t > capacity.get(t, 0) for t, used_t in per_type.items()):
         return False
     is_changed = np.zeros(len(problem.jobs), dtype=bool)
     is_changed[changed] = True
     kept_idx = np.flatnonzero(~is_changed)
     kept_gain = kept.f_kept[kept_idx] * problem.d_run
-    changed_ids = {problem.jobs[k].id for k in changed}
-    if not {jid for jid, h in state.hit.items() if h} <= changed_ids:  # a kept job was hit
+    if len(state.hit) == len(problem.jobs) and len(kept.ids) == len(problem.jobs):  # (flags in job order)
+        if not is_changed[_hit_positions(state.hit.values())].all():  # a kept job was hit
+            return False
+    elif not {jid for jid, h in state.hit.items() if h} <= {problem.jobs[k].id for k in changed}:
         return False
     total = float(kept_gain.sum()) + report.objective
     waf = float(kept.f_kept[kept_idx].sum()) + float(sum(pj.waf_tflops for pj in part.jobs))

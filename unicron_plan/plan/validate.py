@@ -42,6 +42,17 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-6)
 
 
+def _in_service(state):
+    """A test of whether some nodes are all in service (not drained) and of one GPU type: the nodes of
+    ``state.usable_ids()[type]``, read from the healthy cluster's nodes per type and the drained nodes
+    where the state keeps them (without a copy of every node id)."""
+    if state.healthy is None or state.touched is None:
+        usable = state.usable_ids()
+        return lambda nids, gtype: nids <= usable.get(gtype, set())
+    by_type, drained = state.healthy.ids_by_type, set(state.drained_nodes)
+    return lambda nids, gtype: nids <= by_type.get(gtype, frozenset()) and drained.isdisjoint(nids)
+
+
 def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool = False,
                   whole_used=None) -> ValidationReport:
     """Check ``plan`` against ``instance``; never raises for a bad plan, only reports.
@@ -81,7 +92,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
     for jid in by_id:
         if jid not in known:
             bad(f"jobs: {jid!r} is not a job of the instance")
-    usable, state_nodes = state.usable_ids(), state.nodes  # {GPU type: nodes in service}
+    in_service, state_nodes = _in_service(state), state.nodes  # (nodes, GPU type) -> all in service, of it
     placed_nodes: list[str] = []  # every (known node, GPUs) of every job, for the per-node totals
     placed_gpus: list[int] = []
     used_per_type: dict[str, int] = {}
@@ -134,7 +145,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
         listed = set(pj.nodes)
         if listed != split.keys() or len(pj.nodes) != len(listed):
             bad(f"{where}: nodes {pj.nodes} do not match the placement's nodes {sorted(split)}")
-        if split.keys() <= usable.get(gtype, set()):
+        if in_service(split.keys(), gtype):
             placed_nodes += split.keys()
             placed_gpus += split.values()
         else:

@@ -42,18 +42,32 @@ def split_plan(plan, shared: list, holders: dict, members: list[str], most: int 
     return top[:at], {k: plan.jobs[k].model_dump_json(exclude_none=True).encode() for k in changed}, top[at:]
 
 
-def joined_text(body: list[bytes], head: bytes, changed: dict[int, bytes], tail: bytes) -> bytes:
-    """The plan's JSON text: the body with the changed entries in place."""
+def joined_text(body: list[bytes], head: bytes, changed: dict[int, bytes], tail: bytes, end: bytes | None = None) -> bytes:
+    """The plan's JSON text: the body with the changed entries in place; with ``end``, the text's last
+    byte (its closing brace) replaced by ``end``. One copy of the body's bytes (the ends are joined to
+    the first and last entries before the join)."""
     pieces = list(body)
     for k, text in changed.items():
         pieces[k] = text
-    return head + b",".join(pieces) + tail
+    if end is not None:
+        tail = tail[:-1] + end
+    return _framed(head, pieces, tail)
+
+
+def _framed(head: bytes, pieces: list[bytes], tail: bytes) -> bytes:
+    """``head + b",".join(pieces) + tail`` with the body's bytes copied once."""
+    if not pieces:
+        return head + tail
+    pieces[0] = head + pieces[0]
+    pieces[-1] = pieces[-1] + tail
+    return b",".join(pieces)
 
 
 def relabelled_text(body: list[bytes], head: bytes, changed: dict[int, bytes], tail: bytes, a: str, b: str,
-                    order: dict[str, int]) -> bytes:
+                    order: dict[str, int], end: bytes | None = None) -> bytes:
     """The JSON text of :func:`unicron_plan.plan.contingency.relabel_plan` of the plan (``a``'s
-    failure) made ``b``'s: only its own fields and changed entries are read and relabelled."""
+    failure) made ``b``'s: only its own fields and changed entries are read and relabelled; ``end``:
+    as :func:`joined_text`'s."""
     from unicron_plan.plan.contingency import relabel_plan
 
     top = json.loads(head + tail)
@@ -64,4 +78,7 @@ def relabelled_text(body: list[bytes], head: bytes, changed: dict[int, bytes], t
     for k, job in zip(positions, top.pop("jobs")):
         pieces[k] = json.dumps(job, separators=(",", ":"), allow_nan=False).encode()
     rest = json.dumps(top, separators=(",", ":"), allow_nan=False).encode()
-    return b'{"jobs":[' + b",".join(pieces) + b"]" + (b"," + rest[1:] if len(rest) > 2 else b"}")
+    tail = b"]" + (b"," + rest[1:] if len(rest) > 2 else b"}")
+    if end is not None:
+        tail = tail[:-1] + end
+    return _framed(b'{"jobs":[', pieces, tail)

@@ -37,8 +37,10 @@ from unicron_plan.service import state as st
 from unicron_plan.service.store import Store
 
 #: Whole answers are precomputed for at most this many classes of nodes, largest first (the index
-#: covers every node).
-MAX_PRECOMPUTED_CLASSES = 4096
+#: covers every node). Above every class of the largest clusters measured (6,575 at 1,048,576 GPUs:
+#: the largest 4,096 left 8% of the nodes without a stored answer, so one single-node failure in 12
+#: was solved cold).
+MAX_PRECOMPUTED_CLASSES = 16384
 #: A request stops the warm worker only while the worker was stopped for less than this share of the
 #: last STOP_WINDOW seconds: under back-to-back requests it still runs about a quarter of the time.
 STOP_SHARE = 0.75
@@ -219,8 +221,9 @@ class Coordinator:
             _signal(self._warm_pid, "SIGSTOP")
             self._stops.append([now, None])
 
-    def _stored_text(self, state: st.State, data: Any) -> bytes | None:
-        """The precomputed answer to ``data`` on ``state`` as JSON text, or None (module docstring)."""
+    def _stored_text(self, state: st.State, data: Any, end: bytes | None = None) -> bytes | None:
+        """The precomputed answer to ``data`` on ``state`` as JSON text, or None (module docstring);
+        with ``end``, the text's closing brace replaced by it."""
         node = _single_node_failure(data)
         if node is None or state.pending or state.base is None:
             return None
@@ -237,15 +240,15 @@ class Coordinator:
 
             number, head, changed, tail = packed
             if rep == node:
-                return joined_text(answers[4][number], head, changed, tail)
-            return relabelled_text(answers[4][number], head, changed, tail, rep, node, self._node_order(state))
+                return joined_text(answers[4][number], head, changed, tail, end)
+            return relabelled_text(answers[4][number], head, changed, tail, rep, node, self._node_order(state), end)
         text = zlib.decompress(packed)
-        if rep == node:
-            return text
-        from unicron_plan.plan.contingency import relabel_plan
+        if rep != node:
+            from unicron_plan.plan.contingency import relabel_plan
 
-        plan = relabel_plan(json.loads(text), rep, node, self._node_order(state))
-        return json.dumps(plan, separators=(",", ":"), allow_nan=False).encode()
+            plan = relabel_plan(json.loads(text), rep, node, self._node_order(state))
+            text = json.dumps(plan, separators=(",", ":"), allow_nan=False).encode()
+        return text if end is None else text[:-1] + end
 
     def _node_order(self, state: st.State) -> dict[str, int]:
         """Node id -> position in the applied cluster, once per base version."""
@@ -272,7 +275,9 @@ class Coordinator:
         """
         start = time.perf_counter()
         state = self.state
-        text = self._stored_text(state, data)
+        pending = json.dumps(st.pending_summary(state), separators=(",", ":")).encode()
+        end = b',"plan_id":null,"revision":%d,"includes_pending":%s}' % (state.revision, pending)
+        text = self._stored_text(state, data, end)  # (the plan's closing brace replaced by ``end``)
         if text is not None:
             self._count_stored(dry_run=True)
         elif not solve:
@@ -280,10 +285,9 @@ class Coordinator:
         else:
             with self._worker_paused():  # solving and encoding: the warm worker waits
                 after, _ = st.record_event(state, data, self._nodes(state))
-                text = self._plan_text(self._plan(state, after, dry_run=True))
+                text = self._plan_text(self._plan(state, after, dry_run=True))[:-1] + end
         self.metrics.plan_latency.observe(time.perf_counter() - start)
-        pending = json.dumps(st.pending_summary(state), separators=(",", ":")).encode()
-        return text[:-1] + b',"plan_id":null,"revision":%d,"includes_pending":%s}' % (state.revision, pending)
+        return text
 
     def _plan_text(self, plan) -> bytes:
         """``plan``'s JSON text; where it shares the kept plan's entries (an incremental plan), those
@@ -585,6 +589,8 @@ class Coordinator:
                 self._fingerprint = None if digest is None else (snapshot.base_version, digest)
                 if index is not None:
                     self._answers = (snapshot.base_version, {}, {}, total, {})
+            if index is not None and snapshot.base is not None:
+                self._node_order(snapshot)  # (read by every relabelled answer: made before the first)
         elif message[0] == "shared":
             with self._cv:
                 answers = self._answers

@@ -45,6 +45,7 @@ What makes it fast, every rule exact (docs/performance.md has the proofs):
 from __future__ import annotations
 
 import math
+import operator
 import time
 from typing import NamedTuple
 
@@ -331,17 +332,26 @@ def _lp(options, capacity: int, joined: _Joined | None = None, hint: np.ndarray 
     then their segments (first vertex, length, slope) and the segments' order by decreasing slope)."""
     if not options:
         return 0.0, None
-    hy, hg, seg = _upper_hulls(options, joined=joined, hint=hint)
+    if hint is None and NATIVE_HULL is not None:  # (_upper_hulls' compiled case, the vertices' positions kept)
+        y, g, off = joined if joined is not None else _join(options)
+        at = np.flatnonzero(envelope_mask(_Joined(y, g, off)))
+        return _lp_of_hull(y[at], g[at], np.searchsorted(off, at, side="right") - 1, capacity, at)
+    return _lp_of_hull(*_upper_hulls(options, joined=joined, hint=hint), capacity)
+
+
+def _lp_of_hull(hy: np.ndarray, hg: np.ndarray, seg: np.ndarray, capacity: int, at: np.ndarray | None = None):
+    """:func:`_lp` from the envelopes' vertices (y, g, job), job by job; ``at``: their positions among
+    the joined options, when known (the last item of the envelopes returned)."""
     within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k: vertex within[k] to within[k] + 1, one job
     n = hy[within + 1] - hy[within]
     s = (hg[within + 1] - hg[within]) / n
     order = np.argsort(-s, kind="stable")
-    hull = (hy, hg, seg, within, n, s, order)
+    hull = (hy, hg, seg, within, n, s, order, at)
     if not len(within):
         return 0.0, hull
     filled = np.cumsum(n[order])
-    at = int(np.searchsorted(filled, capacity, side="left"))
-    return (0.0 if at >= len(order) else max(float(s[order[at]]), 0.0)), hull
+    fill = int(np.searchsorted(filled, capacity, side="left"))
+    return (0.0 if fill >= len(order) else max(float(s[order[fill]]), 0.0)), hull
 
 
 def _option_key(flat: "_Flat", capacity: int) -> np.ndarray:
@@ -358,9 +368,14 @@ def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> 
     when it fits (a job whose segment does not fit takes none of its later ones). Where the LP takes
     a fraction of one segment among many of equal slope (identical jobs), (2) fills the capacity with
     whole segments where (1) stops every job before the tied ones. A start that does not fit is left out."""
-    hy, hg, seg, within, n, s, order = hull
+    hy, hg, seg, within, n, s, order, at = hull
     m = len(flat.off) - 1
-    vert = np.searchsorted(key, seg.astype(np.int64) * (capacity + 2) + np.minimum(hy, capacity + 1))
+    if at is None:
+        vert = np.searchsorted(key, seg.astype(np.int64) * (capacity + 2) + np.minimum(hy, capacity + 1))
+    else:  # a vertex within the capacity is its own first key (a job's keys ascend up to C + 1)
+        vert = at.copy()
+        big = np.flatnonzero(hy > capacity)
+        vert[big] = np.searchsorted(key, seg[big].astype(np.int64) * (capacity + 2) + (capacity + 1))
     first = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
     if len(first) != m:
         return []
@@ -407,10 +422,17 @@ def _greedy(flat: "_Flat", capacity: int, start: np.ndarray, key: np.ndarray) ->
     pick = start.copy()
     used = int(ally[pick].sum())
     base = np.arange(m, dtype=np.int64) * (capacity + 2)
+    ends = offs[1:]
+    last = len(key) - 1
     for _ in range(2 * m + 1):
         left = capacity - used
-        reach = np.minimum(ally[pick] + left, capacity + 1)
-        best_idx = np.searchsorted(key, base + reach, side="right") - 1  # largest count <= y + left
+        want = base + np.minimum(ally[pick] + left, capacity + 1)
+        # the largest count <= y + left: the job's own while its next count's key exceeds that (the
+        # keys of a job ascend, and every later job's are larger); searched for the others only
+        nxt = pick + 1
+        moves = np.flatnonzero((nxt < ends) & (key[np.minimum(nxt, last)] <= want))
+        best_idx = pick.copy()
+        best_idx[moves] = np.searchsorted(key, want[moves], side="right") - 1
         delta = allg[best_idx] - allg[pick]
         i = int(np.argmax(delta))
         if delta[i] <= 0:
@@ -463,14 +485,25 @@ def _fold(V: np.ndarray, L: int, U: int, y: np.ndarray, g: np.ndarray, L2: int, 
     return new, choice
 
 
-def _bounds(options, joined: _Joined, capacity: int, hint: np.ndarray | None = None):
+def _bounds(options, joined: _Joined, capacity: int, hint: np.ndarray | None = None, shared: "Splice | None" = None):
     """(lam, the options flattened, each job's m_i, UB, the greedy plan's option indices, its value,
-    the float margin) at ``capacity``: rule 3 of the module docstring. ``hint``: see :func:`_upper_hulls`."""
+    the float margin) at ``capacity``: rule 3 of the module docstring. ``hint``: see :func:`_upper_hulls`.
+    ``shared``: the options as a :class:`Splice` of kept ones (the same values, from their parts kept;
+    the flattened options then carry no deficits)."""
     m = len(options)
-    lam, hull = _lp(options, capacity, joined, hint)
-    flat, red_max = _flatten(options, lam, joined=joined)
+    if shared is not None:
+        hy, hg, seg, at = shared.hull()
+        lam, hull = _lp_of_hull(hy, hg, seg, capacity, at)
+        red_max = shared.red_max(lam)
+        flat = _Flat(joined.y, joined.g, joined.off, None)
+        key = shared.keys(capacity)
+        low = shared.low()
+    else:
+        lam, hull = _lp(options, capacity, joined, hint)
+        flat, red_max = _flatten(options, lam, joined=joined)
+        key = _option_key(flat, capacity)
+        low = np.minimum.reduceat(flat.g, flat.off[:-1])
     ub = lam * capacity + math.fsum(red_max)
-    key = _option_key(flat, capacity)
     lb_pick, lb = flat.off[:-1] - flat.off[:-1], -math.inf
     for start in (_starts(hull, flat, capacity, lam, key) if hull is not None else []):
         pick, value = _greedy(flat, capacity, start, key)
@@ -484,7 +517,7 @@ def _bounds(options, joined: _Joined, capacity: int, hint: np.ndarray | None = N
     # |UB| + twice the losses of the negative gains): each rounding is at most one ulp of
     # ``scale``, and there are fewer than ROUNDING_ULPS * (m + 1) of them. Far below any
     # relative tolerance, so gains that differ by 1e-9 relative are still told apart.
-    losses = float(np.maximum(-np.minimum.reduceat(flat.g, flat.off[:-1]), 0.0).sum())
+    losses = float(np.maximum(-low, 0.0).sum())
     scale = abs(ub) + lam * capacity + float(np.abs(red_max).sum()) + 2.0 * losses + 1.0
     rounding = ROUNDING_ULPS * (m + 1) * float(np.finfo(float).eps) * scale
     return lam, flat, red_max, ub, lb_pick, lb, rounding
@@ -545,9 +578,115 @@ def solve_type(jobs: list[JobTerms], capacity: int, stats: dict | None = None,
     search, the best plan known then is returned and ``stats["timed_out"]`` is set,
     with the Lagrangian upper bound in ``stats["ub"]``. ``pareto``: :attr:`SolverOptions.pareto`.
     """
-    options, joined = (pareto or _pareto_joined)(jobs)
-    counts, value = solve_options(options, capacity, stats, deadline=deadline, joined=joined)
-    return {j.id: int(c) for j, c in zip(jobs, counts)}, value
+    made = (pareto or _pareto_joined)(jobs)
+    options, joined = made[0], made[1]
+    counts, value = solve_options(options, capacity, stats, deadline=deadline, joined=joined,
+                                  shared=made[2] if len(made) > 2 else None)
+    return dict(zip(map(_ID, jobs), map(int, counts))), value
+
+
+_ID = operator.attrgetter("id")
+
+
+class SharedOptions:
+    """What the bounds of rule 3 read of each job of one set of options (joined), kept for problems whose
+    options are these but for a few jobs' (:class:`Splice`): every job's envelope vertices, smallest gain
+    and gcd of counts; per capacity the options' search keys (:func:`_option_key`), and per multiplier
+    (the last one) every job's largest reduced gain. Made once (one pass over every option); a problem
+    of the set then reads them with its few jobs' own spliced in, the very values its own computation
+    gives (each is a function of one job's options)."""
+
+    def __init__(self, joined: _Joined):
+        y, g, off = joined
+        m = len(off) - 1
+        self.joined = joined
+        at = np.flatnonzero(envelope_mask(joined))
+        self.hy, self.hg = y[at], g[at]
+        self.hseg = np.searchsorted(off, at, side="right") - 1
+        self.hloc = at - off[self.hseg]  # each vertex's position among its job's options
+        self.hoff = np.searchsorted(self.hseg, np.arange(m + 1))  # job j's vertices: hoff[j]:hoff[j + 1]
+        self.low = np.minimum.reduceat(g, off[:-1])
+        self.gcd = np.gcd.reduceat(y, off[:-1])
+        self.keys: dict[int, np.ndarray] = {}  # capacity -> option keys
+        self.red: tuple = (None, None)  # (multiplier, each job's largest reduced gain)
+
+    def splice(self, new: list[int], joined_new: _Joined, joined: _Joined) -> "Splice":
+        """The options ``joined``: these with the jobs at positions ``new`` (ascending) given
+        ``joined_new`` (theirs, in that order)."""
+        return Splice(self, new, joined_new, joined)
+
+
+class Splice:
+    """Options that are a :class:`SharedOptions`'s but for the jobs at ``new`` (their options
+    ``joined_new``); ``joined``: all of them joined. :func:`solve_options` reads its bounds from the
+    kept parts (rule 3: the multiplier, the greedy plan and the upper bound, the same values); where
+    those do not prove the greedy plan optimal it solves the options as any others."""
+
+    def __init__(self, shared: SharedOptions, new: list[int], joined_new: _Joined, joined: _Joined):
+        self.shared, self.new, self.joined_new, self.joined = shared, list(new), joined_new, joined
+
+    def _per_job(self, kept: np.ndarray, values) -> np.ndarray:
+        out = kept.copy()
+        if self.new:
+            out[self.new] = values
+        return out
+
+    def _pieces(self, kept_off: np.ndarray, kept: list[np.ndarray], new_off: np.ndarray, new: list[np.ndarray]):
+        """Per-option arrays of every job: the kept ones' (rows ``kept_off[j]:kept_off[j + 1]`` of
+        ``kept``) with the new jobs' (rows ``new_off[k]:new_off[k + 1]`` of ``new``) in their place."""
+        parts: list[list[np.ndarray]] = [[] for _ in kept]
+        at = 0
+        for k, j in enumerate(self.new):
+            for part, a, b in zip(parts, kept, new):
+                part += [a[kept_off[at]:kept_off[j]], b[new_off[k]:new_off[k + 1]]]
+            at = j + 1
+        for part, a in zip(parts, kept):
+            part.append(a[kept_off[at]:])
+        return [np.concatenate(p) for p in parts]
+
+    def step(self) -> int:
+        """:func:`count_step` of the options."""
+        if not len(self.joined.y):
+            return 0
+        gcd = self._per_job(self.shared.gcd, np.gcd.reduceat(self.joined_new.y, self.joined_new.off[:-1])
+                            if self.new else [])
+        return int(np.gcd.reduce(gcd))
+
+    def hull(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:func:`_upper_hulls` of the options: vertices (y, g, job), and their positions among the
+        joined options."""
+        sh, jn = self.shared, self.joined_new
+        at = np.flatnonzero(envelope_mask(jn)) if self.new else np.zeros(0, dtype=np.int64)
+        local = np.searchsorted(jn.off, at, side="right") - 1
+        voff = np.searchsorted(local, np.arange(len(self.new) + 1))
+        job = np.asarray(self.new, dtype=sh.hseg.dtype)[local]
+        hy, hg, seg, loc = self._pieces(sh.hoff, [sh.hy, sh.hg, sh.hseg, sh.hloc], voff,
+                                        [jn.y[at], jn.g[at], job, at - jn.off[local]])
+        return hy, hg, seg, loc + self.joined.off[seg]
+
+    def red_max(self, lam: float) -> list[float]:
+        """Each job's largest reduced gain ``max(g - lam y)`` (:func:`_flatten`)."""
+        sh, jn = self.shared, self.joined_new
+        if sh.red[0] != lam:
+            sh.red = (lam, np.maximum.reduceat(sh.joined.g - lam * sh.joined.y, sh.joined.off[:-1]))
+        new = np.maximum.reduceat(jn.g - lam * jn.y, jn.off[:-1]) if self.new else []
+        return self._per_job(sh.red[1], new).tolist()
+
+    def keys(self, capacity: int) -> np.ndarray:
+        """:func:`_option_key` of the options at ``capacity``."""
+        sh, jn = self.shared, self.joined_new
+        kept = sh.keys.get(capacity)
+        if kept is None:
+            sh.keys.clear()
+            kept = sh.keys[capacity] = _option_key(_Flat(*sh.joined, None), capacity)
+        job = np.repeat(np.asarray(self.new, dtype=np.int64), np.diff(jn.off))
+        new = job * (capacity + 2) + np.minimum(jn.y, capacity + 1)
+        return self._pieces(sh.joined.off, [kept], jn.off, [new])[0]
+
+    def low(self) -> np.ndarray:
+        """Each job's smallest gain."""
+        jn = self.joined_new
+        return self._per_job(self.shared.low, np.minimum.reduceat(jn.g, jn.off[:-1]) if self.new else [])
 
 
 def solve_type_joined(counts: np.ndarray, gains: np.ndarray, off: np.ndarray, capacity: int,
@@ -565,7 +704,8 @@ def solve_type_joined(counts: np.ndarray, gains: np.ndarray, off: np.ndarray, ca
 def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
                   stats: dict | None = None, prune: bool = True,
                   deadline: float | None = None, joined: _Joined | None = None,
-                  cores: bool = True, hull_hint: np.ndarray | None = None) -> tuple[list[int], float]:
+                  cores: bool = True, hull_hint: np.ndarray | None = None,
+                  shared: Splice | None = None) -> tuple[list[int], float]:
     """Exact optimum of max sum_i g_i(y_i) s.t. sum y_i <= C over Pareto options (0 first).
 
     ``prune=False`` disables the bound-based rules 3-4 (used as a numerical safety net).
@@ -573,7 +713,8 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     narrow core passes of rule 4 (for callers whose greedy plan is known to be near the optimum,
     where those passes find it without proving it). ``hull_hint``: a mask over the joined options
     holding every vertex of every job's concave envelope, when the caller knows them (the
-    envelopes are then built from those alone).
+    envelopes are then built from those alone). ``shared``: the options as a :class:`Splice` of
+    kept ones (``joined`` its joined options): the bounds are read from the kept parts.
     A ``deadline`` that passes stops the search: the best known plan (the greedy one, or
     the core optimum when it was reached) is returned and ``stats["timed_out"]`` set.
     """
@@ -587,7 +728,10 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     if int(top_y.sum()) <= capacity:  # every job at its best count: exact optimum
         stats.update(early_exit=True, kept=m)
         return top_y.tolist(), float(sum(joined.g[tops].tolist()))
-    step = count_step(joined.y)
+    if shared is not None and (shared.joined is not joined or NATIVE_HULL is None or hull_hint is not None
+                               or not prune):
+        shared = None
+    step = count_step(joined.y) if shared is None else shared.step()
     if step > 1:  # every count a multiple of ``step`` (whole nodes): the same DP on step-GPU units
         scaled = JoinedOptions(joined.y // step, joined.g, joined.off)
         counts, value = _solve_joined(scaled, capacity // step, stats, prune, deadline, scaled.joined, cores,
@@ -600,14 +744,18 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
             stats["lam"] /= step
         stats["count_step"] = step
         return [c * step for c in counts], value
-    return _solve_joined(options, capacity, stats, prune, deadline, joined, cores, hull_hint)
+    return _solve_joined(options, capacity, stats, prune, deadline, joined, cores, hull_hint, shared)
 
 
 def _solve_joined(options, capacity: int, stats: dict, prune: bool, deadline: float | None, joined: _Joined,
-                  cores: bool = True, hull_hint: np.ndarray | None = None):
+                  cores: bool = True, hull_hint: np.ndarray | None = None, shared: Splice | None = None):
     """:func:`solve_options` past its early exit and count step (the counts' gcd is 1 here, so the
-    capacity is its own multiple of it)."""
-    lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity, hull_hint)
+    capacity is its own multiple of it). ``shared``: a :class:`Splice` of the options, whose bounds
+    are read from its kept parts; where the greedy plan does not meet them, the options are solved
+    as without it."""
+    lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity, hull_hint, shared)
+    if shared is not None and lb < ub - rounding:
+        return _solve_joined(options, capacity, stats, prune, deadline, joined, cores, hull_hint)
     used = int(flat.y[flat.off[:-1] + lb_pick].sum())
     if lb < ub - rounding and used < capacity:
         # The greedy plan leaves GPUs unused and does not meet the bound: the largest total the
@@ -957,9 +1105,12 @@ def _solve_types(problem: Problem, deadline: float | None, pareto=None) -> tuple
         jobs = problem.jobs_of_type(gpu_type)
         if not jobs:
             continue
-        _check_fits(jobs, cap)
+        made = (pareto or _pareto_joined)(jobs)
+        joined = made[1]  # (each job's first Pareto option is its smallest count)
+        if joined is None or len(joined.off) != len(jobs) + 1 or int(joined.y[joined.off[:-1]].sum()) > cap:
+            _check_fits(jobs, cap)
         stats: dict = {}
-        part, value = solve_type(jobs, cap, stats, deadline=deadline, pareto=pareto)
+        part, value = solve_type(jobs, cap, stats, deadline=deadline, pareto=lambda _: made)
         counts.update(part)
         total += value
         if stats.get("timed_out"):

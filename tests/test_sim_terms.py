@@ -20,8 +20,8 @@ from unicron_plan.tools.generate import generate_scenario
 
 
 def _scenario(seed: int, horizon: str | None, curves: str = "synthetic", constrained: bool = False,
-              dips: bool = False):
-    doc = generate_scenario(seed, duration_hours=150.0, gpus=512, jobs=12, curves=curves, max_counts=80)
+              dips: bool = False, gpus: int = 512, jobs: int = 12, max_counts: int = 80):
+    doc = generate_scenario(seed, duration_hours=150.0, gpus=gpus, jobs=jobs, curves=curves, max_counts=max_counts)
     doc["failures"]["node_mtbf_hours"] = 60.0
     if dips:  # jobs whose own count is worth less than a smaller one: an option only as the count they keep
         doc["cost"]["default_transition_seconds"] = 20000.0
@@ -108,8 +108,8 @@ def test_own_counts_below_a_smaller_counts_worth_stay_options(monkeypatch, check
 def test_greedy_keyed_by_the_counts_that_fit_gives_the_plain_greedy(monkeypatch, seed):
     from test_sim_greedy_memo import plain_greedy
 
-    seen = []
-    choose = policies.GreedyPolicy.choose
+    seen, replayed = [], []
+    choose, replay = policies.GreedyPolicy.choose, policies.GreedyPolicy._replayed
 
     def checked_choose(self, problem):
         out = choose(self, problem)
@@ -117,10 +117,18 @@ def test_greedy_keyed_by_the_counts_that_fit_gives_the_plain_greedy(monkeypatch,
         seen.append(self._terms.flat_options(problem) is not None)
         return out
 
+    def counted_replay(self, flat, capacity):
+        out = replay(self, flat, capacity)
+        replayed.append(out is not None)
+        return out
+
     monkeypatch.setattr(policies.GreedyPolicy, "choose", checked_choose)
-    sc = _scenario(seed, None, curves="linear-step" if seed else "synthetic")
+    monkeypatch.setattr(policies.GreedyPolicy, "_replayed", counted_replay)
+    # every job's largest count well below the capacity: the counts that fit recur
+    sc = _scenario(seed, None, curves="near-linear" if seed else "synthetic", gpus=1024, jobs=24, max_counts=40)
     simulate(sc, ["greedy"], seed)
     assert sum(seen) > 10  # keyed by the counts that fit
+    assert sum(replayed) > 5  # answered from the recorded run with no limit (simulate/greedy.py)
 
 
 def test_constrained_jobs_equal_tabulate(checked):

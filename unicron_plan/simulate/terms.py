@@ -84,6 +84,18 @@ class RunTerms:
         self._split_seen: list = [None] * m  # the previous split each node count below was made from
         self._held = [0] * m
         self._options: tuple | None = None  # (weak reference to the last problem built here, its FlatOptions)
+        # The JobTerms of the last problem built by the array path, reused by the next one (see tabulate),
+        # with what each was made from: own count, hit, F there (bits), leaving, end of its entries.
+        self._made: list | None = None
+        self._made_from: tuple | None = None
+        self._gains = np.empty(len(flat.f))  # every re-plan's gains, written in place
+
+    def __getstate__(self):
+        """A copy (a forked run's policy, a pickle) makes its own JobTerms: the kept ones hold views of
+        this object's gains buffer, which a copy would turn into arrays of their own."""
+        state = dict(self.__dict__)
+        state["_made"] = state["_made_from"] = state["_options"] = None
+        return state
 
     def _d_trans(self, instance) -> list[float]:
         """cost.d_trans_seconds of every job, re-derived only for replaced Job objects."""
@@ -134,7 +146,7 @@ class RunTerms:
         # G(y) = F(y) D_run - [changed] F(x) D_trans, changed = (y != x or hit) and not leaving: every
         # entry pays, then the entry at x of a job neither hit nor leaving and a leaving job's entries
         # get F(y) D_run back (the same floats as subtracting 0)
-        gains = flat.f * d_run
+        gains = np.multiply(flat.f, d_run, out=self._gains)
         gains -= np.repeat(pen, self.sizes)
         back = at[found & ~hit & ~exiting]
         gains[back] = flat.f[back] * d_run
@@ -148,21 +160,40 @@ class RunTerms:
         fits = np.searchsorted(self.keys, self.first_key + np.minimum(cap, self.scale - 1), side="right") \
             - self.starts
         fits[exiting] = 1
-        f_x_l, d_trans_l, hit_l, exiting_l = f_x.tolist(), d_trans.tolist(), hit.tolist(), exiting.tolist()
-        ends = (self.starts + fits).tolist()
-        all_counts, all_f = flat.counts, flat.f
-        jobs = []
-        new, fixed = object.__new__, self.fixed
-        # JobTerms(...) with the same attributes, set as one dict: the constructor's keyword
-        # handling is most of the time of building 8,192 of them
-        for i, template, lo, hi, x, job_hit, d_i, f_i, exits in zip(
-                range(m), self.templates, self.starts.tolist(), ends, x_list, hit_l, d_trans_l, f_x_l, exiting_l):
-            t = new(JobTerms)
-            t.__dict__ = {**template, "x": x, "hit": job_hit, "d_trans": d_i, "f_x": f_i, "counts": all_counts[lo:hi],
-                          "f": all_f[lo:hi], "gains": gains[lo:hi], "d_run": d_run,
-                          "pinned": bool(fixed[i][4]) and not exits,
-                          "min_gain_fraction": None if exits else fixed[i][7], "exiting": exits}
-            jobs.append(t)
+        ends_a = self.starts + fits
+        made_from = (xs, hit, f_x.view(np.int64), exiting, ends_a)
+        jobs = self._made
+        if jobs is None:
+            redo = range(m)
+        else:  # the jobs whose terms other than D_run and D_trans differ from the last problem's
+            before = self._made_from
+            diff = np.zeros(m, dtype=bool)
+            for a, b in zip(made_from, before):
+                diff |= a != b
+            diff[self.constrained] = True  # their counts may be filtered: made again every time
+            redo = np.flatnonzero(diff).tolist()
+            jobs = list(jobs)
+        if len(redo):
+            if jobs is None:
+                jobs = [None] * m
+            all_counts, all_f = flat.counts, flat.f
+            new, fixed, templates, starts, ends = object.__new__, self.fixed, self.templates, self.starts, ends_a
+            # JobTerms(...) with the same attributes, set as one dict: the constructor's keyword
+            # handling is most of the time of building 8,192 of them
+            for i in redo:
+                lo, hi, exits = int(starts[i]), int(ends[i]), bool(exiting[i])
+                t = new(JobTerms)
+                t.__dict__ = {**templates[i], "x": x_list[i], "hit": bool(hit[i]), "d_trans": 0.0,
+                              "f_x": float(f_x[i]), "counts": all_counts[lo:hi], "f": all_f[lo:hi],
+                              "gains": gains[lo:hi], "d_run": d_run, "pinned": bool(fixed[i][4]) and not exits,
+                              "min_gain_fraction": None if exits else fixed[i][7], "exiting": exits}
+                jobs[i] = t
+        # D_run and D_trans (which moves with the nodes in service under the job horizon) of every job;
+        # the gains are views of the buffer written above
+        for t, d_i in zip(jobs, d_trans.tolist()):
+            t.d_trans, t.d_run = d_i, d_run
+        self._made, self._made_from = jobs, made_from
+        jobs = list(jobs)
         filtered = False
         for i in self.constrained:
             j = jobs[i]

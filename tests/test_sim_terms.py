@@ -198,3 +198,30 @@ def test_random_instances_same_problem_counts_objective_and_bound(kind):
         raw = dp.solve(q)
         assert counts == raw.counts and raw.bound == raw.objective
         assert q.objective(counts) == pytest.approx(raw.objective, rel=1e-12, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_placement_from_the_stays_found_with_arrays_equals_placement(monkeypatch, seed):
+    """RunTerms.placement_start + place gives, at every re-plan, the placement place() makes from
+    scratch: the same splits, the staying jobs' previous dicts themselves, in the same order."""
+    from unicron_plan.plan import placement as pl
+
+    seen = []
+    start = terms.RunTerms.placement_start
+
+    def checked(self, problem, counts):
+        out = start(self, problem, counts)
+        if out is not None:
+            ref = pl.place(problem, counts)
+            got = dict(problem.state.previous)
+            got.update(pl.place(problem, counts, (dict(out[0]), {k: {} for k in out[1]}, list(out[2]))))
+            assert got == ref and list(got) == list(ref)
+            assert all((got[k] is v) == (v is problem.state.previous[k]) for k, v in ref.items())
+            seen.append(len(out[1]))
+        return out
+
+    monkeypatch.setattr(terms.RunTerms, "placement_start", checked)
+    sc = _scenario(seed, None, curves=["synthetic", "near-linear", "linear-step"][seed])
+    out = simulate(sc, ["unicron", "greedy"], seed)
+    assert len(seen) >= out["policies"]["unicron"]["plans"] + out["policies"]["greedy"]["plans"] - 2 > 10
+    assert 0 < sum(seen) < len(seen) * 12  # some jobs stay, some move

@@ -224,6 +224,7 @@ class PlannerPolicy(Policy):
         self._held: dict[str, int] = {}
         self._spare: dict[str, int] = {}
         self._on: dict[str, set[str]] = {}
+        self._allocs: dict[str, dict[str, int]] = {}  # job id -> its alloc dict, in job order
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -333,6 +334,7 @@ class PlannerPolicy(Policy):
         full = self._healthy.usable
         if not self._seen:
             self._seen = [None] * len(eng.jobs)
+            self._allocs = dict.fromkeys(j.id for j in eng.jobs)
             self._sig = [-1] * len(eng.jobs)
             self._spare = {nid: g for nid, g in full.items() if g}
         held, spare, on, ids = self._held, self._spare, self._on, self._sig_ids
@@ -352,6 +354,7 @@ class PlannerPolicy(Policy):
                     elif nid not in new:
                         on[nid].discard(j.id)
             self._seen[k] = new
+            self._allocs[j.id] = new
             self._sig[k] = ids.setdefault((j.count, tuple(new)), len(ids))
 
     def _holders(self, nodes) -> set[str]:
@@ -406,7 +409,7 @@ class PlannerPolicy(Policy):
         # The engine's own per-node split is the state before the event (it is checked after every
         # event when the engine runs with checks), so the instance checks need not re-derive it.
         # The splits are the jobs' own alloc dicts (never changed in place), in cluster order.
-        state = build_state(instance, previous={j.id: j.alloc for j in eng.jobs}, healthy=self._healthy,
+        state = build_state(instance, previous=dict(self._allocs), healthy=self._healthy,
                             unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start,
                             holders=self._holders)
         state.in_order = True
@@ -422,7 +425,12 @@ class PlannerPolicy(Policy):
             problem = problem.with_types(types)
         else:
             counts = self.choose(problem)
-        placement = place(problem, counts)
+        start = self._terms.placement_start(problem, counts) if self._terms is not None else None
+        if start is None:
+            placement = place(problem, counts)
+        else:  # the staying jobs keep their previous split (the same dict); the others are placed
+            placement = dict(problem.state.previous)
+            placement.update(place(problem, counts, start))
         out = (placement, dict(problem.state.hit), types)
         self._cache[key] = out
         return out

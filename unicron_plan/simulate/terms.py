@@ -69,6 +69,7 @@ class RunTerms:
                            "table": tables[j.id], "layouts": layouts.get(j.id, {}), "tp": j.tp or 1,
                            "max_nodes": j.max_nodes, "same_rack": bool(j.same_rack)}
                           for k, j in enumerate(jobs)]
+        self.pinned = [k for k, j in enumerate(jobs) if j.pinned]
         # jobs whose counts a constraint may filter (tp > 1, pinned, hysteresis), in job order
         self.constrained = [k for k, j in enumerate(jobs)
                             if (j.tp is not None and j.tp > 1) or j.pinned or j.min_gain_fraction is not None]
@@ -81,6 +82,7 @@ class RunTerms:
         self.f_pareto_at = np.flatnonzero(self.f_pareto)
         self._job_seen: list = [None] * m  # the Job object each D_trans below was made from
         self._d = [0.0] * m  # cost.d_trans_seconds of that Job
+        self._x = [0] * m  # and its current count
         self._split_seen: list = [None] * m  # the previous split each node count below was made from
         self._held = [0] * m
         self._options: tuple | None = None  # (weak reference to the last problem built here, its FlatOptions)
@@ -99,10 +101,10 @@ class RunTerms:
 
     def _d_trans(self, instance) -> list[float]:
         """cost.d_trans_seconds of every job, re-derived only for replaced Job objects."""
-        seen, d = self._job_seen, self._d
+        seen, d, x = self._job_seen, self._d, self._x
         for k, job in enumerate(instance.jobs):
             if job is not seen[k]:
-                seen[k], d[k] = job, cost.d_trans_seconds(instance, job)
+                seen[k], d[k], x[k] = job, cost.d_trans_seconds(instance, job), job.current.gpus
         return d
 
     def _nodes_held(self, state) -> np.ndarray:
@@ -126,7 +128,8 @@ class RunTerms:
         flat, m, ids = self.flat, self.m, self.ids
         d_run = cost.d_run_seconds(instance, state.nodes_in_service())
         capacity = state.capacity()
-        x_list = [job.current.gpus for job in instance.jobs]
+        d = np.asarray(self._d_trans(instance), dtype=float)
+        x_list = self._x
         xs = np.asarray(x_list, dtype=np.int64).reshape(m)
         hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
         exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
@@ -137,7 +140,6 @@ class RunTerms:
         f_x = np.where(found, flat.f[at] if m else 0.0, np.nan)
         for i in np.flatnonzero(~found).tolist():  # not in the table: the lookup names the count
             f_x[i] = float(cost.waf(self.fixed[i][0], self.tables[ids[i]][x_list[i]]))
-        d = np.asarray(self._d_trans(instance), dtype=float)
         if cost.uses_job_horizon(instance):  # D_trans x max(nodes held, 1) / max(H, 1) (cost.horizon_terms)
             d_trans = d * (np.maximum(self._nodes_held(state), 1) / max(state.nodes_in_service(), 1))
         else:
@@ -208,7 +210,11 @@ class RunTerms:
         if limit is not None:
             limit = min(limit, len(jobs))
         problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=limit)
-        constraints.precheck(problem)
+        if limit is None:  # only pinned jobs and jobs without a count can fail the precheck, in job order
+            suspects = sorted({*self.pinned, *self.constrained, *np.flatnonzero(fits == 0).tolist()})
+            constraints.precheck(dataclasses.replace(problem, jobs=[jobs[i] for i in suspects]))
+        else:
+            constraints.precheck(problem)
         self._options = (weakref.ref(problem), FlatOptions(flat.counts, gains, flat.off, fits, filtered,
                                                            np.where(found, at, -1), d_run > 0 and bool((pen >= 0).all())))
         return problem
@@ -218,6 +224,29 @@ class RunTerms:
         if self._options is None or self._options[0]() is not problem:
             return None
         return self._options[1]
+
+    def placement_start(self, problem: Problem, counts: dict[str, int]) -> tuple | None:
+        """``plan.placement``'s first step for ``counts`` (what its ``_stays_idle`` returns, less the
+        staying jobs: free GPUs per node, {job id: {}} of the jobs that do not stay, those to place) for
+        the last problem built here by the array path; the jobs that stay (their count kept, not hit)
+        are found with arrays, and only the others are visited. None where this does not apply (pinned
+        jobs, GPU-type alternatives, a state without its idle GPUs)."""
+        if self.flat_options(problem) is None or self.pinned or problem.alternatives or problem.state.idle is None:
+            return None
+        xs, hit = self._made_from[0], self._made_from[1]
+        y = np.fromiter(map(counts.__getitem__, self.ids), dtype=np.int64, count=self.m)
+        previous, jobs = problem.state.previous, problem.jobs
+        free = dict(problem.state.idle)
+        result: dict[str, dict[str, int]] = {}
+        movers = []
+        for i in np.flatnonzero((y == 0) | (y != xs) | hit).tolist():  # in job order, as _stays_idle
+            j = jobs[i]
+            result[j.id] = {}
+            if y[i] != 0:
+                movers.append(j)
+            for nid, g in previous[j.id].items():
+                free[nid] = free.get(nid, 0) + g
+        return free, result, movers
 
     def dp_counts(self, problem: Problem) -> dict[str, int] | None:
         """``dp.solve(problem).counts`` from the flat options, or None where this does not apply (a

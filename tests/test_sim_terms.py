@@ -225,3 +225,21 @@ def test_placement_from_the_stays_found_with_arrays_equals_placement(monkeypatch
     out = simulate(sc, ["unicron", "greedy"], seed)
     assert len(seen) >= out["policies"]["unicron"]["plans"] + out["policies"]["greedy"]["plans"] - 2 > 10
     assert 0 < sum(seen) < len(seen) * 12  # some jobs stay, some move
+
+
+def test_counts_that_fit_without_a_search_where_every_count_fits():
+    """RunTerms._fits: where the capacity reaches every count it takes every entry without a search,
+    the same as the search over the flat keys (capacities on both sides of the largest count)."""
+    from unicron_plan.api import load_instance
+    from unicron_plan.tools.generate import generate_instance
+
+    inst = load_instance(generate_instance(2, gpus=512, jobs=14, curves="synthetic", max_counts=120, failed_nodes=1))
+    tables, layouts = core_problem.resolve_tables(inst)
+    run_terms = terms.RunTerms(inst, tables, layouts, core_problem.flat_tables(inst, tables))
+    (gtype,) = run_terms.type_set
+    top = run_terms.scale - 1
+    for cap in [0, 1, 8, top // 2, top - 1, top, top + 1, 10 * top]:
+        searched = np.searchsorted(run_terms.keys, run_terms.first_key + min(cap, top), side="right") - run_terms.starts
+        got = run_terms._fits({gtype: cap})
+        assert got.dtype == searched.dtype and got.tolist() == searched.tolist(), cap
+    assert run_terms._fits({gtype: top}).tolist() == run_terms.sizes.tolist()

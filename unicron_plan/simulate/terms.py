@@ -61,6 +61,7 @@ class RunTerms:
         self.first_key = np.arange(m, dtype=np.int64) * self.scale
         self.ids = [j.id for j in jobs]
         self.types = [j.throughput.gpu_type for j in jobs]
+        self.type_set = set(self.types)
         self.fixed = [(j.weight, tables[j.id], layouts.get(j.id, {}), j.tp, j.pinned, j.max_nodes,
                        bool(j.same_rack), j.min_gain_fraction) for j in jobs]
         # Each job's JobTerms attributes that never change, JobTerms' defaults first (see tabulate)
@@ -106,6 +107,14 @@ class RunTerms:
             if job is not seen[k]:
                 seen[k], d[k], x[k] = job, cost.d_trans_seconds(instance, job), job.current.gpus
         return d
+
+    def _fits(self, capacity: dict[str, int]) -> np.ndarray:
+        """How many leading entries of each job's table fit its GPU type's capacity (all of them
+        where the capacity reaches the largest count of any job, the usual case: no search)."""
+        if min((capacity.get(t, -1) for t in self.type_set), default=-1) >= self.scale - 1:
+            return self.sizes.copy()
+        cap = np.fromiter(map(capacity.__getitem__, self.types), dtype=np.int64, count=self.m)
+        return np.searchsorted(self.keys, self.first_key + np.minimum(cap, self.scale - 1), side="right") - self.starts
 
     def _nodes_held(self, state) -> np.ndarray:
         """Each job's nodes with GPUs in its previous split (as cost.job_transition_terms counts them),
@@ -158,9 +167,7 @@ class RunTerms:
         if not (np.isfinite(gains).all() and np.isfinite(pen).all()):  # tabulate reports it (or not, past the fit)
             return self._reference(instance, state)
         # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job)
-        cap = np.fromiter(map(capacity.__getitem__, self.types), dtype=np.int64, count=m)
-        fits = np.searchsorted(self.keys, self.first_key + np.minimum(cap, self.scale - 1), side="right") \
-            - self.starts
+        fits = self._fits(capacity)
         fits[exiting] = 1
         ends_a = self.starts + fits
         made_from = (xs, hit, f_x.view(np.int64), exiting, ends_a)

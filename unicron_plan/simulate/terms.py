@@ -13,6 +13,14 @@ It also keeps the gains of every table entry and the counts that fit (:meth:`Run
 so that the DP takes every job's options as one set of arrays instead of joining them again
 (:func:`unicron_plan.solvers.dp.solve_type_joined`).
 
+An event changes the terms of a few jobs, yet D_run (and, under the job horizon, D_trans) moves
+for all of them: the JobTerms of one problem are kept for the next, remade only for the jobs whose
+count, hit, F at the count, leaving or counts that fit changed, with D_run and D_trans set on every
+one and the gains views of one buffer rewritten at every re-plan. So a problem built here is valid
+until the next call of :meth:`RunTerms.tabulate` (the planner policies use each at once); a copy of
+a RunTerms (a forked run) makes its own. :meth:`RunTerms.placement_start` finds the jobs that stay
+(count kept, not hit) with arrays, so that placement visits only the others.
+
 Cases it does not cover are passed to ``tabulate`` itself: the ``"lifetime"`` horizon, a gain that
 overflows a float (``tabulate`` names the job).
 """
@@ -130,7 +138,8 @@ class RunTerms:
 
     @np.errstate(over="ignore", invalid="ignore")
     def tabulate(self, instance, state) -> Problem:
-        """The Problem ``core.problem.tabulate(instance, state, tables, layouts, flat)`` returns."""
+        """The Problem ``core.problem.tabulate(instance, state, tables, layouts, flat)`` returns (valid
+        until the next call: its JobTerms are kept and updated by it, module docstring)."""
         self._options = None
         if instance.cost.horizon == "lifetime":
             return self._reference(instance, state)

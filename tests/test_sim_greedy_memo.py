@@ -3,6 +3,7 @@ of a plain scan of every step, over problems that share jobs and differ in capac
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from bisect import bisect_right
 
@@ -69,3 +70,36 @@ def test_the_memo_gives_the_plain_greedy_counts_as_capacity_changes(curves):
         assert GreedyPolicy._greedy(problem, memo) == plain_greedy(problem)
         assert GreedyPolicy._greedy(problem) == plain_greedy(problem)
     assert memo  # the memo was filled and reused across the problems
+
+
+@pytest.mark.parametrize("curves", ["synthetic", "equal-per-gpu", "linear-step", "near-linear", "dense"])
+def test_the_recorded_run_gives_the_plain_greedy_counts_at_every_capacity(curves):
+    """simulate/greedy.py: the run with no limit, replayed up to where a capacity departs from it and
+    finished there, gives the plain greedy's counts at capacities from none to more than every job's
+    largest count (the departure in the first pushes is reported as None)."""
+    from unicron_plan.simulate.greedy import UnlimitedRun
+
+    rng = np.random.default_rng(11)
+    for seed in range(3):
+        doc = generate_instance(seed, gpus=2048, jobs=40, failed_nodes=0, curves=curves, max_counts=200)
+        problem = build_problem(load_instance(doc))
+        assert len(problem.capacity) == 1
+        jobs = problem.jobs
+        UnlimitedRun.SNAPSHOT = 7  # many snapshots: the replay from each is checked
+        try:
+            run = UnlimitedRun([j.counts.tolist() for j in jobs], [j.f.tolist() for j in jobs], [{} for _ in jobs])
+        finally:
+            UnlimitedRun.SNAPSHOT = 2048
+        assert len(run.snaps) > 3
+        top = sum(int(j.counts[-1]) for j in jobs)
+        caps = sorted({0, 1, 7, 8, top, top + 8, *rng.integers(0, top + 16, 60).tolist(),
+                       *(int(n) for n in run.need[::max(1, len(run.need) // 40)])})
+        replayed = 0
+        for cap in caps:
+            p = dataclasses.replace(problem, capacity={t: cap for t in problem.capacity})
+            got = run.counts(cap)
+            if got is None:
+                continue
+            replayed += 1
+            assert dict(zip((j.id for j in jobs), got)) == plain_greedy(p), (curves, seed, cap)
+        assert replayed > len(caps) // 2

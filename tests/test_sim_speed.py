@@ -16,6 +16,7 @@ from simfixtures import ROOT
 from unicron_plan.io import read_json
 from unicron_plan.plan import placement
 from unicron_plan.simulate import run as sim_run
+from unicron_plan.simulate import terms
 from unicron_plan.simulate.engine import Engine
 from unicron_plan.simulate.policies import POLICIES
 from unicron_plan.simulate.run import load_scenario, simulate
@@ -88,15 +89,17 @@ def test_tracked_idle_gpus_and_placement_equal_a_placement_from_scratch(monkeypa
     original = placement.place
     calls = []
 
-    def checked(problem, counts):
-        out = original(problem, counts)
+    def checked(problem, counts, start=None):
+        out = original(problem, counts, start)
         state = problem.state
         assert state.idle is not None and state.in_order
         assert state.idle == _dense_idle(state)
         plain = dataclasses.replace(state, idle=None, in_order=False)
         again = original(dataclasses.replace(problem, state=plain), counts)
-        assert out == again and all(list(out[j]) == list(again[j]) for j in out)  # same splits, same order
-        calls.append(1)
+        # the stays found with arrays (simulate/terms.py): only the other jobs are placed
+        full = out if start is None else {**state.previous, **out}
+        assert full == again and all(list(full[j]) == list(again[j]) for j in full)  # same splits, same order
+        calls.append(start is not None)
         return out
 
     monkeypatch.setattr(placement, "place", checked)
@@ -104,7 +107,7 @@ def test_tracked_idle_gpus_and_placement_equal_a_placement_from_scratch(monkeypa
     planners = ["unicron", "greedy", "equal-share"]
     for seed in (0, 3):
         simulate(sc, planners, seed)
-    assert len(calls) > 30
+    assert len(calls) > 30 and sum(calls) > 10
 
 
 def test_a_replan_touches_what_changed_not_every_node(monkeypatch):
@@ -130,7 +133,17 @@ def test_a_replan_touches_what_changed_not_every_node(monkeypatch):
         refreshed.append(len(self._touched))
         original_refresh(self)
 
+    original_start = terms.RunTerms.placement_start
+
+    def counted_start(self, problem, counts):
+        out = original_start(self, problem, counts)
+        if out is not None:
+            free_sizes.append(len(out[0]))
+            assert not set(out[1]) & {j.id for j in problem.jobs if counts[j.id] == j.x and counts[j.id] and not j.hit}
+        return out
+
     monkeypatch.setattr(placement, "_stays_idle", counted)
+    monkeypatch.setattr(terms.RunTerms, "placement_start", counted_start)
     monkeypatch.setattr(Engine, "_refresh", refresh)
     out = simulate(sc, ["unicron", "greedy"], 0)
     plans = out["policies"]["unicron"]["plans"] + out["policies"]["greedy"]["plans"]

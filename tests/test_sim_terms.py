@@ -20,8 +20,8 @@ from unicron_plan.tools.generate import generate_scenario
 
 
 def _scenario(seed: int, horizon: str | None, curves: str = "synthetic", constrained: bool = False,
-              dips: bool = False):
-    doc = generate_scenario(seed, duration_hours=150.0, gpus=512, jobs=12, curves=curves, max_counts=80)
+              dips: bool = False, gpus: int = 512, jobs: int = 12, max_counts: int = 80):
+    doc = generate_scenario(seed, duration_hours=150.0, gpus=gpus, jobs=jobs, curves=curves, max_counts=max_counts)
     doc["failures"]["node_mtbf_hours"] = 60.0
     if dips:  # jobs whose own count is worth less than a smaller one: an option only as the count they keep
         doc["cost"]["default_transition_seconds"] = 20000.0
@@ -108,8 +108,8 @@ def test_own_counts_below_a_smaller_counts_worth_stay_options(monkeypatch, check
 def test_greedy_keyed_by_the_counts_that_fit_gives_the_plain_greedy(monkeypatch, seed):
     from test_sim_greedy_memo import plain_greedy
 
-    seen = []
-    choose = policies.GreedyPolicy.choose
+    seen, replayed = [], []
+    choose, replay = policies.GreedyPolicy.choose, policies.GreedyPolicy._replayed
 
     def checked_choose(self, problem):
         out = choose(self, problem)
@@ -117,10 +117,18 @@ def test_greedy_keyed_by_the_counts_that_fit_gives_the_plain_greedy(monkeypatch,
         seen.append(self._terms.flat_options(problem) is not None)
         return out
 
+    def counted_replay(self, flat, capacity):
+        out = replay(self, flat, capacity)
+        replayed.append(out is not None)
+        return out
+
     monkeypatch.setattr(policies.GreedyPolicy, "choose", checked_choose)
-    sc = _scenario(seed, None, curves="linear-step" if seed else "synthetic")
+    monkeypatch.setattr(policies.GreedyPolicy, "_replayed", counted_replay)
+    # every job's largest count well below the capacity: the counts that fit recur
+    sc = _scenario(seed, None, curves="near-linear" if seed else "synthetic", gpus=1024, jobs=24, max_counts=40)
     simulate(sc, ["greedy"], seed)
     assert sum(seen) > 10  # keyed by the counts that fit
+    assert sum(replayed) > 5  # answered from the recorded run with no limit (simulate/greedy.py)
 
 
 def test_constrained_jobs_equal_tabulate(checked):
@@ -190,3 +198,48 @@ def test_random_instances_same_problem_counts_objective_and_bound(kind):
         raw = dp.solve(q)
         assert counts == raw.counts and raw.bound == raw.objective
         assert q.objective(counts) == pytest.approx(raw.objective, rel=1e-12, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_placement_from_the_stays_found_with_arrays_equals_placement(monkeypatch, seed):
+    """RunTerms.placement_start + place gives, at every re-plan, the placement place() makes from
+    scratch: the same splits, the staying jobs' previous dicts themselves, in the same order."""
+    from unicron_plan.plan import placement as pl
+
+    seen = []
+    start = terms.RunTerms.placement_start
+
+    def checked(self, problem, counts):
+        out = start(self, problem, counts)
+        if out is not None:
+            ref = pl.place(problem, counts)
+            got = dict(problem.state.previous)
+            got.update(pl.place(problem, counts, (dict(out[0]), {k: {} for k in out[1]}, list(out[2]))))
+            assert got == ref and list(got) == list(ref)
+            assert all((got[k] is v) == (v is problem.state.previous[k]) for k, v in ref.items())
+            seen.append(len(out[1]))
+        return out
+
+    monkeypatch.setattr(terms.RunTerms, "placement_start", checked)
+    sc = _scenario(seed, None, curves=["synthetic", "near-linear", "linear-step"][seed])
+    out = simulate(sc, ["unicron", "greedy"], seed)
+    assert len(seen) >= out["policies"]["unicron"]["plans"] + out["policies"]["greedy"]["plans"] - 2 > 10
+    assert 0 < sum(seen) < len(seen) * 12  # some jobs stay, some move
+
+
+def test_counts_that_fit_without_a_search_where_every_count_fits():
+    """RunTerms._fits: where the capacity reaches every count it takes every entry without a search,
+    the same as the search over the flat keys (capacities on both sides of the largest count)."""
+    from unicron_plan.api import load_instance
+    from unicron_plan.tools.generate import generate_instance
+
+    inst = load_instance(generate_instance(2, gpus=512, jobs=14, curves="synthetic", max_counts=120, failed_nodes=1))
+    tables, layouts = core_problem.resolve_tables(inst)
+    run_terms = terms.RunTerms(inst, tables, layouts, core_problem.flat_tables(inst, tables))
+    (gtype,) = run_terms.type_set
+    top = run_terms.scale - 1
+    for cap in [0, 1, 8, top // 2, top - 1, top, top + 1, 10 * top]:
+        searched = np.searchsorted(run_terms.keys, run_terms.first_key + min(cap, top), side="right") - run_terms.starts
+        got = run_terms._fits({gtype: cap})
+        assert got.dtype == searched.dtype and got.tolist() == searched.tolist(), cap
+    assert run_terms._fits({gtype: top}).tolist() == run_terms.sizes.tolist()

@@ -52,6 +52,7 @@ from unicron_plan.faults import faultdata, severity
 from unicron_plan.schema.policies import PolicyModel, PolicyModels
 from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.engine import Engine, JobRun
+from unicron_plan.simulate.greedy import UnlimitedRun, largest_ratio
 from unicron_plan.simulate.trace import SimEvent
 
 
@@ -223,6 +224,7 @@ class PlannerPolicy(Policy):
         self._held: dict[str, int] = {}
         self._spare: dict[str, int] = {}
         self._on: dict[str, set[str]] = {}
+        self._allocs: dict[str, dict[str, int]] = {}  # job id -> its alloc dict, in job order
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -332,6 +334,7 @@ class PlannerPolicy(Policy):
         full = self._healthy.usable
         if not self._seen:
             self._seen = [None] * len(eng.jobs)
+            self._allocs = dict.fromkeys(j.id for j in eng.jobs)
             self._sig = [-1] * len(eng.jobs)
             self._spare = {nid: g for nid, g in full.items() if g}
         held, spare, on, ids = self._held, self._spare, self._on, self._sig_ids
@@ -351,6 +354,7 @@ class PlannerPolicy(Policy):
                     elif nid not in new:
                         on[nid].discard(j.id)
             self._seen[k] = new
+            self._allocs[j.id] = new
             self._sig[k] = ids.setdefault((j.count, tuple(new)), len(ids))
 
     def _holders(self, nodes) -> set[str]:
@@ -405,7 +409,7 @@ class PlannerPolicy(Policy):
         # The engine's own per-node split is the state before the event (it is checked after every
         # event when the engine runs with checks), so the instance checks need not re-derive it.
         # The splits are the jobs' own alloc dicts (never changed in place), in cluster order.
-        state = build_state(instance, previous={j.id: j.alloc for j in eng.jobs}, healthy=self._healthy,
+        state = build_state(instance, previous=dict(self._allocs), healthy=self._healthy,
                             unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start,
                             holders=self._holders)
         state.in_order = True
@@ -421,7 +425,12 @@ class PlannerPolicy(Policy):
             problem = problem.with_types(types)
         else:
             counts = self.choose(problem)
-        placement = place(problem, counts)
+        start = self._terms.placement_start(problem, counts) if self._terms is not None else None
+        if start is None:
+            placement = place(problem, counts)
+        else:  # the staying jobs keep their previous split (the same dict); the others are placed
+            placement = dict(problem.state.previous)
+            placement.update(place(problem, counts, start))
         out = (placement, dict(problem.state.hit), types)
         self._cache[key] = out
         return out
@@ -760,6 +769,7 @@ class GreedyPolicy(PlannerPolicy):
         super().__init__(model)
         self._answers: dict = {}  # (capacities, allowed counts) -> counts
         self._steps: dict = {}  # job id -> its table as lists and its best steps (_greedy's memo)
+        self._runs: dict = {}  # counts that fit per job -> simulate.greedy.UnlimitedRun (None: seen once)
 
     def choose(self, problem) -> dict[str, int]:
         # Greedy ignores transitions: its answer depends only on the capacities and each job's allowed
@@ -773,8 +783,33 @@ class GreedyPolicy(PlannerPolicy):
                tuple((j.id, j.gpu_type, j.counts.tobytes()) for j in problem.jobs))
         found = self._answers.get(key)
         if found is None:
-            found = self._answers[key] = self._greedy(problem, self._steps, prefixes)
+            if flat is not None and len(problem.capacity) == 1 and not problem.alternatives:
+                found = self._replayed(flat, next(iter(problem.capacity.values())))
+            if found is None:
+                found = self._greedy(problem, self._steps, prefixes)
+            self._answers[key] = found
         return dict(found)
+
+    RUNS_KEPT = 4  # recorded runs kept (per set of counts that fit), the latest ones
+
+    def _replayed(self, flat, capacity: int) -> dict[str, int] | None:
+        """The greedy counts from the recorded run with no limit for these counts that fit
+        (``simulate/greedy.py``), recorded the second time they are seen; None: not recorded (yet)."""
+        fits_key = flat.fits.tobytes()
+        if fits_key not in self._runs:
+            self._runs[fits_key] = None
+            while len(self._runs) > self.RUNS_KEPT:
+                del self._runs[next(iter(self._runs))]
+            return None
+        run = self._runs[fits_key]
+        if run is None:
+            terms = self._terms
+            ends = (terms.starts + flat.fits).tolist()
+            cs = [flat.counts[a:b].tolist() for a, b in zip(terms.starts.tolist(), ends)]
+            fs = [terms.flat.f[a:b].tolist() for a, b in zip(terms.starts.tolist(), ends)]
+            run = self._runs[fits_key] = UnlimitedRun(cs, fs, [{} for _ in cs])
+        counts = run.counts(capacity)
+        return None if counts is None else dict(zip(self._terms.ids, counts))
 
     def choose_types(self, problem) -> tuple[dict[str, int], dict[str, str]]:
         from unicron_plan.simulate.mixed import greedy_types
@@ -787,17 +822,7 @@ class GreedyPolicy(PlannerPolicy):
             found = self._answers[key] = greedy_types(problem)
         return dict(found[0]), dict(found[1])
 
-    @staticmethod
-    def _largest_ratio(c: list, f: list, k: int, end: int) -> tuple[float, int]:
-        """The largest added F per added GPU from counts[k] to counts[i], k < i < end, and the first i
-        with it."""
-        x, fk = c[k], f[k]
-        best, to = (f[k + 1] - fk) / (c[k + 1] - x), k + 1
-        for i in range(k + 2, end):
-            r = (f[i] - fk) / (c[i] - x)
-            if r > best:
-                best, to = r, i
-        return best, to
+    _largest_ratio = staticmethod(largest_ratio)
 
     @classmethod
     def _greedy(cls, problem, memo: dict | None = None, prefixes: bool = False) -> dict[str, int]:

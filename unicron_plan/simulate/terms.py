@@ -13,6 +13,14 @@ It also keeps the gains of every table entry and the counts that fit (:meth:`Run
 so that the DP takes every job's options as one set of arrays instead of joining them again
 (:func:`unicron_plan.solvers.dp.solve_type_joined`).
 
+An event changes the terms of a few jobs, yet D_run (and, under the job horizon, D_trans) moves
+for all of them: the JobTerms of one problem are kept for the next, remade only for the jobs whose
+count, hit, F at the count, leaving or counts that fit changed, with D_run and D_trans set on every
+one and the gains views of one buffer rewritten at every re-plan. So a problem built here is valid
+until the next call of :meth:`RunTerms.tabulate` (the planner policies use each at once); a copy of
+a RunTerms (a forked run) makes its own. :meth:`RunTerms.placement_start` finds the jobs that stay
+(count kept, not hit) with arrays, so that placement visits only the others.
+
 Cases it does not cover are passed to ``tabulate`` itself: the ``"lifetime"`` horizon, a gain that
 overflows a float (``tabulate`` names the job).
 """
@@ -61,6 +69,7 @@ class RunTerms:
         self.first_key = np.arange(m, dtype=np.int64) * self.scale
         self.ids = [j.id for j in jobs]
         self.types = [j.throughput.gpu_type for j in jobs]
+        self.type_set = set(self.types)
         self.fixed = [(j.weight, tables[j.id], layouts.get(j.id, {}), j.tp, j.pinned, j.max_nodes,
                        bool(j.same_rack), j.min_gain_fraction) for j in jobs]
         # Each job's JobTerms attributes that never change, JobTerms' defaults first (see tabulate)
@@ -69,6 +78,7 @@ class RunTerms:
                            "table": tables[j.id], "layouts": layouts.get(j.id, {}), "tp": j.tp or 1,
                            "max_nodes": j.max_nodes, "same_rack": bool(j.same_rack)}
                           for k, j in enumerate(jobs)]
+        self.pinned = [k for k, j in enumerate(jobs) if j.pinned]
         # jobs whose counts a constraint may filter (tp > 1, pinned, hysteresis), in job order
         self.constrained = [k for k, j in enumerate(jobs)
                             if (j.tp is not None and j.tp > 1) or j.pinned or j.min_gain_fraction is not None]
@@ -81,17 +91,38 @@ class RunTerms:
         self.f_pareto_at = np.flatnonzero(self.f_pareto)
         self._job_seen: list = [None] * m  # the Job object each D_trans below was made from
         self._d = [0.0] * m  # cost.d_trans_seconds of that Job
+        self._x = [0] * m  # and its current count
         self._split_seen: list = [None] * m  # the previous split each node count below was made from
         self._held = [0] * m
         self._options: tuple | None = None  # (weak reference to the last problem built here, its FlatOptions)
+        # The JobTerms of the last problem built by the array path, reused by the next one (see tabulate),
+        # with what each was made from: own count, hit, F there (bits), leaving, end of its entries.
+        self._made: list | None = None
+        self._made_from: tuple | None = None
+        self._gains = np.empty(len(flat.f))  # every re-plan's gains, written in place
+
+    def __getstate__(self):
+        """A copy (a forked run's policy, a pickle) makes its own JobTerms: the kept ones hold views of
+        this object's gains buffer, which a copy would turn into arrays of their own."""
+        state = dict(self.__dict__)
+        state["_made"] = state["_made_from"] = state["_options"] = None
+        return state
 
     def _d_trans(self, instance) -> list[float]:
         """cost.d_trans_seconds of every job, re-derived only for replaced Job objects."""
-        seen, d = self._job_seen, self._d
+        seen, d, x = self._job_seen, self._d, self._x
         for k, job in enumerate(instance.jobs):
             if job is not seen[k]:
-                seen[k], d[k] = job, cost.d_trans_seconds(instance, job)
+                seen[k], d[k], x[k] = job, cost.d_trans_seconds(instance, job), job.current.gpus
         return d
+
+    def _fits(self, capacity: dict[str, int]) -> np.ndarray:
+        """How many leading entries of each job's table fit its GPU type's capacity (all of them
+        where the capacity reaches the largest count of any job, the usual case: no search)."""
+        if min((capacity.get(t, -1) for t in self.type_set), default=-1) >= self.scale - 1:
+            return self.sizes.copy()
+        cap = np.fromiter(map(capacity.__getitem__, self.types), dtype=np.int64, count=self.m)
+        return np.searchsorted(self.keys, self.first_key + np.minimum(cap, self.scale - 1), side="right") - self.starts
 
     def _nodes_held(self, state) -> np.ndarray:
         """Each job's nodes with GPUs in its previous split (as cost.job_transition_terms counts them),
@@ -107,14 +138,16 @@ class RunTerms:
 
     @np.errstate(over="ignore", invalid="ignore")
     def tabulate(self, instance, state) -> Problem:
-        """The Problem ``core.problem.tabulate(instance, state, tables, layouts, flat)`` returns."""
+        """The Problem ``core.problem.tabulate(instance, state, tables, layouts, flat)`` returns (valid
+        until the next call: its JobTerms are kept and updated by it, module docstring)."""
         self._options = None
         if instance.cost.horizon == "lifetime":
             return self._reference(instance, state)
         flat, m, ids = self.flat, self.m, self.ids
         d_run = cost.d_run_seconds(instance, state.nodes_in_service())
         capacity = state.capacity()
-        x_list = [job.current.gpus for job in instance.jobs]
+        d = np.asarray(self._d_trans(instance), dtype=float)
+        x_list = self._x
         xs = np.asarray(x_list, dtype=np.int64).reshape(m)
         hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
         exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
@@ -125,7 +158,6 @@ class RunTerms:
         f_x = np.where(found, flat.f[at] if m else 0.0, np.nan)
         for i in np.flatnonzero(~found).tolist():  # not in the table: the lookup names the count
             f_x[i] = float(cost.waf(self.fixed[i][0], self.tables[ids[i]][x_list[i]]))
-        d = np.asarray(self._d_trans(instance), dtype=float)
         if cost.uses_job_horizon(instance):  # D_trans x max(nodes held, 1) / max(H, 1) (cost.horizon_terms)
             d_trans = d * (np.maximum(self._nodes_held(state), 1) / max(state.nodes_in_service(), 1))
         else:
@@ -134,7 +166,7 @@ class RunTerms:
         # G(y) = F(y) D_run - [changed] F(x) D_trans, changed = (y != x or hit) and not leaving: every
         # entry pays, then the entry at x of a job neither hit nor leaving and a leaving job's entries
         # get F(y) D_run back (the same floats as subtracting 0)
-        gains = flat.f * d_run
+        gains = np.multiply(flat.f, d_run, out=self._gains)
         gains -= np.repeat(pen, self.sizes)
         back = at[found & ~hit & ~exiting]
         gains[back] = flat.f[back] * d_run
@@ -144,25 +176,42 @@ class RunTerms:
         if not (np.isfinite(gains).all() and np.isfinite(pen).all()):  # tabulate reports it (or not, past the fit)
             return self._reference(instance, state)
         # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job)
-        cap = np.fromiter(map(capacity.__getitem__, self.types), dtype=np.int64, count=m)
-        fits = np.searchsorted(self.keys, self.first_key + np.minimum(cap, self.scale - 1), side="right") \
-            - self.starts
+        fits = self._fits(capacity)
         fits[exiting] = 1
-        f_x_l, d_trans_l, hit_l, exiting_l = f_x.tolist(), d_trans.tolist(), hit.tolist(), exiting.tolist()
-        ends = (self.starts + fits).tolist()
-        all_counts, all_f = flat.counts, flat.f
-        jobs = []
-        new, fixed = object.__new__, self.fixed
-        # JobTerms(...) with the same attributes, set as one dict: the constructor's keyword
-        # handling is most of the time of building 8,192 of them
-        for i, template, lo, hi, x, job_hit, d_i, f_i, exits in zip(
-                range(m), self.templates, self.starts.tolist(), ends, x_list, hit_l, d_trans_l, f_x_l, exiting_l):
-            t = new(JobTerms)
-            t.__dict__ = {**template, "x": x, "hit": job_hit, "d_trans": d_i, "f_x": f_i, "counts": all_counts[lo:hi],
-                          "f": all_f[lo:hi], "gains": gains[lo:hi], "d_run": d_run,
-                          "pinned": bool(fixed[i][4]) and not exits,
-                          "min_gain_fraction": None if exits else fixed[i][7], "exiting": exits}
-            jobs.append(t)
+        ends_a = self.starts + fits
+        made_from = (xs, hit, f_x.view(np.int64), exiting, ends_a)
+        jobs = self._made
+        if jobs is None:
+            redo = range(m)
+        else:  # the jobs whose terms other than D_run and D_trans differ from the last problem's
+            before = self._made_from
+            diff = np.zeros(m, dtype=bool)
+            for a, b in zip(made_from, before):
+                diff |= a != b
+            diff[self.constrained] = True  # their counts may be filtered: made again every time
+            redo = np.flatnonzero(diff).tolist()
+            jobs = list(jobs)
+        if len(redo):
+            if jobs is None:
+                jobs = [None] * m
+            all_counts, all_f = flat.counts, flat.f
+            new, fixed, templates, starts, ends = object.__new__, self.fixed, self.templates, self.starts, ends_a
+            # JobTerms(...) with the same attributes, set as one dict: the constructor's keyword
+            # handling is most of the time of building 8,192 of them
+            for i in redo:
+                lo, hi, exits = int(starts[i]), int(ends[i]), bool(exiting[i])
+                t = new(JobTerms)
+                t.__dict__ = {**templates[i], "x": x_list[i], "hit": bool(hit[i]), "d_trans": 0.0,
+                              "f_x": float(f_x[i]), "counts": all_counts[lo:hi], "f": all_f[lo:hi],
+                              "gains": gains[lo:hi], "d_run": d_run, "pinned": bool(fixed[i][4]) and not exits,
+                              "min_gain_fraction": None if exits else fixed[i][7], "exiting": exits}
+                jobs[i] = t
+        # D_run and D_trans (which moves with the nodes in service under the job horizon) of every job;
+        # the gains are views of the buffer written above
+        for t, d_i in zip(jobs, d_trans.tolist()):
+            t.d_trans, t.d_run = d_i, d_run
+        self._made, self._made_from = jobs, made_from
+        jobs = list(jobs)
         filtered = False
         for i in self.constrained:
             j = jobs[i]
@@ -177,7 +226,11 @@ class RunTerms:
         if limit is not None:
             limit = min(limit, len(jobs))
         problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=limit)
-        constraints.precheck(problem)
+        if limit is None:  # only pinned jobs and jobs without a count can fail the precheck, in job order
+            suspects = sorted({*self.pinned, *self.constrained, *np.flatnonzero(fits == 0).tolist()})
+            constraints.precheck(dataclasses.replace(problem, jobs=[jobs[i] for i in suspects]))
+        else:
+            constraints.precheck(problem)
         self._options = (weakref.ref(problem), FlatOptions(flat.counts, gains, flat.off, fits, filtered,
                                                            np.where(found, at, -1), d_run > 0 and bool((pen >= 0).all())))
         return problem
@@ -187,6 +240,29 @@ class RunTerms:
         if self._options is None or self._options[0]() is not problem:
             return None
         return self._options[1]
+
+    def placement_start(self, problem: Problem, counts: dict[str, int]) -> tuple | None:
+        """``plan.placement``'s first step for ``counts`` (what its ``_stays_idle`` returns, less the
+        staying jobs: free GPUs per node, {job id: {}} of the jobs that do not stay, those to place) for
+        the last problem built here by the array path; the jobs that stay (their count kept, not hit)
+        are found with arrays, and only the others are visited. None where this does not apply (pinned
+        jobs, GPU-type alternatives, a state without its idle GPUs)."""
+        if self.flat_options(problem) is None or self.pinned or problem.alternatives or problem.state.idle is None:
+            return None
+        xs, hit = self._made_from[0], self._made_from[1]
+        y = np.fromiter(map(counts.__getitem__, self.ids), dtype=np.int64, count=self.m)
+        previous, jobs = problem.state.previous, problem.jobs
+        free = dict(problem.state.idle)
+        result: dict[str, dict[str, int]] = {}
+        movers = []
+        for i in np.flatnonzero((y == 0) | (y != xs) | hit).tolist():  # in job order, as _stays_idle
+            j = jobs[i]
+            result[j.id] = {}
+            if y[i] != 0:
+                movers.append(j)
+            for nid, g in previous[j.id].items():
+                free[nid] = free.get(nid, 0) + g
+        return free, result, movers
 
     def dp_counts(self, problem: Problem) -> dict[str, int] | None:
         """``dp.solve(problem).counts`` from the flat options, or None where this does not apply (a

@@ -696,8 +696,12 @@ def solve_type_joined(counts: np.ndarray, gains: np.ndarray, off: np.ndarray, ca
     Returns the counts in job order and the value (the same as :func:`solve_type` on those jobs)."""
     if NATIVE_PARETO is None or len(off) < 2:
         options, joined = [pareto_arrays(counts[a:b], gains[a:b]) for a, b in zip(off[:-1].tolist(), off[1:].tolist())], None
-    else:
-        options, joined = _pareto_of(_Joined(counts, gains, off))
+    else:  # the options read lazily from the joined arrays (no list of per-job slices)
+        keep = pareto_mask(gains, off)
+        kept_off = np.zeros(len(off), dtype=np.int64)
+        np.cumsum(np.add.reduceat(keep.astype(np.int64), off[:-1]), out=kept_off[1:])
+        options = JoinedOptions(counts[keep], gains[keep], kept_off)
+        joined = options.joined
     return solve_options(options, capacity, stats, deadline=deadline, joined=joined)
 
 

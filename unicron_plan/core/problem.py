@@ -241,9 +241,10 @@ def prepare(instance: Instance) -> PreparedCluster:
     every plan of an event on it starts from."""
     base = instance if instance.event is None else instance.model_copy(update={"event": None})
     tables, layouts = resolve_tables(base)
-    previous = check_instance(base, tables)
+    seen: dict = {}
+    previous = check_instance(base, tables, seen)
     type_tables, type_layouts = resolve_type_tables(base, tables, layouts)
-    return PreparedCluster(base, tables, layouts, previous, healthy_nodes(base),
+    return PreparedCluster(base, tables, layouts, previous, healthy_nodes(base, **seen),
                            {n.id: n for n in base.cluster.nodes}, flat_tables(base, tables),
                            frozenset(n.id for n in base.cluster.nodes if n.failed_gpus),
                            type_tables, type_layouts)
@@ -261,8 +262,9 @@ def build_problem(instance: Instance, prepared: PreparedCluster | None = None) -
         problem = tabulate(instance, state, prepared.tables, prepared.layouts, prepared.flat)
         return add_alternatives(problem, prepared.type_tables, prepared.type_layouts)
     tables, layouts = resolve_tables(instance)
-    previous = check_instance(instance, tables)
-    problem = tabulate(instance, build_state(instance, previous), tables, layouts)
+    seen: dict = {}  # the nodes' ids and positions, made once by the checks
+    previous = check_instance(instance, tables, seen)
+    problem = tabulate(instance, build_state(instance, previous, healthy_nodes(instance, **seen)), tables, layouts)
     return add_alternatives(problem, *resolve_type_tables(instance, tables, layouts))
 
 

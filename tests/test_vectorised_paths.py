@@ -19,7 +19,7 @@ from unicron_plan.core import cost
 from unicron_plan.core.checks import check_instance
 from unicron_plan.core.cluster import _solo_split
 from unicron_plan.core.problem import build_problem, flat_tables, resolve_tables
-from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.errors import InfeasibleError, InvalidInstanceError
 from unicron_plan.schema import Instance
 from unicron_plan.tools.generate import generate_instance
 
@@ -174,7 +174,15 @@ def test_healthy_cluster_from_columns_is_the_per_node_loop(seed):
         if rng.random() < 0.3:
             node.rack = None
         node.gpus = rng.choice([node.gpus, 1, 4, 8])
-    healthy = healthy_nodes(inst)
+    seen = {}
+    if seed % 3:  # the checks' ids and positions, reused (a later check may refuse the varied sizes)
+        try:
+            check_instance(inst, nodes_seen=seen)
+        except InvalidInstanceError:
+            pass
+        assert list(seen) == ["ids", "order"]
+    healthy = healthy_nodes(inst, **seen)
+    assert not seen or (healthy.order is seen["order"] and healthy.columns[0] is seen["ids"])
     nodes, cap, in_service, by_type = _healthy_loop(inst)
     assert list(healthy.nodes.items()) == list(nodes.items())
     assert all(type(h) is type(nodes[i]) for i, h in healthy.nodes.items())
@@ -266,3 +274,122 @@ def test_previous_split_from_the_checks_positions_is_the_one_looked_up(seed):
     hb = np.asarray([healthy[i] for i in ids], dtype=np.int64)
     got, want = previous_distribution(inst, healthy, (pos, hb)), previous_distribution(inst, healthy)
     assert got == want and all(list(got[j]) == list(want[j]) for j in want)
+
+
+@np.errstate(over="ignore", invalid="ignore")
+def _tabulate_before(instance, state, tables, layouts):
+    """``tabulate`` as it was before it was built in place: one temporary array per operation."""
+    from unicron_plan.core import constraints
+    from unicron_plan.core.problem import JobTerms, Problem, _f_at, _table_arrays
+    flat = flat_tables(instance, tables)
+    d_run = cost.d_run_seconds(instance, state.nodes_in_service())
+    capacity = state.capacity()
+    m = len(instance.jobs)
+    sizes = np.diff(flat.off)
+    ids = [job.id for job in instance.jobs]
+    types = [job.throughput.gpu_type for job in instance.jobs]
+    x_list = [job.current.gpus for job in instance.jobs]
+    xs = np.asarray(x_list, dtype=np.int64).reshape(m)
+    cap = np.fromiter(map(capacity.__getitem__, types), dtype=np.int64, count=m)
+    hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
+    exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
+    f_x = _f_at(flat, xs)
+    for i in np.flatnonzero(np.isnan(f_x)).tolist():
+        job = instance.jobs[i]
+        f_x[i] = float(cost.waf(job.weight, tables[job.id][x_list[i]]))
+    f_x = f_x.tolist()
+    d_repeat = [0.0] * m
+    if cost.uses_job_horizon(instance):
+        h = state.nodes_in_service()
+        repair = cost.pending_repair_seconds(instance) if instance.cost.horizon == "lifetime" else None
+        terms = [cost.job_transition_terms(instance, job, state.previous.get(job.id, {}), h, repair_seconds=repair)
+                 for job in instance.jobs]
+        d_trans, d_repeat = [t[0] for t in terms], [t[1] for t in terms]
+    else:
+        d_trans = [cost.d_trans_seconds(instance, job) for job in instance.jobs]
+    pen = [a * b for a, b in zip(f_x, d_trans)]
+    resized = flat.counts != np.repeat(xs, sizes)
+    changed = (resized | np.repeat(hit, sizes)) & ~np.repeat(exiting, sizes)
+    gains_all = flat.f * d_run - np.where(changed, np.repeat(np.asarray(pen, dtype=float), sizes), 0.0)
+    if any(d_repeat):
+        again = np.asarray(f_x, dtype=float) * np.asarray(d_repeat, dtype=float)
+        gains_all -= np.where(changed & resized, np.repeat(again, sizes), 0.0)
+    fits = bad = np.zeros(0, dtype=np.int64)
+    if m:
+        starts = flat.off[:-1]
+        fits = np.add.reduceat((flat.counts <= np.repeat(cap, sizes)).astype(np.int64), starts)
+        fits = np.where(exiting, 1, fits)
+        beyond = np.arange(len(gains_all)) - np.repeat(starts, sizes) >= np.repeat(fits, sizes)
+        bad = ~np.logical_and.reduceat(np.isfinite(gains_all) | beyond, starts)
+    overflow = np.flatnonzero(bad | ~np.isfinite(np.asarray(pen, dtype=float)))
+    if len(overflow):
+        i = int(overflow[0])
+        job = instance.jobs[i]
+        vals = _table_arrays(job, tables[job.id])[1]
+        raise InvalidInstanceError(
+            f"jobs[{i}]", f"weight {job.weight} x TFLOP/s (up to {vals.max() if len(vals) else 0}) x "
+                          f"D_run {d_run} s (or x D_trans {d_trans[i]} s) overflows a float; use smaller units")
+    jobs = []
+    for i, job, lo, n_fit, x, exits, job_hit in zip(range(m), instance.jobs, flat.off[:-1].tolist(), fits.tolist(),
+                                                     x_list, exiting.tolist(), hit.tolist()):
+        hi = lo + n_fit
+        counts, f, gains = flat.counts[lo:hi], flat.f[lo:hi], gains_all[lo:hi]
+        tp, pinned, min_gain = job.tp, job.pinned, job.min_gain_fraction
+        if not exits and ((tp is not None and tp > 1) or pinned or (min_gain is not None and not job_hit)):
+            keep = constraints.allowed_mask(job, counts, gains, x, job_hit, f_x[i], d_run, exits)
+            if not keep.all():
+                counts, f, gains = counts[keep], f[keep], gains[keep]
+        jobs.append(JobTerms(i, ids[i], types[i], job.weight, x, job_hit, d_trans[i], f_x[i],
+                             tables[ids[i]], counts, f, gains, layouts.get(ids[i], {}), d_run,
+                             tp=tp or 1, pinned=bool(pinned) and not exits, max_nodes=job.max_nodes,
+                             same_rack=bool(job.same_rack), min_gain_fraction=None if exits else min_gain,
+                             exiting=exits, d_repeat=d_repeat[i]))
+    return jobs
+
+
+def _terms(job):
+    return (job.id, job.x, job.hit, job.d_trans, job.f_x, job.exiting, job.d_repeat, job.pinned,
+            job.counts.tobytes(), job.f.tobytes(), job.gains.tobytes())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_gains_built_in_place_are_the_gains_of_one_array_per_operation(seed):
+    """The job terms of ``tabulate`` (resized and changed entries on byte arrays, the penalty subtracted
+    in place, the prefixes that fit counted without index arrays) are those of the code it replaced,
+    byte for byte, with hit and leaving jobs, every horizon, several GPU types and overflowing weights."""
+    import dataclasses
+    from unicron_plan.core.problem import tabulate
+    rng = random.Random(seed)
+    doc = generate_instance(seed, gpus=rng.choice([256, 1024]), jobs=rng.choice([1, 4, 12]),
+                            curves=rng.choice(["synthetic", "four-types", "linear-step", "identical"]),
+                            placement=rng.choice(["shuffled", "ordered"]), failed_nodes=rng.choice([0, 1, 2]))
+    for job in doc["jobs"]:
+        job["weight"] = rng.choice([0.0, 0.5, 1.0, 3.25] + ([1e306] if seed % 7 == 3 else []))
+        if rng.random() < 0.2:
+            job["tp"] = rng.choice([2, 4])
+        if rng.random() < 0.2:
+            job["min_gain_fraction"] = rng.choice([0.0, 0.1])
+    doc.setdefault("cost", {})["horizon"] = rng.choice(["cluster", "job", "event", "lifetime"])
+    try:
+        inst = Instance.model_validate(doc)
+        problem = build_problem(inst)
+    except (InvalidInstanceError, InfeasibleError, ValueError):
+        return
+    tables, layouts = resolve_tables(inst)
+    ids = [j.id for j in inst.jobs]
+    for _ in range(4):
+        state = dataclasses.replace(problem.state, hit={i: rng.random() < 0.3 for i in ids},
+                                    exiting=frozenset(i for i in ids if rng.random() < 0.2))
+        try:
+            before = [_terms(j) for j in _tabulate_before(inst, state, tables, layouts)]
+        except InvalidInstanceError as e:
+            with pytest.raises(InvalidInstanceError) as got:
+                tabulate(inst, state, tables, layouts)
+            assert str(got.value) == str(e)
+            continue
+        try:
+            after = tabulate(inst, state, tables, layouts)
+        except (InvalidInstanceError, InfeasibleError) as e:  # only the precheck may refuse the terms
+            assert "overflows" not in str(e)
+            continue
+        assert [_terms(j) for j in after.jobs] == before

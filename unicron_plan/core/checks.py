@@ -41,13 +41,16 @@ def _check_refs(ids, known, path: str, what: str = "node") -> None:
         seen.add(item)
 
 
-def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | None = None) -> dict[str, dict[str, int]]:
+def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | None = None,
+                   nodes_seen: dict | None = None) -> dict[str, dict[str, int]]:
     """Raise InvalidInstanceError on the first cross-field inconsistency.
 
     ``tables`` are the throughput tables per job id (derived ones included);
     when omitted, only jobs with a literal table are checked against it.
     Returns each job's split over its nodes before the event (``cluster.previous_distribution``),
     which the checks derive anyway, so that building the cluster state need not derive it again.
+    ``nodes_seen``: a dict that receives the nodes' ids in cluster order (``ids``) and their positions
+    (``order``, id -> position), for :func:`unicron_plan.core.cluster.healthy_nodes` to reuse.
     """
     from unicron_plan.core.cluster import previous_distribution
 
@@ -62,7 +65,10 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             raise InvalidInstanceError(f"cluster.nodes[{k}].gpu_type",
                                        f"{t!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
     healthy_before = dict(zip(ids, map(sub, map(_gpus, cluster.nodes), map(len, map(_failed, cluster.nodes)))))
-    pos, hb, wrong, held = _listed_nodes(instance, ids, types, list(cluster.gpu_types), healthy_before)
+    at = dict(zip(ids, range(len(ids))))  # the ids are distinct (above)
+    if nodes_seen is not None:
+        nodes_seen.update(ids=ids, order=at)
+    pos, hb, wrong, held = _listed_nodes(instance, ids, types, list(cluster.gpu_types), healthy_before, at)
     for k, job in enumerate(instance.jobs):
         where = f"jobs[{k}]"
         gtype = job.throughput.gpu_type
@@ -113,7 +119,8 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
     return split
 
 
-def _listed_nodes(instance: Instance, ids: list, types: list, kinds: list, healthy_before: dict):
+def _listed_nodes(instance: Instance, ids: list, types: list, kinds: list, healthy_before: dict,
+                  at: dict | None = None):
     """The nodes every job lists, looked up once for all jobs: (their positions in the cluster, in job
     order; the healthy GPUs before the event of every node by position; per job, whether its list has
     an unknown node, a node twice or a node of another GPU type than the job's; per job, the healthy
@@ -122,7 +129,7 @@ def _listed_nodes(instance: Instance, ids: list, types: list, kinds: list, healt
     m, n = len(jobs), len(ids)
     lists = [job.current.nodes for job in jobs]
     sizes = np.fromiter(map(len, lists), dtype=np.int64, count=m)
-    at = dict(zip(ids, range(n)))
+    at = at if at is not None else dict(zip(ids, range(n)))  # id -> position
     flat = list(chain.from_iterable(lists))
     pos = np.fromiter(map(at.get, flat, repeat(-1)), dtype=np.int64, count=len(flat))
     code = {t: k for k, t in enumerate(kinds)}

@@ -281,18 +281,23 @@ def _node_arrays(types: Sequence[str], racks: Sequence[str | None], gpus: Sequen
 _health = partial(tuple.__new__, NodeHealth)  # a NodeHealth from an iterable of its fields, made in C
 
 
-def healthy_nodes(instance: Instance) -> HealthyCluster:
+def healthy_nodes(instance: Instance, ids: list | None = None, order: dict | None = None) -> HealthyCluster:
     """The :class:`HealthyCluster` of ``instance`` (for :func:`build_state`). The nodes' fields are
-    read and their records made in C calls (no Python frame per node)."""
+    read and their records made in C calls (no Python frame per node). ``ids`` and ``order``: the
+    nodes' ids in cluster order and id -> position, when the instance checks made them
+    (``check_instance``'s ``nodes_seen``)."""
     cluster = instance.cluster
-    columns = ids, types, racks, gpus = [list(map(attrgetter(f), cluster.nodes))
-                                         for f in ("id", "gpu_type", "rack", "gpus")]
+    if ids is None:
+        ids = list(map(attrgetter("id"), cluster.nodes))
+    columns = ids, types, racks, gpus = [ids] + [list(map(attrgetter(f), cluster.nodes))
+                                                 for f in ("gpu_type", "rack", "gpus")]
     nodes = dict(zip(ids, map(_health, zip(ids, types, racks, gpus, gpus, gpus, repeat(False), repeat(False)))))
     cap = {t: 0 for t in cluster.gpu_types}
     kinds = dict.fromkeys(types)
     for t in kinds:
         cap[t] += sum(gpus) if len(kinds) == 1 else sum(compress(gpus, map(t.__eq__, types)))
-    return HealthyCluster(nodes, cap, len(gpus) - gpus.count(0), dict(zip(ids, range(len(ids)))),
+    order = order if order is not None else dict(zip(ids, range(len(ids))))
+    return HealthyCluster(nodes, cap, len(gpus) - gpus.count(0), order,
                           dict(zip(ids, gpus)), columns)
 
 

@@ -241,9 +241,10 @@ def prepare(instance: Instance) -> PreparedCluster:
     every plan of an event on it starts from."""
     base = instance if instance.event is None else instance.model_copy(update={"event": None})
     tables, layouts = resolve_tables(base)
-    previous = check_instance(base, tables)
+    seen: dict = {}
+    previous = check_instance(base, tables, seen)
     type_tables, type_layouts = resolve_type_tables(base, tables, layouts)
-    return PreparedCluster(base, tables, layouts, previous, healthy_nodes(base),
+    return PreparedCluster(base, tables, layouts, previous, healthy_nodes(base, **seen),
                            {n.id: n for n in base.cluster.nodes}, flat_tables(base, tables),
                            frozenset(n.id for n in base.cluster.nodes if n.failed_gpus),
                            type_tables, type_layouts)
@@ -261,8 +262,9 @@ def build_problem(instance: Instance, prepared: PreparedCluster | None = None) -
         problem = tabulate(instance, state, prepared.tables, prepared.layouts, prepared.flat)
         return add_alternatives(problem, prepared.type_tables, prepared.type_layouts)
     tables, layouts = resolve_tables(instance)
-    previous = check_instance(instance, tables)
-    problem = tabulate(instance, build_state(instance, previous), tables, layouts)
+    seen: dict = {}  # the nodes' ids and positions, made once by the checks
+    previous = check_instance(instance, tables, seen)
+    problem = tabulate(instance, build_state(instance, previous, healthy_nodes(instance, **seen)), tables, layouts)
     return add_alternatives(problem, *resolve_type_tables(instance, tables, layouts))
 
 
@@ -359,20 +361,34 @@ class FlatTables:
     off: np.ndarray
 
 
-def _f_at(flat: FlatTables, xs: np.ndarray) -> np.ndarray:
-    """F of each job at its count ``xs[i]`` from its flat table (0 at 0), NaN where the count is not in it."""
+def _x_entries(flat: FlatTables, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """F of each job at its count ``xs[i]`` from its flat table (0 at 0), NaN where the count is not
+    in it; and the positions in the flat arrays of the entries at those counts (None when the keys
+    below could overflow: then the caller compares the counts itself)."""
     m = len(xs)
     if not m:
-        return np.zeros(0)
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
     sizes = np.diff(flat.off)
     scale = int(flat.counts.max()) + 1 if len(flat.counts) else 1
     scale = max(scale, int(xs.max()) + 1)
     # job i's entries are the keys i * scale + count, ascending over the whole flat array
-    keys = np.repeat(np.arange(m, dtype=np.int64), sizes) * scale + flat.counts
+    # (built in place: one array the length of the tables)
+    keys = np.repeat(np.arange(m, dtype=np.int64), sizes)
+    keys *= scale
+    keys += flat.counts
     want = np.arange(m, dtype=np.int64) * scale + xs
     at = np.minimum(np.searchsorted(keys, want), len(keys) - 1)
     found = keys[at] == want
-    return np.where(found, flat.f[at], np.nan)
+    # the positions are those of the equal counts when the keys cannot overflow and the only 0 of a
+    # job is its leading one (its other counts are distinct)
+    exact = (m * scale < 2 ** 62 and int(flat.counts.min(initial=0)) >= 0 and int(xs.min()) >= 0
+             and np.count_nonzero(flat.counts) == len(flat.counts) - m)
+    return np.where(found, flat.f[at], np.nan), (at[found] if exact else None)
+
+
+def _f_at(flat: FlatTables, xs: np.ndarray) -> np.ndarray:
+    """F of each job at its count ``xs[i]`` from its flat table (0 at 0), NaN where the count is not in it."""
+    return _x_entries(flat, xs)[0]
 
 
 def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -> FlatTables:
@@ -429,7 +445,7 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     cap = np.fromiter(map(capacity.__getitem__, types), dtype=np.int64, count=m)
     hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
     exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
-    f_x = _f_at(flat, xs)
+    f_x, at_x = _x_entries(flat, xs)
     for i in np.flatnonzero(np.isnan(f_x)).tolist():  # not in the table: the lookup names the count
         job = instance.jobs[i]
         f_x[i] = float(cost.waf(job.weight, tables[job.id][x_list[i]]))
@@ -444,22 +460,43 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     else:
         d_trans = [cost.d_trans_seconds(instance, job) for job in instance.jobs]
     pen = [a * b for a, b in zip(f_x, d_trans)]
-    # G(y) = F(y) D_run - [changed] F(x) D_trans with changed = (y != x or hit), never for a leaving job
-    resized = flat.counts != np.repeat(xs, sizes)
-    changed = (resized | np.repeat(hit, sizes)) & ~np.repeat(exiting, sizes)
-    gains_all = flat.f * d_run - np.where(changed, np.repeat(np.asarray(pen, dtype=float), sizes), 0.0)
+    # G(y) = F(y) D_run - [changed] F(x) D_trans with changed = (y != x or hit), never for a leaving job;
+    # built in place on one float array and byte arrays (the tables hold millions of entries)
+    if at_x is None:  # keys that could overflow: compare the counts themselves
+        resized = flat.counts != np.repeat(xs, sizes)
+    else:  # every entry but the one at the job's count (counts are distinct within a job)
+        resized = np.ones(len(flat.counts), dtype=bool)
+        resized[at_x] = False
+    changed = np.repeat(hit, sizes)
+    changed |= resized
+    changed &= np.repeat(~exiting, sizes)
+    gains_all = flat.f * d_run
+    # x - 0.0 is x, so subtracting only where changed gives the bytes of subtracting a 0 elsewhere
+    np.subtract(gains_all, np.repeat(np.asarray(pen, dtype=float), sizes), out=gains_all, where=changed)
     if any(d_repeat):  # "lifetime": a change to another count is charged again at the return (cost.gain)
         again = np.asarray(f_x, dtype=float) * np.asarray(d_repeat, dtype=float)
-        gains_all -= np.where(changed & resized, np.repeat(again, sizes), 0.0)
+        changed &= resized
+        np.subtract(gains_all, np.repeat(again, sizes), out=gains_all, where=changed)
+    del changed, resized
     # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job);
     # a job is bad when a gain of that prefix overflows (reduceat needs at least one job)
     fits = bad = np.zeros(0, dtype=np.int64)
     if m:
         starts = flat.off[:-1]
-        fits = np.add.reduceat((flat.counts <= np.repeat(cap, sizes)).astype(np.int64), starts)
+        one_cap = bool((cap == cap[0]).all())  # one GPU type: compare with a number, not a repeat
+        fit = flat.counts <= (int(cap[0]) if one_cap else np.repeat(cap, sizes))
+        fits = np.add.reduceat(fit, starts, dtype=np.int64)
+        del fit
         fits = np.where(exiting, 1, fits)
-        beyond = np.arange(len(gains_all)) - np.repeat(starts, sizes) >= np.repeat(fits, sizes)
-        bad = ~np.logical_and.reduceat(np.isfinite(gains_all) | beyond, starts)
+        # the entries that are not finite (usually none), each charged to its job when within its prefix
+        nonfinite = np.isfinite(gains_all)
+        np.logical_not(nonfinite, out=nonfinite)
+        where_nf = np.flatnonzero(nonfinite)
+        del nonfinite
+        bad = np.zeros(m, dtype=bool)
+        if len(where_nf):
+            job_nf = np.searchsorted(flat.off, where_nf, side="right") - 1
+            bad[job_nf[where_nf - flat.off[job_nf] < fits[job_nf]]] = True
     overflow = np.flatnonzero(bad | ~np.isfinite(np.asarray(pen, dtype=float)))
     if len(overflow):
         i = int(overflow[0])

@@ -38,6 +38,41 @@ def largest_ratio(c: list, f: list, k: int, end: int) -> tuple[float, int]:
     return best, to
 
 
+def fitting_step(c: list, f: list, unlimited: dict, k: int, left: int) -> tuple[float, int] | None:
+    """A job's best step from counts[k] with ``left`` GPUs to spare: (added F per added GPU, index
+    of the count), None when no larger count fits or none gains. ``unlimited`` ({k: the step with no
+    limit}, filled here) is looked up first: that step is the best whenever it fits (the first of the
+    largest ratios over all larger counts, so also over the fitting ones)."""
+    end = bisect_right(c, c[k] + left)
+    if end <= k + 1:
+        return None
+    step = unlimited.get(k)
+    if step is None:
+        step = unlimited[k] = largest_ratio(c, f, k, len(c))
+    if step[1] >= end:  # the step with no limit does not fit: the fitting ones are scanned
+        step = largest_ratio(c, f, k, end)
+    return None if step[0] <= 0 else step
+
+
+def finish(heap: list, cs, fs, free, at, left: int, smallest: int = 1) -> None:
+    """Run the greedy to its end: pop the step with the largest ratio from ``heap`` (entries
+    (-ratio, job, index of the count)), take it if it still fits in ``left`` GPUs, and push the job's
+    next step for what is left (a lazy max-heap: a stored ratio only overestimates a job's best step
+    once GPUs run out). ``at`` (per job, the index of its count) is updated in place; ``cs``, ``fs``,
+    ``free``: per job, its counts, F and steps with no limit. With fewer than ``smallest`` GPUs left
+    no step fits, so the greedy stops."""
+    while heap and left >= smallest:
+        _, idx, to = heapq.heappop(heap)
+        c = cs[idx]
+        grow = c[to] - c[at[idx]]
+        if grow <= left:  # else the job's step is looked up again for what is left
+            left -= grow
+            at[idx] = to
+        step = fitting_step(c, fs[idx], free[idx], at[idx], left)
+        if step is not None:
+            heapq.heappush(heap, (-step[0], idx, step[1]))
+
+
 class UnlimitedRun:
     """The greedy over jobs with counts ``cs`` and F ``fs`` (per job, in job order, lists, counts
     ascending) recorded with no limit on GPUs; :meth:`counts` gives its answer at a capacity.
@@ -119,36 +154,11 @@ class UnlimitedRun:
             else:
                 heapq.heappush(heap, op)
         left = capacity - used
-        fs, free, smallest = self.fs, self.free, self.smallest
-
-        def best_step(idx):
-            c = cs[idx]
-            k = at[idx]
-            end = bisect_right(c, c[k] + left)
-            if end <= k + 1:
-                return None
-            memo = free[idx]
-            step = memo.get(k)
-            if step is None:
-                step = memo[k] = largest_ratio(c, fs[idx], k, len(c))
-            if step[1] >= end:  # the step with no limit does not fit: the fitting ones are scanned
-                step = largest_ratio(c, fs[idx], k, end)
-            best, to = step
-            return None if best <= 0 else (-best, idx, to)
-
         op = ops[s]
         if op is not None:  # a push that needs more than the capacity: the step is looked up here
-            step = best_step(op[1])
+            idx = op[1]
+            step = fitting_step(cs[idx], self.fs[idx], self.free[idx], at[idx], left)
             if step is not None:
-                heapq.heappush(heap, step)
-        while heap and left >= smallest:
-            _, idx, to = heapq.heappop(heap)
-            c = cs[idx]
-            grow = c[to] - c[at[idx]]
-            if grow <= left:  # else the job's step is looked up again for what is left
-                left -= grow
-                at[idx] = to
-            step = best_step(idx)
-            if step is not None:
-                heapq.heappush(heap, step)
+                heapq.heappush(heap, (-step[0], idx, step[1]))
+        finish(heap, cs, self.fs, self.free, at, left, self.smallest)
         return [c[k] for c, k in zip(cs, at)]

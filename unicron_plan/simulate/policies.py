@@ -52,7 +52,7 @@ from unicron_plan.faults import faultdata, severity
 from unicron_plan.schema.policies import PolicyModel, PolicyModels
 from unicron_plan.schema.scenario import Scenario
 from unicron_plan.simulate.engine import Engine, JobRun
-from unicron_plan.simulate.greedy import UnlimitedRun, largest_ratio
+from unicron_plan.simulate.greedy import UnlimitedRun, finish, fitting_step
 from unicron_plan.simulate.trace import SimEvent
 
 
@@ -822,8 +822,6 @@ class GreedyPolicy(PlannerPolicy):
             found = self._answers[key] = greedy_types(problem)
         return dict(found[0]), dict(found[1])
 
-    _largest_ratio = staticmethod(largest_ratio)
-
     @classmethod
     def _greedy(cls, problem, memo: dict | None = None, prefixes: bool = False) -> dict[str, int]:
         """The greedy counts. ``memo`` (job id -> (counts, F, counts as a list, F as a list, {k: the
@@ -833,7 +831,6 @@ class GreedyPolicy(PlannerPolicy):
         ``prefixes``: every job's counts and F, in this call and those that filled ``memo``, are
         leading entries of its own table, so equal lengths mean equal arrays."""
         import heapq
-        from bisect import bisect_right
 
         memo = {} if memo is None else memo
         counts = {}
@@ -850,35 +847,13 @@ class GreedyPolicy(PlannerPolicy):
                     kept = memo[j.id] = (j.counts, j.f, j.counts.tolist(), j.f.tolist(), {})
                 cs[j.index], fs[j.index], free[j.index] = kept[2], kept[3], kept[4]
 
-            def best_step(j):
-                k = at[j.index]
-                c = cs[j.index]
-                end = bisect_right(c, c[k] + left)
-                if end <= k + 1:
-                    return None
-                unlimited = free[j.index]
-                step = unlimited.get(k)
-                if step is None:
-                    step = unlimited[k] = cls._largest_ratio(c, fs[j.index], k, len(c))
-                if step[1] >= end:  # the step with no limit does not fit: the fitting ones are scanned
-                    step = cls._largest_ratio(c, fs[j.index], k, end)
-                best, to = step
-                return None if best <= 0 else (-best, j.index, to)
-
-            # Lazy max-heap: a stored ratio only overestimates a job's best step once GPUs run out.
-            heap = [s for s in (best_step(j) for j in jobs) if s is not None]
-            heapq.heapify(heap)
-            by_index = {j.index: j for j in jobs}
-            while heap:
-                neg, idx, to = heapq.heappop(heap)
-                j = by_index[idx]
-                grow = cs[idx][to] - cs[idx][at[idx]]
-                if grow <= left:  # else the job's step is looked up again for what is left
-                    left -= grow
-                    at[idx] = to
-                step = best_step(j)
+            heap = []
+            for j in jobs:
+                step = fitting_step(cs[j.index], fs[j.index], free[j.index], 0, left)
                 if step is not None:
-                    heapq.heappush(heap, step)
+                    heap.append((-step[0], j.index, step[1]))
+            heapq.heapify(heap)
+            finish(heap, cs, fs, free, at, left)
             counts.update({j.id: int(j.counts[at[j.index]]) for j in jobs})
         return counts
 

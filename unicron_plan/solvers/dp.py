@@ -248,6 +248,14 @@ def _upper_hull_loop(y: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.array(hy, dtype=np.int64), np.array(hg)
 
 
+def _native_envelopes(joined: _Joined):
+    """:func:`_upper_hulls`' compiled case: (y, g, job) of the vertices, job by job, and their
+    positions among the joined options."""
+    y, g, off = joined
+    at = np.flatnonzero(envelope_mask(joined))
+    return y[at], g[at], np.searchsorted(off, at, side="right") - 1, at
+
+
 def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, joined: _Joined | None = None,
                  hint: np.ndarray | None = None):
     """Concave envelopes of every job's options at once: (y, g, job) of the vertices, job by job.
@@ -266,8 +274,7 @@ def _upper_hulls(options: list[tuple[np.ndarray, np.ndarray]], passes: int = 8, 
         hy, hg, seg = _upper_hulls(options, passes, _Joined(y[sub], g[sub], np.searchsorted(sub, off)))
         return hy, hg, seg
     if NATIVE_HULL is not None:  # every job's monotone chain in one compiled call
-        at = np.flatnonzero(envelope_mask(_Joined(y, g, off)))
-        return y[at], g[at], np.searchsorted(off, at, side="right") - 1
+        return _native_envelopes(_Joined(y, g, off))[:3]
     seg = np.repeat(np.arange(len(options)), np.diff(off))
     for _ in range(passes):
         if len(y) < 3:
@@ -333,9 +340,8 @@ def _lp(options, capacity: int, joined: _Joined | None = None, hint: np.ndarray 
     if not options:
         return 0.0, None
     if hint is None and NATIVE_HULL is not None:  # (_upper_hulls' compiled case, the vertices' positions kept)
-        y, g, off = joined if joined is not None else _join(options)
-        at = np.flatnonzero(envelope_mask(_Joined(y, g, off)))
-        return _lp_of_hull(y[at], g[at], np.searchsorted(off, at, side="right") - 1, capacity, at)
+        hy, hg, seg, at = _native_envelopes(_Joined(*(joined if joined is not None else _join(options))))
+        return _lp_of_hull(hy, hg, seg, capacity, at)
     return _lp_of_hull(*_upper_hulls(options, joined=joined, hint=hint), capacity)
 
 

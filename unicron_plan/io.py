@@ -13,6 +13,7 @@ import itertools
 import json
 import operator
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -446,6 +447,10 @@ def dumps(obj: Any) -> str:
     type other than the JSON ones, or a key that is not a string, is left to ``json.dumps``."""
     floats = None
     if isinstance(obj, BaseModel):
+        if hasattr(type(obj), "placement_arrays"):  # a plan whose placements are held as arrays
+            text = _plan_text(obj)
+            if text is not None:
+                return text
         # a model that lists the floats of its JSON form (a plan) spares the walk over the dumped tree
         floats = obj.json_floats() if hasattr(type(obj), "json_floats") else None
         obj = obj.model_dump(mode="json", exclude_none=True)
@@ -534,6 +539,59 @@ def _orjson_dumps(obj: Any, floats: "list[float] | None" = None) -> "str | None"
             text = text.replace(b" " + theirs + b",\n", b" " + ours + b",\n").replace(
                 b" " + theirs + b"\n", b" " + ours + b"\n")
     return text[1:].decode("ascii")
+
+
+_PLACED = '\n      "placement": 0,\n'  # a job's placement marked in the plan's text (a job's member)
+_NODE_PREFIX = '        {{\n          "gpus": {},\n          "node": '.format  # a placement in a plan, to its node id
+_BETWEEN = "\n        },\n"  # the end of a placement and the start of the next one
+#: a character json.dumps writes escaped (its ensure_ascii escapes every one beyond ASCII)
+_ESCAPED = re.compile(r'[\x00-\x1f"\\\x80-\U0010ffff]')
+
+
+def _plan_text(plan: Any) -> "str | None":
+    """:func:`dumps`'s text of a plan whose placements are held as arrays
+    (:meth:`unicron_plan.schema.Plan.placement_arrays`), written from the arrays without a model per
+    placement, or None (the plan is then dumped as any model). The plan but its placements is dumped
+    and written by orjson with a marker for each job's placement (a member of each job, the only
+    member of that name at that indent: other members of the plan are at other indents, and no
+    string holds a raw newline); each job's placement, written here as json.dumps writes it (keys
+    sorted, node ids escaped to ASCII), takes its marker's place."""
+    from unicron_plan.schema.plan import WITHOUT_PLACEMENT
+
+    arrays = plan.placement_arrays()
+    if arrays is None or _orjson is None:
+        return None
+    floats = plan.json_floats()
+    if floats is None:
+        return None
+    doc = plan.model_dump(mode="json", exclude_none=True, context={WITHOUT_PLACEMENT: True})
+    jobs = doc.get("jobs")
+    if type(jobs) is not list or len(jobs) != len(arrays):
+        return None
+    for job in jobs:
+        job["placement"] = 0
+    text = _orjson_dumps(doc, floats)
+    if text is None:
+        return None
+    parts = text.split(_PLACED)
+    if len(parts) != len(jobs) + 1:
+        return None
+    ids = arrays.node_ids()
+    gpus = arrays.gpus.tolist()
+    if _ESCAPED.search("".join(ids)) is None:  # every id written as it is: its quotes put around it below
+        quoted, close = ids, '"'
+    else:
+        quoted, close = list(map(json.encoder.encode_basestring_ascii, ids)), ""
+    prefix = {g: _NODE_PREFIX(g) + close for g in set(gpus)}
+    entries = list(map(operator.add, map(prefix.__getitem__, gpus), quoted))
+    between, last = close + _BETWEEN, close + "\n        }"
+    ends = arrays.starts.tolist()
+    out = [parts[0]]
+    for a, b, part in zip(ends, ends[1:], parts[1:]):
+        out.append('\n      "placement": [\n' + between.join(entries[a:b]) + last + '\n      ],\n' if b > a
+                   else '\n      "placement": [],\n')
+        out.append(part)
+    return "".join(out)
 
 
 class _NotPlain(Exception):

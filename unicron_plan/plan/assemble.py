@@ -3,45 +3,24 @@
 from __future__ import annotations
 
 import math
-from itertools import accumulate, chain
-
-from pydantic import TypeAdapter
 
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
 from unicron_plan.plan.placement import place
 from unicron_plan.plan.reasons import JobFacts, changes_of, explain_jobs
-from unicron_plan.schema import Placement, Plan, PlanJob, SolverInfo, Status
+from unicron_plan.schema import Plan, PlanJob, SolverInfo, Status
+from unicron_plan.schema.placements import _PLACEMENTS, PlacementArrays, placement_models  # noqa: F401
 
 
-_PLACEMENTS: dict[tuple[str, int], Placement] = {}  # (node, GPUs) -> its frozen Placement, shared
-_MAX_PLACEMENTS = 1 << 16
-_PLACEMENT_LIST = TypeAdapter(list[Placement])
+_placements = placement_models  # (the name the plan's models were made by before they were held as arrays)
 
 
-def _placements(wheres: list[dict[str, int]]) -> list[list[Placement]]:
-    """The frozen :class:`Placement` of each (node, GPUs) of each job's ``where``, made once and shared:
-    a plan at 16,384 GPUs lists thousands, and building each anew cost three quarters of a job's
-    entry. Looked up for all jobs at once."""
-    keys = list(chain.from_iterable(zip(w, w.values()) for w in wheres))
-    found = list(map(_PLACEMENTS.get, keys))
-    if not all(found):  # (a Placement is always truthy; "None in" would call its __eq__)
-        if len(_PLACEMENTS) > _MAX_PLACEMENTS:
-            _PLACEMENTS.clear()
-        at = [k for k, got in enumerate(found) if got is None]
-        missing = list(map(keys.__getitem__, at))
-        # the new ones validated in one call (no Python frame per placement)
-        made = _PLACEMENT_LIST.validate_python([{"node": node, "gpus": gpus} for node, gpus in missing])
-        _PLACEMENTS.update(zip(missing, made))
-        for k, p in zip(at, made):
-            found[k] = p
-    ends = list(accumulate(map(len, wheres)))
-    return [found[a:b] for a, b in zip([0, *ends], ends)]
-
-
-def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float, used=None) -> Plan:
+def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float, used=None,
+            arrays: bool = True) -> Plan:
     """Place the counts on nodes and assemble the v1 plan, each job with its reason (:mod:`.reasons`).
-    ``used``: GPUs per node over a whole plan of which ``problem`` holds some jobs (:func:`explain_jobs`)."""
+    ``used``: GPUs per node over a whole plan of which ``problem`` holds some jobs (:func:`explain_jobs`).
+    ``arrays``: the jobs' placements are held as arrays (:class:`PlacementArrays`) and their models made
+    when a caller first reads one (:meth:`Plan.hold_placements`); False: made here."""
     before = problem.state.previous  # the split before the event (a job moved to another type has none there)
     if raw.types:  # mixed fleets: each job on the GPU type the solver chose
         problem = problem.with_types(raw.types)
@@ -54,8 +33,15 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     for j in problem.jobs:
         where = placement.get(j.id, {})
         wheres.append({n: g for n, g in where.items() if g > 0} if 0 in where.values() else where)
+    held = None
+    if arrays:
+        try:
+            held = PlacementArrays.from_splits(wheres, problem.state.node_ids(), problem.state.order)
+        except (KeyError, OverflowError):  # a node outside the cluster, a count beyond int64: models
+            held = None
+    models = placement_models(wheres) if held is None else [[]] * len(wheres)
     entries = []  # each job's fields but its reason (explained for all jobs at once, below)
-    for j, where, shares in zip(problem.jobs, wheres, _placements(wheres)):
+    for j, where, shares in zip(problem.jobs, wheres, models):
         y = int(raw.counts[j.id])
         moved = cost.is_moved(j.x, y, where, previous.get(j.id, {}))
         f_y = j.f_of(y)
@@ -78,7 +64,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)
     gap = (bound - objective) / max(abs(bound), 1.0) if math.isfinite(bound) else None
-    return Plan(
+    plan = Plan(
         instance=problem.instance.name,
         status=Status(termination=raw.termination, solution=raw.solution),
         objective=objective, bound=bound, gap=gap,
@@ -86,3 +72,6 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         solver=SolverInfo(name=solver_name, wall_seconds=wall_seconds, options=raw.options or None),
         capacity=problem.capacity, drained_nodes=problem.state.drained_nodes,
         changes=changes_of([r.reason for r in why]))
+    if held is not None:
+        plan.hold_placements(held)
+    return plan

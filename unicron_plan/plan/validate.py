@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import attrgetter
 
 import numpy as np
@@ -83,11 +84,15 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
         bad(f"instance: plan is for {plan.instance!r}, not {instance.name!r}")
     if not _close(plan.d_run_seconds, d_run):
         bad(f"d_run_seconds: {plan.d_run_seconds} != {d_run}")
-    by_id = {}
+    by_id, at = {}, {}
     for k, pj in enumerate(plan.jobs):
         if pj.id in by_id:
             bad(f"jobs[{k}].id: {pj.id!r} appears twice")
         by_id[pj.id] = pj
+        at[pj.id] = k
+    held = plan.placement_arrays()  # the placements as arrays when the plan holds them so (else its models)
+    if held is not None:
+        held = _Held(held, state)
     known = {j.id for j in instance.jobs}
     for jid in by_id:
         if jid not in known:
@@ -131,21 +136,34 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
             bad(f"{where}: {y} GPUs is not a count of its throughput table"
                 + (f" for {gtype!r}" if gtype != now_type else ""))
             continue
-        split = dict(zip(map(_node, pj.placement), map(_gpus, pj.placement)))
-        if len(split) != len(pj.placement):
+        if held is None:
+            entries = pj.placement
+            split = dict(zip(map(_node, entries), map(_gpus, entries)))
+            listed_twice = len(split) != len(entries)
+            if listed_twice:
+                entries = list(zip(map(_node, entries), map(_gpus, entries)))
+        else:
+            k = at[job.id]
+            split = held.splits[k]
+            listed_twice = len(split) != held.lengths[k]
+            if listed_twice:
+                entries = held.arrays.pairs(k)
+        if listed_twice:
             split = {}
-            for p in pj.placement:
-                if p.node in split:
-                    bad(f"{where}: node {p.node!r} appears twice in placement")
-                    split[p.node] += p.gpus
+            for node_id, g in entries:
+                if node_id in split:
+                    bad(f"{where}: node {node_id!r} appears twice in placement")
+                    split[node_id] += g
                 else:
-                    split[p.node] = p.gpus
+                    split[node_id] = g
         if sum(split.values()) != y:
             bad(f"{where}: placement sums to {sum(split.values())}, not gpus {y}")
         listed = set(pj.nodes)
         if listed != split.keys() or len(pj.nodes) != len(listed):
             bad(f"{where}: nodes {pj.nodes} do not match the placement's nodes {sorted(split)}")
-        if in_service(split.keys(), gtype):
+        if held is not None and held.in_service(k, gtype):
+            held.placed.append(k)
+        elif held is None and in_service(split.keys(), gtype):
             placed_nodes += split.keys()
             placed_gpus += split.values()
         else:
@@ -193,7 +211,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
                                    split, state.previous.get(job.id, {}))))
         changed_jobs += bool(changed)
         _check_constraints(job, where, state, split, x, y, hit, f_x * d_run, g, bool(changed), bad)
-    for nid, used in _overfilled(state, placed_nodes, placed_gpus):
+    over = _overfilled(state, placed_nodes, placed_gpus) if held is None else held.overfilled(placed_nodes, placed_gpus)
+    for nid, used in over:
         bad(f"node {nid!r}: {used} GPUs placed on {state.nodes[nid].healthy_after} healthy GPUs")
     capacity = state.capacity()
     for gtype, used in used_per_type.items():
@@ -217,6 +236,64 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
     if plan.status.solution == "optimal" and plan.status.termination != "optimal":
         bad(f"status: solution 'optimal' with termination {plan.status.termination!r}")
     return ValidationReport(valid=not problems, problems=problems, objective=total, reasons=recomputed)
+
+
+class _Held:
+    """A plan's placements held as arrays (:class:`unicron_plan.schema.placements.PlacementArrays`), read
+    for the checks: each job's split, and whether all its nodes are in service and of one GPU type,
+    found for every job at once (the same test as :func:`_in_service` on each job's nodes)."""
+
+    def __init__(self, arrays, state):
+        self.arrays = arrays
+        self.splits = arrays.splits()
+        starts = arrays.starts
+        lengths = np.diff(starts)
+        self.lengths = lengths.tolist()
+        ids = state.node_ids()
+        if arrays.names is ids:
+            pos = arrays.node
+        else:  # the nodes' positions in this cluster (-1: not one of its nodes)
+            order = state.order
+            pos = np.fromiter(map(order.get, arrays.names, repeat(-1)), dtype=np.int64, count=len(arrays.names))
+            pos = pos[arrays.node]
+        self.pos, self.state, self.order = pos, state, state.order
+        nodes = state.node_arrays()
+        code = nodes.group_type[nodes.group]  # each node's GPU type (its index in nodes.types)
+        if state.drained_nodes:
+            code = code.copy()
+            code[np.fromiter(map(state.order.__getitem__, state.drained_nodes), dtype=np.int64)] = -1
+        entry = np.where(pos >= 0, code[np.maximum(pos, 0)], -1)  # -1: unknown or drained
+        # each job's one GPU type when every node of it is in service and of that type, else -1
+        # (-2: the job has no node)
+        one = np.full(len(lengths), -2, dtype=np.int64)
+        full = np.flatnonzero(lengths > 0)
+        if len(full):
+            low = np.minimum.reduceat(entry, starts[full])
+            high = np.maximum.reduceat(entry, starts[full])
+            one[full] = np.where(low == high, low, -1)
+        self.one = one.tolist()
+        self.types = {t: k for k, t in enumerate(nodes.types)}
+        self.placed: list[int] = []  # the jobs found in service, for the per-node totals
+
+    def in_service(self, k: int, gtype: str) -> bool:
+        """Whether job ``k``'s nodes are all in service and of GPU type ``gtype`` (true for no node)."""
+        one = self.one[k]
+        return one == -2 or (one >= 0 and one == self.types.get(gtype, -3))
+
+    def overfilled(self, nodes: list[str], gpus: list[int]) -> list[tuple[str, int]]:
+        """:func:`_overfilled` over the entries of the jobs found in service and the known ``nodes``
+        (with their ``gpus``) of the other jobs checked."""
+        starts = self.arrays.starts
+        jobs = np.asarray(self.placed, dtype=np.int64)
+        lengths = starts[jobs + 1] - starts[jobs]
+        # the entries of those jobs: each job's start repeated over its entries, plus 0, 1, 2...
+        first = np.repeat(starts[jobs] - np.cumsum(lengths) + lengths, lengths)
+        take = first + np.arange(int(lengths.sum()), dtype=np.int64)
+        at, used = self.pos[take], self.arrays.gpus[take]
+        if nodes:
+            at = np.concatenate([at, np.fromiter(map(self.order.__getitem__, nodes), dtype=np.int64, count=len(nodes))])
+            used = np.concatenate([used, np.asarray(gpus, dtype=np.int64)])
+        return _overfilled_at(self.state, at, used)
 
 
 def _check_reasons(plan: Plan, facts, state, d_run: float, bad, always: bool = False, used=None):
@@ -263,6 +340,22 @@ def _overfilled(state, nodes: list[str], gpus: list[int]) -> list[tuple[str, int
         totals[nid] = totals.get(nid, 0) + g
     return [(nid, u) for nid, u in sorted(totals.items(), key=lambda t: order[t[0]])
             if u > state.nodes[nid].healthy_after]
+
+
+def _overfilled_at(state, at: np.ndarray, gpus: np.ndarray) -> list[tuple[str, int]]:
+    """:func:`_overfilled` of the shares given as the nodes' positions ``at`` and their ``gpus`` (int64)."""
+    if not len(gpus):
+        return []
+    if int(gpus.max()) * len(gpus) < 2**52:  # the sums are exact in float64
+        used = np.bincount(at, weights=gpus.astype(np.float64), minlength=len(state.order))
+    else:
+        used = np.zeros(len(state.order), dtype=np.int64)
+        np.add.at(used, at, gpus)
+    over = np.flatnonzero(used > state.healthy_after_array()).tolist()
+    if not over:
+        return []
+    ids = state.node_ids()
+    return [(ids[k], int(used[k])) for k in over]
 
 
 def _rack_of(state, nid: str):

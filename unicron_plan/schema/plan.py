@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import operator
+import threading
 from itertools import chain, compress, repeat
 from operator import attrgetter
-from typing import Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
-from pydantic import ConfigDict, Field, model_serializer
+from pydantic import ConfigDict, Field, PrivateAttr, model_serializer
 
 from unicron_plan.schema.base import OutputModel
 
@@ -68,13 +69,97 @@ class PlanJob(OutputModel):
                                   "and split, every other job as planned: 0 when unchanged; null when keeping "
                                   "it is not feasible (hit, leaving, or its GPUs given to other jobs).")
 
+    # (the plan's held placements, this job's index in them) while ``placement`` is not made yet
+    _pending: Any = PrivateAttr(default=None)
+
     @model_serializer(mode="wrap")
-    def _keep_cost_null(self, handler):
-        """``keep_cost`` is written as null (not left out) when the reasons are given and keeping is infeasible."""
+    def _keep_cost_null(self, handler, info):
+        """``keep_cost`` is written as null (not left out) when the reasons are given and keeping is infeasible.
+        A placement still held as arrays is made first, unless the caller writes the placements
+        itself from the arrays (context ``{WITHOUT_PLACEMENT: True}``, :meth:`Plan.placement_arrays`)."""
+        if "placement" not in self.__dict__ and not (type(info.context) is dict and info.context.get(WITHOUT_PLACEMENT)):
+            self._make_placement()
         out = handler(self)
         if self.reason is not None and "keep_cost" not in out:
             out["keep_cost"] = None
         return out
+
+    def _make_placement(self) -> None:
+        """Make ``placement`` from the plan's arrays if it is still held there."""
+        private = self.__pydantic_private__
+        held = private.get("_pending") if private else None
+        if held is not None and "placement" not in self.__dict__:
+            pending, k = held
+            self._take_placement(pending.lists()[k])
+
+    def _take_placement(self, shares: list) -> None:
+        if "placement" not in self.__dict__:
+            have = self.__dict__
+            # a new dict in field order (the order the models' JSON lists the fields in), swapped in at once
+            object.__setattr__(self, "__dict__", {name: shares if name == "placement" else have[name]
+                                                  for name in _JOB_FIELDS if name == "placement" or name in have})
+        if self.__pydantic_private__:
+            self.__pydantic_private__["_pending"] = None
+
+    if not TYPE_CHECKING:
+        def __getattr__(self, name: str) -> Any:
+            if name == "placement":
+                self._make_placement()
+                if "placement" in self.__dict__:
+                    return self.__dict__["placement"]
+            return super().__getattr__(name)
+
+    def __eq__(self, other: object) -> bool:
+        self._make_placement()
+        if isinstance(other, PlanJob):
+            other._make_placement()
+        return super().__eq__(other)
+
+    def __iter__(self):
+        self._make_placement()
+        return super().__iter__()
+
+    def __repr_args__(self):
+        self._make_placement()
+        return super().__repr_args__()
+
+    def __copy__(self):
+        self._make_placement()
+        return super().__copy__()
+
+    def __deepcopy__(self, memo=None):
+        self._make_placement()
+        return super().__deepcopy__(memo)
+
+    def __getstate__(self):
+        self._make_placement()
+        return super().__getstate__()
+
+
+WITHOUT_PLACEMENT = "unicron_plan.without_placement"
+_JOB_FIELDS = tuple(PlanJob.model_fields)
+
+
+class _Pending:
+    """The placements of a plan's jobs held as arrays (:class:`unicron_plan.schema.placements.PlacementArrays`)
+    until a caller reads one: then every job's models are made at once (one validation call)."""
+
+    __slots__ = ("arrays", "jobs", "made", "lock")
+
+    def __init__(self, arrays, jobs: list[PlanJob]):
+        self.arrays, self.jobs, self.made, self.lock = arrays, jobs, None, threading.Lock()
+
+    def lists(self) -> list:
+        """Each job's list of Placement models, made on the first call (and given to every job)."""
+        with self.lock:
+            if self.made is None:
+                made = self.arrays.models()
+                for job, shares in zip(self.jobs, made):
+                    private = job.__pydantic_private__
+                    if private and private.get("_pending") is not None and private["_pending"][0] is self:
+                        job._take_placement(shares)
+                self.made, self.jobs = made, None
+            return self.made
 
 
 class SolverInfo(OutputModel):
@@ -108,6 +193,61 @@ class Plan(OutputModel):
         default=None, description="Nodes removed from service by the event (failed or isolated).")
     changes: Optional[dict[Reason, int]] = Field(
         default=None, description="How many jobs have each reason: {hit, chosen, unchanged}.")
+
+    _placements: Any = PrivateAttr(default=None)  # the _Pending of its jobs' placements, while held as arrays
+
+    def hold_placements(self, arrays) -> None:
+        """Keep the jobs' placements as ``arrays`` (:class:`unicron_plan.schema.placements.PlacementArrays`,
+        one job per entry of ``jobs``, in order; each job's ``placement`` equal to its entries):
+        each job's ``placement`` is made from them when a caller first reads one."""
+        jobs = list(self.jobs)
+        pending = _Pending(arrays, jobs)
+        for k, job in enumerate(jobs):
+            job.__dict__.pop("placement", None)
+            job.__pydantic_private__["_pending"] = (pending, k)
+        self.__pydantic_private__["_placements"] = pending
+
+    def placement_arrays(self):
+        """The jobs' placements as arrays when they are still held so (no job's ``placement`` made or set,
+        the jobs those of :meth:`hold_placements`), else None."""
+        private = self.__pydantic_private__
+        pending = private.get("_placements") if private else None
+        if pending is None or pending.made is not None:
+            return None
+        jobs, held = self.jobs, pending.jobs
+        if held is None or len(jobs) != len(held) or not all(map(operator.is_, jobs, held)):
+            return None
+        if any(map(operator.contains, map(attrgetter("__dict__"), jobs), repeat("placement"))):
+            return None
+        return pending.arrays
+
+    def make_placements(self) -> None:
+        """Make every job's ``placement`` models now (they are otherwise made when first read)."""
+        private = self.__pydantic_private__
+        pending = private.get("_placements") if private else None
+        if pending is not None:
+            pending.lists()
+            private["_placements"] = None
+        for job in self.jobs:
+            job._make_placement()
+
+    def __eq__(self, other: object) -> bool:
+        self.make_placements()
+        if isinstance(other, Plan):
+            other.make_placements()
+        return super().__eq__(other)
+
+    def __copy__(self):
+        self.make_placements()
+        return super().__copy__()
+
+    def __deepcopy__(self, memo=None):
+        self.make_placements()
+        return super().__deepcopy__(memo)
+
+    def __getstate__(self):
+        self.make_placements()
+        return super().__getstate__()
 
     def json_floats(self) -> "list[float] | None":
         """Every float of this plan's JSON form (``model_dump(mode="json", exclude_none=True)``), read off the

@@ -1,0 +1,99 @@
+"""A plan's placements as arrays (job, node, GPUs), and their :class:`Placement` models made on demand.
+
+The planner places the counts (:mod:`unicron_plan.plan.placement`) and keeps every job's split as
+three arrays from there to the writer (:func:`unicron_plan.io.dumps`) and the validator
+(:mod:`unicron_plan.plan.validate`), which read the arrays instead of one model per (job, node).
+A :class:`PlanJob`'s ``placement`` is made from them the first time a caller reads it
+(:mod:`unicron_plan.schema.plan`).
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate, chain
+from operator import methodcaller
+from typing import Mapping, Sequence
+
+import numpy as np
+from pydantic import TypeAdapter
+
+from unicron_plan.schema.plan import Placement
+
+_PLACEMENTS: dict[tuple[str, int], Placement] = {}  # (node, GPUs) -> its frozen Placement, shared
+_MAX_PLACEMENTS = 1 << 16
+_PLACEMENT_LIST = TypeAdapter(list[Placement])
+
+
+class PlacementArrays:
+    """Every job's placement, jobs in the plan's order: job ``k`` has the entries
+    ``starts[k]:starts[k + 1]``, each a node (its position in ``names``) and a GPU count, in the
+    order of the job's split. ``names``: node ids (the cluster's, in cluster order, as the planner
+    makes them); ``starts``, ``node``, ``gpus``: int64 arrays. Read-only once made."""
+
+    __slots__ = ("names", "starts", "node", "gpus")
+
+    def __init__(self, names: Sequence[str], starts: np.ndarray, node: np.ndarray, gpus: np.ndarray):
+        self.names, self.starts, self.node, self.gpus = names, starts, node, gpus
+
+    @classmethod
+    def from_splits(cls, splits: Sequence[Mapping[str, int]], names: Sequence[str],
+                    position: Mapping[str, int]) -> "PlacementArrays":
+        """The arrays of ``splits`` (one {node id: GPUs} per job, in order); ``position``: node id ->
+        its index in ``names``. Raises KeyError for a node it does not know, OverflowError for a
+        count beyond int64."""
+        starts = np.zeros(len(splits) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, splits), dtype=np.int64, count=len(splits)), out=starts[1:])
+        total = int(starts[-1])
+        node = np.fromiter(map(position.__getitem__, chain.from_iterable(splits)), dtype=np.int64, count=total)
+        gpus = np.fromiter(chain.from_iterable(map(methodcaller("values"), splits)), dtype=np.int64, count=total)
+        return cls(names, starts, node, gpus)
+
+    def __len__(self) -> int:
+        """The number of jobs."""
+        return len(self.starts) - 1
+
+    def node_ids(self) -> list[str]:
+        """The node id of every entry, in order."""
+        names = self.names
+        return list(map(names.__getitem__, self.node.tolist()))
+
+    def splits(self) -> list[dict[str, int]]:
+        """Each job's {node id: GPUs} (a node listed twice keeps its last count: see ``lengths``)."""
+        ids, gpus, ends = self.node_ids(), self.gpus.tolist(), self.starts.tolist()
+        return [dict(zip(ids[a:b], gpus[a:b])) for a, b in zip(ends, ends[1:])]
+
+    def pairs(self, k: int) -> list[tuple[str, int]]:
+        """Job ``k``'s (node id, GPUs) entries, in order."""
+        a, b = int(self.starts[k]), int(self.starts[k + 1])
+        return list(zip(map(self.names.__getitem__, self.node[a:b].tolist()), self.gpus[a:b].tolist()))
+
+    def models(self) -> list[list[Placement]]:
+        """Each job's list of :class:`Placement` models (:func:`placement_models`)."""
+        ids, gpus, ends = self.node_ids(), self.gpus.tolist(), self.starts.tolist()
+        return _cut(_shared(list(zip(ids, gpus))), ends)
+
+
+def _cut(items: list, ends: list[int]) -> list[list]:
+    return [items[a:b] for a, b in zip(ends, ends[1:])]
+
+
+def _shared(keys: list[tuple[str, int]]) -> list[Placement]:
+    """The frozen :class:`Placement` of each (node, GPUs), made once and shared: a plan at 16,384 GPUs
+    lists thousands, and building each anew cost three quarters of a job's entry. Looked up for
+    all at once; the new ones validated in one call (no Python frame per placement)."""
+    found = list(map(_PLACEMENTS.get, keys))
+    if not all(found):  # (a Placement is always truthy; "None in" would call its __eq__)
+        if len(_PLACEMENTS) > _MAX_PLACEMENTS:
+            _PLACEMENTS.clear()
+        at = [k for k, got in enumerate(found) if got is None]
+        missing = list(map(keys.__getitem__, at))
+        made = _PLACEMENT_LIST.validate_python([{"node": node, "gpus": gpus} for node, gpus in missing])
+        _PLACEMENTS.update(zip(missing, made))
+        for k, p in zip(at, made):
+            found[k] = p
+    return found
+
+
+def placement_models(wheres: Sequence[Mapping[str, int]]) -> list[list[Placement]]:
+    """The frozen :class:`Placement` of each (node, GPUs) of each job's ``where``, shared between plans."""
+    keys = list(chain.from_iterable(zip(w, w.values()) for w in wheres))
+    return _cut(_shared(keys), [0, *accumulate(map(len, wheres))])

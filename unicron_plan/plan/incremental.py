@@ -87,7 +87,7 @@ def keep_plan(prepared: PreparedCluster) -> KeptPlan | None:
         return None
     counts = {j.id: j.x for j in problem.jobs}
     raw = RawSolution(counts=counts, objective=0.0, bound=0.0, termination="time_limit", solution="feasible")
-    plan = to_plan(problem, raw, "kept", 0.0)
+    plan = to_plan(problem, raw, "kept", 0.0, arrays=False)  # (its entries are copied field by field)
     if not validate_plan(base, plan, derived=problem.derived()).valid:
         return None
     if any(pj.action not in ("keep", "idle") for pj in plan.jobs):
@@ -235,7 +235,8 @@ def _flat_of(flat: FlatTables, rows: list[int]) -> FlatTables:
 
 def _with_gain(entry: PlanJob, gain: float) -> PlanJob:
     """A copy of a kept entry with its ``gain`` (what ``model_copy(update=...)`` makes, without its
-    per-field machinery: thousands of entries per plan)."""
+    per-field machinery: thousands of entries per plan; an entry made with its placement, not held as
+    arrays: :func:`keep_plan`)."""
     new = _NEW(PlanJob)
     state = entry.__dict__.copy()
     state["gain"] = gain

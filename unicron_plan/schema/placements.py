@@ -29,10 +29,11 @@ class PlacementArrays:
     order of the job's split. ``names``: node ids (the cluster's, in cluster order, as the planner
     makes them); ``starts``, ``node``, ``gpus``: int64 arrays. Read-only once made."""
 
-    __slots__ = ("names", "starts", "node", "gpus")
+    __slots__ = ("names", "starts", "node", "gpus", "_ids")
 
     def __init__(self, names: Sequence[str], starts: np.ndarray, node: np.ndarray, gpus: np.ndarray):
         self.names, self.starts, self.node, self.gpus = names, starts, node, gpus
+        self._ids: list[str] | None = None
 
     @classmethod
     def from_splits(cls, splits: Sequence[Mapping[str, int]], names: Sequence[str],
@@ -52,9 +53,10 @@ class PlacementArrays:
         return len(self.starts) - 1
 
     def node_ids(self) -> list[str]:
-        """The node id of every entry, in order."""
-        names = self.names
-        return list(map(names.__getitem__, self.node.tolist()))
+        """The node id of every entry, in order (made once, then kept: do not change it)."""
+        if self._ids is None:
+            self._ids = list(map(self.names.__getitem__, self.node.tolist()))
+        return self._ids
 
     def splits(self) -> list[dict[str, int]]:
         """Each job's {node id: GPUs} (a node listed twice keeps its last count: see ``lengths``)."""

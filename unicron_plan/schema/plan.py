@@ -69,8 +69,9 @@ class PlanJob(OutputModel):
                                   "and split, every other job as planned: 0 when unchanged; null when keeping "
                                   "it is not feasible (hit, leaving, or its GPUs given to other jobs).")
 
-    # (the plan's held placements, this job's index in them) while ``placement`` is not made yet
-    _pending: Any = PrivateAttr(default=None)
+    # While ``placement`` is held as arrays (:meth:`Plan.hold_placements`), ``__pydantic_private__`` is
+    # {"_pending": (the plan's _Pending, this job's index)}, else None as for any model without private
+    # attributes (none is declared: pydantic would call a function per model made to set it).
 
     @model_serializer(mode="wrap")
     def _keep_cost_null(self, handler, info):
@@ -87,9 +88,8 @@ class PlanJob(OutputModel):
     def _make_placement(self) -> None:
         """Make ``placement`` from the plan's arrays if it is still held there."""
         private = self.__pydantic_private__
-        held = private.get("_pending") if private else None
-        if held is not None and "placement" not in self.__dict__:
-            pending, k = held
+        if private and "placement" not in self.__dict__:
+            pending, k = private["_pending"]
             self._take_placement(pending.lists()[k])
 
     def _take_placement(self, shares: list) -> None:
@@ -98,8 +98,7 @@ class PlanJob(OutputModel):
             # a new dict in field order (the order the models' JSON lists the fields in), swapped in at once
             object.__setattr__(self, "__dict__", {name: shares if name == "placement" else have[name]
                                                   for name in _JOB_FIELDS if name == "placement" or name in have})
-        if self.__pydantic_private__:
-            self.__pydantic_private__["_pending"] = None
+        object.__setattr__(self, "__pydantic_private__", None)
 
     if not TYPE_CHECKING:
         def __getattr__(self, name: str) -> Any:
@@ -156,7 +155,7 @@ class _Pending:
                 made = self.arrays.models()
                 for job, shares in zip(self.jobs, made):
                     private = job.__pydantic_private__
-                    if private and private.get("_pending") is not None and private["_pending"][0] is self:
+                    if private and private["_pending"][0] is self:
                         job._take_placement(shares)
                 self.made, self.jobs = made, None
             return self.made
@@ -204,7 +203,7 @@ class Plan(OutputModel):
         pending = _Pending(arrays, jobs)
         for k, job in enumerate(jobs):
             job.__dict__.pop("placement", None)
-            job.__pydantic_private__["_pending"] = (pending, k)
+            object.__setattr__(job, "__pydantic_private__", {"_pending": (pending, k)})
         self.__pydantic_private__["_placements"] = pending
 
     def placement_arrays(self):

@@ -559,7 +559,7 @@ def _plan_text(plan: Any) -> "str | None":
     from unicron_plan.schema.plan import WITHOUT_PLACEMENT
 
     arrays = plan.placement_arrays()
-    if arrays is None or _orjson is None:
+    if arrays is None:
         return None
     floats = plan.json_floats()
     if floats is None:
@@ -571,8 +571,11 @@ def _plan_text(plan: Any) -> "str | None":
     for job in jobs:
         job["placement"] = 0
     text = _orjson_dumps(doc, floats)
-    if text is None:
-        return None
+    if text is None:  # (a text orjson would write otherwise than json.dumps: e.g. not ASCII)
+        try:
+            text = _indented(doc, "") + "\n"
+        except _NotPlain:
+            return None
     parts = text.split(_PLACED)
     if len(parts) != len(jobs) + 1:
         return None

@@ -186,6 +186,10 @@ def test_a_plan_changed_after_it_was_made_is_written_and_checked_from_its_models
     assert dumps(held) == _reference(held)
     assert "unknown node 'ghost'" in " ".join(validate_plan(instance, held, derived=problem.derived()).problems)
     held, _, _ = _both(instance)
+    held.jobs[0].waf_tflops = 5  # an integer in a float field, set without validation: written as 5.0
+    text = dumps(held)
+    assert text == _reference(held) and '"waf_tflops": 5.0' in text
+    held, _, _ = _both(instance)
     held.jobs = held.jobs[:-1]  # a list of other jobs than those held
     assert held.placement_arrays() is None
     assert dumps(held) == _reference(held)

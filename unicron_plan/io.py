@@ -564,10 +564,11 @@ def _plan_text(plan: Any) -> "str | None":
     floats = plan.json_floats()
     if floats is None:
         return None
-    doc = plan.model_dump(mode="json", exclude_none=True, context={WITHOUT_PLACEMENT: True})
-    jobs = doc.get("jobs")
-    if type(jobs) is not list or len(jobs) != len(arrays):
+    jobs = plan.jobs_without_placement()
+    if jobs is None or len(jobs) != len(arrays):
         return None
+    doc = plan.model_dump(mode="json", exclude_none=True, exclude={"jobs"}, context={WITHOUT_PLACEMENT: True})
+    doc["jobs"] = jobs
     for job in jobs:
         job["placement"] = 0
     text = _orjson_dumps(doc, floats)

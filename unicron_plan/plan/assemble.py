@@ -6,10 +6,11 @@ import math
 
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
-from unicron_plan.plan.placement import place
+from unicron_plan.plan.placement import place, place_held
 from unicron_plan.plan.reasons import JobFacts, changes_of, explain_jobs
 from unicron_plan.schema import Plan, PlanJob, SolverInfo, Status
-from unicron_plan.schema.placements import _PLACEMENTS, PlacementArrays, placement_models  # noqa: F401
+from unicron_plan.schema.placements import (_PLACEMENTS, NodeTotals, PlacementArrays,  # noqa: F401
+                                            node_totals, placement_models)
 
 
 _placements = placement_models  # (the name the plan's models were made by before they were held as arrays)
@@ -24,7 +25,13 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     before = problem.state.previous  # the split before the event (a job moved to another type has none there)
     if raw.types:  # mixed fleets: each job on the GPU type the solver chose
         problem = problem.with_types(raw.types)
-    placement = raw.placement if raw.placement is not None else place(problem, raw.counts)
+    held = None
+    if raw.placement is not None:
+        placement = raw.placement
+    elif arrays:  # the arrays made as the placement is put in cluster order
+        placement, held = place_held(problem, raw.counts)
+    else:
+        placement = place(problem, raw.counts)
     total_waf = 0.0
     gains = []
     previous = problem.state.previous
@@ -32,9 +39,11 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     facts = []
     for j in problem.jobs:
         where = placement.get(j.id, {})
-        wheres.append({n: g for n, g in where.items() if g > 0} if 0 in where.values() else where)
-    held = None
-    if arrays:
+        if 0 in where.values():
+            where = {n: g for n, g in where.items() if g > 0}
+            held = None  # (then made from the splits below)
+        wheres.append(where)
+    if arrays and held is None:
         try:
             held = PlacementArrays.from_splits(wheres, problem.state.node_ids(), problem.state.order)
         except (KeyError, OverflowError):  # a node outside the cluster, a count beyond int64: models
@@ -58,6 +67,8 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
             placement_left_to=problem.instance.jobs[j.index].placement_left_to))
         facts.append(JobFacts(j.id, action, j.x, y, j.hit, j.exiting, changed, j.f_x, f_y,
                               j.d_trans, gains[-1], where, before.get(j.id, {})))
+    if used is None and held is not None:  # every job's GPUs per node, from the arrays
+        used = NodeTotals(problem.state.order, node_totals(held.node, held.gpus, len(held.names)))
     why = explain_jobs(facts, problem.state.nodes, problem.d_run, used)
     plan_jobs = [PlanJob(**e, reason=r.reason, why=r.why, keep_cost=r.keep_cost) for e, r in zip(entries, why)]
     objective = float(sum(gains))  # Problem.objective of these counts and this placement

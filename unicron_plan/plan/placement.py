@@ -15,10 +15,12 @@ can always be placed.
 from __future__ import annotations
 
 import heapq
+from itertools import chain
 
 import numpy as np
 
 from unicron_plan.core.problem import Problem
+from unicron_plan.schema.placements import PlacementArrays
 
 
 def place(problem: Problem, counts: dict[str, int], start=None) -> dict[str, dict[str, int]]:
@@ -26,11 +28,18 @@ def place(problem: Problem, counts: dict[str, int], start=None) -> dict[str, dic
     first step's (free GPUs per node, {job: split}, jobs left to place) for a caller that keeps the
     stays' usage (:mod:`unicron_plan.plan.incremental`; only the jobs of its dict are placed)."""
     state = problem.state
-    order = state.order
     if start is not None:
         free, result, movers = start
     else:
         free, result, movers = problem.stays(counts) if state.idle is None else _stays_idle(problem, counts)
+    return _in_cluster_order(state, _placed(problem, counts, free, result, movers))
+
+
+def _placed(problem: Problem, counts: dict[str, int], free, result, movers) -> dict[str, dict[str, int]]:
+    """Steps 2 and 3 (module docstring) after the stays: ``result`` with every mover's split (its
+    nodes in the order they were taken)."""
+    state = problem.state
+    order = state.order
     _retain(problem, movers, counts, free, result)
     racks = {j.id: {state.nodes[n].rack for n in state.previous[j.id]} for j in movers}
     pool = _FreePool(state, free, order, {(j.gpu_type, r) for j in movers for r in racks[j.id]})
@@ -54,6 +63,12 @@ def place(problem: Problem, counts: dict[str, int], start=None) -> dict[str, dic
                 run = pool.whole_run(nid, v, need, racks[j.id])
                 result[j.id].update(dict.fromkeys(run, v))
                 need -= v * len(run)
+    return result
+
+
+def _in_cluster_order(state, result: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Each job's split with its nodes in cluster order (a stay already in cluster order: the same dict)."""
+    order = state.order
     out = {}
     previous = state.previous if state.in_order else {}
     for jid, split in result.items():
@@ -63,6 +78,38 @@ def place(problem: Problem, counts: dict[str, int], start=None) -> dict[str, dic
         nids = sorted(split, key=order.__getitem__)
         out[jid] = dict(zip(nids, map(split.__getitem__, nids)))
     return out
+
+
+def place_held(problem: Problem, counts: dict[str, int]) -> tuple[dict[str, dict[str, int]], PlacementArrays | None]:
+    """:func:`place`'s placement, and the same as :class:`PlacementArrays` (a job per job of ``problem``,
+    in order; node positions in ``problem.state.node_ids()``), sorted into cluster order on arrays:
+    the nodes' positions are looked up once for both. None for the arrays when a count does not fit
+    int64 (the placement is then :func:`place`'s)."""
+    state = problem.state
+    free, result, movers = problem.stays(counts) if state.idle is None else _stays_idle(problem, counts)
+    result = _placed(problem, counts, free, result, movers)
+    if list(result) != [j.id for j in problem.jobs]:  # (every job has its entry, in order)
+        return _in_cluster_order(state, result), None
+    splits = list(result.values())
+    n = len(splits)
+    lengths = np.fromiter(map(len, splits), dtype=np.int64, count=n)
+    total = int(lengths.sum())
+    try:
+        gpus = np.fromiter(chain.from_iterable(map(dict.values, splits)), dtype=np.int64, count=total)
+    except OverflowError:
+        return _in_cluster_order(state, result), None
+    pos = np.fromiter(map(state.order.__getitem__, chain.from_iterable(splits)), dtype=np.int64, count=total)
+    by = np.lexsort((pos, np.repeat(np.arange(n, dtype=np.int64), lengths)))  # by job, then cluster order
+    pos, gpus = pos[by], gpus[by]
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    held = PlacementArrays(state.node_ids(), starts, pos, gpus)
+    ids, counts_, ends = held.node_ids(), gpus.tolist(), starts.tolist()
+    previous = state.previous if state.in_order else {}
+    out = {}
+    for (jid, split), a, b in zip(result.items(), ends, ends[1:]):
+        out[jid] = split if split is previous.get(jid) else dict(zip(ids[a:b], counts_[a:b]))
+    return out, held
 
 
 def _stays_idle(problem: Problem, counts: dict[str, int]):

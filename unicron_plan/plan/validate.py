@@ -20,6 +20,7 @@ from unicron_plan.core.problem import action_of, resolve_tables, resolve_type_ta
 from unicron_plan.schema import Instance, Plan
 from unicron_plan.core.checks import check_instance
 from unicron_plan.plan.reasons import JobFacts, changes_of, explain_jobs
+from unicron_plan.schema.placements import NodeTotals, node_totals
 
 REL_TOL = 1e-9
 _node, _gpus = attrgetter("node"), attrgetter("gpus")  # of a placement entry
@@ -220,6 +221,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
             bad(f"capacity: {used} {gtype} GPUs planned, {capacity[gtype]} healthy")
     if instance.max_changed_jobs is not None and changed_jobs > instance.max_changed_jobs:
         bad(f"max_changed_jobs: {changed_jobs} jobs changed, at most {instance.max_changed_jobs} allowed")
+    if whole_used is None and held is not None:  # (every checked job's GPUs per node, summed above)
+        whole_used = NodeTotals(state.order, held.used)
     recomputed = _check_reasons(plan, facts, state, d_run, bad, reasons, whole_used)
     if not _close(plan.objective, total):
         bad(f"objective: {plan.objective} != recomputed {total}")
@@ -293,7 +296,8 @@ class _Held:
         if nodes:
             at = np.concatenate([at, np.fromiter(map(self.order.__getitem__, nodes), dtype=np.int64, count=len(nodes))])
             used = np.concatenate([used, np.asarray(gpus, dtype=np.int64)])
-        return _overfilled_at(self.state, at, used)
+        self.used = node_totals(at, used, len(self.order))
+        return _overfilled_at(self.state, self.used)
 
 
 def _check_reasons(plan: Plan, facts, state, d_run: float, bad, always: bool = False, used=None):
@@ -342,15 +346,8 @@ def _overfilled(state, nodes: list[str], gpus: list[int]) -> list[tuple[str, int
             if u > state.nodes[nid].healthy_after]
 
 
-def _overfilled_at(state, at: np.ndarray, gpus: np.ndarray) -> list[tuple[str, int]]:
-    """:func:`_overfilled` of the shares given as the nodes' positions ``at`` and their ``gpus`` (int64)."""
-    if not len(gpus):
-        return []
-    if int(gpus.max()) * len(gpus) < 2**52:  # the sums are exact in float64
-        used = np.bincount(at, weights=gpus.astype(np.float64), minlength=len(state.order))
-    else:
-        used = np.zeros(len(state.order), dtype=np.int64)
-        np.add.at(used, at, gpus)
+def _overfilled_at(state, used: np.ndarray) -> list[tuple[str, int]]:
+    """:func:`_overfilled` of the GPUs ``used`` per node position."""
     over = np.flatnonzero(used > state.healthy_after_array()).tolist()
     if not over:
         return []

@@ -74,6 +74,30 @@ class PlacementArrays:
         return _cut(_shared(list(zip(ids, gpus))), ends)
 
 
+class NodeTotals:
+    """GPUs placed per node id (``.get``, as :func:`unicron_plan.plan.reasons.explain_jobs` reads its
+    ``used``), read off an array of totals per node position: ``position`` maps a node id to its index."""
+
+    __slots__ = ("position", "totals")
+
+    def __init__(self, position: Mapping[str, int], totals: np.ndarray):
+        self.position, self.totals = position, totals
+
+    def get(self, nid: str, default=None):
+        k = self.position.get(nid)
+        return default if k is None else int(self.totals[k])
+
+
+def node_totals(at: np.ndarray, gpus: np.ndarray, size: int) -> np.ndarray:
+    """GPUs per position (int64, ``size`` positions) of the entries at positions ``at`` with ``gpus``
+    (int64): summed in float64 where that is exact, else in int64."""
+    if not len(gpus) or int(np.abs(gpus).max()) * len(gpus) < 2**52:
+        return np.bincount(at, weights=gpus.astype(np.float64), minlength=size).astype(np.int64)
+    out = np.zeros(size, dtype=np.int64)
+    np.add.at(out, at, gpus)
+    return out
+
+
 def _cut(items: list, ends: list[int]) -> list[list]:
     return [items[a:b] for a, b in zip(ends, ends[1:])]
 

@@ -248,6 +248,25 @@ class Plan(OutputModel):
         self.make_placements()
         return super().__getstate__()
 
+    def jobs_without_placement(self) -> "list[dict] | None":
+        """Each job's JSON form (``model_dump(mode="json", exclude_none=True)``) but its ``placement``,
+        read off the models' fields without the serializer (a call per job), for a writer that
+        writes the placements itself (:meth:`placement_arrays`); None when a float field holds
+        another number than a float (a value set without validation: the serializer then writes it
+        as a float) or a job holds its ``placement`` models."""
+        jobs = self.jobs
+        for name in _JOB_FLOATS:
+            if not set(map(type, map(attrgetter(name), jobs))) <= _FLOATS:
+                return None
+        fields = list(map(attrgetter("__dict__"), jobs))
+        if any(map(operator.contains, fields, repeat("placement"))):
+            return None
+        out = [{k: v for k, v in d.items() if v is not None} for d in fields]
+        for d, e in zip(fields, out):  # (the serializer's rule: keep_cost null when the reasons are given)
+            if d["keep_cost"] is None and d["reason"] is not None:
+                e["keep_cost"] = None
+        return out
+
     def json_floats(self) -> "list[float] | None":
         """Every float of this plan's JSON form (``model_dump(mode="json", exclude_none=True)``), read off the
         models, so that the writer need not walk the dumped tree (:func:`unicron_plan.io.dumps`): the
@@ -279,4 +298,5 @@ _JOB_FLOATS = tuple(name for name, f in PlanJob.model_fields.items() if f.annota
 _JOB_OTHERS = tuple(name for name in PlanJob.model_fields
                     if name not in _JOB_FLOATS and name not in ("nodes", "placement", "parallelism"))
 _NUMBERS = frozenset({float, int, type(None)})  # of a float field
+_FLOATS = frozenset({float, type(None)})
 _SCALARS = frozenset({str, int, float, bool, type(None)})

@@ -286,12 +286,13 @@ class Plan(OutputModel):
         out += chain.from_iterable(map(dict.values, filter(None, map(attrgetter("parallelism"), jobs))))
         out += chain.from_iterable(map(attrgetter("nodes"), jobs))
         kinds, types = set(map(type, numbers)), list(map(type, out))
-        if not (kinds <= _NUMBERS and set(types) <= _SCALARS):
+        other_kinds = set(types)
+        if not (kinds <= _NUMBERS and other_kinds <= _SCALARS):
             return None
         if int in kinds:
             numbers = [float(v) if type(v) is int else v for v in numbers]
-        return list(compress(numbers, map(operator.is_, map(type, numbers), repeat(float)))) + \
-            list(compress(out, map(operator.is_, types, repeat(float))))
+        floats = list(compress(numbers, map(operator.is_not, numbers, repeat(None)))) if type(None) in kinds else numbers
+        return floats + list(compress(out, map(operator.is_, types, repeat(float)))) if float in other_kinds else floats
 
 
 _JOB_FLOATS = tuple(name for name, f in PlanJob.model_fields.items() if f.annotation in (float, Optional[float]))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from pydantic import TypeAdapter
+
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
 from unicron_plan.plan.placement import place, place_held
@@ -13,6 +15,7 @@ from unicron_plan.schema.placements import (_PLACEMENTS, NodeTotals, PlacementAr
                                             node_totals, placement_models)
 
 
+_JOBS = TypeAdapter(list[PlanJob])
 _placements = placement_models  # (the name the plan's models were made by before they were held as arrays)
 
 
@@ -70,7 +73,9 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     if used is None and held is not None:  # every job's GPUs per node, from the arrays
         used = NodeTotals(problem.state.order, node_totals(held.node, held.gpus, len(held.names)))
     why = explain_jobs(facts, problem.state.nodes, problem.d_run, used)
-    plan_jobs = [PlanJob(**e, reason=r.reason, why=r.why, keep_cost=r.keep_cost) for e, r in zip(entries, why)]
+    for e, r in zip(entries, why):
+        e["reason"], e["why"], e["keep_cost"] = r.reason, r.why, r.keep_cost
+    plan_jobs = _JOBS.validate_python(entries)  # (one call: no Python frame per job, the same models)
     objective = float(sum(gains))  # Problem.objective of these counts and this placement
     # A proven optimum's bound is the objective itself (not the solver's float-rounded copy).
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)

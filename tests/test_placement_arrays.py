@@ -200,3 +200,40 @@ def test_solve_writes_and_validates_without_placement_models():
     assert plan.placement_arrays() is not None
     dumps(plan)
     assert plan.placement_arrays() is not None
+
+
+def test_place_held_gives_places_placement_and_its_arrays():
+    from unicron_plan.plan.placement import place, place_held
+
+    for instance in _instances(16, 21):
+        problem = build_problem(instance)
+        raw = get_solver("auto")(problem, SolverOptions(time_limit_seconds=30))
+        want = place(problem, raw.counts)
+        got, held = place_held(problem, raw.counts)
+        assert got == want
+        assert [list(s.items()) for s in got.values()] == [list(s.items()) for s in want.values()]  # (order too)
+        assert held is not None and held.splits() == [want[j.id] for j in problem.jobs]
+        assert held.names is problem.state.node_ids() or held.names == problem.state.node_ids()
+
+
+def _doing_before(action, x, y):
+    """reasons.doing as it was: every sentence formatted, one picked."""
+    return {
+        "keep": f"kept at {x} GPUs",
+        "shrink": f"shrunk from {x} to {y} GPUs",
+        "grow": f"grown from {x} to {y} GPUs",
+        "restart": f"restarted at {y} GPUs",
+        "suspend": f"suspended ({x} GPUs to 0)",
+        "resume": f"resumed on {y} GPUs",
+        "idle": "left at 0 GPUs",
+    }.get(action, f"{action} ({x} to {y} GPUs)")
+
+
+def test_the_sentences_of_the_actions_are_those_formatted_before():
+    from unicron_plan.plan.reasons import doing
+
+    rng = random.Random(5)
+    for action in ("keep", "shrink", "grow", "restart", "suspend", "resume", "idle", "other", "", "keep "):
+        for _ in range(20):
+            x, y = rng.randint(0, 10**6), rng.randint(0, 10**6)
+            assert doing(action, x, y) == _doing_before(action, x, y)

@@ -72,15 +72,22 @@ def nodes_text(nodes: Sequence[str], limit: int = 3) -> str:
 
 def doing(action: str, x: int, y: int) -> str:
     """What the plan does to the job, in words with its GPU counts."""
-    return {
-        "keep": f"kept at {x} GPUs",
-        "shrink": f"shrunk from {x} to {y} GPUs",
-        "grow": f"grown from {x} to {y} GPUs",
-        "restart": f"restarted at {y} GPUs",
-        "suspend": f"suspended ({x} GPUs to 0)",
-        "resume": f"resumed on {y} GPUs",
-        "idle": "left at 0 GPUs",
-    }.get(action, f"{action} ({x} to {y} GPUs)")
+    # (only the sentence of this action is formatted: this runs for every job of a plan, twice)
+    if action == "keep":
+        return f"kept at {x} GPUs"
+    if action == "shrink":
+        return f"shrunk from {x} to {y} GPUs"
+    if action == "grow":
+        return f"grown from {x} to {y} GPUs"
+    if action == "restart":
+        return f"restarted at {y} GPUs"
+    if action == "suspend":
+        return f"suspended ({x} GPUs to 0)"
+    if action == "resume":
+        return f"resumed on {y} GPUs"
+    if action == "idle":
+        return "left at 0 GPUs"
+    return f"{action} ({x} to {y} GPUs)"
 
 
 def transition_text(f: JobFacts) -> str:
@@ -109,7 +116,8 @@ def explain_jobs(facts: Sequence[JobFacts], nodes: Mapping, d_run: float,
     a caller that explains only some of its jobs (by default summed over ``facts``)."""
     out = []
     for f in facts:
-        delta = f"{'+' if f.f_y >= f.f_x else '-'}{num(abs(f.f_y - f.f_x))} weighted TFLOP/s"
+        if f.hit or (not f.exiting and f.changed):
+            delta = f"{'+' if f.f_y >= f.f_x else '-'}{num(abs(f.f_y - f.f_x))} weighted TFLOP/s"
         if f.hit:
             where = [n for n in f.previous if n in nodes and (nodes[n].drained or nodes[n].lost_in_event)]
             held = sum(f.previous[n] for n in where)

@@ -314,3 +314,34 @@ def test_solve_makes_no_node_model():
     plan = api.solve(json.dumps(generate_instance(2, gpus=512, jobs=6)), keep=keep)
     instance = next(x for x in keep if isinstance(x, Instance))
     assert plan.status.solution in ("optimal", "feasible") and "nodes" not in instance.cluster.__dict__
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_state_from_a_kept_healthy_cluster_reads_the_event_instance_nodes(seed):
+    """A caller that keeps one healthy cluster and derives states of instances whose nodes changed since
+    (the simulator: failed GPUs added and repaired) gets each instance's own nodes, read as columns or
+    from its models, as the per-node loop does."""
+    rng = random.Random(seed)
+    doc = generate_instance(seed, gpus=128, jobs=3, failed_nodes=0, demand=0.4)
+    base = parse_model(Instance, copy.deepcopy(doc))
+    kept = healthy_nodes(base)
+    held = {n for j in doc["jobs"] for n in j["current"]["nodes"]}
+    free = [e for e in doc["cluster"]["nodes"] if e["id"] not in held]
+    for e in rng.sample(free, min(3, len(free))):
+        e["failed_gpus"] = sorted(rng.sample(range(8), rng.randint(1, 8)))
+    unhealthy = [e["id"] for e in doc["cluster"]["nodes"] if e.get("failed_gpus")]
+    doc["event"] = {"kind": "failure", "failed_nodes": [rng.choice(doc["cluster"]["nodes"])["id"]], "failed_gpus": []}
+    if seed % 2:
+        doc["event"] = {"kind": "repair", "repaired_nodes": unhealthy[:1], "repaired_gpus": []}
+    for as_models in (False, True):
+        instance = parse_model(Instance, copy.deepcopy(doc))
+        if as_models:
+            instance.cluster.nodes  # the models made: they are read
+        else:
+            assert instance.cluster.read_columns() is not None
+        previous = check_instance(instance)
+        want, cap, in_service = _nodes_loop(instance)
+        for state in (build_state(instance, previous, kept, unhealthy), build_state(instance, None, kept, unhealthy)):
+            assert list(state.nodes.items()) == list(want.items())
+            assert state.capacity() == cap and state.nodes_in_service() == in_service
+            assert state.previous == previous

@@ -174,8 +174,10 @@ def check_event(instance: Instance, nodes=None) -> None:
     ev = instance.event
     if ev is None:
         return
-    if nodes is None:
-        nodes = instance.cluster.node_columns()
+    if nodes is None:  # the nodes as read, else the models by id
+        nodes = instance.cluster.read_columns()
+        if nodes is None:
+            nodes = {n.id: n for n in instance.cluster.nodes}
     if isinstance(nodes, NodeColumns):
         columns, at = nodes, nodes.at
         nodes = _NodeView(columns, at)

@@ -213,32 +213,39 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
             event_gpus[fg.node].add(fg.gpu)
     node_isolation = instance.isolation == "node"
     healthy = healthy if healthy is not None else healthy_nodes(instance)
-    columns = healthy.columns
     # Start from every node healthy; re-derive only the nodes with failed GPUs or touched by the event
-    # (by position; ``unhealthy``, when given, names every node with failed GPUs).
+    # (by position; ``unhealthy``, when given, names every node with failed GPUs). Their fields are this
+    # instance's: its nodes as read (no model made), else its node models at those positions.
     order = healthy.order
+    own = instance.cluster.read_columns()
     named = failed_nodes | set(event_gpus) | set(_repaired_ids(instance))
-    walk = sorted({order[nid] for nid in (named | set(unhealthy)) if nid in order} if unhealthy is not None
-                  else {order[nid] for nid in named if nid in order} | set(columns.failed))
-    repaired = _repaired(instance, columns, order)
+    if unhealthy is not None:
+        walk = sorted({order[nid] for nid in named | set(unhealthy) if nid in order})
+    else:
+        own = own if own is not None else instance.cluster.node_columns()
+        walk = sorted({order[nid] for nid in named if nid in order} | set(own.failed))
+    if own is not None:
+        records = [(own.ids[k], own.types[k], own.racks[k], own.gpus_list[k], own.failed.get(k, ())) for k in walk]
+    else:
+        models = instance.cluster.nodes
+        records = [(n.id, n.gpu_type, n.rack, n.gpus, n.failed_gpus) for n in map(models.__getitem__, walk)]
+    repaired = _repaired(instance, records)
     nodes = {}  # the touched nodes' records (the others are the healthy cluster's)
     cap, in_service = dict(healthy.capacity), healthy.in_service
     affected = set()  # nodes lost in the event or drained
     touched = []  # nodes re-derived
-    ids, types, racks, sizes, failed = columns.ids, columns.types, columns.racks, columns.gpus_list, columns.failed
-    for k in walk:
-        nid, gtype, gpus = ids[k], types[k], sizes[k]
-        if k not in failed and nid not in failed_nodes and nid not in event_gpus:
+    for nid, gtype, rack, gpus, failed in records:
+        if not failed and nid not in failed_nodes and nid not in event_gpus:
             continue
         touched.append(nid)
         cap[gtype] -= gpus  # take the node's healthy record out of the totals
         in_service -= gpus > 0
-        before = set(failed.get(k, ()))
+        before = set(failed)
         failed_after = (before - repaired.get(nid, set())) | event_gpus.get(nid, set())
         lost = nid in failed_nodes or bool(event_gpus.get(nid))
         drained = nid in failed_nodes or (node_isolation and lost)
         after = 0 if drained else gpus - len(failed_after)
-        nodes[nid] = NodeHealth(nid, gtype, racks[k], gpus, gpus - len(before), after, lost, drained)
+        nodes[nid] = NodeHealth(nid, gtype, rack, gpus, gpus - len(before), after, lost, drained)
         if not drained:
             cap[gtype] += after
             in_service += after > 0
@@ -252,12 +259,10 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
         hit = {job.id: not affected.isdisjoint(job.current.nodes) for job in instance.jobs}
     state = ClusterState(instance, None, hit, exiting=exiting_jobs(instance), counted=(cap, in_service),
                          order=healthy.order, healthy=healthy, touched=touched, changed=nodes)
-    if previous is None:
-        before = columns.healthy_before
-        if nodes:
-            before = before.copy()
-            for nid, n in nodes.items():
-                before[order[nid]] = n.healthy_before
+    if previous is None:  # the healthy GPUs before the event: every node's, the touched ones' own
+        before = healthy.columns.gpus.copy()
+        for nid, n in nodes.items():
+            before[order[nid]] = n.healthy_before
         previous = previous_distribution(instance, PositionMap(order, before))
     state.previous = previous
     return state
@@ -359,15 +364,17 @@ def _repaired_ids(instance: Instance) -> list[str]:
     return list(event.repaired_nodes) + [rg.node for rg in event.repaired_gpus]
 
 
-def _repaired(instance: Instance, columns: NodeColumns, order: dict) -> dict[str, set[int]]:
-    """:func:`repaired_gpus` read from the nodes as columns (``order``: id -> position)."""
+def _repaired(instance: Instance, records: list) -> dict[str, set[int]]:
+    """:func:`repaired_gpus` of the nodes given as (id, GPU type, rack, GPUs, failed GPUs) records."""
     event = instance.event
     if event is None or event.kind != "repair":
         return {}
     out: dict[str, set[int]] = defaultdict(set)
-    for nid in dict.fromkeys(event.repaired_nodes):
-        if nid in order:
-            out[nid] |= set(columns.failed_of(order[nid]))
+    if event.repaired_nodes:
+        listed = set(event.repaired_nodes)
+        for nid, _, _, _, failed in records:
+            if nid in listed:
+                out[nid] |= set(failed)
     for rg in event.repaired_gpus:
         out[rg.node].add(rg.gpu)
     return dict(out)

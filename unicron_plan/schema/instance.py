@@ -116,14 +116,17 @@ class Cluster(StrictModel):
         self.__dict__["nodes"] = nodes
         return nodes
 
+    def read_columns(self) -> Optional[NodeColumns]:
+        """The nodes as read from the document, while no node model was made; else None."""
+        private = self.__pydantic_private__
+        columns = private.get("_columns") if private is not None else None
+        return columns if columns is not None and "nodes" not in self.__dict__ else None
+
     def node_columns(self) -> NodeColumns:
         """The nodes as :class:`NodeColumns`: those read from the document while no model was made,
         else read from the models (each call: they may have been changed)."""
-        private = self.__pydantic_private__
-        columns = private.get("_columns") if private is not None else None
-        if columns is not None and "nodes" not in self.__dict__:
-            return columns
-        return NodeColumns.from_models(self.nodes)
+        columns = self.read_columns()
+        return columns if columns is not None else NodeColumns.from_models(self.nodes)
 
     def __eq__(self, other):
         if not isinstance(other, BaseModel):

@@ -116,11 +116,14 @@ class NodeColumns:
     @classmethod
     def from_models(cls, nodes: Sequence) -> "NodeColumns":
         """The columns of validated ``Node`` models (or objects with their attributes)."""
+        n = len(nodes)
         ids = list(map(attrgetter("id"), nodes))
         failed_lists = list(map(attrgetter("failed_gpus"), nodes))
         repairs = list(map(attrgetter("expected_repair_seconds"), nodes))
-        failed = {k: list(f) for k, f in enumerate(failed_lists) if f}
-        repair = {k: r for k, r in enumerate(repairs) if r is not None}
+        some = np.flatnonzero(np.fromiter(map(bool, failed_lists), dtype=bool, count=n)).tolist()
+        failed = {k: list(failed_lists[k]) for k in some}
+        stated = np.flatnonzero(np.fromiter(map(is_not, repairs, repeat(None)), dtype=bool, count=n)).tolist()
+        repair = {k: repairs[k] for k in stated}
         return cls(ids, list(map(attrgetter("gpu_type"), nodes)), list(map(attrgetter("rack"), nodes)),
                    list(map(attrgetter("gpus"), nodes)), failed, repair,
                    dict.fromkeys(OPTIONAL, True))

@@ -167,7 +167,8 @@ def read_nodes(raw: Any, validate_one: Callable[[dict], Any]) -> Optional[NodeCo
     gpus = list(map(get, raw, repeat("gpus")))
     if set(map(type, ids)) != {str} or set(map(type, types)) != {str} or set(map(type, gpus)) != {int}:
         return None  # (a missing field reads as None here)
-    if "" in ids or "" in types or not _text_ok(ids) or not _text_ok(dict.fromkeys(types)):
+    kinds = dict.fromkeys(types)  # (a few GPU types: their tests are made once each)
+    if "" in ids or "" in kinds or not _text_ok(ids) or not _text_ok(kinds):
         return None
     try:
         counts = np.fromiter(gpus, dtype=np.int64, count=n)

@@ -79,12 +79,13 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
                                        f"{gtype!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
         if job.throughput.by_type is not None or job.throughput.gpu_types is not None:
             _check_other_types(job, f"{where}.throughput", cluster.gpu_types)
-        table = (tables or {}).get(job.id)
         cur = job.current
-        # Literal tables are checked on their keys, canonical decimal strings (no int() pass).
-        known = (cur.gpus in table) if table is not None else (
-            str(cur.gpus) in job.throughput.tflops if job.throughput.tflops is not None else
-            cur.gpus in job.throughput.table_view() if job.throughput.compact is not None else True)
+        if cur.gpus != 0:  # (a job holding no GPU has no count to look up)
+            table = (tables or {}).get(job.id)
+            # Literal tables are checked on their keys, canonical decimal strings (no int() pass).
+            known = (cur.gpus in table) if table is not None else (
+                str(cur.gpus) in job.throughput.tflops if job.throughput.tflops is not None else
+                cur.gpus in job.throughput.table_view() if job.throughput.compact is not None else True)
         if cur.gpus != 0 and not known:
             raise InvalidInstanceError(f"{where}.current.gpus",
                                        f"{cur.gpus} is not a GPU count of the job's throughput table (nor 0)")

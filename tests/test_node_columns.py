@@ -235,7 +235,11 @@ def _event(rng: random.Random, doc: dict) -> dict:
 
 
 @pytest.mark.parametrize("block", range(4))
-def test_event_checks_and_state_from_columns_are_the_per_node_ones(block):
+def test_event_checks_and_state_from_columns_are_the_per_node_ones(block, monkeypatch):
+    from unicron_plan.core.cluster import NodeTable
+
+    if block % 2:  # the table made whole after a few lookups
+        monkeypatch.setattr(NodeTable, "FULL_AFTER", 3)
     states = 0
     for seed in range(block * 50, block * 50 + 50):
         rng = random.Random(seed)
@@ -278,7 +282,12 @@ def test_event_checks_and_state_from_columns_are_the_per_node_ones(block):
         assert state.usable_ids() == {t: {i for i, h in nodes.items() if h.gpu_type == t and not h.drained}
                                       for t in {h.gpu_type for h in nodes.values()}}
         assert "_nodes" in state.__dict__ and state.__dict__["_nodes"] is None  # not made by the above
-        assert list(state.nodes.items()) == list(nodes.items())  # made on first access, in cluster order
+        table = state.nodes  # looked up node by node, then made whole
+        assert [table[i] for i in nodes] == list(nodes.values()) and [table.get(i) for i in nodes] == list(nodes.values())
+        assert table.get("ghost") is None and "ghost" not in table and all(i in table for i in nodes)
+        assert list(table) == list(nodes) and len(table) == len(nodes)
+        assert list(state.nodes.items()) == list(nodes.items())  # in cluster order
+        assert list(table.values()) == list(nodes.values()) and table == nodes and list(table) == list(nodes)
         affected = {i for i, h in nodes.items() if h.lost_in_event or h.drained}
         assert state.hit == {j.id: bool(affected & set(j.current.nodes)) for j in want.jobs}
         # the previous split derived by build_state itself, and a state derived from a kept healthy cluster

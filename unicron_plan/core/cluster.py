@@ -46,7 +46,7 @@ class ClusterState:
     """Derived state of the cluster after the event (see docs/format.md, Objective)."""
 
     instance: Instance
-    nodes: dict[str, NodeHealth]
+    nodes: Mapping[str, NodeHealth]  # a dict, or a NodeTable (build_state): read it as a mapping
     hit: dict[str, bool]
     previous: dict[str, dict[str, int]] = field(default_factory=dict)
     exiting: frozenset = frozenset()  # jobs leaving in a job_exit event (planned 0, charged nothing)
@@ -152,21 +152,80 @@ class ClusterState:
         return g
 
 
-def _state_nodes(state: ClusterState) -> dict[str, NodeHealth]:
+class NodeTable(Mapping):
+    """{node id: NodeHealth} of a cluster state, every node in cluster order: the touched nodes' records,
+    the others made from the healthy cluster when looked up (most callers read a few nodes). A caller
+    that reads many (more than FULL_AFTER lookups, or all through ``items()`` or ``values()``) gets them
+    from one dict made then."""
+
+    __slots__ = ("_healthy", "_changed", "_full", "_lookups")
+    FULL_AFTER = 20_000
+
+    def __init__(self, healthy: "HealthyCluster", changed: dict[str, NodeHealth]):
+        self._healthy, self._changed, self._full, self._lookups = healthy, changed, None, 0
+
+    def _dict(self) -> dict[str, NodeHealth]:
+        if self._full is None:
+            full = dict(self._healthy.nodes)  # every node healthy, then the touched ones' records
+            full.update(self._changed)
+            self._full = full
+        return self._full
+
+    def __getitem__(self, nid) -> NodeHealth:
+        if self._full is not None:
+            return self._full[nid]
+        record = self._changed.get(nid)
+        if record is not None:
+            return record
+        made = self._healthy.__dict__.get("nodes")  # the healthy records, when made already
+        if made is not None:
+            return made[nid]
+        self._lookups += 1
+        if self._lookups > self.FULL_AFTER:
+            return self._dict()[nid]
+        k = self._healthy.order[nid]  # (KeyError for a node not in the cluster)
+        columns = self._healthy.columns
+        gpus = columns.gpus_list[k]
+        return NodeHealth(columns.ids[k], columns.types[k], columns.racks[k], gpus, gpus, gpus, False, False)
+
+    def get(self, nid, default=None):
+        try:
+            return self[nid]
+        except KeyError:
+            return default
+
+    def __contains__(self, nid) -> bool:
+        return nid in self._healthy.order
+
+    def __iter__(self):
+        return iter(self._full if self._full is not None else self._healthy.order)
+
+    def __len__(self) -> int:
+        return len(self._healthy.order)
+
+    def items(self):
+        return self._dict().items()
+
+    def values(self):
+        return self._dict().values()
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
+
+
+def _state_nodes(state: ClusterState):
     nodes = state.__dict__["_nodes"]
     if nodes is None and state.healthy is not None and state.changed is not None:
-        nodes = dict(state.healthy.nodes)  # every node healthy, then the touched ones' records
-        nodes.update(state.changed)
-        state.__dict__["_nodes"] = nodes
+        nodes = state.__dict__["_nodes"] = NodeTable(state.healthy, state.changed)
     return nodes
 
 
-def _set_state_nodes(state: ClusterState, nodes: dict[str, NodeHealth] | None) -> None:
+def _set_state_nodes(state: ClusterState, nodes) -> None:
     state.__dict__["_nodes"] = nodes
 
 
-# {node id: NodeHealth} of every node in cluster order, made on first access when build_state gave the
-# healthy cluster and the touched nodes' records instead (most callers read a few nodes, or none).
+# {node id: NodeHealth} of every node in cluster order: a dict, or when build_state gave the healthy
+# cluster and the touched nodes' records instead, a NodeTable made on first access.
 ClusterState.nodes = property(_state_nodes, _set_state_nodes, doc=_state_nodes.__doc__)
 
 

@@ -180,9 +180,9 @@ def test_healthy_cluster_from_columns_is_the_per_node_loop(seed):
             check_instance(inst, nodes_seen=seen)
         except InvalidInstanceError:
             pass
-        assert list(seen) == ["ids", "order"]
+        assert list(seen) == ["ids", "order", "columns"]
     healthy = healthy_nodes(inst, **seen)
-    assert not seen or (healthy.order is seen["order"] and healthy.columns[0] is seen["ids"])
+    assert not seen or (healthy.order is seen["order"] and healthy.columns.ids is seen["ids"])
     nodes, cap, in_service, by_type = _healthy_loop(inst)
     assert list(healthy.nodes.items()) == list(nodes.items())
     assert all(type(h) is type(nodes[i]) for i, h in healthy.nodes.items())

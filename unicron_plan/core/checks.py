@@ -3,21 +3,19 @@ current allocations that fit. Each failure names the exact field path."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import chain, repeat
-from operator import attrgetter, sub
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.faults.severity import classify
 from unicron_plan.schema.instance import Cost, Instance
+from unicron_plan.schema.nodes import NodeColumns
 
 if TYPE_CHECKING:  # the scenario model is imported by the simulator, not by every solve
     from unicron_plan.schema.scenario import Scenario
-
-
-_id, _gpu_type, _gpus, _failed = (attrgetter(f) for f in ("id", "gpu_type", "gpus", "failed_gpus"))
 
 
 def _unique(items, what: str) -> None:
@@ -49,26 +47,30 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
     when omitted, only jobs with a literal table are checked against it.
     Returns each job's split over its nodes before the event (``cluster.previous_distribution``),
     which the checks derive anyway, so that building the cluster state need not derive it again.
-    ``nodes_seen``: a dict that receives the nodes' ids in cluster order (``ids``) and their positions
-    (``order``, id -> position), for :func:`unicron_plan.core.cluster.healthy_nodes` to reuse.
+    ``nodes_seen``: a dict that receives the nodes' ids in cluster order (``ids``), their positions
+    (``order``, id -> position) and the nodes as columns (``columns``,
+    :class:`unicron_plan.schema.nodes.NodeColumns`), for :func:`unicron_plan.core.cluster.healthy_nodes`
+    to reuse. The nodes are read as columns (:meth:`unicron_plan.schema.Cluster.node_columns`): no node
+    model is made.
     """
-    from unicron_plan.core.cluster import previous_distribution
+    from unicron_plan.core.cluster import PositionMap, previous_distribution
 
     cluster = instance.cluster
-    ids, types = list(map(_id, cluster.nodes)), list(map(_gpu_type, cluster.nodes))  # the nodes' fields, read in C
-    _unique(ids, "cluster.nodes")
+    columns = cluster.node_columns()
+    ids, types = columns.ids, columns.types
+    if len(columns.at) != len(ids):  # (the id -> position map is made anyway) a repeated id: name the first
+        _unique(ids, "cluster.nodes")
     _unique([j.id for j in instance.jobs], "jobs")
-    nodes = dict(zip(ids, cluster.nodes))
     for t in dict.fromkeys(types):
         if t not in cluster.gpu_types:
             k = types.index(t)
             raise InvalidInstanceError(f"cluster.nodes[{k}].gpu_type",
                                        f"{t!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
-    healthy_before = dict(zip(ids, map(sub, map(_gpus, cluster.nodes), map(len, map(_failed, cluster.nodes)))))
-    at = dict(zip(ids, range(len(ids))))  # the ids are distinct (above)
+    at = columns.at  # the ids are distinct (above)
     if nodes_seen is not None:
-        nodes_seen.update(ids=ids, order=at)
-    pos, hb, wrong, held = _listed_nodes(instance, ids, types, list(cluster.gpu_types), healthy_before, at)
+        nodes_seen.update(ids=ids, order=at, columns=columns)
+    pos, hb, wrong, held = _listed_nodes(instance, ids, types, list(cluster.gpu_types), columns.healthy_before, at,
+                                         columns.type_codes())
     for k, job in enumerate(instance.jobs):
         where = f"jobs[{k}]"
         gtype = job.throughput.gpu_type
@@ -77,12 +79,13 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
                                        f"{gtype!r} is not in cluster.gpu_types ({', '.join(sorted(cluster.gpu_types))})")
         if job.throughput.by_type is not None or job.throughput.gpu_types is not None:
             _check_other_types(job, f"{where}.throughput", cluster.gpu_types)
-        table = (tables or {}).get(job.id)
         cur = job.current
-        # Literal tables are checked on their keys, canonical decimal strings (no int() pass).
-        known = (cur.gpus in table) if table is not None else (
-            str(cur.gpus) in job.throughput.tflops if job.throughput.tflops is not None else
-            cur.gpus in job.throughput.table_view() if job.throughput.compact is not None else True)
+        if cur.gpus != 0:  # (a job holding no GPU has no count to look up)
+            table = (tables or {}).get(job.id)
+            # Literal tables are checked on their keys, canonical decimal strings (no int() pass).
+            known = (cur.gpus in table) if table is not None else (
+                str(cur.gpus) in job.throughput.tflops if job.throughput.tflops is not None else
+                cur.gpus in job.throughput.table_view() if job.throughput.compact is not None else True)
         if cur.gpus != 0 and not known:
             raise InvalidInstanceError(f"{where}.current.gpus",
                                        f"{cur.gpus} is not a GPU count of the job's throughput table (nor 0)")
@@ -91,11 +94,11 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
         if cur.gpus > 0 and not cur.nodes:
             raise InvalidInstanceError(f"{where}.current.nodes", f"the job holds {cur.gpus} GPUs but lists no nodes")
         if wrong[k]:  # (found for all jobs at once, _listed_nodes); this walk names the first bad entry
-            _check_refs(cur.nodes, nodes, f"{where}.current.nodes")
+            _check_refs(cur.nodes, at, f"{where}.current.nodes")
             for i, nid in enumerate(cur.nodes):
-                if nodes[nid].gpu_type != gtype:
+                if types[at[nid]] != gtype:
                     raise InvalidInstanceError(f"{where}.current.nodes[{i}]",
-                                               f"node {nid!r} has GPU type {nodes[nid].gpu_type!r}, the job runs on {gtype!r}")
+                                               f"node {nid!r} has GPU type {types[at[nid]]!r}, the job runs on {gtype!r}")
         healthy = held[k]
         if cur.gpus > healthy:
             raise InvalidInstanceError(f"{where}.current.gpus",
@@ -104,8 +107,8 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
                 and job.throughput.model is None):
             raise InvalidInstanceError(f"{where}.transition_seconds",
                                        "missing, and cost.default_transition_seconds is not given either")
-    split = previous_distribution(instance, healthy_before, (pos, hb))
-    _check_job_constraints(instance, split)
+    split = previous_distribution(instance, PositionMap(at, hb), (pos, hb))
+    _check_job_constraints(instance, split, columns)
     unplaced = [(k, job) for k, job in enumerate(instance.jobs) if job.current.gpus > 0 and not split[job.id]]
     if unplaced:
         k, job = unplaced[0]
@@ -115,16 +118,19 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
             f"jobs[{k}].current",
             f"its {job.current.gpus} GPUs and those of {', '.join(map(repr, others))}, which share "
             f"its nodes, do not fit in the healthy GPUs of those nodes together")
-    check_event(instance, nodes)
+    check_event(instance, columns)
     return split
 
 
-def _listed_nodes(instance: Instance, ids: list, types: list, kinds: list, healthy_before: dict,
-                  at: dict | None = None):
+def _listed_nodes(instance: Instance, ids: list, types: list, kinds: list, healthy_before,
+                  at: dict | None = None, codes: tuple | None = None):
     """The nodes every job lists, looked up once for all jobs: (their positions in the cluster, in job
     order; the healthy GPUs before the event of every node by position; per job, whether its list has
     an unknown node, a node twice or a node of another GPU type than the job's; per job, the healthy
-    GPUs before the event of its nodes, summed). ``kinds``: every GPU type, those of ``types`` among them."""
+    GPUs before the event of its nodes, summed). ``kinds``: every GPU type, those of ``types`` among them.
+    ``healthy_before``: the healthy GPUs before the event by node id (in cluster order), or by position
+    as an int64 array. ``codes``: (the GPU types in order of first appearance, each node's index among
+    them), when known (:meth:`unicron_plan.schema.nodes.NodeColumns.type_codes`)."""
     jobs = instance.jobs
     m, n = len(jobs), len(ids)
     lists = [job.current.nodes for job in jobs]
@@ -133,9 +139,13 @@ def _listed_nodes(instance: Instance, ids: list, types: list, kinds: list, healt
     flat = list(chain.from_iterable(lists))
     pos = np.fromiter(map(at.get, flat, repeat(-1)), dtype=np.int64, count=len(flat))
     code = {t: k for k, t in enumerate(kinds)}
-    node_type = np.fromiter(map(code.__getitem__, types), dtype=np.int64, count=n)
+    if codes is not None:
+        node_type = np.asarray([code[t] for t in codes[0]], dtype=np.int64).reshape(len(codes[0]))[codes[1]]
+    else:
+        node_type = np.fromiter(map(code.__getitem__, types), dtype=np.int64, count=n)
     job_type = np.fromiter((code.get(job.throughput.gpu_type, -1) for job in jobs), dtype=np.int64, count=m)
-    hb = np.fromiter(healthy_before.values(), dtype=np.int64, count=n)
+    hb = healthy_before if isinstance(healthy_before, np.ndarray) else \
+        np.fromiter(healthy_before.values(), dtype=np.int64, count=n)
     owner = np.repeat(np.arange(m, dtype=np.int64), sizes)
     known = pos >= 0
     at_known = np.where(known, pos, 0)
@@ -158,14 +168,20 @@ def _check_other_types(job, where: str, declared) -> None:
                                        f"{t!r} is not in cluster.gpu_types ({', '.join(sorted(declared))})")
 
 
-def check_event(instance: Instance, nodes: dict | None = None) -> None:
+def check_event(instance: Instance, nodes=None) -> None:
     """The event's references and preconditions against the cluster and jobs (the part of
-    :func:`check_instance` that depends on the event; ``nodes``: the nodes by id, when known)."""
+    :func:`check_instance` that depends on the event). ``nodes``: the cluster's nodes when known, as
+    :class:`unicron_plan.schema.nodes.NodeColumns` or as a dict of the node models by id."""
     ev = instance.event
     if ev is None:
         return
-    if nodes is None:
-        nodes = {n.id: n for n in instance.cluster.nodes}
+    if nodes is None:  # the nodes as read, else the models by id
+        nodes = instance.cluster.read_columns()
+        if nodes is None:
+            nodes = {n.id: n for n in instance.cluster.nodes}
+    if isinstance(nodes, NodeColumns):
+        columns, at = nodes, nodes.at
+        nodes = _NodeView(columns, at)
     if ev.kind != "failure":
         _check_other_event(instance, nodes)
         return
@@ -196,13 +212,44 @@ def check_event(instance: Instance, nodes: dict | None = None) -> None:
                                        f"node {nid!r} is not a node of failed_nodes or failed_gpus")
 
 
-def _check_job_constraints(instance: Instance, split: dict[str, dict[str, int]]) -> None:
+class _NodeFields(NamedTuple):
+    gpus: int
+    failed_gpus: list
+
+
+class _NodeView(Mapping):
+    """{node id: its ``gpus`` and ``failed_gpus``} read from the columns, for the event's few nodes."""
+
+    __slots__ = ("columns", "at")
+
+    def __init__(self, columns: NodeColumns, at: dict):
+        self.columns, self.at = columns, at
+
+    def __getitem__(self, nid) -> _NodeFields:
+        k = self.at[nid]
+        return _NodeFields(self.columns.gpus_list[k], self.columns.failed_of(k))
+
+    def __contains__(self, nid) -> bool:
+        return nid in self.at
+
+    def __iter__(self):
+        return iter(self.at)
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+
+def _check_job_constraints(instance: Instance, split: dict[str, dict[str, int]],
+                           columns: NodeColumns | None = None) -> None:
     """The current allocation must satisfy the job's own constraints (tp, max_nodes, same_rack),
-    so that keeping it is always a valid choice (docs/solvers.md, "Constraints")."""
+    so that keeping it is always a valid choice (docs/solvers.md, "Constraints").
+    ``columns``: the cluster's nodes as columns, when read already."""
     from unicron_plan.core.cluster import rack_key
 
-    racks = {n.id: rack_key(n.id, n.rack) for n in instance.cluster.nodes} \
-        if any(job.same_rack for job in instance.jobs) else {}  # (a walk over every node: only when asked)
+    racks = {}
+    if any(job.same_rack for job in instance.jobs):  # (a walk over every node: only when asked)
+        columns = columns if columns is not None else instance.cluster.node_columns()
+        racks = dict(zip(columns.ids, map(rack_key, columns.ids, columns.racks)))
     for k, job in enumerate(instance.jobs):
         cur = job.current
         if job.tp is not None and cur.gpus % job.tp:

@@ -8,16 +8,16 @@ and the independent validator see one and the same cluster state.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import chain, compress, repeat
-from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from unicron_plan.schema import Instance
+from unicron_plan.schema.nodes import NodeColumns
 
 if TYPE_CHECKING:  # networkx is imported lazily: it costs ~0.25 s of CLI start-up
     import networkx as nx
@@ -46,7 +46,7 @@ class ClusterState:
     """Derived state of the cluster after the event (see docs/format.md, Objective)."""
 
     instance: Instance
-    nodes: dict[str, NodeHealth]
+    nodes: Mapping[str, NodeHealth]  # a dict, or a NodeTable (build_state): read it as a mapping
     hit: dict[str, bool]
     previous: dict[str, dict[str, int]] = field(default_factory=dict)
     exiting: frozenset = frozenset()  # jobs leaving in a job_exit event (planned 0, charged nothing)
@@ -56,6 +56,9 @@ class ClusterState:
     # when built from a HealthyCluster: that cluster, and the nodes re-derived from it (cluster order)
     healthy: "HealthyCluster | None" = field(default=None, repr=False, compare=False)
     touched: list[str] | None = field(default=None, repr=False, compare=False)
+    # with ``healthy`` and ``touched``: the records of the touched nodes ({id: NodeHealth}, cluster order);
+    # ``nodes`` may then be given as None and is made from the two on first access
+    changed: dict[str, NodeHealth] | None = field(default=None, repr=False, compare=False)
     # Kept by callers that track their allocations between events (the simulator), for placement:
     # ``idle``: usable GPUs minus those of every job's previous split, for the nodes where that is not 0;
     # ``in_order``: every previous split lists its nodes in cluster order.
@@ -66,13 +69,17 @@ class ClusterState:
         if self.order is None:
             self.order = {nid: k for k, nid in enumerate(self.nodes)}
 
+    def _record(self, nid: str) -> NodeHealth:
+        """The record of a touched node (without making ``nodes``)."""
+        return self.changed[nid] if self.changed is not None else self.nodes[nid]
+
     def usable_gpus(self) -> dict[str, int]:
         """{node id: GPUs a plan may use there (0 when drained)}: a fresh dict, in cluster order."""
         if self.healthy is None or self.touched is None:
             return {nid: (0 if n.drained else n.healthy_after) for nid, n in self.nodes.items()}
         free = dict(self.healthy.usable)
         for nid in self.touched:
-            n = self.nodes[nid]
+            n = self._record(nid)
             free[nid] = 0 if n.drained else n.healthy_after
         return free
 
@@ -91,14 +98,14 @@ class ClusterState:
                                count=len(self.nodes))
         out = self.healthy.arrays.gpus.copy()
         for nid in self.touched:
-            out[self.order[nid]] = self.nodes[nid].healthy_after
+            out[self.order[nid]] = self._record(nid).healthy_after
         return out
 
     @property
     def drained_nodes(self) -> list[str]:
         """Nodes out of service after the event, in instance order."""
         if self.touched is not None:  # only re-derived nodes can be drained (in cluster order)
-            return [nid for nid in self.touched if self.nodes[nid].drained]
+            return [nid for nid in self.touched if self._record(nid).drained]
         return [n.id for n in self.nodes.values() if n.drained]
 
     def usable_ids(self) -> dict[str, set[str]]:
@@ -111,7 +118,7 @@ class ClusterState:
             return out
         out = {t: set(ids) for t, ids in self.healthy.ids_by_type.items()}
         for nid in self.drained_nodes:
-            out[self.nodes[nid].gpu_type].discard(nid)
+            out[self._record(nid).gpu_type].discard(nid)
         return out
 
     def capacity(self) -> dict[str, int]:
@@ -145,6 +152,102 @@ class ClusterState:
         return g
 
 
+class NodeTable(Mapping):
+    """{node id: NodeHealth} of a cluster state, every node in cluster order: the touched nodes' records,
+    the others made from the healthy cluster when looked up (most callers read a few nodes). A caller
+    that reads many (more than FULL_AFTER lookups, or all through ``items()`` or ``values()``) gets them
+    from one dict made then."""
+
+    __slots__ = ("_healthy", "_changed", "_full", "_lookups")
+    FULL_AFTER = 20_000
+
+    def __init__(self, healthy: "HealthyCluster", changed: dict[str, NodeHealth]):
+        self._healthy, self._changed, self._full, self._lookups = healthy, changed, None, 0
+
+    def _dict(self) -> dict[str, NodeHealth]:
+        if self._full is None:
+            full = dict(self._healthy.nodes)  # every node healthy, then the touched ones' records
+            full.update(self._changed)
+            self._full = full
+        return self._full
+
+    def __getitem__(self, nid) -> NodeHealth:
+        if self._full is not None:
+            return self._full[nid]
+        record = self._changed.get(nid)
+        if record is not None:
+            return record
+        made = self._healthy.__dict__.get("nodes")  # the healthy records, when made already
+        if made is not None:
+            return made[nid]
+        self._lookups += 1
+        if self._lookups > self.FULL_AFTER:
+            return self._dict()[nid]
+        k = self._healthy.order[nid]  # (KeyError for a node not in the cluster)
+        columns = self._healthy.columns
+        gpus = columns.gpus_list[k]
+        return NodeHealth(columns.ids[k], columns.types[k], columns.racks[k], gpus, gpus, gpus, False, False)
+
+    def get(self, nid, default=None):
+        try:
+            return self[nid]
+        except KeyError:
+            return default
+
+    def __contains__(self, nid) -> bool:
+        return nid in self._healthy.order
+
+    def __iter__(self):
+        return iter(self._full if self._full is not None else self._healthy.order)
+
+    def __len__(self) -> int:
+        return len(self._healthy.order)
+
+    def items(self):
+        return self._dict().items()
+
+    def values(self):
+        return self._dict().values()
+
+    def __repr__(self) -> str:
+        return repr(self._dict())
+
+
+def _state_nodes(state: ClusterState):
+    nodes = state.__dict__["_nodes"]
+    if nodes is None and state.healthy is not None and state.changed is not None:
+        nodes = state.__dict__["_nodes"] = NodeTable(state.healthy, state.changed)
+    return nodes
+
+
+def _set_state_nodes(state: ClusterState, nodes) -> None:
+    state.__dict__["_nodes"] = nodes
+
+
+# {node id: NodeHealth} of every node in cluster order: a dict, or when build_state gave the healthy
+# cluster and the touched nodes' records instead, a NodeTable made on first access.
+ClusterState.nodes = property(_state_nodes, _set_state_nodes, doc=_state_nodes.__doc__)
+
+
+class PositionMap(Mapping):
+    """{node id: a value per node position}, read through the id -> position map (ints: a value of an
+    int array is handed out as a Python int)."""
+
+    __slots__ = ("at", "values")
+
+    def __init__(self, at: dict, values):
+        self.at, self.values = at, values
+
+    def __getitem__(self, nid):
+        return int(self.values[self.at[nid]])
+
+    def __iter__(self):
+        return iter(self.at)
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+
 def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None = None,
                 healthy: "HealthyCluster | None" = None, unhealthy: Collection[str] | None = None,
                 holders: Callable[[set[str]], set[str]] | None = None,
@@ -168,46 +271,59 @@ def build_state(instance: Instance, previous: dict[str, dict[str, int]] | None =
         for fg in failure.failed_gpus:
             event_gpus[fg.node].add(fg.gpu)
     node_isolation = instance.isolation == "node"
-    # Start from every node healthy; re-derive only the nodes with failed GPUs or touched by the event.
-    walk = instance.cluster.nodes
-    if healthy is not None and unhealthy is not None:
-        all_nodes, order = instance.cluster.nodes, healthy.order
-        ids = set(unhealthy) | failed_nodes | set(event_gpus) | set(_repaired_ids(instance))
-        walk = [all_nodes[k] for k in sorted(order[nid] for nid in ids)]
-    repaired = repaired_gpus(instance, walk)
     healthy = healthy if healthy is not None else healthy_nodes(instance)
-    nodes = dict(healthy.nodes)
+    # Start from every node healthy; re-derive only the nodes with failed GPUs or touched by the event
+    # (by position; ``unhealthy``, when given, names every node with failed GPUs). Their fields are this
+    # instance's: its nodes as read (no model made), else its node models at those positions.
+    order = healthy.order
+    own = instance.cluster.read_columns()
+    named = failed_nodes | set(event_gpus) | set(_repaired_ids(instance))
+    if unhealthy is not None:
+        walk = sorted({order[nid] for nid in named | set(unhealthy) if nid in order})
+    else:
+        own = own if own is not None else instance.cluster.node_columns()
+        walk = sorted({order[nid] for nid in named if nid in order} | set(own.failed))
+    if own is not None:
+        records = [(own.ids[k], own.types[k], own.racks[k], own.gpus_list[k], own.failed.get(k, ())) for k in walk]
+    else:
+        models = instance.cluster.nodes
+        records = [(n.id, n.gpu_type, n.rack, n.gpus, n.failed_gpus) for n in map(models.__getitem__, walk)]
+    repaired = _repaired(instance, records)
+    nodes = {}  # the touched nodes' records (the others are the healthy cluster's)
     cap, in_service = dict(healthy.capacity), healthy.in_service
     affected = set()  # nodes lost in the event or drained
     touched = []  # nodes re-derived
-    for node in walk:
-        if not node.failed_gpus and node.id not in failed_nodes and node.id not in event_gpus:
+    for nid, gtype, rack, gpus, failed in records:
+        if not failed and nid not in failed_nodes and nid not in event_gpus:
             continue
-        touched.append(node.id)
-        cap[node.gpu_type] -= node.gpus  # take the node's healthy record out of the totals
-        in_service -= node.gpus > 0
-        before = set(node.failed_gpus)
-        failed_after = (before - repaired.get(node.id, set())) | event_gpus.get(node.id, set())
-        lost = node.id in failed_nodes or bool(event_gpus.get(node.id))
-        drained = node.id in failed_nodes or (node_isolation and lost)
-        after = 0 if drained else node.gpus - len(failed_after)
-        nodes[node.id] = NodeHealth(node.id, node.gpu_type, node.rack, node.gpus,
-                                    node.gpus - len(before), after, lost, drained)
+        touched.append(nid)
+        cap[gtype] -= gpus  # take the node's healthy record out of the totals
+        in_service -= gpus > 0
+        before = set(failed)
+        failed_after = (before - repaired.get(nid, set())) | event_gpus.get(nid, set())
+        lost = nid in failed_nodes or bool(event_gpus.get(nid))
+        drained = nid in failed_nodes or (node_isolation and lost)
+        after = 0 if drained else gpus - len(failed_after)
+        nodes[nid] = NodeHealth(nid, gtype, rack, gpus, gpus - len(before), after, lost, drained)
         if not drained:
-            cap[node.gpu_type] += after
+            cap[gtype] += after
             in_service += after > 0
         if lost or drained:
-            affected.add(node.id)
+            affected.add(nid)
     if holders is not None:
         hit = dict.fromkeys(job_ids if job_ids is not None else (job.id for job in instance.jobs), False)
         if affected:
             hit.update(dict.fromkeys(holders(affected), True))
     else:
         hit = {job.id: not affected.isdisjoint(job.current.nodes) for job in instance.jobs}
-    state = ClusterState(instance, nodes, hit, exiting=exiting_jobs(instance), counted=(cap, in_service),
-                         order=healthy.order, healthy=healthy, touched=touched)
-    state.previous = previous if previous is not None else \
-        previous_distribution(instance, {n.id: n.healthy_before for n in nodes.values()})
+    state = ClusterState(instance, None, hit, exiting=exiting_jobs(instance), counted=(cap, in_service),
+                         order=healthy.order, healthy=healthy, touched=touched, changed=nodes)
+    if previous is None:  # the healthy GPUs before the event: every node's, the touched ones' own
+        before = healthy.columns.gpus.copy()
+        for nid, n in nodes.items():
+            before[order[nid]] = n.healthy_before
+        previous = previous_distribution(instance, PositionMap(order, before))
+    state.previous = previous
     return state
 
 
@@ -225,39 +341,41 @@ class NodeArrays(NamedTuple):
 class HealthyCluster:
     """Every node of a cluster as if all its GPUs were healthy and no event touched it, with the totals."""
 
-    nodes: dict[str, NodeHealth]
     capacity: dict[str, int]
     in_service: int
     order: dict[str, int]  # node id -> position in the cluster
-    usable: dict[str, int]  # node id -> its GPUs
-    # the nodes' ids, GPU types, racks and GPUs as lists in cluster order (when made by healthy_nodes)
-    columns: tuple[list, list, list, list] | None = field(default=None, repr=False, compare=False)
+    columns: NodeColumns  # the nodes as columns in cluster order
+
+    @cached_property
+    def nodes(self) -> dict[str, NodeHealth]:
+        """{node id: NodeHealth}, every node healthy, in cluster order (made on first use, then kept;
+        the records made in C calls, no Python frame per node)."""
+        ids, types, racks, gpus = self.columns.ids, self.columns.types, self.columns.racks, self.columns.gpus_list
+        return dict(zip(ids, map(_health, zip(ids, types, racks, gpus, gpus, gpus, repeat(False), repeat(False)))))
+
+    @cached_property
+    def usable(self) -> dict[str, int]:
+        """{node id: its GPUs} (made on first use, then kept)."""
+        return dict(zip(self.columns.ids, self.columns.gpus_list))
 
     @cached_property
     def ids_by_type(self) -> dict[str, frozenset[str]]:
         """{GPU type: ids of its nodes} (made on first use, then kept)."""
-        if self.columns is not None:
-            ids, types = self.columns[0], self.columns[1]
-            kinds = dict.fromkeys(types)
-            if len(kinds) == 1:
-                return {t: frozenset(ids) for t in kinds}
-            return {t: frozenset(compress(ids, map(t.__eq__, types))) for t in kinds}
-        out: dict[str, list[str]] = {}
-        for n in self.nodes.values():
-            out.setdefault(n.gpu_type, []).append(n.id)
-        return {t: frozenset(ids) for t, ids in out.items()}
+        ids, types = self.columns.ids, self.columns.types
+        kinds = dict.fromkeys(types)
+        if len(kinds) == 1:
+            return {t: frozenset(ids) for t in kinds}
+        return {t: frozenset(compress(ids, map(t.__eq__, types))) for t in kinds}
 
-    @cached_property
+    @property
     def ids(self) -> list[str]:
-        """Node ids in cluster order (made on first use, then kept)."""
-        return list(self.nodes)
+        """Node ids in cluster order (do not change)."""
+        return self.columns.ids
 
     @cached_property
     def arrays(self) -> NodeArrays:
         """The nodes as :class:`NodeArrays` (made on first use, then kept)."""
-        if self.columns is not None:
-            return _node_arrays(*self.columns[1:])
-        return node_arrays(self.nodes)
+        return _node_arrays(self.columns.types, self.columns.racks, self.columns.gpus)
 
 
 def node_arrays(nodes: dict[str, NodeHealth]) -> NodeArrays:
@@ -273,7 +391,7 @@ def _node_arrays(types: Sequence[str], racks: Sequence[str | None], gpus: Sequen
     n = len(codes)
     kinds = list(dict.fromkeys(t for t, _ in groups))
     type_index = {t: k for k, t in enumerate(kinds)}
-    return NodeArrays(np.asarray(gpus, dtype=np.int64).reshape(n),
+    return NodeArrays(np.array(gpus, dtype=np.int64).reshape(n),
                       np.asarray(codes, dtype=np.int64).reshape(n), groups, kinds,
                       np.asarray([type_index[t] for t, _ in groups], dtype=np.int64).reshape(len(groups)))
 
@@ -281,24 +399,20 @@ def _node_arrays(types: Sequence[str], racks: Sequence[str | None], gpus: Sequen
 _health = partial(tuple.__new__, NodeHealth)  # a NodeHealth from an iterable of its fields, made in C
 
 
-def healthy_nodes(instance: Instance, ids: list | None = None, order: dict | None = None) -> HealthyCluster:
-    """The :class:`HealthyCluster` of ``instance`` (for :func:`build_state`). The nodes' fields are
-    read and their records made in C calls (no Python frame per node). ``ids`` and ``order``: the
-    nodes' ids in cluster order and id -> position, when the instance checks made them
+def healthy_nodes(instance: Instance, ids: list | None = None, order: dict | None = None,
+                  columns: NodeColumns | None = None) -> HealthyCluster:
+    """The :class:`HealthyCluster` of ``instance`` (for :func:`build_state`), from the cluster's nodes as
+    columns (:meth:`unicron_plan.schema.Cluster.node_columns`: no node model is read); the records are
+    made in C calls (no Python frame per node). ``ids``, ``order`` and ``columns``: the nodes' ids in
+    cluster order, id -> position and the columns, when the instance checks made them
     (``check_instance``'s ``nodes_seen``)."""
     cluster = instance.cluster
-    if ids is None:
-        ids = list(map(attrgetter("id"), cluster.nodes))
-    columns = ids, types, racks, gpus = [ids] + [list(map(attrgetter(f), cluster.nodes))
-                                                 for f in ("gpu_type", "rack", "gpus")]
-    nodes = dict(zip(ids, map(_health, zip(ids, types, racks, gpus, gpus, gpus, repeat(False), repeat(False)))))
+    columns = columns if columns is not None else cluster.node_columns()
+    ids = ids if ids is not None else columns.ids
     cap = {t: 0 for t in cluster.gpu_types}
-    kinds = dict.fromkeys(types)
-    for t in kinds:
-        cap[t] += sum(gpus) if len(kinds) == 1 else sum(compress(gpus, map(t.__eq__, types)))
-    order = order if order is not None else dict(zip(ids, range(len(ids))))
-    return HealthyCluster(nodes, cap, len(gpus) - gpus.count(0), order,
-                          dict(zip(ids, gpus)), columns)
+    cap.update((t, cap.get(t, 0) + g) for t, g in columns.type_totals().items())
+    order = order if order is not None else columns.at
+    return HealthyCluster(cap, len(ids) - int(np.count_nonzero(columns.gpus == 0)), order, columns)
 
 
 def _repaired_ids(instance: Instance) -> list[str]:
@@ -307,6 +421,22 @@ def _repaired_ids(instance: Instance) -> list[str]:
     if event is None or event.kind != "repair":
         return []
     return list(event.repaired_nodes) + [rg.node for rg in event.repaired_gpus]
+
+
+def _repaired(instance: Instance, records: list) -> dict[str, set[int]]:
+    """:func:`repaired_gpus` of the nodes given as (id, GPU type, rack, GPUs, failed GPUs) records."""
+    event = instance.event
+    if event is None or event.kind != "repair":
+        return {}
+    out: dict[str, set[int]] = defaultdict(set)
+    if event.repaired_nodes:
+        listed = set(event.repaired_nodes)
+        for nid, _, _, _, failed in records:
+            if nid in listed:
+                out[nid] |= set(failed)
+    for rg in event.repaired_gpus:
+        out[rg.node].add(rg.gpu)
+    return dict(out)
 
 
 def repaired_gpus(instance: Instance, nodes=None) -> dict[str, set[int]]:

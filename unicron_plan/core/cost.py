@@ -101,8 +101,12 @@ def pending_repair_seconds(instance: Instance, event_kind=_OWN_EVENT) -> float:
         given = event.expected_repair_seconds or {}
         lost = list(event.failed_nodes) + [fg.node for fg in event.failed_gpus]
         return float(min((given.get(n, default) for n in lost), default=default))
-    stated = [n.expected_repair_seconds for n in instance.cluster.nodes
-              if n.failed_gpus and n.expected_repair_seconds is not None]
+    columns = instance.cluster.read_columns()
+    if columns is not None:
+        stated = [r for k, r in columns.repair.items() if columns.failed_of(k)]
+    else:
+        stated = [n.expected_repair_seconds for n in instance.cluster.nodes
+                  if n.failed_gpus and n.expected_repair_seconds is not None]
     return float(min(stated, default=float("inf")))
 
 

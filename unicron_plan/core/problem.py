@@ -205,10 +205,7 @@ def resolve_tables(instance: Instance) -> tuple[dict[str, Mapping[int, float]], 
 
 def _gpus_per_type(instance: Instance) -> dict[str, int]:
     """{GPU type: GPUs of its nodes, healthy or not}, in order of the types' first nodes."""
-    total: dict[str, int] = {}
-    for n in instance.cluster.nodes:
-        total[n.gpu_type] = total.get(n.gpu_type, 0) + n.gpus
-    return total
+    return instance.cluster.node_columns().type_totals()
 
 
 @dataclass(frozen=True)
@@ -244,10 +241,11 @@ def prepare(instance: Instance) -> PreparedCluster:
     seen: dict = {}
     previous = check_instance(base, tables, seen)
     type_tables, type_layouts = resolve_type_tables(base, tables, layouts)
-    return PreparedCluster(base, tables, layouts, previous, healthy_nodes(base, **seen),
+    healthy = healthy_nodes(base, **seen)
+    columns = healthy.columns
+    return PreparedCluster(base, tables, layouts, previous, healthy,
                            {n.id: n for n in base.cluster.nodes}, flat_tables(base, tables),
-                           frozenset(n.id for n in base.cluster.nodes if n.failed_gpus),
-                           type_tables, type_layouts)
+                           frozenset(columns.ids[k] for k in columns.failed), type_tables, type_layouts)
 
 
 def build_problem(instance: Instance, prepared: PreparedCluster | None = None) -> Problem:

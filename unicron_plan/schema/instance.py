@@ -7,15 +7,17 @@ fields to each other (unique ids, references, allocations that fit) live in
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, TypeAdapter, field_validator, model_serializer, model_validator
 
 from unicron_plan.schema.base import StrictModel
 from unicron_plan.schema.efficiency import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, EfficiencyConstants
+from unicron_plan.schema.nodes import NodeColumns, read_nodes
 
 _COUNT_KEY = re.compile(r"[1-9][0-9]*")  # used with fullmatch (a "$" would admit a trailing newline)
 # Throughput keys longer than this (>= 10**15 GPUs) exceed any cluster that fits in memory.
@@ -65,11 +67,93 @@ class Node(StrictModel):
         return self
 
 
+# A cluster read from a document whose nodes all have the common shape holds them as columns
+# (Cluster.node_columns, read by unicron_plan.schema.nodes.read_nodes without a model per node); its
+# ``nodes`` are then made, once, on first access (the same models validation makes). Once made, the
+# models are what the columns are read from. (The docstring below is the schema's description.)
 class Cluster(StrictModel):
     """GPU types and the nodes that carry them."""
 
     gpu_types: dict[str, GpuType] = Field(min_length=1, description="GPU types by name (at least one).")
     nodes: list[Node] = Field(min_length=1, description="Every node of the cluster, ids unique.")
+    _columns: Optional[NodeColumns] = PrivateAttr(default=None)  # the nodes as read, while no model is made
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _nodes_as_columns(cls, data, handler):
+        raw = data.get("nodes") if type(data) is dict else None
+        columns = read_nodes(raw, Node.model_validate) if raw is not None else None
+        if columns is None:  # not the common shape, or some entry is bad: the models name it
+            return handler(data)
+        cluster = handler({**data, "nodes": [_placeholder_node()]})
+        del cluster.__dict__["nodes"]
+        _set_private(cluster, "_columns", columns)
+        return cluster
+
+    @model_serializer(mode="wrap")
+    def _dump_with_nodes(self, handler):
+        self._made_nodes()
+        return handler(self)
+
+    def __getattr__(self, name: str):
+        if name == "nodes":
+            made = self._made_nodes()
+            if made is not None:
+                return made
+        return super().__getattr__(name)
+
+    def _made_nodes(self):
+        """The node models, made from the columns when they were not made yet (None when there are
+        no columns and no models: a cluster being built)."""
+        nodes = self.__dict__.get("nodes")
+        if nodes is not None:
+            return nodes
+        private = self.__pydantic_private__
+        columns = private.get("_columns") if private is not None else None
+        if columns is None:
+            return None
+        nodes = _node_list().validate_python(columns.rows())
+        self.__dict__["nodes"] = nodes
+        return nodes
+
+    def read_columns(self) -> Optional[NodeColumns]:
+        """The nodes as read from the document, while no node model was made; else None."""
+        private = self.__pydantic_private__
+        columns = private.get("_columns") if private is not None else None
+        return columns if columns is not None and "nodes" not in self.__dict__ else None
+
+    def node_columns(self) -> NodeColumns:
+        """The nodes as :class:`NodeColumns`: those read from the document while no model was made,
+        else read from the models (each call: they may have been changed)."""
+        columns = self.read_columns()
+        return columns if columns is not None else NodeColumns.from_models(self.nodes)
+
+    def __eq__(self, other):
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(other) is type(self) and self.gpu_types == other.gpu_types and self.nodes == other.nodes \
+            and (self.__pydantic_extra__ or {}) == (other.__pydantic_extra__ or {})
+
+    __hash__ = None
+
+    def __iter__(self):
+        self._made_nodes()
+        return super().__iter__()
+
+    def __repr_args__(self):
+        self._made_nodes()
+        return super().__repr_args__()
+
+
+@functools.lru_cache(maxsize=1)
+def _placeholder_node() -> Node:
+    """A valid node that stands for the nodes read as columns while the cluster's other fields are validated."""
+    return Node(id="_", gpu_type="_", gpus=1)
+
+
+@functools.lru_cache(maxsize=1)
+def _node_list() -> TypeAdapter:
+    return TypeAdapter(list[Node])
 
 
 def _private(model, name: str):

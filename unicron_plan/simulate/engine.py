@@ -191,6 +191,9 @@ class Engine:
         self._holding: dict[str, set[int]] = {}
         self._indexed: list[dict[str, int]] = [{} for _ in self.jobs]  # the alloc each job is indexed by
         self._replaced: set[int] = set(range(m))
+        # Every job whose alloc was replaced, in the order of the replacements (every job first): a reader
+        # keeps its position in this list and visits only the jobs after it (see replaced_since).
+        self.alloc_log: list[int] = list(range(m))
         self.attach_jobs()
 
     def attach_jobs(self) -> None:
@@ -198,7 +201,22 @@ class Engine:
         method of a set is copied as the original's)."""
         for j in self.jobs:
             object.__setattr__(j, "_hook", self._touched.add)
-            object.__setattr__(j, "_alloc_hook", self._replaced.add)
+            object.__setattr__(j, "_alloc_hook", self._alloc_replaced)
+
+    def _alloc_replaced(self, k: int) -> None:
+        self._replaced.add(k)
+        self.alloc_log.append(k)
+
+    def replaced_since(self, mark: tuple | None) -> tuple[list[int] | None, tuple]:
+        """(the jobs whose alloc was replaced since ``mark``, ascending, or None: any job may have been;
+        the mark of now). ``mark``: what an earlier call returned, None the first time. A mark holds this
+        engine's log, so a mark from another engine gives None; a copy of the engine (a fork) copies its
+        log, and the mark of a policy copied with it refers to the copy."""
+        log = self.alloc_log
+        now = (log, len(log))
+        if mark is None or mark[0] is not log:
+            return None, now
+        return sorted(set(log[mark[1]:])), now
 
     # --- helpers for policies ---
     def push(self, time: float, kind: str, payload=None) -> None:

@@ -45,6 +45,7 @@ import bisect
 import dataclasses
 import functools
 import math
+import operator
 
 import numpy as np
 
@@ -55,6 +56,8 @@ from unicron_plan.simulate.engine import Engine, JobRun
 from unicron_plan.simulate.greedy import UnlimitedRun, finish, fitting_step
 from unicron_plan.simulate.trace import SimEvent
 
+
+_ALLOC = operator.attrgetter("alloc")
 
 #: The planner policies' horizon when the scenario gives none (docs/model.md, "Planning horizon";
 #: chosen by the horizon sweep, docs/simulation.md).
@@ -225,6 +228,9 @@ class PlannerPolicy(Policy):
         self._spare: dict[str, int] = {}
         self._on: dict[str, set[str]] = {}
         self._allocs: dict[str, dict[str, int]] = {}  # job id -> its alloc dict, in job order
+        self._ids: list[str] | None = None  # the jobs' ids in job order (_job_ids)
+        self._instance_jobs: list | None = None  # the Job copies of the last instance (see instance)
+        self._marks: dict[str, tuple] = {}  # per reader of the engine's replaced allocs: its mark (_replaced)
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -297,15 +303,22 @@ class PlannerPolicy(Policy):
             for nid in listed_down:
                 nodes[eng.node_rank[nid]] = down[nid]
         copies = self._job_copies  # per job: (the alloc dict it was made from, the Job copy)
-        jobs = []
-        for k, (bj, j) in enumerate(zip(base.jobs, eng.jobs)):
+        listed = self._instance_jobs  # the jobs of the last instance made here (this policy's own list)
+        changed = self._replaced(eng, "instance")  # the jobs whose alloc was replaced since then
+        if changed is None or listed is None:
+            listed = self._instance_jobs = [None] * len(eng.jobs)
+            changed = range(len(eng.jobs))
+        base_jobs, run_jobs = base.jobs, eng.jobs
+        for k in changed:
+            bj, j = base_jobs[k], run_jobs[k]
             made = copies.get(k)
             if made is None or made[0] is not j.alloc:  # an alloc is replaced, never changed in place
                 update = {"current": CurrentAllocation.model_construct(gpus=j.count, nodes=list(j.alloc))}
                 if j.gpu_type != bj.throughput.gpu_type:  # mixed fleets: the job now runs on another type
                     update["throughput"] = self._on_type(bj, j.gpu_type)
                 made = copies[k] = (j.alloc, bj.model_copy(update=update))
-            jobs.append(made[1])
+            listed[k] = made[1]
+        jobs = list(listed)
         event = None
         if failed is not None:
             event = Event.model_construct(kind="failure", failed_nodes=[failed], failed_gpus=[])
@@ -328,6 +341,11 @@ class PlannerPolicy(Policy):
             found = self._throughputs[key] = job.throughput.on_type(gpu_type)
         return found
 
+    def _replaced(self, eng: Engine, reader: str) -> list[int] | None:
+        """The jobs whose alloc the engine replaced since ``reader``'s last call (ascending; None: any)."""
+        found, self._marks[reader] = eng.replaced_since(self._marks.get(reader))
+        return found
+
     def _sync(self, eng: Engine) -> None:
         """Bring the per-node bookkeeping up to date with the jobs whose alloc was replaced since the
         last plan (an alloc is replaced, never changed in place): only their nodes are visited."""
@@ -338,7 +356,10 @@ class PlannerPolicy(Policy):
             self._sig = [-1] * len(eng.jobs)
             self._spare = {nid: g for nid, g in full.items() if g}
         held, spare, on, ids = self._held, self._spare, self._on, self._sig_ids
-        for k, j in enumerate(eng.jobs):
+        changed = self._replaced(eng, "sync")
+        jobs = eng.jobs
+        for k in range(len(jobs)) if changed is None else changed:
+            j = jobs[k]
             old, new = self._seen[k], j.alloc
             if old is new:
                 continue
@@ -356,6 +377,12 @@ class PlannerPolicy(Policy):
             self._seen[k] = new
             self._allocs[j.id] = new
             self._sig[k] = ids.setdefault((j.count, tuple(new)), len(ids))
+
+    def _job_ids(self, eng: Engine) -> list[str]:
+        """The jobs' ids in job order (they never change during a run)."""
+        if self._ids is None:
+            self._ids = [j.id for j in eng.jobs]
+        return self._ids
 
     def _holders(self, nodes) -> set[str]:
         """Ids of the jobs holding GPUs on any of ``nodes``."""
@@ -411,10 +438,13 @@ class PlannerPolicy(Policy):
         # The splits are the jobs' own alloc dicts (never changed in place), in cluster order.
         state = build_state(instance, previous=dict(self._allocs), healthy=self._healthy,
                             unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start,
-                            holders=self._holders)
+                            holders=self._holders, job_ids=self._job_ids(eng))
         state.in_order = True
         state.idle = self._idle(state)
-        problem = tabulate(instance, state, *tables, flat) if self._terms is None else self._terms.tabulate(instance, state)
+        if self._terms is None:
+            problem = tabulate(instance, state, *tables, flat)
+        else:  # the jobs whose Job copy or previous split may differ from its last problem's: those replaced
+            problem = self._terms.tabulate(instance, state, self._replaced(eng, "terms"))
         if self._setting_up:  # the time-0 plan is free: every job's term is its rate alone
             problem = free_problem(problem)
         types = {}
@@ -460,7 +490,17 @@ class PlannerPolicy(Policy):
         placement, hit, types = self.plan(eng, failed, repaired)
         eng.plans += 1
         reasons = eng.changes = eng.changes or {"hit": 0, "chosen": 0, "unchanged": 0}  # (docs/format.md, Reasons)
-        for j in eng.jobs:
+        jobs, ids = eng.jobs, self._job_ids(eng)
+        if types:
+            visit = range(len(jobs))
+        else:  # the jobs kept in place (their own dict planned, not hit) are counted, not visited
+            m = len(jobs)
+            kept = np.fromiter(map(operator.is_, map(placement.__getitem__, ids), map(_ALLOC, jobs)), dtype=bool, count=m)
+            kept &= ~np.fromiter(map(hit.__getitem__, ids), dtype=bool, count=m)
+            visit = np.flatnonzero(~kept).tolist()
+            reasons["unchanged"] += m - len(visit)
+        for k in visit:
+            j = jobs[k]
             new = placement[j.id]
             if types and types[j.id] != j.gpu_type:  # mixed fleets: moved to another GPU type
                 j.switch_type(types[j.id])

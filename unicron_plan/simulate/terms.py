@@ -94,6 +94,7 @@ class RunTerms:
         self._x = [0] * m  # and its current count
         self._split_seen: list = [None] * m  # the previous split each node count below was made from
         self._held = [0] * m
+        self._listed = np.zeros(m, dtype=bool)  # the previous split lists a node (see _splits)
         self._options: tuple | None = None  # (weak reference to the last problem built here, its FlatOptions)
         # The JobTerms of the last problem built by the array path, reused by the next one (see tabulate),
         # with what each was made from: own count, hit, F there (bits), leaving, end of its entries.
@@ -108,10 +109,12 @@ class RunTerms:
         state["_made"] = state["_made_from"] = state["_options"] = None
         return state
 
-    def _d_trans(self, instance) -> list[float]:
-        """cost.d_trans_seconds of every job, re-derived only for replaced Job objects."""
-        seen, d, x = self._job_seen, self._d, self._x
-        for k, job in enumerate(instance.jobs):
+    def _d_trans(self, instance, changed) -> list[float]:
+        """cost.d_trans_seconds of every job, re-derived only for replaced Job objects (looked for among
+        ``changed``, the jobs whose Job object may have been replaced since the last call; None: all)."""
+        seen, d, x, jobs = self._job_seen, self._d, self._x, instance.jobs
+        for k in range(self.m) if changed is None else changed:
+            job = jobs[k]
             if job is not seen[k]:
                 seen[k], d[k], x[k] = job, cost.d_trans_seconds(instance, job), job.current.gpus
         return d
@@ -124,29 +127,32 @@ class RunTerms:
         cap = np.fromiter(map(capacity.__getitem__, self.types), dtype=np.int64, count=self.m)
         return np.searchsorted(self.keys, self.first_key + np.minimum(cap, self.scale - 1), side="right") - self.starts
 
-    def _nodes_held(self, state) -> np.ndarray:
-        """Each job's nodes with GPUs in its previous split (as cost.job_transition_terms counts them),
-        re-counted only for replaced splits (a split is replaced, never changed in place)."""
-        seen, held, previous = self._split_seen, self._held, state.previous
-        for k, jid in enumerate(self.ids):
-            split = previous.get(jid)
+    def _splits(self, state, changed) -> None:
+        """Each job's nodes with GPUs in its previous split (as cost.job_transition_terms counts them) and
+        whether the split lists any node, re-counted only for replaced splits (a split is replaced, never
+        changed in place), looked for among ``changed`` (None: every job)."""
+        seen, held, listed, previous, ids = self._split_seen, self._held, self._listed, state.previous, self.ids
+        for k in range(self.m) if changed is None else changed:
+            split = previous.get(ids[k])
             if split is None:
                 split = {}
             if split is not seen[k]:
                 seen[k], held[k] = split, len(split) - list(split.values()).count(0)
-        return np.asarray(held, dtype=np.int64)
+                listed[k] = len(split) > 0
 
     @np.errstate(over="ignore", invalid="ignore")
-    def tabulate(self, instance, state) -> Problem:
+    def tabulate(self, instance, state, changed: list[int] | None = None) -> Problem:
         """The Problem ``core.problem.tabulate(instance, state, tables, layouts, flat)`` returns (valid
-        until the next call: its JobTerms are kept and updated by it, module docstring)."""
+        until the next call: its JobTerms are kept and updated by it, module docstring). ``changed``: the
+        jobs whose Job object or previous split may differ from the last call's (None: any job)."""
         self._options = None
+        d = np.asarray(self._d_trans(instance, changed), dtype=float)  # kept up to date on every path
+        self._splits(state, changed)
         if instance.cost.horizon == "lifetime":
             return self._reference(instance, state)
         flat, m, ids = self.flat, self.m, self.ids
         d_run = cost.d_run_seconds(instance, state.nodes_in_service())
         capacity = state.capacity()
-        d = np.asarray(self._d_trans(instance), dtype=float)
         x_list = self._x
         xs = np.asarray(x_list, dtype=np.int64).reshape(m)
         hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
@@ -159,7 +165,7 @@ class RunTerms:
         for i in np.flatnonzero(~found).tolist():  # not in the table: the lookup names the count
             f_x[i] = float(cost.waf(self.fixed[i][0], self.tables[ids[i]][x_list[i]]))
         if cost.uses_job_horizon(instance):  # D_trans x max(nodes held, 1) / max(H, 1) (cost.horizon_terms)
-            d_trans = d * (np.maximum(self._nodes_held(state), 1) / max(state.nodes_in_service(), 1))
+            d_trans = d * (np.maximum(np.asarray(self._held, dtype=np.int64), 1) / max(state.nodes_in_service(), 1))
         else:
             d_trans = d
         pen = f_x * d_trans
@@ -255,7 +261,9 @@ class RunTerms:
         free = dict(problem.state.idle)
         result: dict[str, dict[str, int]] = {}
         movers = []
-        for i in np.flatnonzero((y == 0) | (y != xs) | hit).tolist():  # in job order, as _stays_idle
+        # in job order, as _stays_idle; a job planned at 0 that held no node and is not hit is left out
+        # (placement gives it an empty split: its previous one, equal)
+        for i in np.flatnonzero(((y == 0) & self._listed) | (y != xs) | hit).tolist():
             j = jobs[i]
             result[j.id] = {}
             if y[i] != 0:
@@ -293,7 +301,7 @@ class RunTerms:
             off = np.zeros(self.m + 1, dtype=np.int64)
             np.cumsum(flat.fits, out=off[1:])
         found, _ = solve_type_joined(counts, gains, off, problem.capacity[self.types[0]])
-        return {jid: int(c) for jid, c in zip(self.ids, found)}
+        return dict(zip(self.ids, np.asarray(found, dtype=np.int64).tolist()))
 
     def _reference(self, instance, state) -> Problem:
         return tabulate(instance, state, self.tables, self.layouts, self.flat)

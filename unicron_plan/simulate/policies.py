@@ -46,6 +46,7 @@ import dataclasses
 import functools
 import math
 import operator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -58,6 +59,14 @@ from unicron_plan.simulate.trace import SimEvent
 
 
 _ALLOC = operator.attrgetter("alloc")
+
+
+class _PackedPlan(NamedTuple):
+    """A plan in the planner policies' cache (PlannerPolicy._packed)."""
+
+    splits: tuple
+    hit: np.ndarray
+    types: dict
 
 #: The planner policies' horizon when the scenario gives none (docs/model.md, "Planning horizon";
 #: chosen by the horizon sweep, docs/simulation.md).
@@ -423,12 +432,13 @@ class PlannerPolicy(Policy):
 
                 self._terms = RunTerms(base, *self._tables, self._flat)
         self._sync(eng)
+        self._job_ids(eng)  # (the cache's plans are read by them, see _unpacked)
         key = (failed, repaired, frozenset(eng.down), tuple(self._sig))
         if eng.gpu_seconds is not None:  # mixed fleets: the jobs' types are part of the state
             key += (tuple(j.gpu_type for j in eng.jobs),)
         hit = self._cache.get(key)
         if hit is not None:
-            return hit
+            return self._unpacked(hit)
         instance = self.instance(eng, failed, repaired)
         tables, flat, alternatives = self._tables, self._flat, None
         if eng.gpu_seconds is not None:  # mixed fleets: the tables of the jobs' current types
@@ -462,8 +472,26 @@ class PlannerPolicy(Policy):
             placement = dict(problem.state.previous)
             placement.update(place(problem, counts, start))
         out = (placement, dict(problem.state.hit), types)
-        self._cache[key] = out
+        self._cache[key] = self._packed(out)
         return out
+
+    def _packed(self, out: tuple):
+        """A plan as the cache keeps it: where its placement and hit dicts list every job in job order
+        (as plan makes them), their values alone (a tuple of the same split dicts, the hits as bits),
+        a fifth of the dicts' memory; else the plan itself."""
+        placement, hit, types = out
+        ids = self._ids
+        if ids is None or len(placement) != len(ids) or len(hit) != len(ids) or list(placement) != ids \
+                or list(hit) != ids or not all(type(v) is bool for v in hit.values()):
+            return out
+        return _PackedPlan(tuple(placement.values()), np.fromiter(hit.values(), dtype=bool, count=len(ids)), types)
+
+    def _unpacked(self, entry) -> tuple:
+        """The plan a cache entry holds (see _packed): the same dicts' keys, values and order."""
+        if type(entry) is not _PackedPlan:
+            return entry
+        ids = self._ids
+        return dict(zip(ids, entry.splits)), dict(zip(ids, entry.hit.tolist())), entry.types
 
     def _type_tables(self, instance, eng: Engine):
         """(tables, flat tables, per-type tables) of the jobs on their current GPU types, made once per

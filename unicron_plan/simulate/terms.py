@@ -27,7 +27,9 @@ overflows a float (``tabulate`` names the job).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import weakref
 from typing import NamedTuple
 
@@ -101,6 +103,7 @@ class RunTerms:
         self._made: list | None = None
         self._made_from: tuple | None = None
         self._gains = np.empty(len(flat.f))  # every re-plan's gains, written in place
+        self._d_bits: np.ndarray | None = None  # the D_trans set on the kept JobTerms (as int64 bits)
 
     def __getstate__(self):
         """A copy (a forked run's policy, a pickle) makes its own JobTerms: the kept ones hold views of
@@ -212,10 +215,20 @@ class RunTerms:
                               "gains": gains[lo:hi], "d_run": d_run, "pinned": bool(fixed[i][4]) and not exits,
                               "min_gain_fraction": None if exits else fixed[i][7], "exiting": exits}
                 jobs[i] = t
-        # D_run and D_trans (which moves with the nodes in service under the job horizon) of every job;
-        # the gains are views of the buffer written above
-        for t, d_i in zip(jobs, d_trans.tolist()):
-            t.d_trans, t.d_run = d_i, d_run
+        # D_run of every job; D_trans (which moves with the nodes in service under the job horizon) of the
+        # jobs made above and of those whose D_trans differs (to the bit) from the last problem's; the gains
+        # are views of the buffer written above
+        d_bits = d_trans.view(np.int64)
+        if self._made is None or self._d_bits is None:
+            set_at = range(m)
+        else:
+            moved = np.flatnonzero(d_bits != self._d_bits)
+            set_at = np.union1d(moved, np.asarray(redo, dtype=np.int64)).tolist() if len(redo) else moved.tolist()
+        d_list = d_trans.tolist()
+        for i in set_at:
+            jobs[i].d_trans = d_list[i]
+        collections.deque(map(setattr, jobs, itertools.repeat("d_run", m), itertools.repeat(d_run, m)), maxlen=0)
+        self._d_bits = d_bits.copy()
         self._made, self._made_from = jobs, made_from
         jobs = list(jobs)
         filtered = False

@@ -16,6 +16,7 @@ phase and (base - F) x running time to ``sub_healthy``; so, exactly,
 
 from __future__ import annotations
 
+import gc
 import heapq
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -368,6 +369,25 @@ class Engine:
         for ev in self.events:
             heapq.heappush(self._heap, (ev.time, 0, ev.order, "event", ev))
         self._record()
+        # What exists after the set-up (the scenario, the policy's per-run data) lives as long as the run:
+        # in the collector's permanent generation, a full collection no longer walks it (at 1,048,576
+        # GPUs one took about 0.6 s of CPU). Only where nothing else froze objects, and undone at the end.
+        frozen = gc.get_freeze_count() == 0
+        if frozen:
+            gc.freeze()
+        try:
+            self._replay()
+        finally:
+            if frozen:
+                gc.unfreeze()
+        if self.checks and self.horizon > self.t:
+            self.check_invariants()
+        self.advance(self.horizon)
+        self._record()
+        return self.result()
+
+    def _replay(self) -> None:
+        """The events and the entries they schedule, in time order, up to the horizon."""
         while self._heap:
             time, _, _, kind, payload = heapq.heappop(self._heap)
             if time > self.horizon:
@@ -379,11 +399,6 @@ class Engine:
             if kind == "event" and self.progress is not None:
                 self.progress()
             self._record()
-        if self.checks and self.horizon > self.t:
-            self.check_invariants()
-        self.advance(self.horizon)
-        self._record()
-        return self.result()
 
     def check_invariants(self) -> None:
         """Raise AssertionError when the state about to hold until the next event is impossible: a

@@ -30,6 +30,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import math
 import weakref
 from typing import NamedTuple
 
@@ -104,6 +105,12 @@ class RunTerms:
         self._made_from: tuple | None = None
         self._gains = np.empty(len(flat.f))  # every re-plan's gains, written in place
         self._d_bits: np.ndarray | None = None  # the D_trans set on the kept JobTerms (as int64 bits)
+        self._want = self._at = None  # the last call's keys of each job's own count and their entries
+        self._pen_rep: np.ndarray | None = None  # see _repeated
+        self._pen_bits: np.ndarray | None = None
+        self._dp_at: tuple | None = None  # the DP's entries for the last own counts off the F Pareto set
+        finite_f = np.isfinite(flat.f).all() if len(flat.f) else True
+        self._f_max = float(np.abs(flat.f).max()) if len(flat.f) and finite_f else (0.0 if finite_f else math.inf)
 
     def __getstate__(self):
         """A copy (a forked run's policy, a pickle) makes its own JobTerms: the kept ones hold views of
@@ -121,6 +128,24 @@ class RunTerms:
             if job is not seen[k]:
                 seen[k], d[k], x[k] = job, cost.d_trans_seconds(instance, job), job.current.gpus
         return d
+
+    def _repeated(self, pen: np.ndarray) -> np.ndarray:
+        """``np.repeat(pen, sizes)`` (each job's transition term over its entries), kept between calls and
+        rewritten only over the jobs whose term changed (to the bit)."""
+        bits = pen.view(np.int64)
+        kept = self._pen_rep
+        if kept is None or self._pen_bits is None:
+            kept = self._pen_rep = np.repeat(pen, self.sizes)
+        else:
+            moved = np.flatnonzero(bits != self._pen_bits).tolist()
+            if len(moved) > self.m // 16:
+                kept[:] = np.repeat(pen, self.sizes)
+            else:
+                off = self.flat.off
+                for i in moved:
+                    kept[off[i]:off[i + 1]] = pen[i]
+        self._pen_bits = bits.copy()
+        return kept
 
     def _fits(self, capacity: dict[str, int]) -> np.ndarray:
         """How many leading entries of each job's table fit its GPU type's capacity (all of them
@@ -162,7 +187,15 @@ class RunTerms:
         exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
         # F at each job's own count: its entry where the count is in its table
         want = self.first_key + np.minimum(xs, self.scale - 1)
-        at = np.minimum(np.searchsorted(self.keys, want), len(self.keys) - 1) if m else want
+        if not m:
+            at = want
+        elif self._want is None:
+            at = np.minimum(np.searchsorted(self.keys, want), len(self.keys) - 1)
+        else:  # searched again only for the jobs whose count moved since the last call
+            at = self._at.copy()
+            moved = np.flatnonzero(want != self._want)
+            at[moved] = np.minimum(np.searchsorted(self.keys, want[moved]), len(self.keys) - 1)
+        self._want, self._at = want, at
         found = (self.keys[at] == want) & (xs < self.scale) if m else np.zeros(0, dtype=bool)
         f_x = np.where(found, flat.f[at] if m else 0.0, np.nan)
         for i in np.flatnonzero(~found).tolist():  # not in the table: the lookup names the count
@@ -176,13 +209,17 @@ class RunTerms:
         # entry pays, then the entry at x of a job neither hit nor leaving and a leaving job's entries
         # get F(y) D_run back (the same floats as subtracting 0)
         gains = np.multiply(flat.f, d_run, out=self._gains)
-        gains -= np.repeat(pen, self.sizes)
+        gains -= self._repeated(pen)
         back = at[found & ~hit & ~exiting]
         gains[back] = flat.f[back] * d_run
         for i in np.flatnonzero(exiting).tolist():
             a, b = int(flat.off[i]), int(flat.off[i + 1])
             gains[a:b] = flat.f[a:b] * d_run
-        if not (np.isfinite(gains).all() and np.isfinite(pen).all()):  # tabulate reports it (or not, past the fit)
+        # every gain is finite where |F| x |D_run| + |pen| stays far below the largest float, else checked
+        finite = np.isfinite(pen).all() and (
+            (math.isfinite(d_run) and self._f_max * abs(d_run) + float(np.abs(pen).max(initial=0.0)) < 1e300)
+            or np.isfinite(gains).all())
+        if not finite:  # tabulate reports it (or not, past the fit)
             return self._reference(instance, state)
         # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job)
         fits = self._fits(capacity)
@@ -222,8 +259,9 @@ class RunTerms:
         if self._made is None or self._d_bits is None:
             set_at = range(m)
         else:
-            moved = np.flatnonzero(d_bits != self._d_bits)
-            set_at = np.union1d(moved, np.asarray(redo, dtype=np.int64)).tolist() if len(redo) else moved.tolist()
+            moved = d_bits != self._d_bits
+            moved[redo] = True
+            set_at = np.flatnonzero(moved).tolist()
         d_list = d_trans.tolist()
         for i in set_at:
             jobs[i].d_trans = d_list[i]
@@ -300,8 +338,12 @@ class RunTerms:
             # from a quarter of the entries (dp.pareto_mask keeps the first of a prefix's largest).
             x_at = flat.x_at[flat.x_at >= 0]
             extra = x_at[~self.f_pareto[x_at]]  # ascending: one per job, in job order
-            at = self.f_pareto_at if not len(extra) else \
-                np.insert(self.f_pareto_at, np.searchsorted(self.f_pareto_at, extra), extra)
+            if self._dp_at is not None and np.array_equal(self._dp_at[0], extra):
+                at = self._dp_at[1]  # the same entries as the last call's
+            else:
+                at = self.f_pareto_at if not len(extra) else \
+                    np.insert(self.f_pareto_at, np.searchsorted(self.f_pareto_at, extra), extra)
+                self._dp_at = (extra, at)
             if not every:  # each job's entries that fit
                 at = at[at < (self.starts + flat.fits)[self.job_of[at]]]
             counts, gains = flat.counts[at], flat.gains[at]

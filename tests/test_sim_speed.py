@@ -188,12 +188,16 @@ def test_the_state_kept_from_the_replaced_allocs_equals_a_scan_at_every_plan(mon
     from unicron_plan.simulate import policies
 
     plan, build = policies.PlannerPolicy.plan, terms.RunTerms.tabulate
-    seen = {"plans": 0, "terms": 0, "logged": 0}
+    seen = {"plans": 0, "terms": 0, "logged": 0, "hinted": 0}
 
     def checked_plan(self, eng, failed, repaired):
         out = plan(self, eng, failed, repaired)
         for k, j in enumerate(eng.jobs):
             assert self._seen[k] is j.alloc and self._allocs[j.id] is j.alloc
+        if self._visit is not None and self._visit[0] is out[0]:  # the jobs replan visits: every other one stays
+            visit = set(self._visit[1])
+            assert all(out[0][j.id] is j.alloc and not out[1][j.id] for k, j in enumerate(eng.jobs) if k not in visit)
+            seen["hinted"] += 1
         if self._instance_jobs is not None and self._marks.get("instance", (None,))[0] is eng.alloc_log:
             inst = self.instance(eng, failed, repaired)  # made again: what a scan of every job gives
             for k, (a, j) in enumerate(zip(inst.jobs, eng.jobs)):
@@ -201,7 +205,7 @@ def test_the_state_kept_from_the_replaced_allocs_equals_a_scan_at_every_plan(mon
         seen["plans"] += 1
         return out
 
-    def checked_tabulate(self, instance, state, changed=None):
+    def checked_tabulate(self, instance, state, changed=None, hit_at=None):
         if changed is not None:  # every job whose Job object or split differs from the last call's is listed
             listed = set(changed)
             for k, jid in enumerate(self.ids):
@@ -209,7 +213,9 @@ def test_the_state_kept_from_the_replaced_allocs_equals_a_scan_at_every_plan(mon
                 if instance.jobs[k] is not self._job_seen[k] or (split is not None and split is not self._split_seen[k]):
                     assert k in listed, (k, jid)
                     seen["logged"] += 1
-        p = build(self, instance, state, changed)
+        if hit_at is not None:  # the hit jobs named by the policy are those state.hit holds
+            assert hit_at == [k for k, jid in enumerate(self.ids) if state.hit[jid]]
+        p = build(self, instance, state, changed, hit_at)
         for k, jid in enumerate(self.ids):
             split = state.previous.get(jid) or {}
             assert self._job_seen[k] is instance.jobs[k]
@@ -221,7 +227,7 @@ def test_the_state_kept_from_the_replaced_allocs_equals_a_scan_at_every_plan(mon
     monkeypatch.setattr(terms.RunTerms, "tabulate", checked_tabulate)
     out = simulate(_dense(scenario), names, 0)
     assert seen["plans"] >= sum(out["policies"][n]["plans"] for n in names) > 10
-    assert seen["terms"] > 10 and seen["logged"] > 10
+    assert seen["terms"] > 10 and seen["logged"] > 10 and seen["hinted"] > 10
 
 
 def test_the_replaced_log_of_a_copy_and_of_another_engine():

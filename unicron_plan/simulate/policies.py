@@ -238,6 +238,9 @@ class PlannerPolicy(Policy):
         self._on: dict[str, set[str]] = {}
         self._allocs: dict[str, dict[str, int]] = {}  # job id -> its alloc dict, in job order
         self._ids: list[str] | None = None  # the jobs' ids in job order (_job_ids)
+        self._index: dict[str, int] | None = None  # job id -> its position in job order
+        self._held_by: list = []  # what _holders returned during the last build_state
+        self._visit: tuple | None = None  # (a placement, the jobs it may change: see replan)
         self._instance_jobs: list | None = None  # the Job copies of the last instance (see instance)
         self._marks: dict[str, tuple] = {}  # per reader of the engine's replaced allocs: its mark (_replaced)
 
@@ -394,11 +397,18 @@ class PlannerPolicy(Policy):
         return self._ids
 
     def _holders(self, nodes) -> set[str]:
-        """Ids of the jobs holding GPUs on any of ``nodes``."""
+        """Ids of the jobs holding GPUs on any of ``nodes`` (kept for _hit_at: build_state marks them hit)."""
         out: set[str] = set()
         for nid in nodes:
             out |= self._on.get(nid, set())
+        self._held_by.append(out)
         return out
+
+    def _hit_at(self, eng: Engine) -> list[int]:
+        """The jobs the last build_state found hit (those _holders gave it), in job order."""
+        if self._index is None:
+            self._index = {jid: k for k, jid in enumerate(self._job_ids(eng))}
+        return sorted(self._index[jid] for found in self._held_by for jid in found)
 
     def _idle(self, state) -> dict[str, int]:
         """For ClusterState.idle: usable GPUs minus those every job holds, where that is not 0 (the
@@ -446,6 +456,7 @@ class PlannerPolicy(Policy):
         # The engine's own per-node split is the state before the event (it is checked after every
         # event when the engine runs with checks), so the instance checks need not re-derive it.
         # The splits are the jobs' own alloc dicts (never changed in place), in cluster order.
+        self._held_by = []  # the jobs build_state finds hit (see _holders)
         state = build_state(instance, previous=dict(self._allocs), healthy=self._healthy,
                             unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start,
                             holders=self._holders, job_ids=self._job_ids(eng))
@@ -454,7 +465,7 @@ class PlannerPolicy(Policy):
         if self._terms is None:
             problem = tabulate(instance, state, *tables, flat)
         else:  # the jobs whose Job copy or previous split may differ from its last problem's: those replaced
-            problem = self._terms.tabulate(instance, state, self._replaced(eng, "terms"))
+            problem = self._terms.tabulate(instance, state, self._replaced(eng, "terms"), self._hit_at(eng))
         if self._setting_up:  # the time-0 plan is free: every job's term is its rate alone
             problem = free_problem(problem)
         types = {}
@@ -468,9 +479,12 @@ class PlannerPolicy(Policy):
         start = self._terms.placement_start(problem, counts) if self._terms is not None else None
         if start is None:
             placement = place(problem, counts)
+            self._visit = None
         else:  # the staying jobs keep their previous split (the same dict); the others are placed
             placement = dict(problem.state.previous)
             placement.update(place(problem, counts, start))
+            # every other job keeps its alloc dict (the previous split) and is not hit
+            self._visit = (placement, self._terms.placed)
         out = (placement, dict(problem.state.hit), types)
         self._cache[key] = self._packed(out)
         return out
@@ -521,6 +535,9 @@ class PlannerPolicy(Policy):
         jobs, ids = eng.jobs, self._job_ids(eng)
         if types:
             visit = range(len(jobs))
+        elif self._visit is not None and self._visit[0] is placement:  # the jobs this plan placed
+            visit = self._visit[1]
+            reasons["unchanged"] += len(jobs) - len(visit)
         else:  # the jobs kept in place (their own dict planned, not hit) are counted, not visited
             m = len(jobs)
             kept = np.fromiter(map(operator.is_, map(placement.__getitem__, ids), map(_ALLOC, jobs)), dtype=bool, count=m)

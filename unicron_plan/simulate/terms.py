@@ -105,6 +105,7 @@ class RunTerms:
         self._made_from: tuple | None = None
         self._gains = np.empty(len(flat.f))  # every re-plan's gains, written in place
         self._d_bits: np.ndarray | None = None  # the D_trans set on the kept JobTerms (as int64 bits)
+        self.placed: list[int] | None = None  # the jobs the last placement_start left to place (ascending)
         self._want = self._at = None  # the last call's keys of each job's own count and their entries
         self._pen_rep: np.ndarray | None = None  # see _repeated
         self._pen_bits: np.ndarray | None = None
@@ -169,11 +170,13 @@ class RunTerms:
                 listed[k] = len(split) > 0
 
     @np.errstate(over="ignore", invalid="ignore")
-    def tabulate(self, instance, state, changed: list[int] | None = None) -> Problem:
+    def tabulate(self, instance, state, changed: list[int] | None = None, hit_at: list[int] | None = None) -> Problem:
         """The Problem ``core.problem.tabulate(instance, state, tables, layouts, flat)`` returns (valid
         until the next call: its JobTerms are kept and updated by it, module docstring). ``changed``: the
-        jobs whose Job object or previous split may differ from the last call's (None: any job)."""
+        jobs whose Job object or previous split may differ from the last call's (None: any job);
+        ``hit_at``: the jobs ``state.hit`` holds True for, where the caller knows them (None: read it)."""
         self._options = None
+        self.placed = None
         d = np.asarray(self._d_trans(instance, changed), dtype=float)  # kept up to date on every path
         self._splits(state, changed)
         if instance.cost.horizon == "lifetime":
@@ -183,8 +186,13 @@ class RunTerms:
         capacity = state.capacity()
         x_list = self._x
         xs = np.asarray(x_list, dtype=np.int64).reshape(m)
-        hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
-        exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
+        if hit_at is None:
+            hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
+        else:  # the caller names the hit jobs
+            hit = np.zeros(m, dtype=bool)
+            hit[hit_at] = True
+        exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m) if state.exiting \
+            else np.zeros(m, dtype=bool)
         # F at each job's own count: its entry where the count is in its table
         want = self.first_key + np.minimum(xs, self.scale - 1)
         if not m:
@@ -314,13 +322,15 @@ class RunTerms:
         movers = []
         # in job order, as _stays_idle; a job planned at 0 that held no node and is not hit is left out
         # (placement gives it an empty split: its previous one, equal)
-        for i in np.flatnonzero(((y == 0) & self._listed) | (y != xs) | hit).tolist():
+        placed = np.flatnonzero(((y == 0) & self._listed) | (y != xs) | hit).tolist()
+        for i in placed:
             j = jobs[i]
             result[j.id] = {}
             if y[i] != 0:
                 movers.append(j)
             for nid, g in previous[j.id].items():
                 free[nid] = free.get(nid, 0) + g
+        self.placed = placed
         return free, result, movers
 
     def dp_counts(self, problem: Problem) -> dict[str, int] | None:

@@ -348,16 +348,17 @@ class RunTerms:
             # from a quarter of the entries (dp.pareto_mask keeps the first of a prefix's largest).
             x_at = flat.x_at[flat.x_at >= 0]
             extra = x_at[~self.f_pareto[x_at]]  # ascending: one per job, in job order
-            if self._dp_at is not None and np.array_equal(self._dp_at[0], extra):
-                at = self._dp_at[1]  # the same entries as the last call's
+            if every and self._dp_at is not None and np.array_equal(self._dp_at[0], extra):
+                _, at, counts, off = self._dp_at  # the same entries as the last call's
             else:
                 at = self.f_pareto_at if not len(extra) else \
                     np.insert(self.f_pareto_at, np.searchsorted(self.f_pareto_at, extra), extra)
-                self._dp_at = (extra, at)
-            if not every:  # each job's entries that fit
-                at = at[at < (self.starts + flat.fits)[self.job_of[at]]]
-            counts, gains = flat.counts[at], flat.gains[at]
-            off = np.searchsorted(at, flat.off)  # every job's first entry (count 0) is in ``at``
+                if not every:  # each job's entries that fit
+                    at = at[at < (self.starts + flat.fits)[self.job_of[at]]]
+                counts = flat.counts[at]
+                off = np.searchsorted(at, flat.off)  # every job's first entry (count 0) is in ``at``
+                self._dp_at = (extra, at, counts, off) if every else None
+            gains = flat.gains[at]
         elif every:  # the flat arrays as they are
             counts, gains, off = flat.counts, flat.gains, flat.off
         else:  # each job's leading entries that fit

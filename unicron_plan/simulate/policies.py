@@ -44,6 +44,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import itertools
 import math
 import operator
 from typing import NamedTuple
@@ -59,6 +60,19 @@ from unicron_plan.simulate.trace import SimEvent
 
 
 _ALLOC = operator.attrgetter("alloc")
+
+
+CHUNK = 128  # jobs per chunk of the planner policies' allocs (see PlannerPolicy._sync)
+
+
+class _PlacedPlan(NamedTuple):
+    """A plan in the planner policies' cache whose placement placed only some jobs (PlannerPolicy._packed)."""
+
+    chunks: tuple  # the alloc dicts of every job at the plan, CHUNK jobs a chunk
+    placed: tuple  # the jobs placed (ascending) and their splits
+    splits: tuple
+    hit: tuple  # the hit jobs (ascending)
+    types: dict
 
 
 class _PackedPlan(NamedTuple):
@@ -241,6 +255,9 @@ class PlannerPolicy(Policy):
         self._index: dict[str, int] | None = None  # job id -> its position in job order
         self._held_by: list = []  # what _holders returned during the last build_state
         self._visit: tuple | None = None  # (a placement, the jobs it may change: see replan)
+        self._hit_list: list[int] = []  # the hit jobs of the last problem (_hit_at)
+        self._chunks: list | None = None  # the synced allocs by chunks of CHUNK jobs (_sync)
+        self._sig_chunks: list = []  # their ids among those seen, by the same chunks
         self._instance_jobs: list | None = None  # the Job copies of the last instance (see instance)
         self._marks: dict[str, tuple] = {}  # per reader of the engine's replaced allocs: its mark (_replaced)
 
@@ -370,6 +387,7 @@ class PlannerPolicy(Policy):
         held, spare, on, ids = self._held, self._spare, self._on, self._sig_ids
         changed = self._replaced(eng, "sync")
         jobs = eng.jobs
+        touched = set()  # chunks of CHUNK jobs with a replaced alloc
         for k in range(len(jobs)) if changed is None else changed:
             j = jobs[k]
             old, new = self._seen[k], j.alloc
@@ -389,6 +407,15 @@ class PlannerPolicy(Policy):
             self._seen[k] = new
             self._allocs[j.id] = new
             self._sig[k] = ids.setdefault((j.count, tuple(new)), len(ids))
+            touched.add(k // CHUNK)
+        # the allocs and their ids by chunks of CHUNK jobs, remade where a job's alloc was replaced: the
+        # cache's keys and plans share the chunks that did not change (see plan and _packed)
+        if self._chunks is None:
+            self._chunks, self._sig_chunks = [None] * -(-len(jobs) // CHUNK), [None] * -(-len(jobs) // CHUNK)
+            touched = range(len(self._chunks))
+        for c in touched:
+            self._chunks[c] = tuple(self._seen[c * CHUNK:(c + 1) * CHUNK])
+            self._sig_chunks[c] = np.asarray(self._sig[c * CHUNK:(c + 1) * CHUNK], dtype=np.int64).tobytes()
 
     def _job_ids(self, eng: Engine) -> list[str]:
         """The jobs' ids in job order (they never change during a run)."""
@@ -443,7 +470,8 @@ class PlannerPolicy(Policy):
                 self._terms = RunTerms(base, *self._tables, self._flat)
         self._sync(eng)
         self._job_ids(eng)  # (the cache's plans are read by them, see _unpacked)
-        key = (failed, repaired, frozenset(eng.down), tuple(self._sig))
+        # each job's (count, nodes) as its id among those seen, by chunks shared with the earlier keys
+        key = (failed, repaired, frozenset(eng.down), tuple(self._sig_chunks))
         if eng.gpu_seconds is not None:  # mixed fleets: the jobs' types are part of the state
             key += (tuple(j.gpu_type for j in eng.jobs),)
         hit = self._cache.get(key)
@@ -465,7 +493,8 @@ class PlannerPolicy(Policy):
         if self._terms is None:
             problem = tabulate(instance, state, *tables, flat)
         else:  # the jobs whose Job copy or previous split may differ from its last problem's: those replaced
-            problem = self._terms.tabulate(instance, state, self._replaced(eng, "terms"), self._hit_at(eng))
+            self._hit_list = self._hit_at(eng)
+            problem = self._terms.tabulate(instance, state, self._replaced(eng, "terms"), self._hit_list)
         if self._setting_up:  # the time-0 plan is free: every job's term is its rate alone
             problem = free_problem(problem)
         types = {}
@@ -490,11 +519,17 @@ class PlannerPolicy(Policy):
         return out
 
     def _packed(self, out: tuple):
-        """A plan as the cache keeps it: where its placement and hit dicts list every job in job order
-        (as plan makes them), their values alone (a tuple of the same split dicts, the hits as bits),
-        a fifth of the dicts' memory; else the plan itself."""
+        """A plan as the cache keeps it. A plan whose placement placed only some jobs (every other one
+        keeping its alloc dict, not hit: see replan): the allocs' chunks at this plan (shared with the
+        other entries where they did not change), the splits of the jobs placed and the hit jobs. Else,
+        where its placement and hit dicts list every job in job order (as plan makes them), their values
+        alone (a tuple of the same split dicts, the hits as bits); else the plan itself."""
         placement, hit, types = out
         ids = self._ids
+        if self._visit is not None and self._visit[0] is placement and ids is not None and list(placement) == ids:
+            placed = self._visit[1]
+            return _PlacedPlan(tuple(self._chunks), tuple(placed), tuple(placement[ids[k]] for k in placed),
+                               tuple(self._hit_list), types)
         if ids is None or len(placement) != len(ids) or len(hit) != len(ids) or list(placement) != ids \
                 or list(hit) != ids or not all(type(v) is bool for v in hit.values()):
             return out
@@ -502,9 +537,17 @@ class PlannerPolicy(Policy):
 
     def _unpacked(self, entry) -> tuple:
         """The plan a cache entry holds (see _packed): the same dicts' keys, values and order."""
+        ids = self._ids
+        if type(entry) is _PlacedPlan:
+            splits = list(itertools.chain.from_iterable(entry.chunks))
+            for k, split in zip(entry.placed, entry.splits):
+                splits[k] = split
+            hit = dict.fromkeys(ids, False)
+            for k in entry.hit:
+                hit[ids[k]] = True
+            return dict(zip(ids, splits)), hit, entry.types
         if type(entry) is not _PackedPlan:
             return entry
-        ids = self._ids
         return dict(zip(ids, entry.splits)), dict(zip(ids, entry.hit.tolist())), entry.types
 
     def _type_tables(self, instance, eng: Engine):
@@ -855,6 +898,7 @@ class GreedyPolicy(PlannerPolicy):
         self._answers: dict = {}  # (capacities, allowed counts) -> counts
         self._steps: dict = {}  # job id -> its table as lists and its best steps (_greedy's memo)
         self._runs: dict = {}  # counts that fit per job -> simulate.greedy.UnlimitedRun (None: seen once)
+        self._fits_keys: dict = {}  # the counts that fit per job (bytes) seen, each kept once
 
     def choose(self, problem) -> dict[str, int]:
         # Greedy ignores transitions: its answer depends only on the capacities and each job's allowed
@@ -863,16 +907,25 @@ class GreedyPolicy(PlannerPolicy):
         # that fit (simulate/terms.py): their number per job says which they are.
         prefixes = self._terms is not None and self._terms.plain
         flat = self._terms.flat_options(problem) if prefixes else None
+        fits = None
+        if flat is not None:  # (equal counts that fit share one bytes object among the keys)
+            fits = flat.fits.tobytes()
+            fits = self._fits_keys.setdefault(fits, fits)
         key = (tuple(sorted(problem.capacity.items())),
-               flat.fits.tobytes() if flat is not None else
-               tuple((j.id, j.gpu_type, j.counts.tobytes()) for j in problem.jobs))
+               fits if flat is not None else tuple((j.id, j.gpu_type, j.counts.tobytes()) for j in problem.jobs))
         found = self._answers.get(key)
         if found is None:
             if flat is not None and len(problem.capacity) == 1 and not problem.alternatives:
                 found = self._replayed(flat, next(iter(problem.capacity.values())))
             if found is None:
                 found = self._greedy(problem, self._steps, prefixes)
-            self._answers[key] = found
+            ids = self._ids if self._ids is not None else [j.id for j in problem.jobs]  # (the run's list, shared)
+            # kept as the counts alone (in job order) where the answer lists every job in that order
+            self._answers[key] = (ids, np.fromiter(found.values(), dtype=np.int64, count=len(found))) \
+                if list(found) == ids and all(type(c) is int for c in found.values()) else found
+            return dict(found)
+        if type(found) is tuple:
+            return dict(zip(found[0], found[1].tolist()))
         return dict(found)
 
     RUNS_KEPT = 4  # recorded runs kept (per set of counts that fit), the latest ones

@@ -173,3 +173,117 @@ def test_jobs_on_a_node_equal_a_scan_of_every_job(monkeypatch, scenario, names):
     ScanningEngine.calls = 0
     simulate(_dense(scenario), names, 0)
     assert ScanningEngine.calls > 5 * len(names)
+
+
+SMALL_PLANNERS = [("gpt3-mix-128-a800-dense", ["unicron", "greedy", "equal-share", "clairvoyant", "lookahead"]),
+                  ("gpt3-mix-1024-a800", ["unicron", "greedy", "equal-share"]),
+                  pytest.param("gpt3-mix-128-a800-dense", ["rollout"], marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("scenario,names", SMALL_PLANNERS)
+def test_the_state_kept_from_the_replaced_allocs_equals_a_scan_at_every_plan(monkeypatch, scenario, names):
+    """The planner policies visit only the jobs the engine logged as replaced: after every plan the
+    synced allocations, the instance's job copies and the problem builder's per-job reads are those a
+    scan of every job finds (the same objects), and a replaced alloc is always in the log."""
+    from unicron_plan.simulate import policies
+
+    plan, build = policies.PlannerPolicy.plan, terms.RunTerms.tabulate
+    seen = {"plans": 0, "terms": 0, "logged": 0, "hinted": 0}
+
+    def checked_plan(self, eng, failed, repaired):
+        out = plan(self, eng, failed, repaired)
+        for k, j in enumerate(eng.jobs):
+            assert self._seen[k] is j.alloc and self._allocs[j.id] is j.alloc
+        if self._visit is not None and self._visit[0] is out[0]:  # the jobs replan visits: every other one stays
+            visit = set(self._visit[1])
+            assert all(out[0][j.id] is j.alloc and not out[1][j.id] for k, j in enumerate(eng.jobs) if k not in visit)
+            seen["hinted"] += 1
+        if self._instance_jobs is not None and self._marks.get("instance", (None,))[0] is eng.alloc_log:
+            inst = self.instance(eng, failed, repaired)  # made again: what a scan of every job gives
+            for k, (a, j) in enumerate(zip(inst.jobs, eng.jobs)):
+                assert a.current.gpus == j.count and a.current.nodes == list(j.alloc)
+        seen["plans"] += 1
+        return out
+
+    def checked_tabulate(self, instance, state, changed=None, hit_at=None):
+        if changed is not None:  # every job whose Job object or split differs from the last call's is listed
+            listed = set(changed)
+            for k, jid in enumerate(self.ids):
+                split = state.previous.get(jid)
+                if instance.jobs[k] is not self._job_seen[k] or (split is not None and split is not self._split_seen[k]):
+                    assert k in listed, (k, jid)
+                    seen["logged"] += 1
+        if hit_at is not None:  # the hit jobs named by the policy are those state.hit holds
+            assert hit_at == [k for k, jid in enumerate(self.ids) if state.hit[jid]]
+        p = build(self, instance, state, changed, hit_at)
+        for k, jid in enumerate(self.ids):
+            split = state.previous.get(jid) or {}
+            assert self._job_seen[k] is instance.jobs[k]
+            assert self._held[k] == sum(1 for g in split.values() if g) and self._listed[k] == bool(split)
+        seen["terms"] += 1
+        return p
+
+    monkeypatch.setattr(policies.PlannerPolicy, "plan", checked_plan)
+    monkeypatch.setattr(terms.RunTerms, "tabulate", checked_tabulate)
+    out = simulate(_dense(scenario), names, 0)
+    assert seen["plans"] >= sum(out["policies"][n]["plans"] for n in names) > 10
+    assert seen["terms"] > 10 and seen["logged"] > 10 and seen["hinted"] > 10
+
+
+def test_the_replaced_log_of_a_copy_and_of_another_engine():
+    """A mark names its engine's log: a copy of the engine (a fork) continues the copied log, another
+    engine's mark gives None (a scan of every job)."""
+    import copy
+
+    from unicron_plan.simulate.policies import make_policy
+
+    sc = _dense("gpt3-mix-128-a800-dense")
+    eng = Engine(sc, [], make_policy("greedy", sc), 150.0)
+    first, mark = eng.replaced_since(None)
+    assert first is None and mark[1] == len(eng.jobs)
+    assert eng.replaced_since(mark) == ([], mark)
+    eng.jobs[3].alloc = {"x": 1}
+    eng.jobs[1].alloc = {"y": 1}
+    eng.jobs[3].alloc = {"z": 2}
+    found, mark2 = eng.replaced_since(mark)
+    assert found == [1, 3]
+    other = copy.deepcopy(eng)
+    other.attach_jobs()
+    holder = copy.deepcopy({"eng": eng, "mark": mark2})
+    holder["eng"].attach_jobs()
+    holder["eng"].jobs[2].alloc = {"w": 1}
+    assert holder["eng"].replaced_since(holder["mark"])[0] == [2]  # the copied mark reads the copied log
+    assert eng.replaced_since(mark2)[0] == []  # the original did not see the copy's change
+    assert other.replaced_since(mark2)[0] is None  # a mark of another engine's log
+
+
+def test_cached_plans_are_kept_packed_and_read_back_as_they_were(monkeypatch):
+    """The plan cache keeps a plan's values (the same split dicts, the hits as bits); a hit gives back
+    dicts with the same keys in the same order and the same split objects."""
+    from unicron_plan.simulate import policies
+
+    made = {}
+    pack, unpack = policies.PlannerPolicy._packed, policies.PlannerPolicy._unpacked
+    hits = []
+    kinds = set()
+
+    def packed(self, out):
+        entry = pack(self, out)
+        assert type(entry) in (policies._PackedPlan, policies._PlacedPlan)
+        kinds.add(type(entry))
+        made[id(entry)] = (entry, out)
+        return entry
+
+    def unpacked(self, entry):
+        got = unpack(self, entry)
+        placement, hit, types = made[id(entry)][1]
+        assert list(got[0]) == list(placement) and all(a is b for a, b in zip(got[0].values(), placement.values()))
+        assert list(got[1].items()) == list(hit.items()) and got[2] == types
+        hits.append(1)
+        return got
+
+    monkeypatch.setattr(policies.PlannerPolicy, "_packed", packed)
+    monkeypatch.setattr(policies.PlannerPolicy, "_unpacked", unpacked)
+    for seed in (0, 1):
+        simulate(_dense("gpt3-mix-128-a800-dense"), ["unicron", "greedy"], seed)
+    assert len(hits) >= 4 and policies._PlacedPlan in kinds

@@ -63,8 +63,8 @@ def checked(monkeypatch):
     seen = {"problems": 0, "flat": 0, "dp": 0}
     build, counts = terms.RunTerms.tabulate, terms.RunTerms.dp_counts
 
-    def tabulate(self, instance, state):
-        p = build(self, instance, state)
+    def tabulate(self, instance, state, changed=None, hit_at=None):
+        p = build(self, instance, state, changed, hit_at)
         assert_same_problem(p, core_problem.tabulate(instance, state, self.tables, self.layouts, self.flat))
         seen["problems"] += 1
         seen["flat"] += self.flat_options(p) is not None
@@ -143,7 +143,7 @@ def test_runs_equal_the_runs_on_tabulate_alone(monkeypatch, seed):
     sc = _scenario(seed, None, curves="linear-step" if seed else "synthetic")
     names = ["unicron", "greedy", "clairvoyant"]
     fast = simulate(sc, names, seed)
-    monkeypatch.setattr(terms.RunTerms, "tabulate", lambda self, instance, state: self._reference(instance, state))
+    monkeypatch.setattr(terms.RunTerms, "tabulate", lambda self, instance, state, changed=None, hit_at=None: self._reference(instance, state))
     slow = simulate(sc, names, seed)
     assert json.dumps(fast, sort_keys=True) == json.dumps(slow, sort_keys=True)
 

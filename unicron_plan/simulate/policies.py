@@ -44,7 +44,10 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import itertools
 import math
+import operator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -55,6 +58,29 @@ from unicron_plan.simulate.engine import Engine, JobRun
 from unicron_plan.simulate.greedy import UnlimitedRun, finish, fitting_step
 from unicron_plan.simulate.trace import SimEvent
 
+
+_ALLOC = operator.attrgetter("alloc")
+
+
+CHUNK = 128  # jobs per chunk of the planner policies' allocs (see PlannerPolicy._sync)
+
+
+class _PlacedPlan(NamedTuple):
+    """A plan in the planner policies' cache whose placement placed only some jobs (PlannerPolicy._packed)."""
+
+    chunks: tuple  # the alloc dicts of every job at the plan, CHUNK jobs a chunk
+    placed: tuple  # the jobs placed (ascending) and their splits
+    splits: tuple
+    hit: tuple  # the hit jobs (ascending)
+    types: dict
+
+
+class _PackedPlan(NamedTuple):
+    """A plan in the planner policies' cache (PlannerPolicy._packed)."""
+
+    splits: tuple
+    hit: np.ndarray
+    types: dict
 
 #: The planner policies' horizon when the scenario gives none (docs/model.md, "Planning horizon";
 #: chosen by the horizon sweep, docs/simulation.md).
@@ -225,6 +251,15 @@ class PlannerPolicy(Policy):
         self._spare: dict[str, int] = {}
         self._on: dict[str, set[str]] = {}
         self._allocs: dict[str, dict[str, int]] = {}  # job id -> its alloc dict, in job order
+        self._ids: list[str] | None = None  # the jobs' ids in job order (_job_ids)
+        self._index: dict[str, int] | None = None  # job id -> its position in job order
+        self._held_by: list = []  # what _holders returned during the last build_state
+        self._visit: tuple | None = None  # (a placement, the jobs it may change: see replan)
+        self._hit_list: list[int] = []  # the hit jobs of the last problem (_hit_at)
+        self._chunks: list | None = None  # the synced allocs by chunks of CHUNK jobs (_sync)
+        self._sig_chunks: list = []  # their ids among those seen, by the same chunks
+        self._instance_jobs: list | None = None  # the Job copies of the last instance (see instance)
+        self._marks: dict[str, tuple] = {}  # per reader of the engine's replaced allocs: its mark (_replaced)
 
     def choose(self, problem) -> dict[str, int]:
         """Counts per job id for the built problem."""
@@ -297,15 +332,22 @@ class PlannerPolicy(Policy):
             for nid in listed_down:
                 nodes[eng.node_rank[nid]] = down[nid]
         copies = self._job_copies  # per job: (the alloc dict it was made from, the Job copy)
-        jobs = []
-        for k, (bj, j) in enumerate(zip(base.jobs, eng.jobs)):
+        listed = self._instance_jobs  # the jobs of the last instance made here (this policy's own list)
+        changed = self._replaced(eng, "instance")  # the jobs whose alloc was replaced since then
+        if changed is None or listed is None:
+            listed = self._instance_jobs = [None] * len(eng.jobs)
+            changed = range(len(eng.jobs))
+        base_jobs, run_jobs = base.jobs, eng.jobs
+        for k in changed:
+            bj, j = base_jobs[k], run_jobs[k]
             made = copies.get(k)
             if made is None or made[0] is not j.alloc:  # an alloc is replaced, never changed in place
                 update = {"current": CurrentAllocation.model_construct(gpus=j.count, nodes=list(j.alloc))}
                 if j.gpu_type != bj.throughput.gpu_type:  # mixed fleets: the job now runs on another type
                     update["throughput"] = self._on_type(bj, j.gpu_type)
                 made = copies[k] = (j.alloc, bj.model_copy(update=update))
-            jobs.append(made[1])
+            listed[k] = made[1]
+        jobs = list(listed)
         event = None
         if failed is not None:
             event = Event.model_construct(kind="failure", failed_nodes=[failed], failed_gpus=[])
@@ -328,6 +370,11 @@ class PlannerPolicy(Policy):
             found = self._throughputs[key] = job.throughput.on_type(gpu_type)
         return found
 
+    def _replaced(self, eng: Engine, reader: str) -> list[int] | None:
+        """The jobs whose alloc the engine replaced since ``reader``'s last call (ascending; None: any)."""
+        found, self._marks[reader] = eng.replaced_since(self._marks.get(reader))
+        return found
+
     def _sync(self, eng: Engine) -> None:
         """Bring the per-node bookkeeping up to date with the jobs whose alloc was replaced since the
         last plan (an alloc is replaced, never changed in place): only their nodes are visited."""
@@ -338,7 +385,11 @@ class PlannerPolicy(Policy):
             self._sig = [-1] * len(eng.jobs)
             self._spare = {nid: g for nid, g in full.items() if g}
         held, spare, on, ids = self._held, self._spare, self._on, self._sig_ids
-        for k, j in enumerate(eng.jobs):
+        changed = self._replaced(eng, "sync")
+        jobs = eng.jobs
+        touched = set()  # chunks of CHUNK jobs with a replaced alloc
+        for k in range(len(jobs)) if changed is None else changed:
+            j = jobs[k]
             old, new = self._seen[k], j.alloc
             if old is new:
                 continue
@@ -356,13 +407,35 @@ class PlannerPolicy(Policy):
             self._seen[k] = new
             self._allocs[j.id] = new
             self._sig[k] = ids.setdefault((j.count, tuple(new)), len(ids))
+            touched.add(k // CHUNK)
+        # the allocs and their ids by chunks of CHUNK jobs, remade where a job's alloc was replaced: the
+        # cache's keys and plans share the chunks that did not change (see plan and _packed)
+        if self._chunks is None:
+            self._chunks, self._sig_chunks = [None] * -(-len(jobs) // CHUNK), [None] * -(-len(jobs) // CHUNK)
+            touched = range(len(self._chunks))
+        for c in touched:
+            self._chunks[c] = tuple(self._seen[c * CHUNK:(c + 1) * CHUNK])
+            self._sig_chunks[c] = np.asarray(self._sig[c * CHUNK:(c + 1) * CHUNK], dtype=np.int64).tobytes()
+
+    def _job_ids(self, eng: Engine) -> list[str]:
+        """The jobs' ids in job order (they never change during a run)."""
+        if self._ids is None:
+            self._ids = [j.id for j in eng.jobs]
+        return self._ids
 
     def _holders(self, nodes) -> set[str]:
-        """Ids of the jobs holding GPUs on any of ``nodes``."""
+        """Ids of the jobs holding GPUs on any of ``nodes`` (kept for _hit_at: build_state marks them hit)."""
         out: set[str] = set()
         for nid in nodes:
             out |= self._on.get(nid, set())
+        self._held_by.append(out)
         return out
+
+    def _hit_at(self, eng: Engine) -> list[int]:
+        """The jobs the last build_state found hit (those _holders gave it), in job order."""
+        if self._index is None:
+            self._index = {jid: k for k, jid in enumerate(self._job_ids(eng))}
+        return sorted(self._index[jid] for found in self._held_by for jid in found)
 
     def _idle(self, state) -> dict[str, int]:
         """For ClusterState.idle: usable GPUs minus those every job holds, where that is not 0 (the
@@ -396,12 +469,14 @@ class PlannerPolicy(Policy):
 
                 self._terms = RunTerms(base, *self._tables, self._flat)
         self._sync(eng)
-        key = (failed, repaired, frozenset(eng.down), tuple(self._sig))
+        self._job_ids(eng)  # (the cache's plans are read by them, see _unpacked)
+        # each job's (count, nodes) as its id among those seen, by chunks shared with the earlier keys
+        key = (failed, repaired, frozenset(eng.down), tuple(self._sig_chunks))
         if eng.gpu_seconds is not None:  # mixed fleets: the jobs' types are part of the state
             key += (tuple(j.gpu_type for j in eng.jobs),)
         hit = self._cache.get(key)
         if hit is not None:
-            return hit
+            return self._unpacked(hit)
         instance = self.instance(eng, failed, repaired)
         tables, flat, alternatives = self._tables, self._flat, None
         if eng.gpu_seconds is not None:  # mixed fleets: the tables of the jobs' current types
@@ -409,12 +484,17 @@ class PlannerPolicy(Policy):
         # The engine's own per-node split is the state before the event (it is checked after every
         # event when the engine runs with checks), so the instance checks need not re-derive it.
         # The splits are the jobs' own alloc dicts (never changed in place), in cluster order.
+        self._held_by = []  # the jobs build_state finds hit (see _holders)
         state = build_state(instance, previous=dict(self._allocs), healthy=self._healthy,
                             unhealthy=self._listed_down(eng, failed, repaired) | self._failed_at_start,
-                            holders=self._holders)
+                            holders=self._holders, job_ids=self._job_ids(eng))
         state.in_order = True
         state.idle = self._idle(state)
-        problem = tabulate(instance, state, *tables, flat) if self._terms is None else self._terms.tabulate(instance, state)
+        if self._terms is None:
+            problem = tabulate(instance, state, *tables, flat)
+        else:  # the jobs whose Job copy or previous split may differ from its last problem's: those replaced
+            self._hit_list = self._hit_at(eng)
+            problem = self._terms.tabulate(instance, state, self._replaced(eng, "terms"), self._hit_list)
         if self._setting_up:  # the time-0 plan is free: every job's term is its rate alone
             problem = free_problem(problem)
         types = {}
@@ -428,12 +508,47 @@ class PlannerPolicy(Policy):
         start = self._terms.placement_start(problem, counts) if self._terms is not None else None
         if start is None:
             placement = place(problem, counts)
+            self._visit = None
         else:  # the staying jobs keep their previous split (the same dict); the others are placed
             placement = dict(problem.state.previous)
             placement.update(place(problem, counts, start))
+            # every other job keeps its alloc dict (the previous split) and is not hit
+            self._visit = (placement, self._terms.placed)
         out = (placement, dict(problem.state.hit), types)
-        self._cache[key] = out
+        self._cache[key] = self._packed(out)
         return out
+
+    def _packed(self, out: tuple):
+        """A plan as the cache keeps it. A plan whose placement placed only some jobs (every other one
+        keeping its alloc dict, not hit: see replan): the allocs' chunks at this plan (shared with the
+        other entries where they did not change), the splits of the jobs placed and the hit jobs. Else,
+        where its placement and hit dicts list every job in job order (as plan makes them), their values
+        alone (a tuple of the same split dicts, the hits as bits); else the plan itself."""
+        placement, hit, types = out
+        ids = self._ids
+        if self._visit is not None and self._visit[0] is placement and ids is not None and list(placement) == ids:
+            placed = self._visit[1]
+            return _PlacedPlan(tuple(self._chunks), tuple(placed), tuple(placement[ids[k]] for k in placed),
+                               tuple(self._hit_list), types)
+        if ids is None or len(placement) != len(ids) or len(hit) != len(ids) or list(placement) != ids \
+                or list(hit) != ids or not all(type(v) is bool for v in hit.values()):
+            return out
+        return _PackedPlan(tuple(placement.values()), np.fromiter(hit.values(), dtype=bool, count=len(ids)), types)
+
+    def _unpacked(self, entry) -> tuple:
+        """The plan a cache entry holds (see _packed): the same dicts' keys, values and order."""
+        ids = self._ids
+        if type(entry) is _PlacedPlan:
+            splits = list(itertools.chain.from_iterable(entry.chunks))
+            for k, split in zip(entry.placed, entry.splits):
+                splits[k] = split
+            hit = dict.fromkeys(ids, False)
+            for k in entry.hit:
+                hit[ids[k]] = True
+            return dict(zip(ids, splits)), hit, entry.types
+        if type(entry) is not _PackedPlan:
+            return entry
+        return dict(zip(ids, entry.splits)), dict(zip(ids, entry.hit.tolist())), entry.types
 
     def _type_tables(self, instance, eng: Engine):
         """(tables, flat tables, per-type tables) of the jobs on their current GPU types, made once per
@@ -460,7 +575,20 @@ class PlannerPolicy(Policy):
         placement, hit, types = self.plan(eng, failed, repaired)
         eng.plans += 1
         reasons = eng.changes = eng.changes or {"hit": 0, "chosen": 0, "unchanged": 0}  # (docs/format.md, Reasons)
-        for j in eng.jobs:
+        jobs, ids = eng.jobs, self._job_ids(eng)
+        if types:
+            visit = range(len(jobs))
+        elif self._visit is not None and self._visit[0] is placement:  # the jobs this plan placed
+            visit = self._visit[1]
+            reasons["unchanged"] += len(jobs) - len(visit)
+        else:  # the jobs kept in place (their own dict planned, not hit) are counted, not visited
+            m = len(jobs)
+            kept = np.fromiter(map(operator.is_, map(placement.__getitem__, ids), map(_ALLOC, jobs)), dtype=bool, count=m)
+            kept &= ~np.fromiter(map(hit.__getitem__, ids), dtype=bool, count=m)
+            visit = np.flatnonzero(~kept).tolist()
+            reasons["unchanged"] += m - len(visit)
+        for k in visit:
+            j = jobs[k]
             new = placement[j.id]
             if types and types[j.id] != j.gpu_type:  # mixed fleets: moved to another GPU type
                 j.switch_type(types[j.id])
@@ -770,6 +898,7 @@ class GreedyPolicy(PlannerPolicy):
         self._answers: dict = {}  # (capacities, allowed counts) -> counts
         self._steps: dict = {}  # job id -> its table as lists and its best steps (_greedy's memo)
         self._runs: dict = {}  # counts that fit per job -> simulate.greedy.UnlimitedRun (None: seen once)
+        self._fits_keys: dict = {}  # the counts that fit per job (bytes) seen, each kept once
 
     def choose(self, problem) -> dict[str, int]:
         # Greedy ignores transitions: its answer depends only on the capacities and each job's allowed
@@ -778,16 +907,25 @@ class GreedyPolicy(PlannerPolicy):
         # that fit (simulate/terms.py): their number per job says which they are.
         prefixes = self._terms is not None and self._terms.plain
         flat = self._terms.flat_options(problem) if prefixes else None
+        fits = None
+        if flat is not None:  # (equal counts that fit share one bytes object among the keys)
+            fits = flat.fits.tobytes()
+            fits = self._fits_keys.setdefault(fits, fits)
         key = (tuple(sorted(problem.capacity.items())),
-               flat.fits.tobytes() if flat is not None else
-               tuple((j.id, j.gpu_type, j.counts.tobytes()) for j in problem.jobs))
+               fits if flat is not None else tuple((j.id, j.gpu_type, j.counts.tobytes()) for j in problem.jobs))
         found = self._answers.get(key)
         if found is None:
             if flat is not None and len(problem.capacity) == 1 and not problem.alternatives:
                 found = self._replayed(flat, next(iter(problem.capacity.values())))
             if found is None:
                 found = self._greedy(problem, self._steps, prefixes)
-            self._answers[key] = found
+            ids = self._ids if self._ids is not None else [j.id for j in problem.jobs]  # (the run's list, shared)
+            # kept as the counts alone (in job order) where the answer lists every job in that order
+            self._answers[key] = (ids, np.fromiter(found.values(), dtype=np.int64, count=len(found))) \
+                if list(found) == ids and all(type(c) is int for c in found.values()) else found
+            return dict(found)
+        if type(found) is tuple:
+            return dict(zip(found[0], found[1].tolist()))
         return dict(found)
 
     RUNS_KEPT = 4  # recorded runs kept (per set of counts that fit), the latest ones

@@ -27,7 +27,10 @@ overflows a float (``tabulate`` names the job).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
+import math
 import weakref
 from typing import NamedTuple
 
@@ -94,12 +97,21 @@ class RunTerms:
         self._x = [0] * m  # and its current count
         self._split_seen: list = [None] * m  # the previous split each node count below was made from
         self._held = [0] * m
+        self._listed = np.zeros(m, dtype=bool)  # the previous split lists a node (see _splits)
         self._options: tuple | None = None  # (weak reference to the last problem built here, its FlatOptions)
         # The JobTerms of the last problem built by the array path, reused by the next one (see tabulate),
         # with what each was made from: own count, hit, F there (bits), leaving, end of its entries.
         self._made: list | None = None
         self._made_from: tuple | None = None
         self._gains = np.empty(len(flat.f))  # every re-plan's gains, written in place
+        self._d_bits: np.ndarray | None = None  # the D_trans set on the kept JobTerms (as int64 bits)
+        self.placed: list[int] | None = None  # the jobs the last placement_start left to place (ascending)
+        self._want = self._at = None  # the last call's keys of each job's own count and their entries
+        self._pen_rep: np.ndarray | None = None  # see _repeated
+        self._pen_bits: np.ndarray | None = None
+        self._dp_at: tuple | None = None  # the DP's entries for the last own counts off the F Pareto set
+        finite_f = np.isfinite(flat.f).all() if len(flat.f) else True
+        self._f_max = float(np.abs(flat.f).max()) if len(flat.f) and finite_f else (0.0 if finite_f else math.inf)
 
     def __getstate__(self):
         """A copy (a forked run's policy, a pickle) makes its own JobTerms: the kept ones hold views of
@@ -108,13 +120,33 @@ class RunTerms:
         state["_made"] = state["_made_from"] = state["_options"] = None
         return state
 
-    def _d_trans(self, instance) -> list[float]:
-        """cost.d_trans_seconds of every job, re-derived only for replaced Job objects."""
-        seen, d, x = self._job_seen, self._d, self._x
-        for k, job in enumerate(instance.jobs):
+    def _d_trans(self, instance, changed) -> list[float]:
+        """cost.d_trans_seconds of every job, re-derived only for replaced Job objects (looked for among
+        ``changed``, the jobs whose Job object may have been replaced since the last call; None: all)."""
+        seen, d, x, jobs = self._job_seen, self._d, self._x, instance.jobs
+        for k in range(self.m) if changed is None else changed:
+            job = jobs[k]
             if job is not seen[k]:
                 seen[k], d[k], x[k] = job, cost.d_trans_seconds(instance, job), job.current.gpus
         return d
+
+    def _repeated(self, pen: np.ndarray) -> np.ndarray:
+        """``np.repeat(pen, sizes)`` (each job's transition term over its entries), kept between calls and
+        rewritten only over the jobs whose term changed (to the bit)."""
+        bits = pen.view(np.int64)
+        kept = self._pen_rep
+        if kept is None or self._pen_bits is None:
+            kept = self._pen_rep = np.repeat(pen, self.sizes)
+        else:
+            moved = np.flatnonzero(bits != self._pen_bits).tolist()
+            if len(moved) > self.m // 16:
+                kept[:] = np.repeat(pen, self.sizes)
+            else:
+                off = self.flat.off
+                for i in moved:
+                    kept[off[i]:off[i + 1]] = pen[i]
+        self._pen_bits = bits.copy()
+        return kept
 
     def _fits(self, capacity: dict[str, int]) -> np.ndarray:
         """How many leading entries of each job's table fit its GPU type's capacity (all of them
@@ -124,42 +156,60 @@ class RunTerms:
         cap = np.fromiter(map(capacity.__getitem__, self.types), dtype=np.int64, count=self.m)
         return np.searchsorted(self.keys, self.first_key + np.minimum(cap, self.scale - 1), side="right") - self.starts
 
-    def _nodes_held(self, state) -> np.ndarray:
-        """Each job's nodes with GPUs in its previous split (as cost.job_transition_terms counts them),
-        re-counted only for replaced splits (a split is replaced, never changed in place)."""
-        seen, held, previous = self._split_seen, self._held, state.previous
-        for k, jid in enumerate(self.ids):
-            split = previous.get(jid)
+    def _splits(self, state, changed) -> None:
+        """Each job's nodes with GPUs in its previous split (as cost.job_transition_terms counts them) and
+        whether the split lists any node, re-counted only for replaced splits (a split is replaced, never
+        changed in place), looked for among ``changed`` (None: every job)."""
+        seen, held, listed, previous, ids = self._split_seen, self._held, self._listed, state.previous, self.ids
+        for k in range(self.m) if changed is None else changed:
+            split = previous.get(ids[k])
             if split is None:
                 split = {}
             if split is not seen[k]:
                 seen[k], held[k] = split, len(split) - list(split.values()).count(0)
-        return np.asarray(held, dtype=np.int64)
+                listed[k] = len(split) > 0
 
     @np.errstate(over="ignore", invalid="ignore")
-    def tabulate(self, instance, state) -> Problem:
+    def tabulate(self, instance, state, changed: list[int] | None = None, hit_at: list[int] | None = None) -> Problem:
         """The Problem ``core.problem.tabulate(instance, state, tables, layouts, flat)`` returns (valid
-        until the next call: its JobTerms are kept and updated by it, module docstring)."""
+        until the next call: its JobTerms are kept and updated by it, module docstring). ``changed``: the
+        jobs whose Job object or previous split may differ from the last call's (None: any job);
+        ``hit_at``: the jobs ``state.hit`` holds True for, where the caller knows them (None: read it)."""
         self._options = None
+        self.placed = None
+        d = np.asarray(self._d_trans(instance, changed), dtype=float)  # kept up to date on every path
+        self._splits(state, changed)
         if instance.cost.horizon == "lifetime":
             return self._reference(instance, state)
         flat, m, ids = self.flat, self.m, self.ids
         d_run = cost.d_run_seconds(instance, state.nodes_in_service())
         capacity = state.capacity()
-        d = np.asarray(self._d_trans(instance), dtype=float)
         x_list = self._x
         xs = np.asarray(x_list, dtype=np.int64).reshape(m)
-        hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
-        exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
+        if hit_at is None:
+            hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
+        else:  # the caller names the hit jobs
+            hit = np.zeros(m, dtype=bool)
+            hit[hit_at] = True
+        exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m) if state.exiting \
+            else np.zeros(m, dtype=bool)
         # F at each job's own count: its entry where the count is in its table
         want = self.first_key + np.minimum(xs, self.scale - 1)
-        at = np.minimum(np.searchsorted(self.keys, want), len(self.keys) - 1) if m else want
+        if not m:
+            at = want
+        elif self._want is None:
+            at = np.minimum(np.searchsorted(self.keys, want), len(self.keys) - 1)
+        else:  # searched again only for the jobs whose count moved since the last call
+            at = self._at.copy()
+            moved = np.flatnonzero(want != self._want)
+            at[moved] = np.minimum(np.searchsorted(self.keys, want[moved]), len(self.keys) - 1)
+        self._want, self._at = want, at
         found = (self.keys[at] == want) & (xs < self.scale) if m else np.zeros(0, dtype=bool)
         f_x = np.where(found, flat.f[at] if m else 0.0, np.nan)
         for i in np.flatnonzero(~found).tolist():  # not in the table: the lookup names the count
             f_x[i] = float(cost.waf(self.fixed[i][0], self.tables[ids[i]][x_list[i]]))
         if cost.uses_job_horizon(instance):  # D_trans x max(nodes held, 1) / max(H, 1) (cost.horizon_terms)
-            d_trans = d * (np.maximum(self._nodes_held(state), 1) / max(state.nodes_in_service(), 1))
+            d_trans = d * (np.maximum(np.asarray(self._held, dtype=np.int64), 1) / max(state.nodes_in_service(), 1))
         else:
             d_trans = d
         pen = f_x * d_trans
@@ -167,13 +217,17 @@ class RunTerms:
         # entry pays, then the entry at x of a job neither hit nor leaving and a leaving job's entries
         # get F(y) D_run back (the same floats as subtracting 0)
         gains = np.multiply(flat.f, d_run, out=self._gains)
-        gains -= np.repeat(pen, self.sizes)
+        gains -= self._repeated(pen)
         back = at[found & ~hit & ~exiting]
         gains[back] = flat.f[back] * d_run
         for i in np.flatnonzero(exiting).tolist():
             a, b = int(flat.off[i]), int(flat.off[i + 1])
             gains[a:b] = flat.f[a:b] * d_run
-        if not (np.isfinite(gains).all() and np.isfinite(pen).all()):  # tabulate reports it (or not, past the fit)
+        # every gain is finite where |F| x |D_run| + |pen| stays far below the largest float, else checked
+        finite = np.isfinite(pen).all() and (
+            (math.isfinite(d_run) and self._f_max * abs(d_run) + float(np.abs(pen).max(initial=0.0)) < 1e300)
+            or np.isfinite(gains).all())
+        if not finite:  # tabulate reports it (or not, past the fit)
             return self._reference(instance, state)
         # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job)
         fits = self._fits(capacity)
@@ -206,10 +260,21 @@ class RunTerms:
                               "gains": gains[lo:hi], "d_run": d_run, "pinned": bool(fixed[i][4]) and not exits,
                               "min_gain_fraction": None if exits else fixed[i][7], "exiting": exits}
                 jobs[i] = t
-        # D_run and D_trans (which moves with the nodes in service under the job horizon) of every job;
-        # the gains are views of the buffer written above
-        for t, d_i in zip(jobs, d_trans.tolist()):
-            t.d_trans, t.d_run = d_i, d_run
+        # D_run of every job; D_trans (which moves with the nodes in service under the job horizon) of the
+        # jobs made above and of those whose D_trans differs (to the bit) from the last problem's; the gains
+        # are views of the buffer written above
+        d_bits = d_trans.view(np.int64)
+        if self._made is None or self._d_bits is None:
+            set_at = range(m)
+        else:
+            moved = d_bits != self._d_bits
+            moved[redo] = True
+            set_at = np.flatnonzero(moved).tolist()
+        d_list = d_trans.tolist()
+        for i in set_at:
+            jobs[i].d_trans = d_list[i]
+        collections.deque(map(setattr, jobs, itertools.repeat("d_run", m), itertools.repeat(d_run, m)), maxlen=0)
+        self._d_bits = d_bits.copy()
         self._made, self._made_from = jobs, made_from
         jobs = list(jobs)
         filtered = False
@@ -255,13 +320,17 @@ class RunTerms:
         free = dict(problem.state.idle)
         result: dict[str, dict[str, int]] = {}
         movers = []
-        for i in np.flatnonzero((y == 0) | (y != xs) | hit).tolist():  # in job order, as _stays_idle
+        # in job order, as _stays_idle; a job planned at 0 that held no node and is not hit is left out
+        # (placement gives it an empty split: its previous one, equal)
+        placed = np.flatnonzero(((y == 0) & self._listed) | (y != xs) | hit).tolist()
+        for i in placed:
             j = jobs[i]
             result[j.id] = {}
             if y[i] != 0:
                 movers.append(j)
             for nid, g in previous[j.id].items():
                 free[nid] = free.get(nid, 0) + g
+        self.placed = placed
         return free, result, movers
 
     def dp_counts(self, problem: Problem) -> dict[str, int] | None:
@@ -279,12 +348,17 @@ class RunTerms:
             # from a quarter of the entries (dp.pareto_mask keeps the first of a prefix's largest).
             x_at = flat.x_at[flat.x_at >= 0]
             extra = x_at[~self.f_pareto[x_at]]  # ascending: one per job, in job order
-            at = self.f_pareto_at if not len(extra) else \
-                np.insert(self.f_pareto_at, np.searchsorted(self.f_pareto_at, extra), extra)
-            if not every:  # each job's entries that fit
-                at = at[at < (self.starts + flat.fits)[self.job_of[at]]]
-            counts, gains = flat.counts[at], flat.gains[at]
-            off = np.searchsorted(at, flat.off)  # every job's first entry (count 0) is in ``at``
+            if every and self._dp_at is not None and np.array_equal(self._dp_at[0], extra):
+                _, at, counts, off = self._dp_at  # the same entries as the last call's
+            else:
+                at = self.f_pareto_at if not len(extra) else \
+                    np.insert(self.f_pareto_at, np.searchsorted(self.f_pareto_at, extra), extra)
+                if not every:  # each job's entries that fit
+                    at = at[at < (self.starts + flat.fits)[self.job_of[at]]]
+                counts = flat.counts[at]
+                off = np.searchsorted(at, flat.off)  # every job's first entry (count 0) is in ``at``
+                self._dp_at = (extra, at, counts, off) if every else None
+            gains = flat.gains[at]
         elif every:  # the flat arrays as they are
             counts, gains, off = flat.counts, flat.gains, flat.off
         else:  # each job's leading entries that fit
@@ -293,7 +367,7 @@ class RunTerms:
             off = np.zeros(self.m + 1, dtype=np.int64)
             np.cumsum(flat.fits, out=off[1:])
         found, _ = solve_type_joined(counts, gains, off, problem.capacity[self.types[0]])
-        return {jid: int(c) for jid, c in zip(self.ids, found)}
+        return dict(zip(self.ids, np.asarray(found, dtype=np.int64).tolist()))
 
     def _reference(self, instance, state) -> Problem:
         return tabulate(instance, state, self.tables, self.layouts, self.flat)

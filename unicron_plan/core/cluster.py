@@ -424,7 +424,8 @@ def _repaired_ids(instance: Instance) -> list[str]:
 
 
 def _repaired(instance: Instance, records: list) -> dict[str, set[int]]:
-    """:func:`repaired_gpus` of the nodes given as (id, GPU type, rack, GPUs, failed GPUs) records."""
+    """{node: GPU indices that return to service} for a repair event ({} otherwise), the repaired
+    nodes' failed GPUs read from ``records``, the touched nodes as (id, GPU type, rack, GPUs, failed GPUs)."""
     event = instance.event
     if event is None or event.kind != "repair":
         return {}
@@ -434,23 +435,6 @@ def _repaired(instance: Instance, records: list) -> dict[str, set[int]]:
         for nid, _, _, _, failed in records:
             if nid in listed:
                 out[nid] |= set(failed)
-    for rg in event.repaired_gpus:
-        out[rg.node].add(rg.gpu)
-    return dict(out)
-
-
-def repaired_gpus(instance: Instance, nodes=None) -> dict[str, set[int]]:
-    """{node: GPU indices that return to service} for a repair event ({} otherwise).
-    ``nodes``: the instance's nodes to look in (those the event names among them; all when None)."""
-    event = instance.event
-    if event is None or event.kind != "repair":
-        return {}
-    out: dict[str, set[int]] = defaultdict(set)
-    if event.repaired_nodes:
-        listed = set(event.repaired_nodes)
-        for n in (instance.cluster.nodes if nodes is None else nodes):
-            if n.id in listed:
-                out[n.id] |= set(n.failed_gpus)
     for rg in event.repaired_gpus:
         out[rg.node].add(rg.gpu)
     return dict(out)

@@ -70,24 +70,22 @@ def nodes_text(nodes: Sequence[str], limit: int = 3) -> str:
     return names + (f" (+{len(nodes) - limit} more)" if len(nodes) > limit else "")
 
 
+#: The sentence of each action, formatted with the job's GPU counts before (x) and after (y).
+_DOING = {
+    "keep": "kept at {x} GPUs",
+    "shrink": "shrunk from {x} to {y} GPUs",
+    "grow": "grown from {x} to {y} GPUs",
+    "restart": "restarted at {y} GPUs",
+    "suspend": "suspended ({x} GPUs to 0)",
+    "resume": "resumed on {y} GPUs",
+    "idle": "left at 0 GPUs",
+}
+
+
 def doing(action: str, x: int, y: int) -> str:
-    """What the plan does to the job, in words with its GPU counts."""
-    # (only the sentence of this action is formatted: this runs for every job of a plan, twice)
-    if action == "keep":
-        return f"kept at {x} GPUs"
-    if action == "shrink":
-        return f"shrunk from {x} to {y} GPUs"
-    if action == "grow":
-        return f"grown from {x} to {y} GPUs"
-    if action == "restart":
-        return f"restarted at {y} GPUs"
-    if action == "suspend":
-        return f"suspended ({x} GPUs to 0)"
-    if action == "resume":
-        return f"resumed on {y} GPUs"
-    if action == "idle":
-        return "left at 0 GPUs"
-    return f"{action} ({x} to {y} GPUs)"
+    """What the plan does to the job, in words with its GPU counts (only the action's own sentence
+    is formatted: this runs for every job of a plan, twice)."""
+    return _DOING.get(action, "{action} ({x} to {y} GPUs)").format(action=action, x=x, y=y)
 
 
 def transition_text(f: JobFacts) -> str:

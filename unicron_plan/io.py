@@ -429,10 +429,11 @@ def validation_error_to_invalid(exc: ValidationError, prefix: str = "") -> Inval
     return InvalidInstanceError(path, msg)
 
 
-def parse_model(model: type[BaseModel], data: Any, prefix: str = "") -> Any:
-    """Validate ``data`` against a pydantic model, raising InvalidInstanceError on failure."""
+def parse_model(model: type[BaseModel], data: Any, prefix: str = "", context: "dict | None" = None) -> Any:
+    """Validate ``data`` against a pydantic model (with a validation ``context``), raising
+    InvalidInstanceError on failure."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         raise validation_error_to_invalid(exc, prefix) from None
 

@@ -170,3 +170,22 @@ def test_flat_tables_job_by_job_equal_the_joined_arrays(curves):
         for a, b in ((new.counts, ref.counts), (new.f, ref.f), (new.off, ref.off)):
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes()
         assert not new.counts.flags.writeable and not new.f.flags.writeable
+
+
+def test_shape_finds_wide_numbers_in_long_arrays_as_the_extremes_do():
+    """The reader's look for a number of magnitude >= 2**63 in a long array of numbers (the sum
+    standing for the largest when none is negative) says what the array's extremes say."""
+    from unicron_plan import io
+
+    wide = float(2**63)
+    rng = random.Random(5)
+    picks = [0.0, 1.0, 150.5, -3.0, wide, -wide, wide / 2, -wide * 0.75, wide * 1.5, wide * 0.9999999,
+             float("inf"), -float("inf"), 1e300, -1e300, 2**63 - 1, 7, True]
+    for _ in range(3000):
+        items = [rng.random() * 1e3 for _ in range(rng.randrange(65, 90))]
+        for _ in range(rng.randrange(0, 4)):
+            items[rng.randrange(len(items))] = rng.choice(picks)
+        if type(sum(items)) is not float:
+            continue
+        expected = max(items) >= wide or min(items) <= -wide
+        assert io._shape({"t": items})[2] == expected

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from itertools import chain
 from collections.abc import Mapping
 from typing import Annotated, Literal, Optional, Union
 
@@ -205,39 +206,45 @@ def settle_tables(tables: "list[CompactTable]") -> bool:
     its arrays; False (and no table changed) unless every table passes every check of the per-entry
     validation: counts integers (not booleans), strictly ascending, in [1, MAX_COMPACT_COUNT]; tflops
     numbers (not booleans), finite, >= 0. An integer among the tflops is made a float, as the
-    per-entry validation makes it. Linear: per list a sum (refuses any value but a number) and one
-    conversion to an array; the checks on the arrays of all tables joined."""
+    per-entry validation makes it. Linear: per list a sum (refuses any value but a number), every
+    table's entries read once into one pair of arrays (each table's arrays are views of them), the
+    checks on those."""
     if not tables:
         return True
     counts_lists = [t.__dict__["counts"] for t in tables]
     tflops_lists = [t.__dict__["tflops"] for t in tables]
+    sizes = np.fromiter(map(len, counts_lists), dtype=np.int64, count=len(tables))
+    off = np.zeros(len(tables) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=off[1:])
+    n = int(off[-1])
     try:
         if not all(type(total) is int for total in map(sum, counts_lists)):  # a float among the counts
             return False
         deque(map(sum, tflops_lists), maxlen=0)  # every sum: refuses a string, null, an array, an object
-        counts = [np.asarray(c, dtype=np.int64) for c in counts_lists]
-        tflops = [np.asarray(t, dtype=float) for t in tflops_lists]
+        all_c = np.fromiter(chain.from_iterable(counts_lists), dtype=np.int64, count=n)
+        all_t = np.fromiter(chain.from_iterable(tflops_lists), dtype=float, count=n)
     except (TypeError, ValueError, OverflowError):
         return False
     # a boolean reads as 0 or 1: only a first count can be 1 (the others are above it)
     if not all(type(c[0]) is int for c in counts_lists):
         return False
-    sizes = np.fromiter(map(len, counts), dtype=np.int64, count=len(counts))
-    off = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=off[1:])
-    all_c, all_t = np.concatenate(counts), np.concatenate(tflops)
-    if all_c.min() < 1 or all_c.max() > MAX_COMPACT_COUNT:
+    if not (all_c.min() >= 1 and all_c.max() <= MAX_COMPACT_COUNT):
         return False
     ascending = all_c[1:] > all_c[:-1]
     ascending[off[1:-1] - 1] = True  # the first count of a table follows another table's last
     if not ascending.all():
         return False
-    if not np.isfinite(all_t).all() or all_t.min() < 0:
+    del ascending
+    if not (all_t.min() >= 0 and all_t.max() < np.inf):
         return False
     # a boolean or an integer among the tflops has an integral value: look at those entries' types
-    integral = np.flatnonzero(all_t == np.trunc(all_t))
+    # (found a block at a time: no temporary the size of the tables)
     to_float = set()
-    if len(integral):
+    for lo in range(0, n, _BLOCK):
+        block = all_t[lo:lo + _BLOCK]
+        integral = np.flatnonzero(np.trunc(block) == block) + lo
+        if not len(integral):
+            continue
         table_of = np.searchsorted(off, integral, side="right") - 1
         for k, at in zip(table_of.tolist(), (integral - off[table_of]).tolist()):
             kind = type(tflops_lists[k][at])
@@ -245,12 +252,16 @@ def settle_tables(tables: "list[CompactTable]") -> bool:
                 return False
             if kind is not float:
                 to_float.add(k)
-    for k, (table, c, t) in enumerate(zip(tables, counts, tflops)):
-        c.flags.writeable = t.flags.writeable = False
+    all_c.flags.writeable = all_t.flags.writeable = False
+    for k, (table, lo, hi) in enumerate(zip(tables, off[:-1].tolist(), off[1:].tolist())):
+        c, t = all_c[lo:hi], all_t[lo:hi]
         _set_private(table, "_arrays", (c, t))
         if k in to_float:
             table.__dict__["tflops"] = t.tolist()
     return True
+
+
+_BLOCK = 1 << 16  # entries per block of settle_tables' look for integral values
 
 
 def read_tables_once() -> dict:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from itertools import chain
 from collections.abc import Mapping
+from itertools import chain
 from typing import Annotated, Literal, Optional, Union
 
 import numpy as np

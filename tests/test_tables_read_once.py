@@ -123,9 +123,15 @@ def test_read_once_gives_the_model_path_instance_and_errors(seed):
     assert 5 < refused < 40  # both outcomes were compared
 
 
+@pytest.mark.parametrize("group", [None, 1, 37])
 @pytest.mark.parametrize("kind", range(21))
-def test_each_way_of_spoiling_one_table_of_several(kind):
-    """One table spoiled, the others good: the same outcome as the per-entry path, both ways."""
+def test_each_way_of_spoiling_one_table_of_several(kind, group, monkeypatch):
+    """One table spoiled, the others good: the same outcome as the per-entry path, both ways (with the
+    tables checked in groups of every size: one table per group, groups across tables)."""
+    if group is not None:
+        from unicron_plan.schema import instance as instance_module
+
+        monkeypatch.setattr(instance_module, "_GROUP", group)
     rng = random.Random(100 + kind)
     for n in range(12):
         doc = _doc(rng, 3)

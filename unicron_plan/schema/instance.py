@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Mapping
-from itertools import chain
 from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
@@ -202,66 +201,67 @@ class CompactTable(StrictModel):
 
 
 def settle_tables(tables: "list[CompactTable]") -> bool:
-    """Check the compact tables :meth:`CompactTable._deferred` kept as read, all at once, and give each
-    its arrays; False (and no table changed) unless every table passes every check of the per-entry
-    validation: counts integers (not booleans), strictly ascending, in [1, MAX_COMPACT_COUNT]; tflops
-    numbers (not booleans), finite, >= 0. An integer among the tflops is made a float, as the
-    per-entry validation makes it. Linear: per list a sum (refuses any value but a number), every
-    table's entries read once into one pair of arrays (each table's arrays are views of them), the
-    checks on those."""
+    """Check the compact tables :meth:`CompactTable._deferred` kept as read and give each its arrays;
+    False (and no table changed) unless every table passes every check of the per-entry validation:
+    counts integers (not booleans), strictly ascending, in [1, MAX_COMPACT_COUNT]; tflops numbers (not
+    booleans), finite, >= 0. An integer among the tflops is made a float, as the per-entry validation
+    makes it. Linear: per list a sum (refuses any value but a number) and one read into an array; the
+    checks on the arrays of many tables joined (in groups of at most _GROUP entries: buffers the
+    allocator reuses, no fresh memory the size of all tables)."""
     if not tables:
         return True
     counts_lists = [t.__dict__["counts"] for t in tables]
     tflops_lists = [t.__dict__["tflops"] for t in tables]
-    sizes = np.fromiter(map(len, counts_lists), dtype=np.int64, count=len(tables))
-    off = np.zeros(len(tables) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=off[1:])
-    n = int(off[-1])
     try:
         if not all(type(total) is int for total in map(sum, counts_lists)):  # a float among the counts
             return False
         deque(map(sum, tflops_lists), maxlen=0)  # every sum: refuses a string, null, an array, an object
-        all_c = np.fromiter(chain.from_iterable(counts_lists), dtype=np.int64, count=n)
-        all_t = np.fromiter(chain.from_iterable(tflops_lists), dtype=float, count=n)
+        counts = [np.asarray(c, dtype=np.int64) for c in counts_lists]
+        tflops = [np.asarray(t, dtype=float) for t in tflops_lists]
     except (TypeError, ValueError, OverflowError):
         return False
     # a boolean reads as 0 or 1: only a first count can be 1 (the others are above it)
     if not all(type(c[0]) is int for c in counts_lists):
         return False
-    if not (all_c.min() >= 1 and all_c.max() <= MAX_COMPACT_COUNT):
-        return False
-    ascending = all_c[1:] > all_c[:-1]
-    ascending[off[1:-1] - 1] = True  # the first count of a table follows another table's last
-    if not ascending.all():
-        return False
-    del ascending
-    if not (all_t.min() >= 0 and all_t.max() < np.inf):
-        return False
-    # a boolean or an integer among the tflops has an integral value: look at those entries' types
-    # (found a block at a time: no temporary the size of the tables)
     to_float = set()
-    for lo in range(0, n, _BLOCK):
-        block = all_t[lo:lo + _BLOCK]
-        integral = np.flatnonzero(np.trunc(block) == block) + lo
-        if not len(integral):
-            continue
-        table_of = np.searchsorted(off, integral, side="right") - 1
-        for k, at in zip(table_of.tolist(), (integral - off[table_of]).tolist()):
-            kind = type(tflops_lists[k][at])
-            if kind is bool:
-                return False
-            if kind is not float:
-                to_float.add(k)
-    all_c.flags.writeable = all_t.flags.writeable = False
-    for k, (table, lo, hi) in enumerate(zip(tables, off[:-1].tolist(), off[1:].tolist())):
-        c, t = all_c[lo:hi], all_t[lo:hi]
+    first = 0
+    while first < len(tables):
+        last, n = first, 0
+        while last < len(tables) and (n == 0 or n + len(counts[last]) <= _GROUP):
+            n += len(counts[last])
+            last += 1
+        sizes = np.fromiter(map(len, counts[first:last]), dtype=np.int64, count=last - first)
+        off = np.zeros(last - first + 1, dtype=np.int64)
+        np.cumsum(sizes, out=off[1:])
+        all_c, all_t = np.concatenate(counts[first:last]), np.concatenate(tflops[first:last])
+        if not (all_c.min() >= 1 and all_c.max() <= MAX_COMPACT_COUNT):
+            return False
+        ascending = all_c[1:] > all_c[:-1]
+        ascending[off[1:-1] - 1] = True  # the first count of a table follows another table's last
+        if not ascending.all():
+            return False
+        if not (all_t.min() >= 0 and all_t.max() < np.inf):
+            return False
+        # a boolean or an integer among the tflops has an integral value: look at those entries' types
+        integral = np.flatnonzero(np.trunc(all_t) == all_t)
+        if len(integral):
+            table_of = np.searchsorted(off, integral, side="right") - 1
+            for k, at in zip((table_of + first).tolist(), (integral - off[table_of]).tolist()):
+                kind = type(tflops_lists[k][at])
+                if kind is bool:
+                    return False
+                if kind is not float:
+                    to_float.add(k)
+        first = last
+    for k, (table, c, t) in enumerate(zip(tables, counts, tflops)):
+        c.flags.writeable = t.flags.writeable = False
         _set_private(table, "_arrays", (c, t))
         if k in to_float:
             table.__dict__["tflops"] = t.tolist()
     return True
 
 
-_BLOCK = 1 << 16  # entries per block of settle_tables' look for integral values
+_GROUP = 1 << 18  # entries of the tables checked together by settle_tables (2 MiB per array)
 
 
 def read_tables_once() -> dict:

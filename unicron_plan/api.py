@@ -15,9 +15,10 @@ import os
 import time
 from typing import Any
 
-from unicron_plan.errors import PlanValidationError
+from unicron_plan.errors import InvalidInstanceError, PlanValidationError
 from unicron_plan.io import parse_json, parse_model, read_json
 from unicron_plan.schema import Instance, Plan
+from unicron_plan.schema.instance import read_tables_once, settle_tables
 from unicron_plan.core.checks import check_instance
 from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS, SolverOptions, get_solver
 from unicron_plan.plan.validate import ValidationReport
@@ -32,7 +33,15 @@ def _load(model, source: Any, keep: list | None = None):
     doc = parse_json(source) if isinstance(source, str) and source.lstrip().startswith("{") else read_json(source)
     if keep is not None:  # the parsed text too (see solve)
         keep.append(doc)
-    return parse_model(model, doc)
+    if model is Instance:  # its compact tables kept as read and checked at once, on arrays
+        context = read_tables_once()
+        try:
+            instance = parse_model(model, doc, context=context)
+        except InvalidInstanceError:
+            instance = None
+        if instance is not None and settle_tables(context["compact_tables"]):
+            return instance
+    return parse_model(model, doc)  # (the per-entry validation, which names the first bad entry)
 
 
 def load_instance(source: str | os.PathLike | dict | Instance) -> Instance:

@@ -106,7 +106,8 @@ def _shape(value: Any) -> "tuple[int, int, bool]":
     picked out with ``itertools.compress``: no Python frame per value). A long array of numbers only (a
     throughput table) is summed first, which refuses any other value: an integer sum says it holds no
     float, and only an array with a float is looked at for its extremes (one pass over an array of
-    integers, three over one of floats, instead of a look at every value's type first)."""
+    integers, two over one of floats none of them negative, instead of a look at every value's type
+    first)."""
     if type(value) is float:  # a text that is one number
         return 0, 0, value >= _WIDE or value <= -_WIDE
     n = depth = 0
@@ -135,7 +136,10 @@ def _shape(value: Any) -> "tuple[int, int, bool]":
                 total = None
             if total is not None:  # no object or array below; a float among them makes the sum a float
                 if type(total) is float and not wide:
-                    wide = max(items) >= _WIDE or min(items) <= -_WIDE
+                    # none below 0 (a table's TFLOP/s): the sum is at least the largest, which is
+                    # looked for only when the sum reaches _WIDE (one pass instead of two)
+                    low = min(items)
+                    wide = low <= -_WIDE or ((low < 0 or total >= _WIDE) and max(items) >= _WIDE)
                 continue
             kinds = set(map(type, items))
             if float in kinds and not wide:
@@ -429,10 +433,11 @@ def validation_error_to_invalid(exc: ValidationError, prefix: str = "") -> Inval
     return InvalidInstanceError(path, msg)
 
 
-def parse_model(model: type[BaseModel], data: Any, prefix: str = "") -> Any:
-    """Validate ``data`` against a pydantic model, raising InvalidInstanceError on failure."""
+def parse_model(model: type[BaseModel], data: Any, prefix: str = "", context: "dict | None" = None) -> Any:
+    """Validate ``data`` against a pydantic model (with a validation ``context``), raising
+    InvalidInstanceError on failure."""
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as exc:
         raise validation_error_to_invalid(exc, prefix) from None
 

@@ -391,21 +391,15 @@ def _f_at(flat: FlatTables, xs: np.ndarray) -> np.ndarray:
 
 def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -> FlatTables:
     """The :class:`FlatTables` of the instance's jobs (``tables`` from :func:`resolve_tables`)."""
-    zero_i, zero_f = np.zeros(1, dtype=np.int64), np.zeros(1)
-    parts_c, parts_f, sizes = [], [], []
-    for job in instance.jobs:
-        keys, vals = _table_arrays(job, tables[job.id])
-        parts_c += [zero_i, keys]
-        parts_f += [zero_f, vals]
-        sizes.append(len(keys) + 1)
-    off = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=off[1:])
-    counts = np.concatenate(parts_c) if parts_c else zero_i[:0]
-    weights = np.fromiter((job.weight for job in instance.jobs), dtype=float, count=len(sizes))
-    # F = weight x TFLOP/s of every entry at once (cost.waf, elementwise), 0 at each job's count 0
-    f = cost.waf(np.repeat(weights, sizes), np.concatenate(parts_f).astype(float, copy=False)) if parts_f \
-        else zero_f[:0]
-    f[off[:-1]] = 0.0
+    arrays = [_table_arrays(job, tables[job.id]) for job in instance.jobs]
+    off = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([len(keys) + 1 for keys, _ in arrays], out=off[1:])
+    # each job's entries written in place into the two arrays (zeros: the count 0 and its F), with no
+    # array of all entries but these: F = weight x TFLOP/s (cost.waf) of one job at a time
+    counts, f = np.zeros(int(off[-1]), dtype=np.int64), np.zeros(int(off[-1]))
+    for job, (keys, vals), lo, hi in zip(instance.jobs, arrays, off[:-1].tolist(), off[1:].tolist()):
+        counts[lo + 1:hi] = keys
+        f[lo + 1:hi] = cost.waf(np.float64(job.weight), np.asarray(vals, dtype=float))
     counts.flags.writeable = f.flags.writeable = False
     return FlatTables(counts, f, off)
 

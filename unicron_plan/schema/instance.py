@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import deque
 from collections.abc import Mapping
 from typing import Annotated, Literal, Optional, Union
 
 import numpy as np
-from pydantic import BaseModel, Field, PrivateAttr, TypeAdapter, field_validator, model_serializer, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, TypeAdapter, ValidationInfo, field_validator, model_serializer, model_validator
 
 from unicron_plan.schema.base import StrictModel
 from unicron_plan.schema.efficiency import MAX_GLOBAL_BATCH, MAX_SEQ_LEN, EfficiencyConstants
@@ -253,6 +254,24 @@ class CompactTable(StrictModel):
         _set_private(self, "_arrays", (counts, tflops))
         return self
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _deferred(cls, data, handler, info: ValidationInfo) -> "CompactTable":
+        """Under :func:`read_tables_once` (the validation context holds a list ``compact_tables``): a
+        table of two lists of one length >= 1 and nothing else is kept as read (no copy of its lists
+        entry by entry) and listed there, its entries checked afterwards on arrays by
+        :func:`settle_tables`. Any other input takes the per-entry validation. (Declared after
+        :meth:`_aligned`: a later validator wraps the earlier ones, so this one runs first.)"""
+        context = info.context
+        deferred = context.get("compact_tables") if type(context) is dict else None
+        if type(deferred) is list and type(data) is dict and len(data) == 2:
+            counts, tflops = data.get("counts"), data.get("tflops")
+            if type(counts) is list and type(tflops) is list and counts and len(counts) == len(tflops):
+                table = cls.model_construct(counts=counts, tflops=tflops)
+                deferred.append(table)
+                return table
+        return handler(data)
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(counts, tflops) as read-only numpy arrays (int64, float64), made once."""
         made = _private(self, "_arrays")
@@ -263,6 +282,77 @@ class CompactTable(StrictModel):
             counts.flags.writeable = tflops.flags.writeable = False
             self._arrays = (counts, tflops)
         return self._arrays
+
+
+def settle_tables(tables: "list[CompactTable]") -> bool:
+    """Check the compact tables :meth:`CompactTable._deferred` kept as read and give each its arrays;
+    False (and no table changed) unless every table passes every check of the per-entry validation:
+    counts integers (not booleans), strictly ascending, in [1, MAX_COMPACT_COUNT]; tflops numbers (not
+    booleans), finite, >= 0. An integer among the tflops is made a float, as the per-entry validation
+    makes it. Linear: per list a sum (refuses any value but a number) and one read into an array; the
+    checks on the arrays of many tables joined (in groups of at most _GROUP entries: buffers the
+    allocator reuses, no fresh memory the size of all tables)."""
+    if not tables:
+        return True
+    counts_lists = [t.__dict__["counts"] for t in tables]
+    tflops_lists = [t.__dict__["tflops"] for t in tables]
+    try:
+        if not all(type(total) is int for total in map(sum, counts_lists)):  # a float among the counts
+            return False
+        deque(map(sum, tflops_lists), maxlen=0)  # every sum: refuses a string, null, an array, an object
+        counts = [np.asarray(c, dtype=np.int64) for c in counts_lists]
+        tflops = [np.asarray(t, dtype=float) for t in tflops_lists]
+    except (TypeError, ValueError, OverflowError):
+        return False
+    # a boolean reads as 0 or 1: only a first count can be 1 (the others are above it)
+    if not all(type(c[0]) is int for c in counts_lists):
+        return False
+    to_float = set()
+    first = 0
+    while first < len(tables):
+        last, n = first, 0
+        while last < len(tables) and (n == 0 or n + len(counts[last]) <= _GROUP):
+            n += len(counts[last])
+            last += 1
+        sizes = np.fromiter(map(len, counts[first:last]), dtype=np.int64, count=last - first)
+        off = np.zeros(last - first + 1, dtype=np.int64)
+        np.cumsum(sizes, out=off[1:])
+        all_c, all_t = np.concatenate(counts[first:last]), np.concatenate(tflops[first:last])
+        if not (all_c.min() >= 1 and all_c.max() <= MAX_COMPACT_COUNT):
+            return False
+        ascending = all_c[1:] > all_c[:-1]
+        ascending[off[1:-1] - 1] = True  # the first count of a table follows another table's last
+        if not ascending.all():
+            return False
+        if not (all_t.min() >= 0 and all_t.max() < np.inf):
+            return False
+        # a boolean or an integer among the tflops has an integral value: look at those entries' types
+        integral = np.flatnonzero(np.trunc(all_t) == all_t)
+        if len(integral):
+            table_of = np.searchsorted(off, integral, side="right") - 1
+            for k, at in zip((table_of + first).tolist(), (integral - off[table_of]).tolist()):
+                kind = type(tflops_lists[k][at])
+                if kind is bool:
+                    return False
+                if kind is not float:
+                    to_float.add(k)
+        first = last
+    for k, (table, c, t) in enumerate(zip(tables, counts, tflops)):
+        c.flags.writeable = t.flags.writeable = False
+        _set_private(table, "_arrays", (c, t))
+        if k in to_float:
+            table.__dict__["tflops"] = t.tolist()
+    return True
+
+
+_GROUP = 1 << 18  # entries of the tables checked together by settle_tables (2 MiB per array)
+
+
+def read_tables_once() -> dict:
+    """The validation context under which compact tables are kept as read (a new one per
+    validation); after the validation, :func:`settle_tables` of its ``compact_tables`` must pass,
+    else the document is validated again without it (which names the first bad entry)."""
+    return {"compact_tables": []}
 
 
 def _check_count_table(table: dict[str, float]) -> None:

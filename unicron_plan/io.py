@@ -226,17 +226,78 @@ def parse_json(text: "str | bytes", source: str = "<input>") -> Any:
         try:
             value = _loads(text, hook=False)
             if _shape(value)[0] == data.count(b":"):
-                return value
+                return _unicode_only(value, source)
         except (ValueError, RecursionError):
             pass  # the hooked parse below names the error
     try:
-        return _loads(text, hook=True)
+        value = _loads(text, hook=True)
     except json.JSONDecodeError as exc:
         raise InvalidInstanceError(source, f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     except RecursionError:  # pragma: no cover - the depth test above comes first
         raise InvalidInstanceError(source, "JSON nested too deeply") from None
     except ValueError as exc:
         raise InvalidInstanceError(source, f"invalid JSON: {exc}") from None
+    return _unicode_only(value, source)
+
+
+def _lone_surrogate_at(value: Any) -> "str | None":
+    """The field path of the first string (key or value) of a parsed document holding a lone surrogate
+    (a \\ud800-\\udfff escape not part of a pair: not Unicode text, which no output can write), or
+    None. Linear: every string of the document joined and encoded at once; the walk that names the
+    string runs only when the encoding fails."""
+    strings: list = []
+    level = [value]
+    while level:
+        below = []
+        for v in level:
+            if type(v) is dict:
+                strings += v
+                items = v.values()
+            elif type(v) is list:
+                items = v
+            else:
+                if type(v) is str:
+                    strings.append(v)
+                continue
+            strings += [x for x in items if type(x) is str]
+            below += [x for x in items if type(x) is dict or type(x) is list]
+        level = below
+    try:
+        "".join(strings).encode("utf-8")
+        return None
+    except UnicodeEncodeError:
+        pass
+    stack: list = [((), value)]
+    while stack:
+        loc, v = stack.pop()
+        if type(v) is str:
+            if not _is_text(v):
+                return field_path(loc)
+        elif type(v) is dict:
+            for key in v:
+                if not _is_text(key):
+                    return field_path(loc) + f" (key {key.encode('utf-8', 'backslashreplace').decode()!r})"
+            stack += [((*loc, k), x) for k, x in reversed(v.items())]
+        elif type(v) is list:
+            stack += [((*loc, k), x) for k, x in reversed(list(enumerate(v)))]
+    return field_path(())
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unicode_only(value: Any, source: str) -> Any:
+    """``value``, refused (InvalidInstanceError naming the field) when one of its strings holds a lone surrogate."""
+    at = _lone_surrogate_at(value)
+    if at is not None:
+        raise InvalidInstanceError(source, f"{at}: a string holds a lone surrogate (an unpaired "
+                                           "\\ud800-\\udfff escape), which is not Unicode text")
+    return value
 
 
 @functools.lru_cache(maxsize=1)
@@ -311,7 +372,7 @@ def parse_yaml(text: "str | bytes", source: str = "<input>") -> Any:
             elif isinstance(event, yaml.AliasEvent):
                 raise InvalidInstanceError(source, f"YAML alias *{event.anchor} (aliases are not accepted; "
                                                    "write the value out)")
-        return yaml.load(text, Loader=loader)
+        value = yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
         mark = getattr(exc, "problem_mark", None)
@@ -319,6 +380,7 @@ def parse_yaml(text: "str | bytes", source: str = "<input>") -> Any:
         raise InvalidInstanceError(source, f"not valid YAML{where}: {problem}") from None
     except RecursionError:  # pragma: no cover - the event pass bounds the depth first
         raise InvalidInstanceError(source, "YAML nested too deeply") from None
+    return _unicode_only(value, source)
 
 
 def parse_document(text: "str | bytes", source: str = "<input>", fmt: str = "json") -> Any:

@@ -20,7 +20,9 @@ SOLVERS = [s.name for s in REGISTRY]
 #: near-linear noise): CBC and CP-SAT do not close their search on them within minutes.
 TIE_HEAVY = {p.stem for p in LIBRARY if p.stem.startswith("adversarial-queued-")}
 TIE_BOUND_SOLVERS = {"milp-cbc", "cpsat"}
-TIE_LIMIT_SECONDS = 10.0
+#: The IP backends start from the DP's plan and never answer below it, so this limit only bounds how
+#: long they search the ties; what the test asks of them then holds at any limit.
+TIE_LIMIT_SECONDS = 3.0
 
 
 @pytest.mark.parametrize("path", LIBRARY, ids=[p.stem for p in LIBRARY])

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.text import is_unicode
 
 try:  # without it every text takes the json module's parse (the same values and errors, slower)
     import orjson as _orjson
@@ -262,33 +263,22 @@ def _lone_surrogate_at(value: Any) -> "str | None":
             strings += [x for x in items if type(x) is str]
             below += [x for x in items if type(x) is dict or type(x) is list]
         level = below
-    try:
-        "".join(strings).encode("utf-8")
+    if is_unicode("".join(strings)):
         return None
-    except UnicodeEncodeError:
-        pass
     stack: list = [((), value)]
     while stack:
         loc, v = stack.pop()
         if type(v) is str:
-            if not _is_text(v):
+            if not is_unicode(v):
                 return field_path(loc)
         elif type(v) is dict:
             for key in v:
-                if not _is_text(key):
+                if not is_unicode(key):
                     return field_path(loc) + f" (key {key.encode('utf-8', 'backslashreplace').decode()!r})"
             stack += [((*loc, k), x) for k, x in reversed(v.items())]
         elif type(v) is list:
             stack += [((*loc, k), x) for k, x in reversed(list(enumerate(v)))]
     return field_path(())
-
-
-def _is_text(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _unicode_only(value: Any, source: str) -> Any:

@@ -1,4 +1,4 @@
-"""Echoing untrusted values safely: one line, bounded length."""
+"""Untrusted text: echoing it safely (one line, bounded length) and telling whether it is Unicode text."""
 
 from __future__ import annotations
 
@@ -29,3 +29,15 @@ def shown(value, limit: int = 60) -> str:
 def one_line(message: str, limit: int = MAX_ECHO) -> str:
     """A whole message made safe for one line of stderr."""
     return cut(escape(message), limit)
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is Unicode text: no lone surrogate (a \\ud800-\\udfff code point not part of a
+    pair, which a JSON escape can make and no UTF-8 output can write)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from unicron_plan.text import is_unicode
+
 MAX_NODE_GPUS = 1024  # the Node model's bound on a node's GPUs
 REQUIRED = ("id", "gpu_type", "gpus")
 OPTIONAL = ("failed_gpus", "rack", "expected_repair_seconds")
@@ -132,14 +134,7 @@ class NodeColumns:
 def _text_ok(strings) -> bool:
     """Whether the strings are valid Unicode (no lone surrogate, which the models refuse in a string whose
     length they check)."""
-    joined = "".join(strings)
-    if joined.isascii():
-        return True
-    try:
-        joined.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return is_unicode("".join(strings))
 
 
 def _count(raw: list, field: str) -> int:

@@ -393,6 +393,7 @@ def test_fingerprint_ignores_name_event_and_reference_only():
     assert contingency.fingerprint(api.load_instance(moved)) != plain
 
 
+@pytest.mark.long
 def test_mixed_contingency_of_the_16384_gpu_library_instance(tmp_path):
     import subprocess
     import sys

@@ -72,6 +72,7 @@ def test_the_memo_gives_the_plain_greedy_counts_as_capacity_changes(curves):
     assert memo  # the memo was filled and reused across the problems
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("curves", ["synthetic", "equal-per-gpu", "linear-step", "near-linear", "dense"])
 def test_the_recorded_run_gives_the_plain_greedy_counts_at_every_capacity(curves):
     """simulate/greedy.py: the run with no limit, replayed up to where a capacity departs from it and

@@ -95,6 +95,7 @@ def _every_seed(stem: str, name: str, seeds: int, hours: float, max_nodes: int) 
 FORKING = ("clairvoyant",) + ROLLOUTS
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in FORKING else n
                                   for n in sorted(POLICIES)])
 @pytest.mark.parametrize("stem", SHIPPED)

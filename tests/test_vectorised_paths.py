@@ -280,7 +280,7 @@ def test_previous_split_from_the_checks_positions_is_the_one_looked_up(seed):
 def _tabulate_before(instance, state, tables, layouts):
     """``tabulate`` as it was before it was built in place: one temporary array per operation."""
     from unicron_plan.core import constraints
-    from unicron_plan.core.problem import JobTerms, Problem, _f_at, _table_arrays
+    from unicron_plan.core.problem import JobTerms, Problem, _table_arrays, _x_entries
     flat = flat_tables(instance, tables)
     d_run = cost.d_run_seconds(instance, state.nodes_in_service())
     capacity = state.capacity()
@@ -293,7 +293,7 @@ def _tabulate_before(instance, state, tables, layouts):
     cap = np.fromiter(map(capacity.__getitem__, types), dtype=np.int64, count=m)
     hit = np.fromiter(map(state.hit.__getitem__, ids), dtype=bool, count=m)
     exiting = np.fromiter(map(state.exiting.__contains__, ids), dtype=bool, count=m)
-    f_x = _f_at(flat, xs)
+    f_x = _x_entries(flat, xs)[0]
     for i in np.flatnonzero(np.isnan(f_x)).tolist():
         job = instance.jobs[i]
         f_x[i] = float(cost.waf(job.weight, tables[job.id][x_list[i]]))

@@ -384,11 +384,6 @@ def _x_entries(flat: FlatTables, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.where(found, flat.f[at], np.nan), (at[found] if exact else None)
 
 
-def _f_at(flat: FlatTables, xs: np.ndarray) -> np.ndarray:
-    """F of each job at its count ``xs[i]`` from its flat table (0 at 0), NaN where the count is not in it."""
-    return _x_entries(flat, xs)[0]
-
-
 def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -> FlatTables:
     """The :class:`FlatTables` of the instance's jobs (``tables`` from :func:`resolve_tables`)."""
     arrays = [_table_arrays(job, tables[job.id]) for job in instance.jobs]

@@ -289,7 +289,6 @@ def _changed(problem: Problem, counts: Mapping[str, int], quiet: "_Quiet | None"
     return sorted(out)
 
 
-
 def indexed_plan(kept: KeptPlan, instance: Instance, index: dict, digest: str) -> Plan | None:
     """The plan of ``instance`` from the counts ``index`` stores for its failure, built as
     :func:`incremental_plan` builds it: what :func:`unicron_plan.api.solve` with the index gives

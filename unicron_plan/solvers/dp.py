@@ -178,19 +178,22 @@ def pareto_mask(gains: np.ndarray, off: np.ndarray) -> np.ndarray:
     return keep.view(bool)
 
 
-def _pareto_of(joined: _Joined) -> tuple[list[tuple[np.ndarray, np.ndarray]], _Joined]:
-    """:func:`_pareto_joined` of options already joined (every job with a count; the compiled pass)."""
+def _pareto_kept(joined: _Joined) -> _Joined:
+    """The Pareto options of options already joined (every job with a count; the compiled pass),
+    joined the same way."""
     counts, gains, off = joined
-    m = len(off) - 1
     keep = pareto_mask(gains, off)
     if keep.all():  # every count beats the smaller ones (near-linear tables): no copy
-        ys, gs, kept_off = counts, gains, off
-    else:
-        kept_off = np.zeros(m + 1, dtype=np.int64)
-        np.cumsum(np.add.reduceat(keep.astype(np.int64), off[:-1]), out=kept_off[1:])
-        ys, gs = counts[keep], gains[keep]
-    return [(ys[a:b], gs[a:b]) for a, b in zip(kept_off[:-1].tolist(), kept_off[1:].tolist())], \
-        _Joined(ys, gs, kept_off)
+        return joined
+    kept_off = np.zeros(len(off), dtype=np.int64)
+    np.cumsum(np.add.reduceat(keep.astype(np.int64), off[:-1]), out=kept_off[1:])
+    return _Joined(counts[keep], gains[keep], kept_off)
+
+
+def _pareto_of(joined: _Joined) -> tuple[list[tuple[np.ndarray, np.ndarray]], _Joined]:
+    """:func:`_pareto_joined` of options already joined (every job with a count; the compiled pass)."""
+    ys, gs, kept_off = kept = _pareto_kept(joined)
+    return [(ys[a:b], gs[a:b]) for a, b in zip(kept_off[:-1].tolist(), kept_off[1:].tolist())], kept
 
 
 #: The public name of :func:`_pareto_joined` (callers that keep options between problems).
@@ -703,10 +706,7 @@ def solve_type_joined(counts: np.ndarray, gains: np.ndarray, off: np.ndarray, ca
     if NATIVE_PARETO is None or len(off) < 2:
         options, joined = [pareto_arrays(counts[a:b], gains[a:b]) for a, b in zip(off[:-1].tolist(), off[1:].tolist())], None
     else:  # the options read lazily from the joined arrays (no list of per-job slices)
-        keep = pareto_mask(gains, off)
-        kept_off = np.zeros(len(off), dtype=np.int64)
-        np.cumsum(np.add.reduceat(keep.astype(np.int64), off[:-1]), out=kept_off[1:])
-        options = JoinedOptions(counts[keep], gains[keep], kept_off)
+        options = JoinedOptions(*_pareto_kept(_Joined(counts, gains, off)))
         joined = options.joined
     return solve_options(options, capacity, stats, deadline=deadline, joined=joined)
 

@@ -198,14 +198,13 @@ def test_healthy_cluster_from_columns_is_the_per_node_loop(seed):
 
 
 def test_placements_made_at_once_are_the_models_made_one_by_one():
-    from unicron_plan.plan import assemble
-    from unicron_plan.schema import Placement
+    from unicron_plan.schema import Placement, placements
 
     rng = random.Random(3)
     wheres = [{f"n{rng.randint(0, 50)}": rng.randint(1, 8) for _ in range(rng.randint(0, 5))} for _ in range(40)]
-    assemble._PLACEMENTS.clear()
+    placements._PLACEMENTS.clear()
     for _ in range(2):  # made, then found in the shared cache
-        got = assemble._placements(wheres)
+        got = placements.placement_models(wheres)
         want = [[Placement(node=n, gpus=g) for n, g in w.items()] for w in wheres]
         assert got == want
         assert all(p.model_fields_set == {"node", "gpus"} for ps in got for p in ps)

@@ -537,7 +537,7 @@ def _of_kind(values: list, kinds: set, kind: type, types: list) -> list:
         return values
     if kind not in kinds:
         return []
-    return list(itertools.compress(values, map(operator.is_, types, itertools.repeat(kind))))
+    return _picked(values, types, kind)
 
 
 def _plain_floats(value: Any) -> "list[float] | None":

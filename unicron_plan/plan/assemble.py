@@ -11,12 +11,11 @@ from unicron_plan.core.problem import Problem, RawSolution, action_of
 from unicron_plan.plan.placement import place, place_held
 from unicron_plan.plan.reasons import JobFacts, changes_of, explain_jobs
 from unicron_plan.schema import Plan, PlanJob, SolverInfo, Status
-from unicron_plan.schema.placements import (_PLACEMENTS, NodeTotals, PlacementArrays,  # noqa: F401
+from unicron_plan.schema.placements import (NodeTotals, PlacementArrays,
                                             node_totals, placement_models)
 
 
 _JOBS = TypeAdapter(list[PlanJob])
-_placements = placement_models  # (the name the plan's models were made by before they were held as arrays)
 
 
 def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float, used=None,

@@ -334,11 +334,7 @@ def _overfilled(state, nodes: list[str], gpus: list[int]) -> list[tuple[str, int
     if not gpus or max(gpus) * len(gpus) < 2**52:  # the sums are exact in float64
         at = np.fromiter(map(order.__getitem__, nodes), dtype=np.int64, count=len(nodes))
         used = np.bincount(at, weights=np.asarray(gpus, dtype=np.float64).reshape(len(gpus)), minlength=len(order))
-        over = np.flatnonzero(used > state.healthy_after_array()).tolist()
-        if not over:
-            return []
-        ids = list(state.nodes)
-        return [(ids[k], int(used[k])) for k in over]
+        return _overfilled_at(state, used)
     totals: dict[str, int] = {}
     for nid, g in zip(nodes, gpus):
         totals[nid] = totals.get(nid, 0) + g

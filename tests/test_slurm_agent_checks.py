@@ -207,6 +207,29 @@ def test_a_shrink_slurm_ignores_becomes_requeue_and_place():
     assert cli.calls[2] == ["scontrol", "update", "JobId=6", "NumNodes=1-1", "NumTasks=1", "NumCPUs=1", "ReqNodeList=n1"]
 
 
+def test_a_start_refused_because_the_job_started_is_not_an_error(monkeypatch):
+    """Slurm may start a placed job itself between the read and StartTime=now, which it then
+    refuses ("no longer pending"): the job runs and the pass goes on. Refused while the job is
+    still pending, the pass fails."""
+    import unicron_plan.integrations.agent as agent_mod
+
+    monkeypatch.setattr(agent_mod.time, "sleep", lambda s: None)
+
+    def started_first(jobs, argv):
+        if "StartTime=now" in argv:
+            if not stay_pending:
+                jobs[7].state, jobs[7].nodes = "RUNNING", ["n2"]
+            raise CommandFailed(argv, 1, "Job is no longer pending execution for job 7")
+    for stay_pending in (False, True):
+        cli = FakeCli({7: JobNow(state="PENDING", num_nodes=1, num_tasks=1, req_nodes=["n2"])}, started_first)
+        if stay_pending:
+            with pytest.raises(CommandFailed, match="no longer pending"):
+                carry_out([Step("start", job=7, nodes=["n2"])], cli, settle_seconds=1)
+        else:
+            carry_out([Step("start", job=7, nodes=["n2"])], cli, settle_seconds=1)
+        assert cli.calls == [["scontrol", "update", "JobId=7", "StartTime=now"]]
+
+
 def test_a_drain_slurm_ignores_is_an_error():
     cli = FakeCli({}, lambda jobs, argv: None)
     with pytest.raises(NotApplied, match="not draining"):

@@ -196,14 +196,19 @@ FAKE = """#!/usr/bin/env python3
 import json, os, sys
 with open(os.environ["ARGV_LOG"], "a") as f:
     f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
+race = os.environ.get("FAKE_START_RACE")  # StartTime=now refused; the job then runs (or not: "pending")
+if race and os.path.basename(sys.argv[0]) == "scontrol" and "StartTime=now" in sys.argv:
+    open(race, "w").close()
+    sys.exit(1)
 if os.path.basename(sys.argv[0]) == "squeue":
-    print("PENDING ")  # every job pending, on no node
+    started = race and os.path.exists(race) and not os.environ.get("FAKE_STILL_PENDING")
+    print("RUNNING n1" if started else "PENDING ")  # every job pending, on no node
 if os.path.basename(sys.argv[0]) == "sinfo" and "%E" in sys.argv:
     print(os.environ.get("FAKE_REASON", "none"))
 """
 
 
-def _run_with_fakes(script: str, tmp_path: Path) -> list[list[str]]:
+def _run_with_fakes(script: str, tmp_path: Path, exit_code: int = 0) -> list[list[str]]:
     """Run the script in a directory full of glob bait, with scontrol/squeue/sinfo replaced by
     programs that record their argument vectors; return the recorded scontrol calls."""
     bindir = tmp_path / "bin"
@@ -221,7 +226,7 @@ def _run_with_fakes(script: str, tmp_path: Path) -> list[list[str]]:
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "ARGV_LOG": str(log)}
     r = subprocess.run(["sh", str(tmp_path / "apply.sh")], cwd=work, env=env, capture_output=True, text=True,
                        timeout=60)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == exit_code, r.stderr
     assert not list(tmp_path.rglob("PWNED")) and not (Path.cwd() / "PWNED").exists()
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     return [c for c in calls if c[0] == "scontrol"]
@@ -240,6 +245,22 @@ def test_exported_script_passes_every_name_as_one_word(tmp_path):
     expected += [["scontrol", "hold", "7"]] + steps[-2].commands() + steps[-1].commands()
     assert calls == expected
     assert ["scontrol", "update", "JobId=8", "NumNodes=2-2", "ReqNodeList=n$(touch PWNED),n*"] in calls
+
+
+def test_script_start_refused_because_the_job_started_is_not_a_failure(tmp_path, monkeypatch):
+    """Slurm may start a placed job itself between the script's read and its StartTime=now,
+    which Slurm then refuses ("no longer pending"): the job runs, the script goes on. Refused
+    while the job is still pending, the script fails."""
+    steps = [Step("start", job=8), Step("hold", job=9)]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.setenv("FAKE_START_RACE", str(tmp_path / "started"))
+    calls = _run_with_fakes(render_script(steps), tmp_path / "a")
+    assert calls == steps[0].commands()   # job 9 reads as running too: not held
+    monkeypatch.setenv("FAKE_START_RACE", str(tmp_path / "started-b"))
+    monkeypatch.setenv("FAKE_STILL_PENDING", "1")
+    calls = _run_with_fakes(render_script(steps), tmp_path / "b", exit_code=1)
+    assert calls == steps[0].commands()
 
 
 def test_export_of_a_real_plan_quotes_the_operator_reason(tmp_path):

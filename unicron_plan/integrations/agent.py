@@ -267,7 +267,13 @@ def carry_out(steps: list[Step], cli: SlurmCli, settle_seconds: float = 120.0) -
                     time.sleep(START_PAUSE)
                     paused = True
                 if cli.job(st.job).state == "PENDING":
-                    cli.run(st.commands()[0], record=True)
+                    try:
+                        cli.run(st.commands()[0], record=True)
+                    except CommandFailed:
+                        # Slurm may start the job itself between the read and the update; the
+                        # verification that follows checks where it runs
+                        if cli.job(st.job).state == "PENDING":
+                            raise
     except AgentError:
         for j in moved:
             try:

@@ -765,5 +765,8 @@ def render_script(steps: list[Step]) -> str:
             if not paused:
                 out.append(f"sleep {START_PAUSE}\n")
                 paused = True
-            out.append(f"case \"$(job_state {j})\" in PENDING*)\n" + _run(st.commands()[0], "  ") + "  ;;\nesac\n")
+            # a job Slurm starts itself between the read and the update is not a failure
+            cmd = shlex.join(st.commands()[0])
+            out.append(f"case \"$(job_state {j})\" in PENDING*)\n  {cmd} || case \"$(job_state {j})\" in "
+                       f"PENDING*) fail {q(cmd)} ;; esac\n  ;;\nesac\n")
     return "".join(out)

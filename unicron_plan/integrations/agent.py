@@ -439,6 +439,22 @@ def events_between(coord: Optional[dict], inst: dict, failed: Optional[set[str]]
     return events, []
 
 
+def with_isolated(inst: dict, isolated: frozenset[str] | set[str]) -> Optional[dict]:
+    """The event of imported instance ``inst`` with the nodes in ``isolated`` failed as well (those of
+    its nodes that have GPUs to lose, as the importer counts a failed node), or None when there is none."""
+    event = inst.get("event")
+    if event is not None and event.get("kind") != "failure":
+        return event
+    named = set((event or {}).get("failed_nodes") or [])
+    extra = {n["id"] for n in inst["cluster"]["nodes"]
+             if n["id"] in isolated and len(n.get("failed_gpus") or []) < n["gpus"]} - named
+    if not extra:
+        return event
+    nodes = [n["id"] for n in inst["cluster"]["nodes"] if n["id"] in named | extra]  # in cluster order
+    gpus = [g for g in (event or {}).get("failed_gpus") or [] if g["node"] not in extra]
+    return {"kind": "failure", "failed_nodes": nodes, "failed_gpus": gpus}
+
+
 #: The names of the reservations the agent makes (``unicron-p17``): any other is left alone.
 RESERVATION_PREFIX = "unicron-"
 #: A Slurm user name as the reservation's Users= list takes it.
@@ -518,9 +534,10 @@ class SlurmAgent:
         inst = self._import(nodes_doc, jobs_doc)
         state = _dict(self.client.state())
         known = self.failed.load()
+        isolated = self._isolated(state.get("instance"))
         events, drift = events_between(state.get("instance"), inst,
                                        set(known["nodes"]) if isinstance(known.get("nodes"), list) else None,
-                                       self._isolated(state.get("instance")))
+                                       isolated)
         if drift:
             self.log({"drift": drift})
         if state.get("instance") is None or drift:
@@ -532,9 +549,13 @@ class SlurmAgent:
         if plan is None and j.get("status") == "proposed":
             return {"status": "proposed", "plan_id": j["plan_id"], "drift": drift}
         if plan is None and (state.get("instance") or {}).get("event") and not drift:
+            if self._incident_under_way(state.get("instance")):
+                # an in-band incident's failure recorded after this pass read the history: its plan is
+                # carried out by the next pass (a re-plan now would be made from Slurm's view alone)
+                return {"status": "awaiting-plan", "drift": drift}
             # the coordinator's last plan was never carried out (given up, or made elsewhere)
             self.log({"replan": "the coordinator's pending plan was not carried out"})
-            plan = self._replan()
+            plan = self._replan(isolated)
         if plan is None:
             return {"status": "in-sync", "drift": drift}
         if self.cfg.mode == "propose":
@@ -545,8 +566,14 @@ class SlurmAgent:
 
     def _isolated(self, coord: Optional[dict]) -> set[str]:
         """Nodes the coordinator took out on its own, not by Slurm's verdict (none here; the in-band
-        agent has them): :func:`events_between` neither repairs them nor calls them drift."""
+        agent has them): :func:`events_between` neither repairs them nor calls them drift, and a
+        re-plan from Slurm's view fails them again."""
         return set()
+
+    def _incident_under_way(self, coord: Optional[dict]) -> bool:
+        """The coordinator's pending failure comes from an in-band incident whose plan the in-band pass
+        has not taken up yet (none here; the in-band agent has them): not re-planned by this pass."""
+        return False
 
     def _read_settled(self, start: float) -> tuple[dict, dict]:
         """Slurm's documents once no planned job is COMPLETING (ending, or being requeued by Slurm
@@ -619,14 +646,16 @@ class SlurmAgent:
         self.log({"event": event, "plan_id": plan["plan_id"]})
         return plan
 
-    def _replan(self) -> Optional[dict]:
-        """After a plan Slurm did not reach: upload what Slurm shows and plan from it (its failures,
-        else the planned jobs left pending as arrivals). None when there is nothing to plan."""
+    def _replan(self, isolated: frozenset[str] | set[str] = frozenset()) -> Optional[dict]:
+        """After a plan Slurm did not reach: upload what Slurm shows and plan from it (its failures and
+        the nodes in ``isolated``, which the coordinator took out on its own and Slurm may still show in
+        service; else the planned jobs left pending as arrivals). None when there is nothing to plan."""
         nodes_doc, jobs_doc = self._read_settled(time.monotonic())
         inst = self._import(nodes_doc, jobs_doc)
         self._upload(inst)
-        if inst.get("event"):
-            return self._post(inst["event"])
+        event = with_isolated(inst, isolated)
+        if event:
+            return self._post(event)
         pending = sorted(jb["id"] for jb in inst["jobs"] if not jb["current"]["gpus"])
         if pending:
             return self._post({"kind": "job_arrival", "jobs": pending})
@@ -669,7 +698,7 @@ class SlurmAgent:
             self.journal.save({"status": "drift", "plan_id": pid})
             if replan:
                 self.log({"replan": pid})
-                if self._replan() is not None:
+                if self._replan(self._isolated(_dict(self.client.state()).get("instance"))) is not None:
                     result = self._finish(self.journal.load(), start, replan=False)
                     result["drift"] = diff + result.get("drift", [])
                     result["commands"] = commands + result.get("commands", [])

@@ -228,6 +228,18 @@ class InBandAgent(SlurmAgent):
         since = SignalJournal(Path(self.cfg.state_dir) / "signals.json").load().get("since", 0)
         return pending & isolated_nodes(self.client, max(0, since - RECENT_ENTRIES))
 
+    def _incident_under_way(self, coord: Optional[dict]) -> bool:
+        """A node of the coordinator's pending failure is that of a SEV1 incident the in-band pass has
+        not handled yet (recorded after it read the history, less than AWAIT_PLAN_SECONDS ago): the
+        next pass carries out the incident's own plan. Re-planned now, from Slurm's view, the node
+        would be in service again (Slurm still shows it healthy)."""
+        pending = set(((coord or {}).get("event") or {}).get("failed_nodes") or [])
+        if not pending:
+            return False
+        since = SignalJournal(Path(self.cfg.state_dir) / "signals.json").load().get("since", 0)
+        return any(e.type == "signal" and e.body.get("action") == "reconfigure" and e.body.get("node") in pending
+                   and _age(e.at) < AWAIT_PLAN_SECONDS for e in self.client.history(since=since, limit=1000))
+
     def signals_pass(self) -> Optional[dict]:
         """Restarts carried out; a SEV1 incident's plan, when it is the coordinator's latest, carried
         out like the agent's own (journal ``carrying``), with its result."""

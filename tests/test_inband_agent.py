@@ -121,3 +121,20 @@ def test_with_isolated_fails_the_isolated_nodes_as_the_importer_would():
     assert with_isolated(inst, {"n3"}) == {"kind": "failure", "failed_nodes": ["n2", "n3"],
                                            "failed_gpus": [{"node": "n1", "gpu": 7}]}
     assert with_isolated(inst, {"n2"}) is inst["event"] and with_isolated(inst, set()) is inst["event"]
+
+
+def test_a_fresh_agent_does_not_act_on_incidents_recorded_before_it(tmp_path):
+    """Signal entries do not move the state's revision: an agent with an empty state directory starts
+    after the newest history entry, not at the state's revision, so an incident handled (or not)
+    before it existed is not carried out again (here: a SEV2 restart of a running job)."""
+    with Server(tmp_path / "state") as srv:
+        client, slurm, agent = _setup(tmp_path, srv, "apply")
+        hang = {"job": "1", "rank": 0, "node": "n2", "kind": "cuda_error",
+                "evidence": "RuntimeError: CUDA error: an illegal memory access was encountered"}
+        incident = client.post_signals([hang])["incidents"][0]
+        assert incident["action"] == "restart"
+        health = client.health()
+        assert health.history_revision == incident["revision"] > health.revision
+        assert act_on_signals(client, slurm, tmp_path / "fresh-agent") is None
+        assert not slurm.calls   # no requeue of job 1
+        assert json.loads((tmp_path / "fresh-agent" / "signals.json").read_text())["since"] == incident["revision"]

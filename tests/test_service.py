@@ -305,7 +305,7 @@ def test_openapi_health_metrics(tmp_path):
     assert doc["paths"]["/v1/cluster"]["put"]["requestBody"]["content"]["application/json"]["schema"] == \
         {"$ref": "#/components/schemas/Instance"}
     assert "Instance" in doc["components"]["schemas"] and "Event" in doc["components"]["schemas"]
-    assert c.get("/healthz").json() == {"status": "ok", "contingency": "off", "revision": 0,
+    assert c.get("/healthz").json() == {"status": "ok", "contingency": "off", "revision": 0, "history_revision": 0,
                                         "precomputed": {"done": 0, "total": 0}}
     c.put("/v1/cluster", json=_split(read_json(ROOT / "instances" / "tiny-one-job-two-nodes.json"))[0])
     c.post("/v1/events", json={"kind": "failure", "failed_nodes": ["n1"]})

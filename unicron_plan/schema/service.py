@@ -43,6 +43,8 @@ class HealthReply(BaseModel):
     status: str = Field(description="ok when the service answers.")
     contingency: str = Field(description="ready, building or off.")
     revision: int = Field(description="Revision of the state (cheap to poll).")
+    history_revision: int = Field(0, description="Revision of the newest history entry; signal and "
+                                                 "action entries leave the state's revision behind it.")
     precomputed: dict = Field(default_factory=dict,
                               description="Whole answers to single-node failures stored for the state: "
                                           "done and total.")

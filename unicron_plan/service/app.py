@@ -281,7 +281,7 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
     @app.get("/healthz", response_model=HealthReply)
     async def healthz():
         return {"status": "ok", "contingency": coord.contingency_status(), "revision": coord.state.revision,
-                "precomputed": coord.precomputed_status()}
+                "history_revision": coord.last, "precomputed": coord.precomputed_status()}
 
     @app.get("/metrics", response_class=Response)
     async def metrics():

@@ -127,7 +127,8 @@ def act_on_signals(client, cli: SlurmCli, state_dir: Path, verify_seconds: float
     journal = SignalJournal(Path(state_dir) / "signals.json")
     j = journal.load()
     if "since" not in j:   # after the newest entry: incidents recorded before the agent are not acted on
-        j = {"since": client.health().history_revision}
+        health = client.health()
+        j = {"since": max(health.revision, health.history_revision)}
         journal.save(j)
     doing = j.get("doing")
     if doing:  # an agent stopped in the middle of a restart: finish it (the requeue is not repeated)

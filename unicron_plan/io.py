@@ -122,9 +122,12 @@ def _shape(value: Any, arrays: bool = False) -> "tuple[int, ...]":
     while level and depth <= MAX_DEPTH:
         depth += 1
         types = list(map(type, level))
-        dicts = _picked(level, types, dict)
+        level_kinds = set(types)
+        if len(level_kinds) == 1:  # (a level of one kind: no pick)
+            dicts, lists = (level, []) if dict in level_kinds else ([], level)
+        else:
+            dicts, lists = _picked(level, types, dict), _picked(level, types, list)
         n += sum(map(len, dicts))
-        lists = _picked(level, types, list)
         lists_seen += len(lists)
         long = [v for v in lists if len(v) > 64]
         short = itertools.chain.from_iterable(v for v in lists if len(v) <= 64)

@@ -299,3 +299,16 @@ def test_files_take_the_array_reader(tmp_path, monkeypatch):
     with pytest.raises(InvalidInstanceError, match="duplicate key 'weight'"):
         io.read_json_tables(path)
     assert _outcome(lambda: api.load_instance(path))[1] == _outcome(lambda: _plain(monkeypatch)(str(path)))[1]
+
+
+@pytest.mark.parametrize("size", [None, 1, 7, 4096])
+def test_byte_counts_are_bytes_count(size, monkeypatch):
+    """The counts of colons and brackets the array reader compares are ``bytes.count``'s, at every slice
+    size (slices of one byte, of a few, and texts shorter than a slice)."""
+    if size is not None:
+        monkeypatch.setattr(io, "_COUNT_SLICE", size)
+    rng = random.Random(size or 0)
+    for n in [0, 1, 2, 5, 64, 1000, 20000]:
+        data = bytes(rng.choice(b':[]{}",x\\x00\xff') for _ in range(n))
+        assert io._byte_counts(data, b":[") == [data.count(b":"), data.count(b"[")]
+        assert io._byte_counts(data, b"") == []

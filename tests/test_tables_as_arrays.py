@@ -312,3 +312,16 @@ def test_byte_counts_are_bytes_count(size, monkeypatch):
         data = bytes(rng.choice(b':[]{}",x\\x00\xff') for _ in range(n))
         assert io._byte_counts(data, b":[") == [data.count(b":"), data.count(b"[")]
         assert io._byte_counts(data, b"") == []
+
+
+@pytest.mark.parametrize("value", [1e19, 2.0**63, 1e300, 18446744073709551615])
+def test_a_tflops_of_2_63_or_more_is_read_again_as_lists(value, monkeypatch):
+    """Such a table (valid: any finite TFLOP/s >= 0) is left to the plain reader: the instance holds the
+    lists it read, the same instance as without the array reader."""
+    doc = _doc(random.Random(14), 2)
+    doc["jobs"][1]["throughput"]["compact"]["tflops"][-1] = value
+    text = json.dumps(doc)
+    assert io.parse_json_tables(text)[1]  # (the text itself is read as arrays first)
+    fast = api.load_instance(text)
+    assert "tflops" in fast.jobs[1].throughput.compact.__dict__  # read again: the lists kept as read
+    _same_instances(fast, _plain(monkeypatch)(text))

@@ -40,7 +40,7 @@ def _load(model, source: Any, keep: list | None = None):
     # checked at once, on arrays. A document so read that is refused is read again as lists: the
     # per-entry validation of those names the first bad entry.
     doc, as_arrays = parse_json_tables(source) if text else read_json_tables(source)
-    for attempt in range(2):
+    for _ in range(2):
         context = read_tables_once()
         try:
             instance = parse_model(model, doc, context=context)

@@ -235,10 +235,13 @@ def test_an_in_process_main_call_counts_its_time_limit_from_the_call(monkeypatch
     from unicron_plan import cli
 
     args = ["solve", str(TINY), "--quiet", "--time-limit", "30", "--out", str(tmp_path / "p.json")]
+    heap: list = []
+    monkeypatch.setattr(cli, "_blocks_from_the_heap", lambda: heap.append(1))
     for _ in range(2):
         from_process_start, code = _entry_started(monkeypatch, tmp_path, args)
         assert code == 0 and not from_process_start
         assert gc.isenabled() and cli._AS_PROCESS.get() is False
+    assert not heap  # the C library's allocation left as it is in another program
     assert json.loads((tmp_path / "p.json").read_text())["objective"] == 38697000.0
 
 
@@ -247,6 +250,30 @@ def test_the_console_script_counts_its_time_limit_from_the_process_start(monkeyp
     from unicron_plan import cli
 
     monkeypatch.setattr("sys.argv", ["unicron-plan", "solve", str(TINY), "--quiet", "--out", str(tmp_path / "p.json")])
+    heap: list = []
+    monkeypatch.setattr(cli, "_blocks_from_the_heap", lambda: heap.append(1))  # (not in the test's process)
     from_process_start, code = _entry_started(monkeypatch, tmp_path, None)
     assert code == 0 and from_process_start
     assert cli._AS_PROCESS.get() is False  # reset when the call returns
+    assert heap == [1]
+
+
+def test_a_solve_process_takes_its_blocks_from_the_heap_and_plans_the_same(tmp_path):
+    """The console command's one-shot process raises glibc's mmap threshold (where glibc is the C
+    library) and writes the plan the API returns."""
+    import subprocess
+    import sys
+
+    from unicron_plan import api
+    from unicron_plan.io import dumps
+
+    out = tmp_path / "p.json"
+    probe = "from unicron_plan import cli; cli._blocks_from_the_heap(); print('done')"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr
+    done = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "solve", str(TINY), "-q", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ours, theirs = json.loads(out.read_text()), json.loads(dumps(api.solve(str(TINY))))
+    ours["solver"].pop("wall_seconds"), theirs["solver"].pop("wall_seconds")
+    assert ours == theirs

@@ -18,6 +18,16 @@ from unicron_plan.schema import Instance
 from unicron_plan.tools.generate import generate_instance
 
 
+@pytest.fixture(autouse=True, params=["tables as arrays", "tables as lists"])
+def _reader(request, monkeypatch):
+    """Every test with the reader of compact tables as arrays (simdjson) and without it (the lists kept as
+    read, which the other also falls back to)."""
+    if request.param == "tables as lists":
+        from unicron_plan import io
+
+        monkeypatch.setattr(io, "_simdjson", None)
+
+
 def _doc(rng: random.Random, jobs: int) -> dict:
     doc = generate_instance(rng.randrange(1000), gpus=64, jobs=jobs, nodes_per_rack=8)
     for job in doc["jobs"]:
@@ -144,8 +154,12 @@ def test_each_way_of_spoiling_one_table_of_several(kind, group, monkeypatch):
             _same_instances(fast, slow)
 
 
-def test_a_good_document_keeps_its_lists():
-    """The path is taken: the instance holds the parsed document's lists themselves."""
+def test_a_good_document_keeps_its_lists(monkeypatch):
+    """The path is taken: the instance holds the parsed document's lists themselves (read as lists:
+    without the reader of tables as arrays, tests/test_tables_as_arrays.py)."""
+    from unicron_plan import io
+
+    monkeypatch.setattr(io, "_simdjson", None)
     keep: list = []
     doc = _doc(random.Random(7), 3)
     instance = api._load(Instance, json.dumps(doc), keep)

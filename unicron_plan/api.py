@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from unicron_plan.errors import InvalidInstanceError, PlanValidationError
-from unicron_plan.io import parse_json, parse_model, read_json
+from unicron_plan.io import parse_json, parse_json_tables, parse_model, read_json, read_json_tables
 from unicron_plan.schema import Instance, Plan
 from unicron_plan.schema.instance import read_tables_once, settle_tables
 from unicron_plan.core.checks import check_instance
@@ -30,17 +30,31 @@ def _load(model, source: Any, keep: list | None = None):
         return source
     if isinstance(source, dict):
         return parse_model(model, source)
-    doc = parse_json(source) if isinstance(source, str) and source.lstrip().startswith("{") else read_json(source)
-    if keep is not None:  # the parsed text too (see solve)
-        keep.append(doc)
-    if model is Instance:  # its compact tables kept as read and checked at once, on arrays
+    text = isinstance(source, str) and source.lstrip().startswith("{")
+    if model is not Instance:
+        doc = parse_json(source) if text else read_json(source)
+        if keep is not None:
+            keep.append(doc)
+        return parse_model(model, doc)
+    # An instance's compact tables: read as arrays when they can be (else kept as read, as lists), and
+    # checked at once, on arrays. A document so read that is refused is read again as lists: the
+    # per-entry validation of those names the first bad entry.
+    doc, as_arrays = parse_json_tables(source) if text else read_json_tables(source)
+    for _ in range(2):
         context = read_tables_once()
         try:
             instance = parse_model(model, doc, context=context)
         except InvalidInstanceError:
             instance = None
         if instance is not None and settle_tables(context["compact_tables"]):
+            if keep is not None:  # the parsed text too (see solve)
+                keep.append(doc)
             return instance
+        if not as_arrays:
+            break
+        doc, as_arrays = (parse_json(source) if text else read_json(source)), False
+    if keep is not None:
+        keep.append(doc)
     return parse_model(model, doc)  # (the per-entry validation, which names the first bad entry)
 
 

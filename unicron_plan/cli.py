@@ -124,6 +124,7 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
         # of CPU at 8,192 GPUs, 0.15-0.2 s of wall time on a loaded machine, at any point of the
         # solve); reference counting still frees everything outside a cycle, and the process ends.
         gc.disable()
+        _blocks_from_the_heap()
 
     # Run as the process's command, the limit counts from the process's start (imports count too);
     # called in another program (a test's CliRunner), from this call.
@@ -154,6 +155,24 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
 
 
 _KEPT: list = []  # a `solve` process's instance and problem: never freed, the process ends (_exit_now)
+
+
+def _blocks_from_the_heap() -> None:
+    """A one-shot process on glibc: blocks of every size from the heap (mallopt's M_MMAP_THRESHOLD raised
+    from 128 KiB), so that a freed large block (a numpy temporary, the JSON parser's buffers) is reused
+    by the next one instead of being unmapped and the next one mapped afresh and faulted in page by page
+    (at 1,048,576 GPUs about 0.35 s of system time less, and a larger peak: docs/performance.md, "Tables
+    as arrays"). Elsewhere (another C library) nothing is changed."""
+    import os
+
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION"):
+            return
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-3, 2**31 - 1)  # M_MMAP_THRESHOLD, at most INT_MAX
+    except (AttributeError, OSError, ValueError, TypeError):
+        pass
 
 
 def _source_tree_without_native() -> bool:

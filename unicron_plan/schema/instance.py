@@ -223,6 +223,9 @@ class ArrayTable(Mapping):
     __hash__ = None
 
 
+# A compact table whose numbers the reader gave as arrays (io.read_json_tables) holds only its arrays;
+# its ``counts`` and ``tflops`` lists are made from them, once, on first access or dump (the same lists
+# the per-entry validation makes: ints and floats). (The docstring below is the schema's description.)
 class CompactTable(StrictModel):
     """The table form as two arrays: ``counts`` (strictly ascending integers >= 1) and the
     ``tflops`` at them (>= 0), parsed without a dict or a string per count; the checks across
@@ -270,7 +273,47 @@ class CompactTable(StrictModel):
                 table = cls.model_construct(counts=counts, tflops=tflops)
                 deferred.append(table)
                 return table
+            if type(counts) is np.ndarray and type(tflops) is np.ndarray and counts.dtype == np.int64 \
+                    and tflops.dtype == np.float64 and counts.ndim == tflops.ndim == 1 \
+                    and 0 < len(counts) == len(tflops):  # read as arrays: settle_tables checks them
+                table = cls.model_construct(counts=counts, tflops=tflops)
+                deferred.append(table)
+                return table
         return handler(data)
+
+    def _made_lists(self) -> None:
+        """Make the ``counts`` and ``tflops`` lists from the arrays when the table holds only those."""
+        fields = self.__dict__
+        if "counts" not in fields:
+            counts, tflops = self.arrays()
+            fields["counts"], fields["tflops"] = counts.tolist(), tflops.tolist()
+
+    def __getattr__(self, name: str):
+        if name in ("counts", "tflops") and _private(self, "_arrays") is not None:
+            self._made_lists()
+            return self.__dict__[name]
+        return super().__getattr__(name)
+
+    @model_serializer(mode="wrap")
+    def _dump_with_lists(self, handler):
+        self._made_lists()
+        return handler(self)
+
+    def __eq__(self, other):
+        self._made_lists()
+        if isinstance(other, CompactTable):
+            other._made_lists()
+        return super().__eq__(other)
+
+    __hash__ = None
+
+    def __iter__(self):
+        self._made_lists()
+        return super().__iter__()
+
+    def __repr_args__(self):
+        self._made_lists()
+        return super().__repr_args__()
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """(counts, tflops) as read-only numpy arrays (int64, float64), made once."""
@@ -296,17 +339,23 @@ def settle_tables(tables: "list[CompactTable]") -> bool:
         return True
     counts_lists = [t.__dict__["counts"] for t in tables]
     tflops_lists = [t.__dict__["tflops"] for t in tables]
+    # Tables the reader gave as arrays (int64 counts, float64 TFLOP/s: no boolean, no float count, every
+    # integer TFLOP/s already a float) need only the checks on values; the lists need their types checked.
+    listed = [k for k, c in enumerate(counts_lists) if type(c) is not np.ndarray]
+    as_read = len(listed) < len(tables)
     try:
-        if not all(type(total) is int for total in map(sum, counts_lists)):  # a float among the counts
+        if not all(type(sum(counts_lists[k])) is int for k in listed):  # a float among the counts
             return False
-        deque(map(sum, tflops_lists), maxlen=0)  # every sum: refuses a string, null, an array, an object
+        deque((sum(tflops_lists[k]) for k in listed), maxlen=0)  # refuses a string, null, an array, an object
         counts = [np.asarray(c, dtype=np.int64) for c in counts_lists]
         tflops = [np.asarray(t, dtype=float) for t in tflops_lists]
     except (TypeError, ValueError, OverflowError):
         return False
     # a boolean reads as 0 or 1: only a first count can be 1 (the others are above it)
-    if not all(type(c[0]) is int for c in counts_lists):
+    if not all(type(counts_lists[k][0]) is int for k in listed):
         return False
+    is_listed = np.zeros(len(tables), dtype=bool)
+    is_listed[listed] = True
     to_float = set()
     first = 0
     while first < len(tables):
@@ -324,13 +373,21 @@ def settle_tables(tables: "list[CompactTable]") -> bool:
         ascending[off[1:-1] - 1] = True  # the first count of a table follows another table's last
         if not ascending.all():
             return False
-        if not (all_t.min() >= 0 and all_t.max() < np.inf):
+        top = all_t.max()
+        if not (all_t.min() >= 0 and top < np.inf):
             return False
+        if as_read and top >= _WIDE_TFLOPS:  # (read as arrays: the plain reader takes such a document)
+            return False
+        if not is_listed[first:last].any():
+            first = last
+            continue
         # a boolean or an integer among the tflops has an integral value: look at those entries' types
         integral = np.flatnonzero(np.trunc(all_t) == all_t)
         if len(integral):
             table_of = np.searchsorted(off, integral, side="right") - 1
             for k, at in zip((table_of + first).tolist(), (integral - off[table_of]).tolist()):
+                if not is_listed[k]:
+                    continue
                 kind = type(tflops_lists[k][at])
                 if kind is bool:
                     return False
@@ -340,12 +397,15 @@ def settle_tables(tables: "list[CompactTable]") -> bool:
     for k, (table, c, t) in enumerate(zip(tables, counts, tflops)):
         c.flags.writeable = t.flags.writeable = False
         _set_private(table, "_arrays", (c, t))
-        if k in to_float:
+        if not is_listed[k]:  # the lists are made from the arrays when asked for
+            del table.__dict__["counts"], table.__dict__["tflops"]
+        elif k in to_float:
             table.__dict__["tflops"] = t.tolist()
     return True
 
 
 _GROUP = 1 << 18  # entries of the tables checked together by settle_tables (2 MiB per array)
+_WIDE_TFLOPS = float(2**63)  # a TFLOP/s this large, read as an array, sends the document to the plain reader
 
 
 def read_tables_once() -> dict:

@@ -139,8 +139,8 @@ class RunTerms:
             kept = self._pen_rep = np.repeat(pen, self.sizes)
         else:
             moved = np.flatnonzero(bits != self._pen_bits).tolist()
-            if len(moved) > self.m // 16:
-                kept[:] = np.repeat(pen, self.sizes)
+            if len(moved) > self.m // 16:  # (a new array rather than a copy of one into the kept one)
+                kept = self._pen_rep = np.repeat(pen, self.sizes)
             else:
                 off = self.flat.off
                 for i in moved:

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 import time
 from typing import NamedTuple
 
@@ -354,13 +355,52 @@ def _lp_of_hull(hy: np.ndarray, hg: np.ndarray, seg: np.ndarray, capacity: int, 
     within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k: vertex within[k] to within[k] + 1, one job
     n = hy[within + 1] - hy[within]
     s = (hg[within + 1] - hg[within]) / n
-    order = np.argsort(-s, kind="stable")
+    order = SlopeOrder(s, n, capacity)
     hull = (hy, hg, seg, within, n, s, order, at)
     if not len(within):
         return 0.0, hull
-    filled = np.cumsum(n[order])
+    head = order.head
+    filled = np.cumsum(n[head])
     fill = int(np.searchsorted(filled, capacity, side="left"))
-    return (0.0 if fill >= len(order) else max(float(s[order[fill]]), 0.0)), hull
+    if fill >= len(head) and not order.whole:  # (not reached with the head's sizes: they cover the capacity)
+        head = order.full()
+        filled = np.cumsum(n[head])
+        fill = int(np.searchsorted(filled, capacity, side="left"))
+    return (0.0 if fill >= len(head) else max(float(s[head[fill]]), 0.0)), hull
+
+
+class SlopeOrder:
+    """The envelope segments' order by decreasing slope, ties by position (``np.argsort(-s,
+    kind="stable")``), made on demand: ``head`` is its leading part, the segments of slope at least a
+    threshold chosen so that their sizes add up to more than ``capacity`` (the multiplier and the
+    greedy starts read only about that far), ``full()`` the whole order. The head is the whole order's
+    prefix exactly: every segment of slope >= t comes before every other in the stable order, and
+    among them the stable sort of their slopes, taken in ascending position, keeps the same ties."""
+
+    HEAD = 4096  # segments taken at first (doubled while their sizes do not cover the capacity)
+
+    def __init__(self, s: np.ndarray, n: np.ndarray, capacity: int):
+        self.s, self._full = s, None
+        k = self.HEAD
+        while True:
+            if k >= len(s) or np.isnan(s).any():
+                self.head = self.full()
+                break
+            t = np.partition(s, len(s) - k)[len(s) - k]  # the k-th largest slope
+            sel = np.flatnonzero(s >= t)
+            if int(n[sel].sum()) > capacity:
+                self.head = sel[np.argsort(-s[sel], kind="stable")]
+                break
+            k *= 4
+
+    @property
+    def whole(self) -> bool:
+        return len(self.head) == len(self.s)
+
+    def full(self) -> np.ndarray:
+        if self._full is None:
+            self._full = np.argsort(-self.s, kind="stable")
+        return self._full
 
 
 def _option_key(flat: "_Flat", capacity: int) -> np.ndarray:
@@ -377,7 +417,7 @@ def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> 
     when it fits (a job whose segment does not fit takes none of its later ones). Where the LP takes
     a fraction of one segment among many of equal slope (identical jobs), (2) fills the capacity with
     whole segments where (1) stops every job before the tied ones. A start that does not fit is left out."""
-    hy, hg, seg, within, n, s, order, at = hull
+    hy, hg, seg, within, n, s, slopes, at = hull
     m = len(flat.off) - 1
     if at is None:
         vert = np.searchsorted(key, seg.astype(np.int64) * (capacity + 2) + np.minimum(hy, capacity + 1))
@@ -398,15 +438,22 @@ def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> 
     if left < 0:
         return out
     if len(within):
+        order = slopes.head
         filled = np.cumsum(n[order])
         p = int(np.searchsorted(filled, left, side="right"))  # the first p segments fit whole
+        if p == len(order) and not slopes.whole:  # past the head: the whole order
+            order = slopes.full()
+            filled = np.cumsum(n[order])
+            p = int(np.searchsorted(filled, left, side="right"))
         if p:
             np.add.at(at, seg[within[order[:p]]], 1)
             left -= int(filled[p - 1])
         blocked = np.zeros(m, dtype=bool)
-        for b in range(p, len(order), 256):  # the rest in slope order, a block at a time until full
+        for b in range(p, len(s), 256):  # the rest in slope order, a block at a time until full
             if left <= 0:
                 break
+            if b + 256 > len(order):  # past the head: the whole order (whose prefix the head is)
+                order = slopes.full()
             ks = order[b:b + 256]
             for j, size, first_vertex in zip(seg[within[ks]].tolist(), n[ks].tolist(), within[ks].tolist()):
                 if left <= 0:
@@ -999,7 +1046,16 @@ def _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, thresho
     off = np.ascontiguousarray(koff, dtype=np.int64)
     lo, hi, after_lo = (np.ascontiguousarray(a, dtype=np.int64) for a in (lo, hi, after_lo))
     after_m = np.ascontiguousarray(after_m, dtype=np.float64)
-    choice = np.empty(max(entries, 1), dtype=np.dtype(f"u{itemsize}"))
+    # The choices' buffer is kept between passes (per thread): a new one of this size would be mapped
+    # afresh and its pages faulted in again at every pass. Only the pages a pass writes become resident;
+    # a buffer whose pass wrote more than CHOICE_KEPT_BYTES (or that did not finish) is let go.
+    nbytes = max(entries, 1) * itemsize
+    buf = getattr(_CHOICES, "buf", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _CHOICES.buf = None  # (the old one freed first)
+        buf = np.empty(nbytes, dtype=np.uint8)
+    _CHOICES.buf = None
+    choice = buf[:nbytes].view(np.dtype(f"u{itemsize}"))
     win = np.empty(2 * m, dtype=np.int64)
     result = np.empty(m, dtype=np.int64)
     value = np.zeros(1)
@@ -1017,7 +1073,13 @@ def _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, thresho
         raise MemoryError(f"compiled DP pass failed (status {status})")
     widths = win[1::2] - win[0::2] + 1
     stats.update(checkpointed=False, max_width=int(widths.max()), sum_width=int(widths.sum()))
-    return [int(c) for c in result], float(value[0])
+    if stats["sum_width"] * itemsize <= CHOICE_KEPT_BYTES:
+        _CHOICES.buf = buf
+    return result.tolist(), float(value[0])
+
+
+_CHOICES = threading.local()  # .buf: the choices' buffer kept for the next pass (_native_pass)
+CHOICE_KEPT_BYTES = 64 * 2**20
 
 
 class _LostPath(Exception):

@@ -500,21 +500,12 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     else:  # every entry but the one at the job's count (counts are distinct within a job)
         resized = np.ones(len(flat.counts), dtype=bool)
         resized[at_x] = False
-    # changed = (hit or resized) and not leaving: the hit and the leaving jobs' slices set (few jobs),
-    # no array of a flag per entry made from the jobs' flags
-    changed = resized.copy()
-    ends = flat.off.tolist()
-    for i in np.flatnonzero(hit).tolist():
-        changed[ends[i]:ends[i + 1]] = True
-    for i in np.flatnonzero(exiting).tolist():
-        changed[ends[i]:ends[i + 1]] = False
+    changed = np.repeat(hit, sizes)
+    changed |= resized
+    changed &= np.repeat(~exiting, sizes)
     gains_all = flat.f * d_run
-    # x - 0.0 is x, so subtracting only where changed gives the bytes of subtracting a 0 elsewhere;
-    # each job's penalty subtracted from its slice (the same float operation on every entry as from an
-    # array of the penalty repeated per entry, without that array)
-    for lo, hi, p in zip(ends, ends[1:], np.asarray(pen, dtype=float).tolist()):
-        part = gains_all[lo:hi]
-        np.subtract(part, p, out=part, where=changed[lo:hi])
+    # x - 0.0 is x, so subtracting only where changed gives the bytes of subtracting a 0 elsewhere
+    np.subtract(gains_all, np.repeat(np.asarray(pen, dtype=float), sizes), out=gains_all, where=changed)
     if any(d_repeat):  # "lifetime": a change to another count is charged again at the return (cost.gain)
         again = np.asarray(f_x, dtype=float) * np.asarray(d_repeat, dtype=float)
         changed &= resized

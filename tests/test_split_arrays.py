@@ -202,3 +202,23 @@ def test_arrays_not_used_for_other_jobs():
         assert list(got[0].items()) == list(_without(swapped)._stays(counts)[0].items())
         checked += 1
     assert checked >= 5
+
+
+def test_arrays_not_used_for_an_index_outside_the_instance():
+    checked = 0
+    for rng, instance, problem in _instances(20, 50):
+        if problem.state.previous_arrays() is None:
+            continue
+        counts = {j.id: 0 if j.hit else j.x for j in problem.jobs}
+        kept = [k for k, j in enumerate(problem.jobs) if counts[j.id] and not j.hit]
+        if not kept:
+            continue
+        for index in (len(instance.jobs), -1):
+            jobs = list(problem.jobs)
+            jobs[kept[0]] = dataclasses.replace(jobs[kept[0]], index=index)
+            odd = dataclasses.replace(problem, jobs=jobs)
+            got = odd._stays(counts)
+            assert got[3] is None
+            assert list(got[0].items()) == list(_without(odd)._stays(counts)[0].items())
+        checked += 1
+    assert checked >= 5

@@ -183,7 +183,8 @@ class Problem:
         if len(free) != len(ids) or list(free) != ids:
             return None
         jobs = state.instance.jobs
-        if len(arrays.starts) != len(jobs) + 1 or any(jobs[j.index].id != j.id for j in rows):
+        m = len(jobs)
+        if len(arrays.starts) != m + 1 or any(not 0 <= j.index < m or jobs[j.index].id != j.id for j in rows):
             return None
         at = np.fromiter((j.index for j in rows), dtype=np.int64, count=len(rows))
         sizes = np.fromiter(map(len, kept), dtype=np.int64, count=len(kept))

@@ -222,3 +222,26 @@ def test_arrays_not_used_for_an_index_outside_the_instance():
             assert list(got[0].items()) == list(_without(odd)._stays(counts)[0].items())
         checked += 1
     assert checked >= 5
+
+
+def test_usable_array_is_usable_gpus():
+    """ClusterState.usable_array against usable_gpus, also with records the checks never make (a drained
+    node still counting healthy GPUs, a node back to all its GPUs)."""
+    from unicron_plan.core.cluster import NodeHealth
+    checked = 0
+    for rng, instance, problem in _instances(15, 60):
+        state = problem.state
+        assert state.usable_array().tolist() == list(state.usable_gpus().values())
+        ids = state.node_ids()
+        changed = dict(state.changed or {})
+        touched = list(state.touched)
+        for nid in rng.sample(ids, min(3, len(ids))):
+            rec = state.nodes[nid]
+            drained = rng.random() < 0.5
+            changed[nid] = NodeHealth(nid, rec.gpu_type, rec.rack, rec.gpus, rec.gpus, rec.gpus, drained, drained)
+            if nid not in touched:
+                touched.append(nid)
+        odd = dataclasses.replace(state, changed=changed, touched=touched)
+        assert odd.usable_array().tolist() == list(odd.usable_gpus().values())
+        checked += 1
+    assert checked == 15

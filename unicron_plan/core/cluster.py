@@ -94,6 +94,17 @@ class ClusterState:
             free[nid] = 0 if n.drained else n.healthy_after
         return free
 
+    def usable_array(self) -> np.ndarray | None:
+        """:meth:`usable_gpus`'s values as a fresh int64 array in cluster order (:meth:`node_ids`), when the
+        state was built from a healthy cluster (else None)."""
+        if self.healthy is None or self.touched is None:
+            return None
+        out = self.healthy.columns.gpus.copy()
+        for nid in self.touched:
+            n = self._record(nid)
+            out[self.order[nid]] = 0 if n.drained else n.healthy_after
+        return out
+
     def node_arrays(self) -> "NodeArrays":
         """The nodes as :class:`NodeArrays` (kept with the healthy cluster the state was built from)."""
         return self.healthy.arrays if self.healthy is not None else node_arrays(self.nodes)

@@ -137,7 +137,6 @@ class Problem:
         """:meth:`stays`, and the kept splits as (positions, GPUs, the kept jobs' places in ``jobs``):
         the positions and GPUs one split after another in job order (``state.previous_arrays``), when the
         state holds them (else None)."""
-        free = self.state.usable_gpus()
         result: dict[str, dict[str, int]] = {j.id: {} for j in self.jobs}
         movers = []
         kept = []
@@ -154,15 +153,12 @@ class Problem:
                 places.append(k)
             else:
                 movers.append(j)
-        taken = self._kept_arrays(rows, kept, free)
-        if taken is not None:  # the free GPUs left, on arrays (a count beyond int64: the loop below)
-            try:
-                left = np.fromiter(free.values(), dtype=np.int64, count=len(free))
-            except OverflowError:
-                taken = None
-            else:
-                np.subtract.at(left, *taken)
-                return dict(zip(free, left.tolist())), result, movers, (*taken, places)
+        taken = self._kept_arrays(rows, kept)
+        left = self.state.usable_array() if taken is not None else None
+        if left is not None:  # the free GPUs left, on arrays
+            np.subtract.at(left, *taken)
+            return dict(zip(self.state.node_ids(), left.tolist())), result, movers, (*taken, places)
+        free = self.state.usable_gpus()
         nodes = list(chain.from_iterable(kept))
         if len(set(nodes)) == len(nodes):  # each node in one split: the free GPUs left, in C calls
             free.update(zip(nodes, map(sub, map(free.__getitem__, nodes), chain.from_iterable(map(dict.values, kept)))))
@@ -172,15 +168,12 @@ class Problem:
                     free[nid] -= g
         return free, result, movers, None
 
-    def _kept_arrays(self, rows, kept, free) -> tuple[np.ndarray, np.ndarray] | None:
+    def _kept_arrays(self, rows, kept) -> tuple[np.ndarray, np.ndarray] | None:
         """The splits ``kept`` of the jobs ``rows`` as (positions, GPUs) from ``state.previous_arrays``,
-        when those are this instance's and ``free`` lists every node in cluster order (else None)."""
+        when those are this instance's (else None)."""
         state = self.state
         arrays = state.previous_arrays()
         if arrays is None or not rows:
-            return None
-        ids = state.node_ids()
-        if len(free) != len(ids) or list(free) != ids:
             return None
         jobs = state.instance.jobs
         m = len(jobs)

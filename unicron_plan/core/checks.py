@@ -40,7 +40,7 @@ def _check_refs(ids, known, path: str, what: str = "node") -> None:
 
 
 def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | None = None,
-                   nodes_seen: dict | None = None) -> dict[str, dict[str, int]]:
+                   nodes_seen: dict | None = None, split_arrays: list | None = None) -> dict[str, dict[str, int]]:
     """Raise InvalidInstanceError on the first cross-field inconsistency.
 
     ``tables`` are the throughput tables per job id (derived ones included);
@@ -50,7 +50,9 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
     ``nodes_seen``: a dict that receives the nodes' ids in cluster order (``ids``), their positions
     (``order``, id -> position) and the nodes as columns (``columns``,
     :class:`unicron_plan.schema.nodes.NodeColumns`), for :func:`unicron_plan.core.cluster.healthy_nodes`
-    to reuse. The nodes are read as columns (:meth:`unicron_plan.schema.Cluster.node_columns`): no node
+    to reuse. ``split_arrays``: a list to which the returned splits as
+    :class:`unicron_plan.core.cluster.SplitArrays` are appended, when they are made (every job alone on
+    its nodes). The nodes are read as columns (:meth:`unicron_plan.schema.Cluster.node_columns`): no node
     model is made.
     """
     from unicron_plan.core.cluster import PositionMap, previous_distribution
@@ -107,7 +109,7 @@ def check_instance(instance: Instance, tables: dict[str, dict[int, float]] | Non
                 and job.throughput.model is None):
             raise InvalidInstanceError(f"{where}.transition_seconds",
                                        "missing, and cost.default_transition_seconds is not given either")
-    split = previous_distribution(instance, PositionMap(at, hb), (pos, hb))
+    split = previous_distribution(instance, PositionMap(at, hb), (pos, hb), split_arrays)
     _check_job_constraints(instance, split, columns)
     unplaced = [(k, job) for k, job in enumerate(instance.jobs) if job.current.gpus > 0 and not split[job.id]]
     if unplaced:

@@ -64,10 +64,21 @@ class ClusterState:
     # ``in_order``: every previous split lists its nodes in cluster order.
     idle: dict[str, int] | None = field(default=None, repr=False, compare=False)
     in_order: bool = field(default=False, repr=False, compare=False)
+    # ``previous`` as arrays (SplitArrays of the instance's jobs), when the checks made them; used while
+    # ``split_arrays.fits(previous, ...)`` (see :meth:`previous_arrays`)
+    split_arrays: "SplitArrays | None" = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if self.order is None:
             self.order = {nid: k for k, nid in enumerate(self.nodes)}
+
+    def previous_arrays(self) -> "SplitArrays | None":
+        """``previous`` as :class:`SplitArrays` (jobs in the instance's order, positions in
+        :meth:`node_ids`), when the checks made them and ``previous`` is still the dict they were made of."""
+        arrays = self.split_arrays
+        if arrays is None or self.healthy is None or not arrays.fits(self.previous, len(self.healthy.ids)):
+            return None
+        return arrays
 
     def _record(self, nid: str) -> NodeHealth:
         """The record of a touched node (without making ``nodes``)."""
@@ -82,6 +93,17 @@ class ClusterState:
             n = self._record(nid)
             free[nid] = 0 if n.drained else n.healthy_after
         return free
+
+    def usable_array(self) -> np.ndarray | None:
+        """:meth:`usable_gpus`'s values as a fresh int64 array in cluster order (:meth:`node_ids`), when the
+        state was built from a healthy cluster (else None)."""
+        if self.healthy is None or self.touched is None:
+            return None
+        out = self.healthy.columns.gpus.copy()
+        for nid in self.touched:
+            n = self._record(nid)
+            out[self.order[nid]] = 0 if n.drained else n.healthy_after
+        return out
 
     def node_arrays(self) -> "NodeArrays":
         """The nodes as :class:`NodeArrays` (kept with the healthy cluster the state was built from)."""
@@ -446,8 +468,34 @@ def exiting_jobs(instance: Instance) -> frozenset:
     return frozenset(event.jobs) if event is not None and event.kind == "job_exit" else frozenset()
 
 
+class SplitArrays(NamedTuple):
+    """Every job's previous split as arrays, the jobs in instance order: job k's split holds
+    ``gpus[starts[k]:starts[k + 1]]`` GPUs on the nodes at cluster positions ``pos[starts[k]:starts[k + 1]]``,
+    in the order of the split's keys. ``of``: the dict of splits they were made with (a caller checks
+    it is still the one it holds)."""
+
+    of: dict
+    starts: np.ndarray
+    pos: np.ndarray
+    gpus: np.ndarray
+
+    def fits(self, previous: dict, node_count: int) -> bool:
+        """These arrays are those of ``previous`` (the same dict, as many entries) on ``node_count`` nodes."""
+        return (previous is self.of and len(self.starts) == len(previous) + 1
+                and int(self.starts[-1]) == sum(map(len, previous.values()))
+                and (not len(self.pos) or int(self.pos.max()) < node_count))
+
+    def rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the positions, the GPUs) of the splits of the jobs at ``rows`` (instance order), one after another."""
+        first, sizes = self.starts[rows], self.starts[rows + 1] - self.starts[rows]
+        at = np.arange(int(sizes.sum()), dtype=np.int64)
+        at += np.repeat(first - (np.cumsum(sizes) - sizes), sizes)
+        return self.pos[at], self.gpus[at]
+
+
 def previous_distribution(instance: Instance, healthy_before: dict[str, int],
-                          listed: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, dict[str, int]]:
+                          listed: tuple[np.ndarray, np.ndarray] | None = None,
+                          arrays: list | None = None) -> dict[str, dict[str, int]]:
     """How many GPUs each job held on each of its nodes before the event.
 
     The instance gives a job's count and its node list, not the split. A job
@@ -457,7 +505,8 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int],
     ``{}`` for a job's entry that cannot be fitted (the instance checks report it).
     ``listed``: (the cluster position of every node the jobs list, in job order, every one a node of
     the cluster; the healthy GPUs before the event of every node by position), for a caller that
-    looked them up (the checks): the nodes are then not looked up again.
+    looked them up (the checks): the nodes are then not looked up again. ``arrays`` (with ``listed``): a
+    list to which the splits as :class:`SplitArrays` are appended, when every job is alone on its nodes.
     """
     if listed is not None and (not len(listed[0]) or np.bincount(listed[0]).max() < 2):
         shared_nodes: set = set()  # no node listed twice (found on the positions)
@@ -473,7 +522,15 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int],
         sizes = np.fromiter((len(job.current.nodes) for job in instance.jobs), dtype=np.int64, count=len(instance.jobs))
         holds = np.fromiter((job.current.gpus > 0 for job in instance.jobs), dtype=bool, count=len(instance.jobs))
         cap = listed[1][listed[0][np.repeat(holds, sizes)]]
-    out = _solo_split(solo, healthy_before, cap)
+    solo_arrays = [] if cap is not None and arrays is not None else None
+    out = _solo_split(solo, healthy_before, cap, solo_arrays)
+    if solo_arrays and len(solo) == int(holds.sum()):  # (the solo jobs: those holding GPUs, in instance order)
+        owner, kept, took = solo_arrays[0]  # (per entry of the solo jobs' nodes: its job among them, in the split, GPUs)
+        per_job = np.zeros(len(instance.jobs), dtype=np.int64)
+        per_job[holds] = np.bincount(owner[kept], minlength=len(solo))
+        starts = np.zeros(len(instance.jobs) + 1, dtype=np.int64)
+        np.cumsum(per_job, out=starts[1:])
+        arrays.append(SplitArrays(out, starts, listed[0][np.repeat(holds, sizes)][kept], took[kept]))
     if shared_jobs:
         shared = [j for j in instance.jobs if j.id in shared_jobs]
         if any((j.tp or 1) > 1 for j in shared):
@@ -486,17 +543,21 @@ def previous_distribution(instance: Instance, healthy_before: dict[str, int],
     return out
 
 
-def _solo_split(jobs, healthy_before: dict[str, int], cap: np.ndarray | None = None) -> dict[str, dict[str, int]]:
+def _solo_split(jobs, healthy_before: dict[str, int], cap: np.ndarray | None = None,
+                arrays: list | None = None) -> dict[str, dict[str, int]]:
     """The split of jobs alone on their nodes: each fills its nodes in the listed order, whole tp
     groups per node ({} when they do not hold its count). The fill of all jobs at once: a node's
     take is what is left of the count after the nodes before it, at most the node's capacity.
-    ``cap``: the healthy GPUs before the event of every node the jobs list, in order, when known."""
+    ``cap``: the healthy GPUs before the event of every node the jobs list, in order, when known.
+    ``arrays`` (with ``cap``): a list to which (each listed node's job among ``jobs``, whether it is in the
+    job's split, the GPUs taken there) is appended, per listed node in order."""
     nodes = list(chain.from_iterable(job.current.nodes for job in jobs))
     sizes = np.fromiter(map(len, (job.current.nodes for job in jobs)), dtype=np.int64, count=len(jobs))
     units = np.fromiter(((job.tp or 1) for job in jobs), dtype=np.int64, count=len(jobs))
     # (a count beyond 2**62 is held by no cluster: it stays beyond every node's capacity in int64)
     want = np.fromiter((min(job.current.gpus, 1 << 62) for job in jobs), dtype=np.int64, count=len(jobs))
-    if cap is None or len(cap) != len(nodes):
+    cap_given = cap is not None and len(cap) == len(nodes)
+    if not cap_given:
         cap = np.fromiter(map(healthy_before.__getitem__, nodes), dtype=np.int64, count=len(nodes))
     unit = np.repeat(units, sizes)
     cap = cap // unit * unit  # tp groups never straddle nodes
@@ -507,6 +568,9 @@ def _solo_split(jobs, healthy_before: dict[str, int], cap: np.ndarray | None = N
     take = np.minimum(np.maximum(np.repeat(want, sizes) - before, 0), cap)
     np.cumsum(take, out=total[1:])
     held = total[ends] - total[ends - sizes]
+    if arrays is not None and cap_given:
+        arrays.append((np.repeat(np.arange(len(jobs), dtype=np.int64), sizes),
+                       (take > 0) & np.repeat(held == want, sizes), take))
     take = take.tolist()
     out: dict[str, dict[str, int]] = {}
     start = 0

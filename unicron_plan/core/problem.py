@@ -130,19 +130,35 @@ class Problem:
         exactly; the free GPUs are what usable nodes have left after them (negative when the
         stays overfill a node, which only constrained callers need to check).
         """
-        free = self.state.usable_gpus()
+        free, result, movers, _ = self._stays(counts)
+        return free, result, movers
+
+    def _stays(self, counts: dict[str, int]):
+        """:meth:`stays`, and the kept splits as (positions, GPUs, the kept jobs' places in ``jobs``):
+        the positions and GPUs one split after another in job order (``state.previous_arrays``), when the
+        state holds them (else None)."""
         result: dict[str, dict[str, int]] = {j.id: {} for j in self.jobs}
         movers = []
         kept = []
-        for j in self.jobs:
+        rows = []
+        places = []
+        for k, j in enumerate(self.jobs):
             y = counts[j.id]
             if y == 0:
                 continue
             if (y == j.x and not j.hit and not j.off_type) or j.pinned:  # pinned: the previous split (constraints.precheck)
                 kept.append(self.state.previous[j.id])
                 result[j.id] = dict(kept[-1])
+                rows.append(j)
+                places.append(k)
             else:
                 movers.append(j)
+        taken = self._kept_arrays(rows, kept)
+        left = self.state.usable_array() if taken is not None else None
+        if left is not None:  # the free GPUs left, on arrays
+            np.subtract.at(left, *taken)
+            return dict(zip(self.state.node_ids(), left.tolist())), result, movers, (*taken, places)
+        free = self.state.usable_gpus()
         nodes = list(chain.from_iterable(kept))
         if len(set(nodes)) == len(nodes):  # each node in one split: the free GPUs left, in C calls
             free.update(zip(nodes, map(sub, map(free.__getitem__, nodes), chain.from_iterable(map(dict.values, kept)))))
@@ -150,7 +166,27 @@ class Problem:
             for split in kept:
                 for nid, g in split.items():
                     free[nid] -= g
-        return free, result, movers
+        return free, result, movers, None
+
+    def _kept_arrays(self, rows, kept) -> tuple[np.ndarray, np.ndarray] | None:
+        """The splits ``kept`` of the jobs ``rows`` as (positions, GPUs) from ``state.previous_arrays``,
+        when those are this instance's (else None)."""
+        state = self.state
+        arrays = state.previous_arrays()
+        if arrays is None or not rows:
+            return None
+        jobs = state.instance.jobs
+        m = len(jobs)
+        if len(arrays.starts) != m + 1 or any(not 0 <= j.index < m or jobs[j.index].id != j.id for j in rows):
+            return None
+        at = np.fromiter((j.index for j in rows), dtype=np.int64, count=len(rows))
+        sizes = np.fromiter(map(len, kept), dtype=np.int64, count=len(kept))
+        if not np.array_equal(arrays.starts[at + 1] - arrays.starts[at], sizes):
+            return None
+        try:
+            return arrays.rows(at)
+        except (IndexError, ValueError):
+            return None
 
     def objective(self, counts: dict[str, int], placement: dict[str, dict[str, int]] | None = None) -> float:
         """sum_i G_i(y_i) for a count per job id; with a ``placement``, moved jobs pay their transition."""
@@ -261,8 +297,12 @@ def build_problem(instance: Instance, prepared: PreparedCluster | None = None) -
         return add_alternatives(problem, prepared.type_tables, prepared.type_layouts)
     tables, layouts = resolve_tables(instance)
     seen: dict = {}  # the nodes' ids and positions, made once by the checks
-    previous = check_instance(instance, tables, seen)
-    problem = tabulate(instance, build_state(instance, previous, healthy_nodes(instance, **seen)), tables, layouts)
+    arrays: list = []  # the splits as arrays, when the checks make them
+    previous = check_instance(instance, tables, seen, arrays)
+    state = build_state(instance, previous, healthy_nodes(instance, **seen))
+    if arrays:
+        state.split_arrays = arrays[0]
+    problem = tabulate(instance, state, tables, layouts)
     return add_alternatives(problem, *resolve_type_tables(instance, tables, layouts))
 
 

@@ -86,7 +86,11 @@ def place_held(problem: Problem, counts: dict[str, int]) -> tuple[dict[str, dict
     the nodes' positions are looked up once for both. None for the arrays when a count does not fit
     int64 (the placement is then :func:`place`'s)."""
     state = problem.state
-    free, result, movers = problem.stays(counts) if state.idle is None else _stays_idle(problem, counts)
+    kept = None  # the stays' splits as arrays, when the state holds the previous splits so
+    if state.idle is None:
+        free, result, movers, kept = problem._stays(counts)
+    else:
+        free, result, movers = _stays_idle(problem, counts)
     result = _placed(problem, counts, free, result, movers)
     if list(result) != [j.id for j in problem.jobs]:  # (every job has its entry, in order)
         return _in_cluster_order(state, result), None
@@ -98,7 +102,10 @@ def place_held(problem: Problem, counts: dict[str, int]) -> tuple[dict[str, dict
         gpus = np.fromiter(chain.from_iterable(map(dict.values, splits)), dtype=np.int64, count=total)
     except OverflowError:
         return _in_cluster_order(state, result), None
-    pos = np.fromiter(map(state.order.__getitem__, chain.from_iterable(splits)), dtype=np.int64, count=total)
+    if kept is None:
+        pos = np.fromiter(map(state.order.__getitem__, chain.from_iterable(splits)), dtype=np.int64, count=total)
+    else:  # the stays' nodes from the arrays, the others looked up
+        pos = _positions(state.order, splits, lengths, kept)
     by = np.lexsort((pos, np.repeat(np.arange(n, dtype=np.int64), lengths)))  # by job, then cluster order
     pos, gpus = pos[by], gpus[by]
     starts = np.zeros(n + 1, dtype=np.int64)
@@ -110,6 +117,25 @@ def place_held(problem: Problem, counts: dict[str, int]) -> tuple[dict[str, dict
     for (jid, split), a, b in zip(result.items(), ends, ends[1:]):
         out[jid] = split if split is previous.get(jid) else dict(zip(ids[a:b], counts_[a:b]))
     return out, held
+
+
+def _positions(order: dict[str, int], splits: list[dict[str, int]], lengths: np.ndarray, kept) -> np.ndarray:
+    """The cluster position of every node of ``splits`` (one split after another; ``lengths`` their
+    sizes): those of the splits at places ``kept[2]`` are ``kept[0]`` (one after another, in each split's
+    order), the others looked up in ``order``."""
+    held, _, places = kept
+    total = int(lengths.sum())
+    mine = np.zeros(len(splits), dtype=bool)
+    mine[places] = True
+    from_kept = np.repeat(mine, lengths)
+    if int(np.count_nonzero(from_kept)) != len(held):  # (not the stays' splits: every node looked up)
+        return np.fromiter(map(order.__getitem__, chain.from_iterable(splits)), dtype=np.int64, count=total)
+    pos = np.empty(total, dtype=np.int64)
+    pos[from_kept] = held
+    others = [splits[k] for k in np.flatnonzero(~mine).tolist()]
+    pos[~from_kept] = np.fromiter(map(order.__getitem__, chain.from_iterable(others)), dtype=np.int64,
+                                  count=total - len(held))
+    return pos
 
 
 def _stays_idle(problem: Problem, counts: dict[str, int]):

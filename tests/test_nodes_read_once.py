@@ -189,6 +189,13 @@ def _outcome(load):
         return None, str(exc)
 
 
+def _same_walk(doc: dict) -> None:
+    """The walk over the stand-in and the counts left out are the walk over the whole document."""
+    shaped, members, arrays, columns = io._nodes_stand_in(doc, {"read": read_node_columns})
+    m, d, w, a = io._shape(shaped, arrays=True)
+    assert (m + members, d, w, a + arrays) == io._shape(doc, arrays=True)
+
+
 def _check(text: bytes, old) -> "tuple[bool, bool]":
     """Compare the reader and the load with the old ones on ``text``; (columns read by the reader, the
     instance loaded)."""
@@ -196,6 +203,8 @@ def _check(text: bytes, old) -> "tuple[bool, bool]":
     fast = io._with_table_arrays(text, nodes)
     plain = io._with_table_arrays(text)
     assert (fast is io._UNDECIDED) == (plain is io._UNDECIDED)
+    if fast is io._UNDECIDED:
+        assert "columns" not in nodes and "raw" not in nodes
     if fast is not io._UNDECIDED:
         assert _as_lists(fast) == _as_lists(plain)
         raw = fast["cluster"]["nodes"]
@@ -203,7 +212,6 @@ def _check(text: bytes, old) -> "tuple[bool, bool]":
         if "columns" in nodes:
             assert nodes["raw"] is raw
             _same_columns(nodes["columns"], read_node_columns(raw))
-    # The walk over the stand-in and the counts left out are the walk over the whole document.
     doc = fast if fast is not io._UNDECIDED else None
     if doc is None:
         try:
@@ -211,9 +219,14 @@ def _check(text: bytes, old) -> "tuple[bool, bool]":
         except ValueError:
             doc = None
     if type(doc) is dict:
-        shaped, members, arrays, columns = io._nodes_stand_in(doc, {"read": read_node_columns})
-        m, d, w, a = io._shape(shaped, arrays=True)
-        assert (m + members, d, w, a + arrays) == io._shape(doc, arrays=True)
+        _same_walk(doc)
+        cluster = doc.get("cluster")
+        if type(cluster) is dict:  # the nodes alone, and beside numbers of 64 bits and more at their levels
+            _same_walk({"cluster": cluster})
+            for wide in (2**63, -(2**63), 1e19):
+                for at in ([wide, 1.0], [[wide, 1.0]], [[[wide, 1.0]]]):
+                    _same_walk({"cluster": {**cluster, "x": at}})
+                    _same_walk({"cluster": {"nodes": cluster.get("nodes"), "x": at}})
     source = text.decode("utf-8", "surrogatepass")  # (the text as a caller gives it)
     new_instance, new_err = _outcome(lambda: api.load_instance(source))
     old_instance, old_err = old(source)

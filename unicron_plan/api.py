@@ -18,7 +18,7 @@ from typing import Any
 from unicron_plan.errors import InvalidInstanceError, PlanValidationError
 from unicron_plan.io import parse_json, parse_json_tables, parse_model, read_json, read_json_tables
 from unicron_plan.schema import Instance, Plan
-from unicron_plan.schema.instance import read_tables_once, settle_tables
+from unicron_plan.schema.instance import read_node_columns, read_tables_once, settle_tables
 from unicron_plan.core.checks import check_instance
 from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS, SolverOptions, get_solver
 from unicron_plan.plan.validate import ValidationReport
@@ -39,9 +39,14 @@ def _load(model, source: Any, keep: list | None = None):
     # An instance's compact tables: read as arrays when they can be (else kept as read, as lists), and
     # checked at once, on arrays. A document so read that is refused is read again as lists: the
     # per-entry validation of those names the first bad entry.
-    doc, as_arrays = parse_json_tables(source) if text else read_json_tables(source)
+    # The cluster's nodes: read as columns by the reader when they have the common shape (which then
+    # need not walk them again), and handed to the validation with the very list they were read from.
+    nodes = {"read": read_node_columns}
+    doc, as_arrays = parse_json_tables(source, nodes=nodes) if text else read_json_tables(source, nodes=nodes)
     for _ in range(2):
         context = read_tables_once()
+        if as_arrays and "columns" in nodes:
+            context["node_columns"] = (nodes["raw"], nodes["columns"])
         try:
             instance = parse_model(model, doc, context=context)
         except InvalidInstanceError:

@@ -129,8 +129,8 @@ def _shape(value: Any, arrays: bool = False) -> "tuple[int, ...]":
             dicts, lists = _picked(level, types, dict), _picked(level, types, list)
         n += sum(map(len, dicts))
         lists_seen += len(lists)
-        long = [v for v in lists if len(v) > 64]
-        short = itertools.chain.from_iterable(v for v in lists if len(v) <= 64)
+        long = [v for v in lists if len(v) > _LONG_ARRAY]
+        short = itertools.chain.from_iterable(v for v in lists if len(v) <= _LONG_ARRAY)
         items = list(itertools.chain(itertools.chain.from_iterable(map(dict.values, dicts)), short))
         types = list(map(type, items))
         kinds = set(types)
@@ -162,6 +162,7 @@ def _shape(value: Any, arrays: bool = False) -> "tuple[int, ...]":
 
 
 _CONTAINERS = frozenset({dict, list})
+_LONG_ARRAY = 64  # an array longer than this is looked at alone by _shape
 
 
 def _picked(values: list, types: list, kind: type) -> list:
@@ -226,7 +227,7 @@ def _arrays_of_table(table: Any) -> dict:
     raise ValueError("not a table of two arrays of numbers")
 
 
-def _with_table_arrays(data: bytes) -> Any:
+def _with_table_arrays(data: bytes, nodes: "dict | None" = None) -> Any:
     """The value of JSON ``data`` (a document whose top is an object) with each
     ``jobs[k].throughput.compact`` table read by simdjson as two numpy arrays (see
     :func:`_arrays_of_table`), no Python object per entry, and the rest as Python values; or _UNDECIDED,
@@ -239,7 +240,10 @@ def _with_table_arrays(data: bytes) -> Any:
     dict once, or a colon in a string), or the value holds other than as many arrays as the text has
     opening brackets (an array nested in a table, or a bracket in a string). Otherwise the value is
     the plain reader's, the tables' numbers as arrays instead of lists (simdjson and orjson both round
-    floats correctly and read the same strings, integers and literals)."""
+    floats correctly and read the same strings, integers and literals). With ``nodes``, a dict holding
+    a reader of the cluster's nodes as columns (``nodes["read"]``, see :func:`_nodes_stand_in`), the
+    entries it accepts are not walked again, and a value kept gets ``nodes["raw"]`` (its
+    ``cluster.nodes`` list) and ``nodes["columns"]`` (their columns) set."""
     if _simdjson is None or _OBJECT_FIRST.match(data) is None:
         return _UNDECIDED
     parser = _simdjson.Parser()
@@ -283,13 +287,49 @@ def _with_table_arrays(data: bytes) -> Any:
         del top, value
     except Exception:  # any refusal or surprise: the plain reader decides (and names the error)
         return _UNDECIDED
-    members, depth, wide, arrays = _shape(doc, arrays=True)
+    shaped, more_members, more_arrays, columns = _nodes_stand_in(doc, nodes)
+    members, depth, wide, arrays = _shape(shaped, arrays=True)
     if wide or depth + (1 if tables else 0) > MAX_DEPTH:
         return _UNDECIDED
     colons, brackets = _byte_counts(data, b":[")
-    if members != colons or arrays + 2 * tables != brackets:
+    if members + more_members != colons or arrays + more_arrays + 2 * tables != brackets:
         return _UNDECIDED
+    if columns is not None:
+        nodes["raw"], nodes["columns"] = doc["cluster"]["nodes"], columns
     return doc
+
+
+def _nodes_stand_in(doc: dict, nodes: "dict | None") -> tuple:
+    """(the document ``_shape`` is to walk, the members and the arrays it leaves out, the node columns),
+    which leave the ``cluster.nodes`` entries that ``nodes["read"]`` accepts (it answers their columns,
+    :func:`unicron_plan.schema.nodes.read_nodes`, or None) out of the walk: every such entry is an object
+    of the node fields, ``id`` and ``gpu_type`` strings, ``gpus`` an int in 1..1024, ``rack`` a string or
+    null, ``failed_gpus`` (when given) a list, empty but for the validated entries (``columns.failed``),
+    and ``expected_repair_seconds`` null but for the validated entries (``columns.repair``). The stand-in
+    array holds the first ``_LONG_ARRAY + 1`` entries (an array ``_shape`` looks at alone, as the whole
+    one), every validated entry and the first entry that gives ``failed_gpus``: the entries left out add
+    no number that is not an int of 1..1024, no type that the stand-in's levels lack (a string is in its
+    first entry's id) and no level; their members and their (empty) ``failed_gpus`` arrays are counted
+    here. With no ``nodes``, or another shape: (``doc``, 0, 0, None)."""
+    cluster = doc.get("cluster") if nodes is not None else None
+    raw = cluster.get("nodes") if type(cluster) is dict else None
+    if type(raw) is not list or len(raw) <= 2 * _LONG_ARRAY:
+        return doc, 0, 0, None
+    columns = nodes["read"](raw)
+    if columns is None:
+        return doc, 0, 0, None
+    import numpy as np
+
+    n = len(raw)
+    given = columns.given["failed_gpus"]
+    failed = n if given is True else 0 if given is False else int(np.count_nonzero(given))
+    keep = set(range(_LONG_ARRAY + 1)).union(columns.failed, columns.repair)
+    if failed and given is not True:
+        keep.add(int(np.argmax(given)))
+    stand_in = [raw[k] for k in sorted(keep)]
+    members = sum(map(len, raw)) - sum(map(len, stand_in))
+    arrays = failed - sum(map(dict.__contains__, stand_in, itertools.repeat("failed_gpus")))
+    return {**doc, "cluster": {**cluster, "nodes": stand_in}}, members, arrays, columns
 
 
 _COUNT_SLICE = 1 << 22  # bytes of a text compared at once by _byte_counts
@@ -562,23 +602,23 @@ def _json_of_file(data: bytes, p: Path) -> Any:
     return parse_json(_decode(data, p), str(p))
 
 
-def read_json_tables(path: str | os.PathLike) -> "tuple[Any, bool]":
+def read_json_tables(path: str | os.PathLike, nodes: "dict | None" = None) -> "tuple[Any, bool]":
     """:func:`read_json` of an instance file, its compact tables (``jobs[k].throughput.compact``) read as
-    numpy arrays when they can be (see :func:`_with_table_arrays`): (the value, True); else
-    (:func:`read_json`'s value, False). A caller that finds the document refused reads it again with
-    :func:`read_json`, whose lists name the first bad entry."""
+    numpy arrays when they can be (see :func:`_with_table_arrays`, and there ``nodes``): (the value,
+    True); else (:func:`read_json`'s value, False). A caller that finds the document refused reads it
+    again with :func:`read_json`, whose lists name the first bad entry."""
     p = Path(path)
     data = _read_bytes(p, "JSON")
-    value = _with_table_arrays(data)
+    value = _with_table_arrays(data, nodes)
     if value is not _UNDECIDED:
         return value, True
     return _json_of_file(data, p), False
 
 
-def parse_json_tables(text: "str | bytes", source: str = "<input>") -> "tuple[Any, bool]":
+def parse_json_tables(text: "str | bytes", source: str = "<input>", nodes: "dict | None" = None) -> "tuple[Any, bool]":
     """:func:`read_json_tables` of a text (see :func:`parse_json`)."""
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
-    value = _with_table_arrays(data)
+    value = _with_table_arrays(data, nodes)
     if value is not _UNDECIDED:
         return value, True
     return parse_json(text, source), False

@@ -81,9 +81,13 @@ class Cluster(StrictModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _nodes_as_columns(cls, data, handler):
+    def _nodes_as_columns(cls, data, handler, info: ValidationInfo):
         raw = data.get("nodes") if type(data) is dict else None
-        columns = read_nodes(raw, Node.model_validate) if raw is not None else None
+        read = info.context.get("node_columns") if type(info.context) is dict else None
+        if read is not None and read[0] is raw:  # (read from this very list by the reader, just before)
+            columns = read[1]
+        else:
+            columns = read_node_columns(raw) if raw is not None else None
         if columns is None:  # not the common shape, or some entry is bad: the models name it
             return handler(data)
         cluster = handler({**data, "nodes": [_placeholder_node()]})
@@ -144,6 +148,14 @@ class Cluster(StrictModel):
     def __repr_args__(self):
         self._made_nodes()
         return super().__repr_args__()
+
+
+def read_node_columns(raw) -> Optional[NodeColumns]:
+    """The columns of a parsed ``cluster.nodes`` array (:func:`unicron_plan.schema.nodes.read_nodes` with
+    the ``Node`` model's validation), or None. A reader that gives them with the document puts them in
+    the validation's context as ``node_columns``: (the very list they were read from, the columns),
+    which the cluster then takes instead of reading the list again."""
+    return read_nodes(raw, Node.model_validate)
 
 
 @functools.lru_cache(maxsize=1)

@@ -184,11 +184,11 @@ def _age(at: str) -> float:
         return float("inf")
 
 
-def isolated_nodes(client, since: int) -> set[str]:
-    """Nodes of SEV1 incidents recorded after ``since``: the coordinator takes them out although Slurm
-    may show them healthy (no repair is inferred for them)."""
-    return {e.body["node"] for e in client.history(since=since, limit=1000)
-            if e.type == "signal" and e.body.get("action") == "reconfigure" and e.body.get("node")}
+def sev1_incidents(client, since: int) -> list:
+    """The ``signal`` entries of SEV1 incidents on a node recorded after ``since``: the coordinator takes
+    their nodes out although Slurm may show them healthy (no repair is inferred for them)."""
+    return [e for e in client.history(since=since, limit=1000)
+            if e.type == "signal" and e.body.get("action") == "reconfigure" and e.body.get("node")]
 
 
 def _restart(client, cli: SlurmCli, doing: dict, verify_seconds: float, log) -> None:
@@ -220,26 +220,26 @@ class InBandAgent(SlurmAgent):
                 return done
         return super().run_once()
 
+    def _pending_incidents(self, coord: Optional[dict], back: int) -> list:
+        """The SEV1 incidents, recorded after ``back`` entries before the last one the in-band pass
+        handled, whose node is in the coordinator's pending failure."""
+        pending = set(((coord or {}).get("event") or {}).get("failed_nodes") or [])
+        if not pending:
+            return []
+        since = SignalJournal(Path(self.cfg.state_dir) / "signals.json").load().get("since", 0)
+        return [e for e in sev1_incidents(self.client, max(0, since - back)) if e.body["node"] in pending]
+
     def _isolated(self, coord: Optional[dict]) -> set[str]:
         """Nodes the coordinator isolated for an in-band SEV1 (its pending failure) although Slurm may still
         show them healthy: not a repair, not drift (the history is read after the state was)."""
-        pending = set(((coord or {}).get("event") or {}).get("failed_nodes") or [])
-        if not pending:
-            return set()
-        since = SignalJournal(Path(self.cfg.state_dir) / "signals.json").load().get("since", 0)
-        return pending & isolated_nodes(self.client, max(0, since - RECENT_ENTRIES))
+        return {e.body["node"] for e in self._pending_incidents(coord, RECENT_ENTRIES)}
 
     def _incident_under_way(self, coord: Optional[dict]) -> bool:
         """A node of the coordinator's pending failure is that of a SEV1 incident the in-band pass has
         not handled yet (recorded after it read the history, less than AWAIT_PLAN_SECONDS ago): the
         next pass carries out the incident's own plan. Re-planned now, from Slurm's view, the node
         would be in service again (Slurm still shows it healthy)."""
-        pending = set(((coord or {}).get("event") or {}).get("failed_nodes") or [])
-        if not pending:
-            return False
-        since = SignalJournal(Path(self.cfg.state_dir) / "signals.json").load().get("since", 0)
-        return any(e.type == "signal" and e.body.get("action") == "reconfigure" and e.body.get("node") in pending
-                   and _age(e.at) < AWAIT_PLAN_SECONDS for e in self.client.history(since=since, limit=1000))
+        return any(_age(e.at) < AWAIT_PLAN_SECONDS for e in self._pending_incidents(coord, 0))
 
     def signals_pass(self) -> Optional[dict]:
         """Restarts carried out; a SEV1 incident's plan, when it is the coordinator's latest, carried

@@ -190,7 +190,7 @@ def _orjson_parse(data: bytes, source: str) -> Any:
     members, depth, wide = _shape(value)
     if depth > MAX_DEPTH:
         raise InvalidInstanceError(source, f"JSON nested more than {MAX_DEPTH} levels deep")
-    if wide or members != data.count(b":"):
+    if wide or members != _byte_counts(data, b":")[0]:
         return _UNDECIDED
     return value
 
@@ -394,7 +394,7 @@ def parse_json(text: "str | bytes", source: str = "<input>") -> Any:
     if len(data) >= LARGE_TEXT_BYTES:
         try:
             value = _loads(text, hook=False)
-            if _shape(value)[0] == data.count(b":"):
+            if _shape(value)[0] == _byte_counts(data, b":")[0]:
                 return _unicode_only(value, source)
         except (ValueError, RecursionError):
             pass  # the hooked parse below names the error

@@ -40,6 +40,11 @@ class NodeHealth(NamedTuple):
     lost_in_event: bool
     drained: bool
 
+    @property
+    def usable(self) -> int:
+        """GPUs a plan may use on the node: none when it is drained, else its healthy GPUs after the event."""
+        return 0 if self.drained else self.healthy_after
+
 
 @dataclass
 class ClusterState:
@@ -87,11 +92,11 @@ class ClusterState:
     def usable_gpus(self) -> dict[str, int]:
         """{node id: GPUs a plan may use there (0 when drained)}: a fresh dict, in cluster order."""
         if self.healthy is None or self.touched is None:
-            return {nid: (0 if n.drained else n.healthy_after) for nid, n in self.nodes.items()}
+            return {nid: n.usable for nid, n in self.nodes.items()}
         free = dict(self.healthy.usable)
         for nid in self.touched:
             n = self._record(nid)
-            free[nid] = 0 if n.drained else n.healthy_after
+            free[nid] = n.usable
         return free
 
     def usable_array(self) -> np.ndarray | None:
@@ -102,7 +107,7 @@ class ClusterState:
         out = self.healthy.columns.gpus.copy()
         for nid in self.touched:
             n = self._record(nid)
-            out[self.order[nid]] = 0 if n.drained else n.healthy_after
+            out[self.order[nid]] = n.usable
         return out
 
     def node_arrays(self) -> "NodeArrays":

@@ -358,7 +358,7 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     free = kept.free.copy()
     for nid in set(delta).union(state.touched if state.touched is not None else state.nodes):
         node = state.nodes[nid]
-        free[nid] = (0 if node.drained else node.healthy_after) - kept.usage.get(nid, 0) - delta.get(nid, 0)
+        free[nid] = node.usable - kept.usage.get(nid, 0) - delta.get(nid, 0)
     result = {jobs[k].id: {} for k in changed}
     movers = [jobs[k] for k in changed if counts[jobs[k].id]]
     placement = place(problem, counts, start=(free, result, movers))
@@ -421,7 +421,7 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
     for nid in touched:
         node = state.nodes.get(nid)
         load = used.get(nid, 0)
-        if node is None or load > (0 if node.drained else node.healthy_after):
+        if node is None or load > node.usable:
             return False
     capacity = state.capacity()
     per_type = dict(kept.per_type)  # the kept entries' GPUs per type, the changed ones' taken out, theirs put in

@@ -444,7 +444,7 @@ class PlannerPolicy(Policy):
         idle = dict(self._spare)  # every node as if healthy
         for nid in state.touched:
             n = nodes[nid]
-            v = (0 if n.drained else n.healthy_after) - held.get(nid, 0)
+            v = n.usable - held.get(nid, 0)
             if v:
                 idle[nid] = v
             else:

@@ -359,14 +359,8 @@ def _lp_of_hull(hy: np.ndarray, hg: np.ndarray, seg: np.ndarray, capacity: int, 
     hull = (hy, hg, seg, within, n, s, order, at)
     if not len(within):
         return 0.0, hull
-    head = order.head
-    filled = np.cumsum(n[head])
-    fill = int(np.searchsorted(filled, capacity, side="left"))
-    if fill >= len(head) and not order.whole:  # (not reached with the head's sizes: they cover the capacity)
-        head = order.full()
-        filled = np.cumsum(n[head])
-        fill = int(np.searchsorted(filled, capacity, side="left"))
-    return (0.0 if fill >= len(head) else max(float(s[head[fill]]), 0.0)), hull
+    read, _, fill = order.filled_to(n, capacity, "left")
+    return (0.0 if fill >= len(read) else max(float(s[read[fill]]), 0.0)), hull
 
 
 class SlopeOrder:
@@ -401,6 +395,19 @@ class SlopeOrder:
         if self._full is None:
             self._full = np.argsort(-self.s, kind="stable")
         return self._full
+
+    def filled_to(self, n: np.ndarray, amount, side: str) -> tuple[np.ndarray, np.ndarray, int]:
+        """(the order read, the running total of its segments' sizes ``n``, the place
+        ``np.searchsorted(total, amount, side)``), on the head, or on the whole order when the place
+        is past the head (its sizes do not reach ``amount``)."""
+        order = self.head
+        filled = np.cumsum(n[order])
+        place = int(np.searchsorted(filled, amount, side=side))
+        if place == len(order) and not self.whole:
+            order = self.full()
+            filled = np.cumsum(n[order])
+            place = int(np.searchsorted(filled, amount, side=side))
+        return order, filled, place
 
 
 def _option_key(flat: "_Flat", capacity: int) -> np.ndarray:
@@ -438,13 +445,7 @@ def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> 
     if left < 0:
         return out
     if len(within):
-        order = slopes.head
-        filled = np.cumsum(n[order])
-        p = int(np.searchsorted(filled, left, side="right"))  # the first p segments fit whole
-        if p == len(order) and not slopes.whole:  # past the head: the whole order
-            order = slopes.full()
-            filled = np.cumsum(n[order])
-            p = int(np.searchsorted(filled, left, side="right"))
+        order, filled, p = slopes.filled_to(n, left, "right")  # the first p segments fit whole
         if p:
             np.add.at(at, seg[within[order[:p]]], 1)
             left -= int(filled[p - 1])

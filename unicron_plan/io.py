@@ -837,15 +837,34 @@ def _plan_text(plan: Any) -> "str | None":
     else:
         quoted, close = list(map(json.encoder.encode_basestring_ascii, ids)), ""
     prefix = {g: _NODE_PREFIX(g) + close for g in set(gpus)}
-    entries = list(map(operator.add, map(prefix.__getitem__, gpus), quoted))
+    return _placed_text(parts, arrays.starts.tolist(), list(map(prefix.__getitem__, gpus)), quoted, close)
+
+
+def _placed_text(parts: list[str], ends: list[int], prefixes: list[str], quoted: list[str], close: str) -> str:
+    """The plan's text from ``parts`` (its text cut at each job's placement marker) and the placements'
+    entries (entry ``i``: ``prefixes[i]``, then ``quoted[i]``, then ``close``; job ``k`` has the entries
+    ``ends[k]:ends[k + 1]``): one join over every entry's pieces, each entry followed by the text up to
+    the next entry (the next entry of its job, or the end of its job's list, the text of the jobs up to
+    the next job with an entry and that job's opening)."""
     between, last = close + _BETWEEN, close + "\n        }"
-    ends = arrays.starts.tolist()
-    out = [parts[0]]
+    size = len(quoted)
+    pieces = [between] * (3 * size + 1)  # the text before the first entry, then each entry's three pieces
+    pieces[1::3] = prefixes
+    pieces[2::3] = quoted
+    pending = [parts[0]]  # the text since the last entry written
+    end = -1  # the last entry of the last job with an entry
     for a, b, part in zip(ends, ends[1:], parts[1:]):
-        out.append('\n      "placement": [\n' + between.join(entries[a:b]) + last + '\n      ],\n' if b > a
-                   else '\n      "placement": [],\n')
-        out.append(part)
-    return "".join(out)
+        if b > a:
+            pending.append('\n      "placement": [\n')
+            pieces[3 * end + 3] = "".join(pending)  # (end -1: the text before the first entry)
+            pending = [last, '\n      ],\n', part]
+            end = b - 1
+        else:
+            pending += ('\n      "placement": [],\n', part)
+    if end < 0:
+        return "".join(pending)
+    pieces[3 * end + 3] = "".join(pending)
+    return "".join(pieces)
 
 
 class _NotPlain(Exception):

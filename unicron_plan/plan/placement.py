@@ -15,7 +15,7 @@ can always be placed.
 from __future__ import annotations
 
 import heapq
-from itertools import chain
+from itertools import chain, islice
 
 import numpy as np
 
@@ -111,11 +111,15 @@ def place_held(problem: Problem, counts: dict[str, int]) -> tuple[dict[str, dict
     starts = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
     held = PlacementArrays(state.node_ids(), starts, pos, gpus)
-    ids, counts_, ends = held.node_ids(), gpus.tolist(), starts.tolist()
     previous = state.previous if state.in_order else {}
+    pairs = zip(held.node_ids(), gpus.tolist())  # each job's entries in turn, in cluster order
     out = {}
-    for (jid, split), a, b in zip(result.items(), ends, ends[1:]):
-        out[jid] = split if split is previous.get(jid) else dict(zip(ids[a:b], counts_[a:b]))
+    for (jid, split), size in zip(result.items(), lengths.tolist()):
+        if split is previous.get(jid):
+            out[jid] = split
+            next(islice(pairs, size, size), None)  # (its entries passed over)
+        else:
+            out[jid] = dict(islice(pairs, size))
     return out, held
 
 

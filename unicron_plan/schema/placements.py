@@ -9,7 +9,7 @@ A :class:`PlanJob`'s ``placement`` is made from them the first time a caller rea
 
 from __future__ import annotations
 
-from itertools import accumulate, chain
+from itertools import accumulate, chain, islice
 from operator import methodcaller
 from typing import Mapping, Sequence
 
@@ -54,14 +54,15 @@ class PlacementArrays:
 
     def node_ids(self) -> list[str]:
         """The node id of every entry, in order (made once, then kept: do not change it)."""
-        if self._ids is None:
-            self._ids = list(map(self.names.__getitem__, self.node.tolist()))
+        if self._ids is None:  # (gathered from an array of the names: no Python call per entry)
+            names = np.empty(len(self.names), dtype=object)
+            names[:] = self.names
+            self._ids = names[self.node].tolist()
         return self._ids
 
     def splits(self) -> list[dict[str, int]]:
         """Each job's {node id: GPUs} (a node listed twice keeps its last count: see ``lengths``)."""
-        ids, gpus, ends = self.node_ids(), self.gpus.tolist(), self.starts.tolist()
-        return [dict(zip(ids[a:b], gpus[a:b])) for a, b in zip(ends, ends[1:])]
+        return cut_dicts(zip(self.node_ids(), self.gpus.tolist()), np.diff(self.starts).tolist())
 
     def pairs(self, k: int) -> list[tuple[str, int]]:
         """Job ``k``'s (node id, GPUs) entries, in order."""
@@ -96,6 +97,11 @@ def node_totals(at: np.ndarray, gpus: np.ndarray, size: int) -> np.ndarray:
     out = np.zeros(size, dtype=np.int64)
     np.add.at(out, at, gpus)
     return out
+
+
+def cut_dicts(pairs, sizes: list[int]) -> list[dict]:
+    """A dict of each next ``sizes[k]`` (key, value) ``pairs`` (an iterator), in order (no list per dict)."""
+    return [dict(islice(pairs, n)) for n in sizes]
 
 
 def _cut(items: list, ends: list[int]) -> list[list]:

@@ -1,0 +1,138 @@
+"""The plan's tail (placing, checking, writing) read off the placement arrays in C calls, against the
+per-entry reads they replaced: the writer's join of every placement entry (io._placed_text) against
+its loop over the jobs, the arrays' node ids (a gather from an array of the names) and splits (a dict
+per job cut from one iterator) against list reads, place_held's splits against place's, and whole
+plans on random instances of every curve kind, running and queued jobs, mixed fleets: the same text
+as json.dumps of the models and as the plan made with its models."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import numpy as np
+import pytest
+
+from unicron_plan import api
+from unicron_plan.core.problem import build_problem
+from unicron_plan.io import _BETWEEN, _placed_text, dumps
+from unicron_plan.plan.placement import place, place_held
+from unicron_plan.plan.validate import validate_plan
+from unicron_plan.schema.placements import PlacementArrays, cut_dicts
+from unicron_plan.solvers import SolverOptions, get_solver
+from unicron_plan.tools.generate import ADVERSARIAL, generate_instance
+
+KINDS = ("synthetic", "model") + ADVERSARIAL
+
+
+def _placed_text_loop(parts, ends, prefixes, quoted, close):
+    """The writer's text as it was written before: an entry string per entry, a join per job."""
+    entries = [p + q for p, q in zip(prefixes, quoted)]
+    between, last = close + _BETWEEN, close + "\n        }"
+    out = [parts[0]]
+    for a, b, part in zip(ends, ends[1:], parts[1:]):
+        out.append('\n      "placement": [\n' + between.join(entries[a:b]) + last + '\n      ],\n' if b > a
+                   else '\n      "placement": [],\n')
+        out.append(part)
+    return "".join(out)
+
+
+def _word(rng: random.Random) -> str:
+    return "".join(rng.choice('ab"\\\n{}[],: 0') for _ in range(rng.randint(0, 6)))
+
+
+def test_the_join_of_every_entry_writes_the_text_of_the_loop_over_the_jobs():
+    rng = random.Random(7)
+    for case in range(3000):
+        jobs = rng.choice([0, 1, 2, 3, rng.randint(4, 40)])
+        empty = rng.random()  # the share of jobs without an entry (all, none, some)
+        sizes = [0 if rng.random() < empty else rng.randint(1, 5) for _ in range(jobs)]
+        ends = [0, *np.cumsum(sizes, dtype=np.int64).tolist()] if jobs else [0]
+        total = ends[-1]
+        parts = [_word(rng) for _ in range(jobs + 1)]
+        prefixes = [rng.choice(["P1", "P8", "", "x"]) for _ in range(total)]
+        quoted = [_word(rng) for _ in range(total)]
+        close = rng.choice(['"', ""])
+        got = _placed_text(parts, ends, prefixes, quoted, close)
+        assert got == _placed_text_loop(parts, ends, prefixes, quoted, close), (case, sizes)
+
+
+def test_node_ids_and_splits_are_the_list_reads():
+    rng = np.random.default_rng(3)
+    for case in range(400):
+        n_names = int(rng.integers(1, 50))
+        names = [f"n{k}" + ("\u00e9" if k % 7 == 0 else "") for k in range(n_names)]
+        jobs = int(rng.integers(0, 12))
+        sizes = rng.integers(0, 6, size=jobs)
+        starts = np.zeros(jobs + 1, dtype=np.int64)
+        np.cumsum(sizes, out=starts[1:])
+        total = int(starts[-1])
+        node = rng.integers(-n_names, n_names, size=total).astype(np.int64)  # repeats; negatives as a list reads them
+        gpus = rng.integers(-3, 2**40, size=total).astype(np.int64)
+        arrays = PlacementArrays(names, starts, node, gpus)
+        ids = list(map(names.__getitem__, node.tolist()))
+        assert arrays.node_ids() == ids and all(type(i) is str for i in arrays.node_ids())
+        ends, counts = starts.tolist(), gpus.tolist()
+        assert arrays.splits() == [dict(zip(ids[a:b], counts[a:b])) for a, b in zip(ends, ends[1:])]
+        assert [list(s.items()) for s in arrays.splits()] == [  # (the order, a repeated node's last count)
+            list(dict(zip(ids[a:b], counts[a:b])).items()) for a, b in zip(ends, ends[1:])]
+    arrays = PlacementArrays(["a", "b"], np.array([0, 1]), np.array([2]), np.array([1]))
+    with pytest.raises(IndexError):  # a position beyond the names, as the list read raised
+        arrays.node_ids()
+    assert cut_dicts(iter([("a", 1), ("b", 2), ("a", 3)]), [0, 2, 1, 0]) == [{}, {"a": 1, "b": 2}, {"a": 3}, {}]
+
+
+def _documents(count: int, seed: int):
+    rng = random.Random(seed)
+    for k in range(count):
+        yield generate_instance(k + 100 * seed, gpus=rng.choice([256, 512, 1024]), jobs=rng.randint(1, 14),
+                                max_counts=rng.randint(3, 40), failed_nodes=rng.randint(0, 3),
+                                curves=KINDS[k % len(KINDS)], placement=rng.choice(["shuffled", "ordered"]))
+
+
+def _with_idle(problem):
+    """``problem`` with its state's idle GPUs listed and its previous splits in cluster order (as the
+    simulator's states are): place_held then keeps a staying job's previous split itself."""
+    state = problem.state
+    order = state.order
+    previous = {jid: dict(sorted(split.items(), key=lambda t: order[t[0]])) for jid, split in state.previous.items()}
+    idle = state.usable_gpus()
+    for split in previous.values():
+        for nid, g in split.items():
+            idle[nid] -= g
+    idle = {nid: g for nid, g in idle.items() if g}
+    return dataclasses.replace(problem, state=dataclasses.replace(state, previous=previous, idle=idle, in_order=True))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_place_held_gives_places_splits_on_every_kind(seed):
+    kept = 0
+    for doc in _documents(2 * len(KINDS), seed):
+        instance = api.load_instance(doc)
+        problem = build_problem(instance)
+        raw = get_solver("auto")(problem, SolverOptions(time_limit_seconds=30))
+        placed = problem.with_types(raw.types) if raw.types else problem
+        for p in (placed, _with_idle(placed)):
+            want = place(p, raw.counts)
+            got, held = place_held(p, raw.counts)
+            assert [(j, list(s.items())) for j, s in got.items()] == [(j, list(s.items())) for j, s in want.items()]
+            assert held is not None and held.splits() == [want[j.id] for j in p.jobs]
+            previous = p.state.previous
+            kept += sum(got[j] is previous.get(j) for j in got)
+    assert kept  # (some stays kept as the previous split itself: the branch that passes over their entries)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_solved_plans_are_written_as_json_dumps_writes_their_models(seed):
+    for doc in _documents(2 * len(KINDS), seed + 10):
+        instance = api.load_instance(doc)
+        for limit in (None, 2.0):
+            plan = api.solve(instance, time_limit_seconds=limit)
+            assert plan.placement_arrays() is not None
+            text = dumps(plan)
+            assert validate_plan(instance, plan).valid
+            plan.make_placements()  # (then written from its models)
+            assert plan.placement_arrays() is None
+            assert text == dumps(plan)
+            assert text == json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=2, sort_keys=True) + "\n"

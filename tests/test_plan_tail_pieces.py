@@ -136,3 +136,25 @@ def test_solved_plans_are_written_as_json_dumps_writes_their_models(seed):
             assert plan.placement_arrays() is None
             assert text == dumps(plan)
             assert text == json.dumps(plan.model_dump(mode="json", exclude_none=True), indent=2, sort_keys=True) + "\n"
+
+
+def test_the_order_by_job_then_position_is_lexsorts():
+    from unicron_plan.plan.placement import by_job_then_position
+
+    rng = np.random.default_rng(5)
+    combined = 0
+    for case in range(600):
+        n = int(rng.integers(0, 30))
+        lengths = rng.integers(0, 8, size=n).astype(np.int64)
+        size = int(rng.choice([1, 2, 7, 100, 2**40, 2**62]))
+        total = int(lengths.sum())
+        high = min(size, 2**62)
+        pos = rng.integers(0, min(high, 50) if rng.random() < 0.5 else high, size=total).astype(np.int64)  # ties too
+        if total and rng.random() < 0.15:
+            pos[int(rng.integers(total))] = rng.choice([-1, size, -(2**62)])  # outside 0..size - 1
+        job = np.repeat(np.arange(n, dtype=np.int64), lengths)
+        want = np.lexsort((pos, job))
+        got = by_job_then_position(pos, lengths, size)
+        assert got.tolist() == want.tolist(), (case, lengths, pos, size)
+        combined += bool(total) and n * size < 2**62 and 0 <= int(pos.min()) and int(pos.max()) < size
+    assert combined > 100  # (the one stable sort taken, and lexsort for the others)

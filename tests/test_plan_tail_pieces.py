@@ -158,3 +158,19 @@ def test_the_order_by_job_then_position_is_lexsorts():
         assert got.tolist() == want.tolist(), (case, lengths, pos, size)
         combined += bool(total) and n * size < 2**62 and 0 <= int(pos.min()) and int(pos.max()) < size
     assert combined > 100  # (the one stable sort taken, and lexsort for the others)
+
+
+def test_an_array_tables_get_is_the_mappings():
+    from collections.abc import Mapping
+
+    from unicron_plan.schema.instance import ArrayTable
+
+    rng = np.random.default_rng(9)
+    for case in range(200):
+        counts = np.unique(rng.integers(1, 60, size=int(rng.integers(1, 12)))).astype(np.int64)
+        table = ArrayTable(counts, rng.random(len(counts)) * 100)
+        for key in [*range(-1, 62), True, False, np.int64(3), np.int32(5), 3.0, "3", None, 2**70]:
+            for default in (None, -1.5):
+                got, want = table.get(key, default), Mapping.get(table, key, default)
+                assert type(got) is type(want) and got == want, (case, key)
+        assert table.get(int(counts[0])) == table[int(counts[0])]

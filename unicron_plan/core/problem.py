@@ -55,10 +55,11 @@ class JobTerms:
         """F(y) of this job (0 for y = 0)."""
         return 0.0 if y == 0 else float(cost.waf(self.weight, self.table[y]))
 
-    def gain_of(self, y: int, moved: bool = False) -> float:
-        """G(y) of this job (``moved``: it keeps its count on another split, and pays for it)."""
-        return float(cost.gain(self.f_of(y), y, self.x, self.f_x, self.hit, self.d_run, self.d_trans,
-                               self.exiting, moved or self.off_type, self.d_repeat))
+    def gain_of(self, y: int, moved: bool = False, f_y: float | None = None) -> float:
+        """G(y) of this job (``moved``: it keeps its count on another split, and pays for it; ``f_y``:
+        its :meth:`f_of` ``y`` when the caller has it)."""
+        return float(cost.gain(self.f_of(y) if f_y is None else f_y, y, self.x, self.f_x, self.hit, self.d_run,
+                               self.d_trans, self.exiting, moved or self.off_type, self.d_repeat))
 
 
 @dataclass

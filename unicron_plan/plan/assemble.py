@@ -59,7 +59,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         total_waf += f_y
         changed = bool(cost.is_changed(y, j.x, j.hit, j.exiting, moved))
         penalty = float(cost.charged(y, j.x, j.f_x, j.d_trans, j.d_repeat, changed))
-        gains.append(j.gain_of(y, moved))
+        gains.append(j.gain_of(y, moved, f_y))
         action = action_of(j.x, y, j.hit, moved)
         entries.append(dict(
             id=j.id, previous_gpus=j.x, gpus=y, action=action,

@@ -133,7 +133,8 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
         exiting = job.id in state.exiting
         if exiting and y != 0:
             bad(f"{where}: leaves in the job_exit event but is planned {y} GPUs (must be 0)")
-        if y != 0 and y not in table_y:
+        at_y = None if y == 0 else table_y.get(y)  # (its TFLOP/s, looked up once)
+        if y != 0 and at_y is None:
             bad(f"{where}: {y} GPUs is not a count of its throughput table"
                 + (f" for {gtype!r}" if gtype != now_type else ""))
             continue
@@ -187,7 +188,7 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
         if pj.action != expected_action:
             bad(f"{where}: action {pj.action!r}, expected {expected_action!r}")
         f_x = 0.0 if x == 0 else cost.waf(job.weight, table[x])
-        f_y = 0.0 if y == 0 else cost.waf(job.weight, table_y[y])
+        f_y = 0.0 if y == 0 else cost.waf(job.weight, at_y)
         d_trans, d_repeat = cost.job_transition_terms(instance, job, state.previous.get(job.id, {}),
                                                       state.nodes_in_service(), repair_seconds=repair)
         changed = cost.is_changed(y, x, hit, exiting, moved)

@@ -214,6 +214,10 @@ class ArrayTable(Mapping):
     def __contains__(self, key) -> bool:
         return self._at(key) >= 0
 
+    def get(self, key, default=None):
+        k = self._at(key)  # (one search: Mapping.get would make two calls for it)
+        return default if k < 0 else float(self.tflops[k])
+
     def __iter__(self):
         return iter(self.counts.tolist())
 

@@ -42,9 +42,7 @@ def _load(model, source: Any, keep: list | None = None):
     # The cluster's nodes: read as columns by the reader when they have the common shape (which then
     # need not walk them again), and handed to the validation with the very list they were read from.
     nodes = {"read": read_node_columns}
-    # A caller that ends its process right after (``keep``) has a large file read through a map of it.
-    doc, as_arrays = (parse_json_tables(source, nodes=nodes) if text
-                      else read_json_tables(source, nodes=nodes, mapped=keep is not None))
+    doc, as_arrays = parse_json_tables(source, nodes=nodes) if text else read_json_tables(source, nodes=nodes)
     for _ in range(2):
         context = read_tables_once()
         if as_arrays and "columns" in nodes:
@@ -116,8 +114,7 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     phases after the solver.
     ``keep``: a list the parsed text, the instance and the problem are appended to, for a caller
     that ends its process right after (the CLI): it then never frees them (0.1-0.2 s of CPU at
-    1,048,576 GPUs), and an instance file of 16 MiB or more is read through a read-only map of it
-    (:func:`unicron_plan.io.read_json_tables`: a file cut short while it is read ends the process).
+    1,048,576 GPUs).
 
     Under a limit the solver's deadline is moved earlier by that reserve: the time placing,
     validating and writing the plan will take, estimated from the instance's size (jobs and

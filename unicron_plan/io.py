@@ -227,7 +227,7 @@ def _arrays_of_table(table: Any) -> dict:
     raise ValueError("not a table of two arrays of numbers")
 
 
-def _with_table_arrays(data: "bytes | Any", nodes: "dict | None" = None) -> Any:
+def _with_table_arrays(data: bytes, nodes: "dict | None" = None) -> Any:
     """The value of JSON ``data`` (a document whose top is an object) with each
     ``jobs[k].throughput.compact`` table read by simdjson as two numpy arrays (see
     :func:`_arrays_of_table`), no Python object per entry, and the rest as Python values; or _UNDECIDED,
@@ -602,51 +602,17 @@ def _json_of_file(data: bytes, p: Path) -> Any:
     return parse_json(_decode(data, p), str(p))
 
 
-def read_json_tables(path: str | os.PathLike, nodes: "dict | None" = None,
-                     mapped: bool = False) -> "tuple[Any, bool]":
+def read_json_tables(path: str | os.PathLike, nodes: "dict | None" = None) -> "tuple[Any, bool]":
     """:func:`read_json` of an instance file, its compact tables (``jobs[k].throughput.compact``) read as
     numpy arrays when they can be (see :func:`_with_table_arrays`, and there ``nodes``): (the value,
     True); else (:func:`read_json`'s value, False). A caller that finds the document refused reads it
-    again with :func:`read_json`, whose lists name the first bad entry. ``mapped``: a regular file of
-    MAPPED_BYTES or more is read through a read-only map of it (:func:`_mapped`), for a caller that
-    accepts what a map implies: a file cut short while it is read ends the process (SIGBUS)."""
+    again with :func:`read_json`, whose lists name the first bad entry."""
     p = Path(path)
-    data = _mapped(p) if mapped else None
-    if data is None:
-        data = _read_bytes(p, "JSON")
+    data = _read_bytes(p, "JSON")
     value = _with_table_arrays(data, nodes)
     if value is not _UNDECIDED:
         return value, True
-    if type(data) is not bytes:  # (the plain reader reads bytes: the map's, copied)
-        data = bytes(data)
     return _json_of_file(data, p), False
-
-
-MAPPED_BYTES = 16 << 20  # a file at least this large may be read through a map (read_json_tables' ``mapped``)
-
-
-def _mapped(p: Path) -> "Any | None":
-    """A read-only map of the regular file ``p`` when it holds MAPPED_BYTES to MAX_BYTES bytes, else None
-    (then it is read as before, which also reports a missing, unreadable or too large file): simdjson,
-    the reader's counts and its checks read the file's pages where they are, without the copy of the
-    file in the process's own fresh memory (at 1,048,576 GPUs about 0.1 s of system time less)."""
-    import mmap
-    import stat
-
-    try:
-        if not stat.S_ISREG(os.stat(p).st_mode):  # (a FIFO is not opened here: it is read once, as before)
-            return None
-        with open(p, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or not MAPPED_BYTES <= st.st_size <= MAX_BYTES:
-                return None
-            view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError, OverflowError):
-        return None
-    if not MAPPED_BYTES <= len(view) <= MAX_BYTES:  # (changed size between the two looks)
-        view.close()
-        return None
-    return view
 
 
 def parse_json_tables(text: "str | bytes", source: str = "<input>", nodes: "dict | None" = None) -> "tuple[Any, bool]":

@@ -1,7 +1,6 @@
 """The plan's tail (placing, checking, writing) read off the placement arrays in C calls, against the
 per-entry reads they replaced: the writer's join of every placement entry (io._placed_text) against
-its loop over the jobs, the arrays' node ids (a gather from an array of the names) and splits (a dict
-per job cut from one iterator) against list reads, place_held's splits against place's, and whole
+its loop over the jobs, the arrays' splits (a dict per job cut from one iterator) against list reads, place_held's splits against place's, and whole
 plans on random instances of every curve kind, running and queued jobs, mixed fleets: the same text
 as json.dumps of the models and as the plan made with its models."""
 

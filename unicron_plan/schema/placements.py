@@ -54,10 +54,8 @@ class PlacementArrays:
 
     def node_ids(self) -> list[str]:
         """The node id of every entry, in order (made once, then kept: do not change it)."""
-        if self._ids is None:  # (gathered from an array of the names: no Python call per entry)
-            names = np.empty(len(self.names), dtype=object)
-            names[:] = self.names
-            self._ids = names[self.node].tolist()
+        if self._ids is None:
+            self._ids = list(map(self.names.__getitem__, self.node.tolist()))
         return self._ids
 
     def splits(self) -> list[dict[str, int]]:

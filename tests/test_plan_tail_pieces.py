@@ -1,8 +1,9 @@
 """The plan's tail (placing, checking, writing) read off the placement arrays in C calls, against the
 per-entry reads they replaced: the writer's join of every placement entry (io._placed_text) against
-its loop over the jobs, the arrays' splits (a dict per job cut from one iterator) against list reads, place_held's splits against place's, and whole
-plans on random instances of every curve kind, running and queued jobs, mixed fleets: the same text
-as json.dumps of the models and as the plan made with its models."""
+its loop over the jobs, the arrays' splits (a dict per job cut from one iterator) against list reads,
+place_held's splits against place's, the entries' order against lexsort, ArrayTable.get against
+Mapping.get, and whole plans on random instances of every curve kind, running and queued jobs, mixed
+fleets: the same text as json.dumps of the models."""
 
 from __future__ import annotations
 

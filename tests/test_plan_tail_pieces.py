@@ -77,6 +77,11 @@ def test_node_ids_and_splits_are_the_list_reads():
         assert arrays.splits() == [dict(zip(ids[a:b], counts[a:b])) for a, b in zip(ends, ends[1:])]
         assert [list(s.items()) for s in arrays.splits()] == [  # (the order, a repeated node's last count)
             list(dict(zip(ids[a:b], counts[a:b])).items()) for a, b in zip(ends, ends[1:])]
+    for starts in ([1, 3, 4], [0, 3, 1, 4], [2, 2], [0, 4, 4, 2]):  # not a running total from 0: slices as before
+        node, gpus = np.array([0, 1, 0, 1]), np.array([5, 6, 7, 8])
+        arrays = PlacementArrays(["a", "b"], np.array(starts), node, gpus)
+        ids = ["a", "b", "a", "b"]
+        assert arrays.splits() == [dict(zip(ids[a:b], gpus.tolist()[a:b])) for a, b in zip(starts, starts[1:])]
     arrays = PlacementArrays(["a", "b"], np.array([0, 1]), np.array([2]), np.array([1]))
     with pytest.raises(IndexError):  # a position beyond the names, as the list read raised
         arrays.node_ids()

@@ -60,7 +60,12 @@ class PlacementArrays:
 
     def splits(self) -> list[dict[str, int]]:
         """Each job's {node id: GPUs} (a node listed twice keeps its last count: see ``lengths``)."""
-        return cut_dicts(zip(self.node_ids(), self.gpus.tolist()), np.diff(self.starts).tolist())
+        starts = self.starts
+        sizes = np.diff(starts)
+        if len(starts) and int(starts[0]) == 0 and not (sizes < 0).any():  # (as made: one job after another)
+            return cut_dicts(zip(self.node_ids(), self.gpus.tolist()), sizes.tolist())
+        ids, gpus, ends = self.node_ids(), self.gpus.tolist(), starts.tolist()
+        return [dict(zip(ids[a:b], gpus[a:b])) for a, b in zip(ends, ends[1:])]
 
     def pairs(self, k: int) -> list[tuple[str, int]]:
         """Job ``k``'s (node id, GPUs) entries, in order."""

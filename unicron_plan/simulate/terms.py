@@ -399,7 +399,7 @@ class RunTerms:
     def dp_counts(self, problem: Problem) -> dict[str, int] | None:
         """``dp.solve(problem).counts`` from the flat options, or None where this does not apply (a
         problem not built here by the array path, constraints, several GPU types, a change limit)."""
-        flat = self.flat_options(problem)
+        flat = self.flat_options(problem, gains=False)
         if flat is None or not self.plain or problem.max_changed_jobs is not None or problem.alternatives \
                 or list(problem.capacity) != self.types[:1]:
             return None
@@ -412,7 +412,7 @@ class RunTerms:
             x_at = flat.x_at[flat.x_at >= 0]
             extra = x_at[~self.f_pareto[x_at]]  # ascending: one per job, in job order
             if every and self._dp_at is not None and np.array_equal(self._dp_at[0], extra):
-                _, at, counts, off = self._dp_at  # the same entries as the last call's
+                _, at, counts, off, job_at, f_at = self._dp_at  # the same entries as the last call's
             else:
                 at = self.f_pareto_at if not len(extra) else \
                     np.insert(self.f_pareto_at, np.searchsorted(self.f_pareto_at, extra), extra)
@@ -420,17 +420,40 @@ class RunTerms:
                     at = at[at < (self.starts + flat.fits)[self.job_of[at]]]
                 counts = flat.counts[at]
                 off = np.searchsorted(at, flat.off)  # every job's first entry (count 0) is in ``at``
-                self._dp_at = (extra, at, counts, off) if every else None
-            gains = flat.gains[at]
+                job_at, f_at = self.job_of[at], self.flat.f[at]
+                self._dp_at = (extra, at, counts, off, job_at, f_at) if every else None
+            gains = self._gains_at(at, job_at, f_at)
         elif every:  # the flat arrays as they are
+            self._shared.fill()
             counts, gains, off = flat.counts, flat.gains, flat.off
         else:  # each job's leading entries that fit
+            self._shared.fill()
             keep = np.arange(len(flat.counts)) - np.repeat(self.starts, self.sizes) < np.repeat(flat.fits, self.sizes)
             counts, gains = flat.counts[keep], flat.gains[keep]
             off = np.zeros(self.m + 1, dtype=np.int64)
             np.cumsum(flat.fits, out=off[1:])
         found, _ = solve_type_joined(counts, gains, off, problem.capacity[self.types[0]])
         return dict(zip(self.ids, np.asarray(found, dtype=np.int64).tolist()))
+
+    @np.errstate(over="ignore", invalid="ignore")
+    def _gains_at(self, at: np.ndarray, job_at: np.ndarray, f_at: np.ndarray) -> np.ndarray:
+        """The last problem's gains at the entries ``at`` (ascending; ``job_at``, ``f_at``: their jobs and
+        F): read from the buffer where it is written, else worked out there alone, entry by entry the
+        floats _write_gains writes."""
+        pending = self._shared.pending
+        if pending is None:
+            return self._gains[at]
+        _, d_run, pen, back, exiting = pending
+        paid = np.multiply(f_at, d_run)
+        gains = paid - pen[job_at]
+        # the entries that pay nothing: back (at x), and every entry of a leaving job
+        pos = np.minimum(np.searchsorted(at, back), max(len(at) - 1, 0))
+        pos = pos[at[pos] == back] if len(at) else pos[:0]
+        gains[pos] = paid[pos]
+        if exiting:
+            free = np.isin(job_at, exiting)
+            gains[free] = paid[free]
+        return gains
 
     def _reference(self, instance, state) -> Problem:
         return tabulate(instance, state, self.tables, self.layouts, self.flat)

@@ -267,8 +267,8 @@ def late(monkeypatch):
         last[id(self)] = (p, core_problem.tabulate(instance, state, self.tables, self.layouts, self.flat))
         return p
 
-    def checked_gains_at(self, at, job_at, f_at):
-        out = gains_at(self, at, job_at, f_at)
+    def checked_gains_at(self, at, job_at, f_at, off):
+        out = gains_at(self, at, job_at, f_at, off).copy()
         if self._shared.pending is not None:
             self._shared.fill()
             assert out.tobytes() == self._gains[at].tobytes()

@@ -172,6 +172,7 @@ class RunTerms:
         self._pen_rep: np.ndarray | None = None  # see _repeated
         self._pen_bits: np.ndarray | None = None
         self._dp_at: tuple | None = None  # the DP's entries for the last own counts off the F Pareto set
+        self._at_kept: tuple | None = None  # see _gains_at
         finite_f = np.isfinite(flat.f).all() if len(flat.f) else True
         self._f_max = float(np.abs(flat.f).max()) if len(flat.f) and finite_f else (0.0 if finite_f else math.inf)
 
@@ -422,7 +423,7 @@ class RunTerms:
                 off = np.searchsorted(at, flat.off)  # every job's first entry (count 0) is in ``at``
                 job_at, f_at = self.job_of[at], self.flat.f[at]
                 self._dp_at = (extra, at, counts, off, job_at, f_at) if every else None
-            gains = self._gains_at(at, job_at, f_at)
+            gains = self._gains_at(at, job_at, f_at, off)
         elif every:  # the flat arrays as they are
             self._shared.fill()
             counts, gains, off = flat.counts, flat.gains, flat.off
@@ -436,16 +437,30 @@ class RunTerms:
         return dict(zip(self.ids, np.asarray(found, dtype=np.int64).tolist()))
 
     @np.errstate(over="ignore", invalid="ignore")
-    def _gains_at(self, at: np.ndarray, job_at: np.ndarray, f_at: np.ndarray) -> np.ndarray:
+    def _gains_at(self, at: np.ndarray, job_at: np.ndarray, f_at: np.ndarray, off: np.ndarray) -> np.ndarray:
         """The last problem's gains at the entries ``at`` (ascending; ``job_at``, ``f_at``: their jobs and
-        F): read from the buffer where it is written, else worked out there alone, entry by entry the
-        floats _write_gains writes."""
+        F; job i's are at ``off[i]:off[i + 1]``): read from the buffer where it is written, else worked
+        out there alone, entry by entry the floats _write_gains writes. The result is valid until the
+        next call (for the same ``at``, its arrays are written over: no fresh pages at every re-plan)."""
         pending = self._shared.pending
         if pending is None:
             return self._gains[at]
         _, d_run, pen, back, exiting = pending
-        paid = np.multiply(f_at, d_run)
-        gains = paid - pen[job_at]
+        kept = self._at_kept
+        bits = pen.view(np.int64)
+        if kept is None or kept[0] is not at:  # each job's transition term over its entries in ``at``
+            kept = self._at_kept = (at, np.take(pen, job_at), bits.copy(), np.empty(len(at)), np.empty(len(at)))
+        else:  # rewritten over the jobs whose term moved (to the bit)
+            moved = np.flatnonzero(bits != kept[2]).tolist()
+            if len(moved) > self.m // 16:
+                np.take(pen, job_at, out=kept[1])
+            else:
+                for i in moved:
+                    kept[1][off[i]:off[i + 1]] = pen[i]
+            kept[2][:] = bits
+        _, pen_at, _, paid, gains = kept
+        np.multiply(f_at, d_run, out=paid)
+        np.subtract(paid, pen_at, out=gains)
         # the entries that pay nothing: back (at x), and every entry of a leaving job
         pos = np.minimum(np.searchsorted(at, back), max(len(at) - 1, 0))
         pos = pos[at[pos] == back] if len(at) else pos[:0]

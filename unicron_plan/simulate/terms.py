@@ -15,8 +15,10 @@ so that the DP takes every job's options as one set of arrays instead of joining
 
 An event changes the terms of a few jobs, yet D_run (and, under the job horizon, D_trans) moves
 for all of them: the JobTerms of one problem are kept for the next, remade only for the jobs whose
-count, hit, F at the count, leaving or counts that fit changed, with D_run and D_trans set on every
-one and the gains views of one buffer rewritten at every re-plan. So a problem built here is valid
+count, hit, F at the count, leaving or counts that fit changed. They are :class:`KeptTerms`: D_run,
+D_trans and the gains are read from the run's last problem (the gains views of one buffer, written
+the first time any of them is read: the greedy baseline never reads them, and the DP takes them at
+its options alone, :meth:`RunTerms.dp_counts`). So a problem built here is valid
 until the next call of :meth:`RunTerms.tabulate` (the planner policies use each at once); a copy of
 a RunTerms (a forked run) makes its own. :meth:`RunTerms.placement_start` finds the jobs that stay
 (count kept, not hit) with arrays, so that placement visits only the others.

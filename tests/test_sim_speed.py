@@ -287,3 +287,20 @@ def test_cached_plans_are_kept_packed_and_read_back_as_they_were(monkeypatch):
     for seed in (0, 1):
         simulate(_dense("gpt3-mix-128-a800-dense"), ["unicron", "greedy"], seed)
     assert len(hits) >= 4 and policies._PlacedPlan in kinds
+
+
+def test_keep_freed_memory_sets_glibc_once_and_leaves_a_set_environment_alone(monkeypatch):
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).gnu_get_libc_version
+    except AttributeError:
+        pytest.skip("not glibc")
+    monkeypatch.setattr(sim_run, "_MALLOC_SET", False)
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")  # the environment sets malloc's parameters: left alone
+    assert sim_run.keep_freed_memory() is False and sim_run._MALLOC_SET is False
+    monkeypatch.delenv("MALLOC_ARENA_MAX")
+    for k in [k for k in __import__("os").environ if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"]:
+        monkeypatch.delenv(k)
+    assert sim_run.keep_freed_memory() is True and sim_run._MALLOC_SET is True
+    assert sim_run.keep_freed_memory() is True  # once per process

@@ -906,7 +906,7 @@ class GreedyPolicy(PlannerPolicy):
         # In a run without constraints every job's allowed counts are the leading entries of its table
         # that fit (simulate/terms.py): their number per job says which they are.
         prefixes = self._terms is not None and self._terms.plain
-        flat = self._terms.flat_options(problem) if prefixes else None
+        flat = self._terms.flat_options(problem, gains=False) if prefixes else None
         fits = None
         if flat is not None:  # (equal counts that fit share one bytes object among the keys)
             fits = flat.fits.tobytes()

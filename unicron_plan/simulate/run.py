@@ -70,6 +70,39 @@ def check_policies(names: list[str]) -> list[str]:
     return out
 
 
+#: glibc's malloc: blocks from 32 MiB up mapped on their own, and up to 64 MiB freed at the heap's top
+#: kept (see keep_freed_memory)
+MMAP_THRESHOLD, TRIM_THRESHOLD = 32 << 20, 64 << 20
+_MALLOC_SET = False
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc's malloc reuse freed memory for the simulator's large temporary arrays, once per process.
+
+    A re-plan at the largest sizes allocates arrays of a few MB (the DP's passes over 450,000 options,
+    the problem builder's) and frees them; by default glibc maps many of them on their own and gives
+    the heap's top back, so every re-plan faults their pages in again (system time, and the page
+    zeroing). With blocks below 32 MiB served from the heap and 64 MiB of free top kept, the pages
+    stay. Results do not depend on it. Left alone where the process's environment sets malloc's own
+    parameters (``MALLOC_*`` or ``GLIBC_TUNABLES``) and where the C library is not glibc. Returns
+    whether the parameters were set (by this or an earlier call)."""
+    global _MALLOC_SET
+    if _MALLOC_SET:
+        return True
+    if os.name != "posix" or any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # glibc only (M_MMAP_THRESHOLD -3, M_TRIM_THRESHOLD -1 are its values)
+    except (OSError, AttributeError):
+        return False
+    _MALLOC_SET = bool(mallopt(-3, MMAP_THRESHOLD)) and bool(mallopt(-1, TRIM_THRESHOLD))
+    return _MALLOC_SET
+
+
 def simulate(scenario: Scenario, policies: list[str], seed: int, record: bool = False,
              progress: Optional[Callable[[], None]] = None) -> dict[str, Any]:
     """One run: draw the events with ``default_rng(seed)`` and replay them for each policy.
@@ -83,6 +116,7 @@ def simulate(scenario: Scenario, policies: list[str], seed: int, record: bool = 
         out = simulate(sc, ["unicron", "megatron"], seed=0)
         out["policies"]["unicron"]["weighted_tflop"]
     """
+    keep_freed_memory()
     events = draw_events(scenario, np.random.default_rng(seed))
     mtbf = planning_mtbf_hours(scenario)
     if progress is not None and hasattr(progress, "set_total"):

@@ -15,8 +15,10 @@ so that the DP takes every job's options as one set of arrays instead of joining
 
 An event changes the terms of a few jobs, yet D_run (and, under the job horizon, D_trans) moves
 for all of them: the JobTerms of one problem are kept for the next, remade only for the jobs whose
-count, hit, F at the count, leaving or counts that fit changed, with D_run and D_trans set on every
-one and the gains views of one buffer rewritten at every re-plan. So a problem built here is valid
+count, hit, F at the count, leaving or counts that fit changed. They are :class:`KeptTerms`: D_run,
+D_trans and the gains are read from the run's last problem (the gains views of one buffer, written
+the first time any of them is read: the greedy baseline never reads them, and the DP takes them at
+its options alone, :meth:`RunTerms.dp_counts`). So a problem built here is valid
 until the next call of :meth:`RunTerms.tabulate` (the planner policies use each at once); a copy of
 a RunTerms (a forked run) makes its own. :meth:`RunTerms.placement_start` finds the jobs that stay
 (count kept, not hit) with arrays, so that placement visits only the others.
@@ -27,9 +29,7 @@ overflows a float (``tabulate`` names the job).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import itertools
 import math
 import weakref
 from typing import NamedTuple
@@ -55,6 +55,69 @@ class FlatOptions(NamedTuple):
     charges: bool  # D_run > 0 and every transition term >= 0 (RunTerms.dp_counts)
 
 
+class _Shared:
+    """What the kept JobTerms of one RunTerms read from the last problem built: D_run, every job's
+    D_trans (a list in job order) and the gains, written into the run's buffer on first read."""
+
+    __slots__ = ("d_run", "d_trans", "pending")
+
+    def __init__(self):
+        self.d_run, self.d_trans, self.pending = 0.0, [], None
+
+    def fill(self) -> None:
+        """Write the last problem's gains into the buffer the JobTerms view (once per problem)."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending[0]._write_gains(*pending[1:])
+
+
+def _plain(fields: dict) -> JobTerms:
+    t = object.__new__(JobTerms)
+    t.__dict__ = fields
+    return t
+
+
+class KeptTerms(JobTerms):
+    """The JobTerms :class:`RunTerms` keeps between problems: ``d_run``, ``d_trans`` and ``gains`` read
+    the last problem's values from the run (one D_run set once, not on 8,192 objects; the gains
+    written only when something reads them: the greedy baseline never does). Set, they are the
+    object's own (``dataclasses.replace`` sets every field); a copy or pickle is a plain JobTerms
+    with the values read at that moment."""
+
+    @property
+    def d_run(self) -> float:
+        d = self.__dict__
+        return d["_d_run"] if "_d_run" in d else d["_shared"].d_run
+
+    @d_run.setter
+    def d_run(self, value: float) -> None:
+        self.__dict__["_d_run"] = value
+
+    @property
+    def d_trans(self) -> float:
+        d = self.__dict__
+        return d["_d_trans"] if "_d_trans" in d else d["_shared"].d_trans[d["index"]]
+
+    @d_trans.setter
+    def d_trans(self, value: float) -> None:
+        self.__dict__["_d_trans"] = value
+
+    @property
+    def gains(self) -> np.ndarray:
+        d = self.__dict__
+        shared = d.get("_shared")
+        if shared is not None and shared.pending is not None:
+            shared.fill()
+        return d["_gains"]
+
+    @gains.setter
+    def gains(self, value: np.ndarray) -> None:
+        self.__dict__["_gains"] = value
+
+    def __reduce_ex__(self, protocol):
+        return _plain, ({f.name: getattr(self, f.name) for f in dataclasses.fields(JobTerms)},)
+
+
 class RunTerms:
     """:func:`tabulate` for the jobs of one run (``base``: the run's instance without event; its jobs,
     tables and flat tables never change during the run)."""
@@ -76,7 +139,8 @@ class RunTerms:
         self.fixed = [(j.weight, tables[j.id], layouts.get(j.id, {}), j.tp, j.pinned, j.max_nodes,
                        bool(j.same_rack), j.min_gain_fraction) for j in jobs]
         # Each job's JobTerms attributes that never change, JobTerms' defaults first (see tabulate)
-        defaults = {f.name: f.default for f in dataclasses.fields(JobTerms) if f.default is not dataclasses.MISSING}
+        defaults = {f.name: f.default for f in dataclasses.fields(JobTerms)
+                    if f.default is not dataclasses.MISSING and f.name not in ("d_run", "d_trans", "gains")}
         self.templates = [{**defaults, "index": k, "id": j.id, "gpu_type": j.throughput.gpu_type, "weight": j.weight,
                            "table": tables[j.id], "layouts": layouts.get(j.id, {}), "tp": j.tp or 1,
                            "max_nodes": j.max_nodes, "same_rack": bool(j.same_rack)}
@@ -102,14 +166,15 @@ class RunTerms:
         # The JobTerms of the last problem built by the array path, reused by the next one (see tabulate),
         # with what each was made from: own count, hit, F there (bits), leaving, end of its entries.
         self._made: list | None = None
+        self._shared = _Shared()  # the D_run, D_trans and gains the kept JobTerms read (KeptTerms)
         self._made_from: tuple | None = None
         self._gains = np.empty(len(flat.f))  # every re-plan's gains, written in place
-        self._d_bits: np.ndarray | None = None  # the D_trans set on the kept JobTerms (as int64 bits)
         self.placed: list[int] | None = None  # the jobs the last placement_start left to place (ascending)
         self._want = self._at = None  # the last call's keys of each job's own count and their entries
         self._pen_rep: np.ndarray | None = None  # see _repeated
         self._pen_bits: np.ndarray | None = None
         self._dp_at: tuple | None = None  # the DP's entries for the last own counts off the F Pareto set
+        self._at_kept: tuple | None = None  # see _gains_at
         finite_f = np.isfinite(flat.f).all() if len(flat.f) else True
         self._f_max = float(np.abs(flat.f).max()) if len(flat.f) and finite_f else (0.0 if finite_f else math.inf)
 
@@ -118,6 +183,7 @@ class RunTerms:
         this object's gains buffer, which a copy would turn into arrays of their own."""
         state = dict(self.__dict__)
         state["_made"] = state["_made_from"] = state["_options"] = None
+        state["_shared"] = _Shared()
         return state
 
     def _d_trans(self, instance, changed) -> list[float]:
@@ -147,6 +213,21 @@ class RunTerms:
                     kept[off[i]:off[i + 1]] = pen[i]
         self._pen_bits = bits.copy()
         return kept
+
+    @np.errstate(over="ignore", invalid="ignore")
+    def _write_gains(self, d_run: float, pen: np.ndarray, back: np.ndarray, exiting: list[int]) -> None:
+        """Every entry's gain into the buffer: G(y) = F(y) D_run - [changed] F(x) D_trans, changed =
+        (y != x or hit) and not leaving. Every entry pays, then the entries ``back`` (at x of a job neither
+        hit nor leaving) and the entries of the ``exiting`` jobs get F(y) D_run (the same floats as
+        subtracting 0)."""
+        f = self.flat.f
+        gains = np.multiply(f, d_run, out=self._gains)
+        gains -= self._repeated(pen)
+        gains[back] = f[back] * d_run
+        off = self.flat.off
+        for i in exiting:
+            a, b = int(off[i]), int(off[i + 1])
+            gains[a:b] = f[a:b] * d_run
 
     def _fits(self, capacity: dict[str, int]) -> np.ndarray:
         """How many leading entries of each job's table fit its GPU type's capacity (all of them
@@ -213,21 +294,16 @@ class RunTerms:
         else:
             d_trans = d
         pen = f_x * d_trans
-        # G(y) = F(y) D_run - [changed] F(x) D_trans, changed = (y != x or hit) and not leaving: every
-        # entry pays, then the entry at x of a job neither hit nor leaving and a leaving job's entries
-        # get F(y) D_run back (the same floats as subtracting 0)
-        gains = np.multiply(flat.f, d_run, out=self._gains)
-        gains -= self._repeated(pen)
-        back = at[found & ~hit & ~exiting]
-        gains[back] = flat.f[back] * d_run
-        for i in np.flatnonzero(exiting).tolist():
-            a, b = int(flat.off[i]), int(flat.off[i + 1])
-            gains[a:b] = flat.f[a:b] * d_run
+        # the gains (_write_gains) are written when first read (KeptTerms.gains, flat_options)
+        gains, shared = self._gains, self._shared
+        shared.pending = (self, d_run, pen, at[found & ~hit & ~exiting], np.flatnonzero(exiting).tolist())
         # every gain is finite where |F| x |D_run| + |pen| stays far below the largest float, else checked
-        finite = np.isfinite(pen).all() and (
-            (math.isfinite(d_run) and self._f_max * abs(d_run) + float(np.abs(pen).max(initial=0.0)) < 1e300)
-            or np.isfinite(gains).all())
+        finite = np.isfinite(pen).all()
+        if finite and not (math.isfinite(d_run) and self._f_max * abs(d_run) + float(np.abs(pen).max(initial=0.0)) < 1e300):
+            shared.fill()
+            finite = np.isfinite(gains).all()
         if not finite:  # tabulate reports it (or not, past the fit)
+            shared.pending = None
             return self._reference(instance, state)
         # counts ascend: the counts that fit are a prefix (only the leading 0 for a leaving job)
         fits = self._fits(capacity)
@@ -251,30 +327,17 @@ class RunTerms:
             all_counts, all_f = flat.counts, flat.f
             new, fixed, templates, starts, ends = object.__new__, self.fixed, self.templates, self.starts, ends_a
             # JobTerms(...) with the same attributes, set as one dict: the constructor's keyword
-            # handling is most of the time of building 8,192 of them
+            # handling is most of the time of building 8,192 of them. D_run, D_trans and the gains (views
+            # of the buffer) are read from the run (KeptTerms)
             for i in redo:
                 lo, hi, exits = int(starts[i]), int(ends[i]), bool(exiting[i])
-                t = new(JobTerms)
-                t.__dict__ = {**templates[i], "x": x_list[i], "hit": bool(hit[i]), "d_trans": 0.0,
+                t = new(KeptTerms)
+                t.__dict__ = {**templates[i], "x": x_list[i], "hit": bool(hit[i]),
                               "f_x": float(f_x[i]), "counts": all_counts[lo:hi], "f": all_f[lo:hi],
-                              "gains": gains[lo:hi], "d_run": d_run, "pinned": bool(fixed[i][4]) and not exits,
+                              "_gains": gains[lo:hi], "_shared": shared, "pinned": bool(fixed[i][4]) and not exits,
                               "min_gain_fraction": None if exits else fixed[i][7], "exiting": exits}
                 jobs[i] = t
-        # D_run of every job; D_trans (which moves with the nodes in service under the job horizon) of the
-        # jobs made above and of those whose D_trans differs (to the bit) from the last problem's; the gains
-        # are views of the buffer written above
-        d_bits = d_trans.view(np.int64)
-        if self._made is None or self._d_bits is None:
-            set_at = range(m)
-        else:
-            moved = d_bits != self._d_bits
-            moved[redo] = True
-            set_at = np.flatnonzero(moved).tolist()
-        d_list = d_trans.tolist()
-        for i in set_at:
-            jobs[i].d_trans = d_list[i]
-        collections.deque(map(setattr, jobs, itertools.repeat("d_run", m), itertools.repeat(d_run, m)), maxlen=0)
-        self._d_bits = d_bits.copy()
+        shared.d_run, shared.d_trans = d_run, d_trans.tolist()
         self._made, self._made_from = jobs, made_from
         jobs = list(jobs)
         filtered = False
@@ -300,10 +363,13 @@ class RunTerms:
                                                            np.where(found, at, -1), d_run > 0 and bool((pen >= 0).all())))
         return problem
 
-    def flat_options(self, problem: Problem) -> FlatOptions | None:
-        """The FlatOptions of ``problem`` when it is the last one built here by the array path (else None)."""
+    def flat_options(self, problem: Problem, gains: bool = True) -> FlatOptions | None:
+        """The FlatOptions of ``problem`` when it is the last one built here by the array path (else None);
+        ``gains=False``: its gains may not be written yet (the caller reads the other fields only)."""
         if self._options is None or self._options[0]() is not problem:
             return None
+        if gains:
+            self._shared.fill()
         return self._options[1]
 
     def placement_start(self, problem: Problem, counts: dict[str, int]) -> tuple | None:
@@ -312,7 +378,7 @@ class RunTerms:
         the last problem built here by the array path; the jobs that stay (their count kept, not hit)
         are found with arrays, and only the others are visited. None where this does not apply (pinned
         jobs, GPU-type alternatives, a state without its idle GPUs)."""
-        if self.flat_options(problem) is None or self.pinned or problem.alternatives or problem.state.idle is None:
+        if self.flat_options(problem, gains=False) is None or self.pinned or problem.alternatives or problem.state.idle is None:
             return None
         xs, hit = self._made_from[0], self._made_from[1]
         y = np.fromiter(map(counts.__getitem__, self.ids), dtype=np.int64, count=self.m)
@@ -336,7 +402,7 @@ class RunTerms:
     def dp_counts(self, problem: Problem) -> dict[str, int] | None:
         """``dp.solve(problem).counts`` from the flat options, or None where this does not apply (a
         problem not built here by the array path, constraints, several GPU types, a change limit)."""
-        flat = self.flat_options(problem)
+        flat = self.flat_options(problem, gains=False)
         if flat is None or not self.plain or problem.max_changed_jobs is not None or problem.alternatives \
                 or list(problem.capacity) != self.types[:1]:
             return None
@@ -349,7 +415,7 @@ class RunTerms:
             x_at = flat.x_at[flat.x_at >= 0]
             extra = x_at[~self.f_pareto[x_at]]  # ascending: one per job, in job order
             if every and self._dp_at is not None and np.array_equal(self._dp_at[0], extra):
-                _, at, counts, off = self._dp_at  # the same entries as the last call's
+                _, at, counts, off, job_at, f_at = self._dp_at  # the same entries as the last call's
             else:
                 at = self.f_pareto_at if not len(extra) else \
                     np.insert(self.f_pareto_at, np.searchsorted(self.f_pareto_at, extra), extra)
@@ -357,17 +423,54 @@ class RunTerms:
                     at = at[at < (self.starts + flat.fits)[self.job_of[at]]]
                 counts = flat.counts[at]
                 off = np.searchsorted(at, flat.off)  # every job's first entry (count 0) is in ``at``
-                self._dp_at = (extra, at, counts, off) if every else None
-            gains = flat.gains[at]
+                job_at, f_at = self.job_of[at], self.flat.f[at]
+                self._dp_at = (extra, at, counts, off, job_at, f_at) if every else None
+            gains = self._gains_at(at, job_at, f_at, off)
         elif every:  # the flat arrays as they are
+            self._shared.fill()
             counts, gains, off = flat.counts, flat.gains, flat.off
         else:  # each job's leading entries that fit
+            self._shared.fill()
             keep = np.arange(len(flat.counts)) - np.repeat(self.starts, self.sizes) < np.repeat(flat.fits, self.sizes)
             counts, gains = flat.counts[keep], flat.gains[keep]
             off = np.zeros(self.m + 1, dtype=np.int64)
             np.cumsum(flat.fits, out=off[1:])
         found, _ = solve_type_joined(counts, gains, off, problem.capacity[self.types[0]])
         return dict(zip(self.ids, np.asarray(found, dtype=np.int64).tolist()))
+
+    @np.errstate(over="ignore", invalid="ignore")
+    def _gains_at(self, at: np.ndarray, job_at: np.ndarray, f_at: np.ndarray, off: np.ndarray) -> np.ndarray:
+        """The last problem's gains at the entries ``at`` (ascending; ``job_at``, ``f_at``: their jobs and
+        F; job i's are at ``off[i]:off[i + 1]``): read from the buffer where it is written, else worked
+        out there alone, entry by entry the floats _write_gains writes. The result is valid until the
+        next call (for the same ``at``, its arrays are written over: no fresh pages at every re-plan)."""
+        pending = self._shared.pending
+        if pending is None:
+            return self._gains[at]
+        _, d_run, pen, back, exiting = pending
+        kept = self._at_kept
+        bits = pen.view(np.int64)
+        if kept is None or kept[0] is not at:  # each job's transition term over its entries in ``at``
+            kept = self._at_kept = (at, np.take(pen, job_at), bits.copy(), np.empty(len(at)), np.empty(len(at)))
+        else:  # rewritten over the jobs whose term moved (to the bit)
+            moved = np.flatnonzero(bits != kept[2]).tolist()
+            if len(moved) > self.m // 16:
+                np.take(pen, job_at, out=kept[1])
+            else:
+                for i in moved:
+                    kept[1][off[i]:off[i + 1]] = pen[i]
+            kept[2][:] = bits
+        _, pen_at, _, paid, gains = kept
+        np.multiply(f_at, d_run, out=paid)
+        np.subtract(paid, pen_at, out=gains)
+        # the entries that pay nothing: back (at x), and every entry of a leaving job
+        pos = np.minimum(np.searchsorted(at, back), max(len(at) - 1, 0))
+        pos = pos[at[pos] == back] if len(at) else pos[:0]
+        gains[pos] = paid[pos]
+        if exiting:
+            free = np.isin(job_at, exiting)
+            gains[free] = paid[free]
+        return gains
 
     def _reference(self, instance, state) -> Problem:
         return tabulate(instance, state, self.tables, self.layouts, self.flat)

@@ -75,7 +75,9 @@ def test_lazy_deficits_equal_the_eager_ones():
         y, g, off, _ = _random_joined(rng)
         if len(off) < 2:
             continue
-        lam = float(rng.choice([0.0, rng.uniform(0, 3), 1.0]))
+        lam = [0.0, float(rng.uniform(0, 3)), 1.0, 0, 2][int(rng.integers(0, 5))]  # (ints: an int product)
+        if rng.random() < 0.2:
+            g = np.round(g).astype(np.int64)  # integer gains
         given = None if rng.random() < 0.5 else np.maximum.reduceat(g - lam * y, off[:-1]).tolist()
         flat, red_max = dp._flatten(None, lam, given, joined=dp._Joined(y, g, off))
         want, want_max = _reference_flatten(y, g, off, lam, given)

@@ -991,7 +991,9 @@ class _Flat:
     @property
     def deficit(self) -> np.ndarray | None:
         if self._deficit is None and self._red is not None:
-            self._deficit = np.repeat(np.asarray(self._red_max, dtype=np.float64), np.diff(self.off)) - self._red
+            deficit = np.repeat(np.asarray(self._red_max, dtype=np.float64), np.diff(self.off))
+            red = self._red
+            self._deficit = np.subtract(deficit, red, out=deficit) if red.dtype == np.float64 else deficit - red
             self._red = self._red_max = None
         return self._deficit
 
@@ -1000,7 +1002,8 @@ def _flatten(options, lam: float, red_max=None, joined: _Joined | None = None) -
     """(the options flattened, each job's largest reduced gain ``max(g - lam y)``; ``red_max`` when given).
     ``joined``: :func:`_join` of the options, when the caller has it."""
     ys, gs, off = joined if joined is not None else _join(options)
-    red = gs - lam * ys
+    red = lam * ys
+    red = np.subtract(gs, red, out=red) if red.dtype == np.result_type(gs, red) else gs - red  # g - lam y
     if red_max is None:
         red_max = np.maximum.reduceat(red, off[:-1]).tolist()
     return _Flat(ys, gs, off, None, red, red_max), red_max

@@ -1,5 +1,5 @@
 /* Compiled inner loops of the DP: one windowed max-plus fold, one whole pruned pass, and the
- * dominance pruning of every job's options.
+ * dominance pruning of every job's options, their envelopes and their search keys.
  *
  * new[c - L2] = max_k Vx[c - y_k - L] + g_k  for c in [L2, L2 + W), c - y_k >= L,
  * choice[c - L2] = the first k reaching the max (ties keep the smaller k), exactly as the
@@ -234,6 +234,18 @@ void upper_hull_keep(int64_t m, const int64_t *off, const int64_t *y, const doub
         }
         for (int64_t k = 0; k < top; k++)
             keep[stack[k]] = 1;
+    }
+}
+
+/* Search keys of every job's options (job j's at off[j]..off[j+1]-1): key[i] = j (capacity + 2) +
+   min(y[i], capacity + 1), in one pass without temporaries (the int64 values of dp._option_key). */
+void option_key(int64_t m, const int64_t *off, const int64_t *y, int64_t capacity, int64_t *key)
+{
+    const int64_t top = capacity + 1, width = capacity + 2;
+    for (int64_t j = 0; j < m; j++) {
+        const int64_t base = j * width;
+        for (int64_t i = off[j]; i < off[j + 1]; i++)
+            key[i] = base + (y[i] < top ? y[i] : top);
     }
 }
 

@@ -92,6 +92,25 @@ def _load_native():
 NATIVE, NATIVE_PASS, NATIVE_PARETO, NATIVE_HULL = _load_native()
 
 
+def _load_native_key():
+    """The compiled option keys (unicron_plan/solvers/_maxplus.c) through ctypes, or None when not built."""
+    try:
+        import ctypes
+
+        from unicron_plan.solvers import _maxplus
+        key = ctypes.CDLL(_maxplus.__file__).option_key
+    except (ImportError, OSError, AttributeError):
+        return None
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    key.argtypes = [i64, ptr, ptr, i64, ptr]
+    key.restype = None
+    return key
+
+
+# The compiled option keys of :func:`_option_key`; None forces the numpy fallback (the same values).
+NATIVE_KEY = _load_native_key()
+
+
 def available() -> bool:
     """The DP needs only numpy."""
     return True
@@ -414,7 +433,13 @@ def _option_key(flat: "_Flat", capacity: int) -> np.ndarray:
     """job x (capacity + 2) + min(count, capacity + 1) of every flat option: ascending, so that a
     job's largest count <= c is one search."""
     m = len(flat.off) - 1
-    return np.repeat(np.arange(m, dtype=np.int64) * (capacity + 2), np.diff(flat.off)) + np.minimum(flat.y, capacity + 1)
+    y, off = flat.y, flat.off
+    if (NATIVE_KEY is not None and y.dtype == np.int64 and off.dtype == np.int64 and y.flags.c_contiguous
+            and off.flags.c_contiguous and len(y) == int(off[-1])):
+        key = np.empty(len(y), dtype=np.int64)
+        NATIVE_KEY(m, off.ctypes.data, y.ctypes.data, capacity, key.ctypes.data)
+        return key
+    return np.repeat(np.arange(m, dtype=np.int64) * (capacity + 2), np.diff(off)) + np.minimum(y, capacity + 1)
 
 
 def _starts(hull, flat: "_Flat", capacity: int, lam: float, key: np.ndarray) -> list[np.ndarray]:
@@ -950,26 +975,38 @@ def _search(options, red_max, lam, capacity, lb, ub, tol, stats, prune, deadline
     return _attempt(options, red_max, lam, capacity, -math.inf, stats, deadline=deadline, flat=flat)
 
 
-class _Flat(NamedTuple):
+class _Flat:
     """Every job's options in one pair of arrays (job j's at ``off[j]:off[j + 1]``) with their
-    Lagrangian deficits ``red_max[j] - (g - lam y)``, so that a pass selects its options in one step."""
+    Lagrangian deficits ``red_max[j] - (g - lam y)``, so that a pass selects its options in one step.
+    The deficits are made on first reading from the reduced gains ``red = g - lam y`` and ``red_max``
+    (a plan proven by the bounds alone never reads them); None when neither was given."""
 
-    y: np.ndarray
-    g: np.ndarray
-    off: np.ndarray
-    deficit: np.ndarray
+    __slots__ = ("y", "g", "off", "_deficit", "_red", "_red_max")
+
+    def __init__(self, y: np.ndarray, g: np.ndarray, off: np.ndarray, deficit: np.ndarray | None = None,
+                 red: np.ndarray | None = None, red_max=None):
+        self.y, self.g, self.off = y, g, off
+        self._deficit, self._red, self._red_max = deficit, red, red_max
+
+    @property
+    def deficit(self) -> np.ndarray | None:
+        if self._deficit is None and self._red is not None:
+            deficit = np.repeat(np.asarray(self._red_max, dtype=np.float64), np.diff(self.off))
+            red = self._red
+            self._deficit = np.subtract(deficit, red, out=deficit) if red.dtype == np.float64 else deficit - red
+            self._red = self._red_max = None
+        return self._deficit
 
 
 def _flatten(options, lam: float, red_max=None, joined: _Joined | None = None) -> tuple[_Flat, list[float]]:
     """(the options flattened, each job's largest reduced gain ``max(g - lam y)``; ``red_max`` when given).
     ``joined``: :func:`_join` of the options, when the caller has it."""
     ys, gs, off = joined if joined is not None else _join(options)
-    sizes = np.diff(off)
-    red = gs - lam * ys
+    red = lam * ys
+    red = np.subtract(gs, red, out=red) if red.dtype == np.result_type(gs, red) else gs - red  # g - lam y
     if red_max is None:
         red_max = np.maximum.reduceat(red, off[:-1]).tolist()
-    deficit = np.repeat(np.asarray(red_max, dtype=np.float64), sizes) - red
-    return _Flat(ys, gs, off, deficit), red_max
+    return _Flat(ys, gs, off, None, red, red_max), red_max
 
 
 def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stats: dict,

@@ -62,6 +62,44 @@ def test_bounds_from_kept_parts_give_the_dps_answer(kind):
     assert greedy > 20 and (searched > 20 or kind == "linear")
 
 
+@pytest.mark.parametrize("kind", ["linear", "jagged"])
+def test_segments_from_kept_parts_are_the_whole_computations(kind, monkeypatch):
+    """Splice.segments against the segments and the k-th largest slope computed whole, and the DP with
+    a small head (SlopeOrder.HEAD) so that the order's threshold is read from them: the same answer."""
+    monkeypatch.setattr(dp.SlopeOrder, "HEAD", 2)
+    rng = np.random.default_rng(21 if kind == "linear" else 22)
+    checked = 0
+    for _ in range(120):
+        m = int(rng.integers(1, 30))
+        shared = [_job(rng, kind) for _ in range(m)]
+        kept = dp.SharedOptions(dp._join(shared))
+        for _ in range(3):
+            new = sorted(rng.choice(m, size=int(rng.integers(0, min(m, 4) + 1)), replace=False).tolist())
+            options = list(shared)
+            for k in new:
+                options[k] = _job(rng, kind)
+            joined = dp._join(options)
+            splice = kept.splice(new, dp._join([options[k] for k in new]), joined)
+            hy, hg, seg, at = splice.hull()
+            made = splice.segments(seg)
+            assert made is not None
+            within = np.flatnonzero(seg[1:] == seg[:-1])
+            n = hy[within + 1] - hy[within]
+            s = (hg[within + 1] - hg[within]) / n
+            assert np.array_equal(made[0], within) and np.array_equal(made[1], n)
+            assert made[2].tobytes() == s.tobytes()
+            for k in range(1, len(s) + 1):
+                assert made[3](k) == np.partition(s, len(s) - k)[len(s) - k]
+                checked += 1
+            total = int(sum(int(y[-1]) for y, _ in options))
+            capacity = int(rng.integers(0, max(total, 1) + 1))
+            want_stats, got_stats = {}, {}
+            want = dp.solve_options(options, capacity, want_stats, joined=joined)
+            got = dp.solve_options(options, capacity, got_stats, joined=joined, shared=splice)
+            assert got == want and got_stats == want_stats
+    assert checked > 1000
+
+
 def _answers(snapshot) -> dict:
     """The warm stage's answer of every class (representative -> the plan as JSON, without its wall time)."""
     bodies, out = {}, {}

@@ -131,6 +131,31 @@ def test_a_delta_that_does_not_validate_gives_none_and_the_service_solves_whole(
     assert got == exp
 
 
+@pytest.mark.parametrize("onto", ("kept", "unknown"))
+def test_a_changed_job_placed_over_a_kept_jobs_node_gives_none(onto, monkeypatch):
+    """The delta's node check: a changed job's GPUs on a node a kept job fills (a node the event did
+    not touch), or on a node outside the cluster, and the plan is refused."""
+    inst = generate_instance(5, gpus=512, jobs=6, failed_nodes=0, curves="equal-per-gpu")
+    hit = inst["jobs"][0]
+    ev = {"kind": "failure", "failed_nodes": [hit["current"]["nodes"][0]]}
+    prepared = prepare(Instance.model_validate(inst))
+    kept = incremental.keep_plan(prepared)
+    instance = prepared.instance.model_copy(update={"event": Instance.model_validate({**inst, "event": ev}).event})
+    plan = incremental.incremental_plan(kept, instance)
+    assert plan is not None and plan.jobs[0].id == hit["id"] and plan.jobs[0].gpus > 0  # (placed somewhere)
+    full = next(n for j in inst["jobs"][1:] for n in j["current"]["nodes"] if kept.free[n] == 0)
+    assert full not in plan.jobs[0].nodes
+    real = incremental.place
+
+    def over(problem, counts, start=None):
+        placement = real(problem, counts, start=start)
+        placement[hit["id"]] = {full if onto == "kept" else "no-such-node": sum(placement[hit["id"]].values())}
+        return placement
+
+    monkeypatch.setattr(incremental, "place", over)
+    assert incremental.incremental_plan(kept, instance) is None
+
+
 def test_a_kept_plan_is_refused_where_it_does_not_apply():
     inst = generate_instance(5, gpus=512, jobs=6, failed_nodes=0, curves="equal-per-gpu")
     inst["max_changed_jobs"] = 2

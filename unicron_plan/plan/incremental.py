@@ -439,7 +439,17 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
         return False
     # every node whose load changed, and every node the event touched (a kept job on it would be hit)
     # (a state not re-derived from a healthy cluster does not list them: every node is checked)
-    touched = set(delta) | set(state.nodes if state.touched is None else state.touched)
+    if state.healthy is not None and state.touched is not None:
+        # a node the event did not touch has its healthy GPUs usable (ClusterState.usable_gpus): read
+        # from the healthy cluster, without a record per node
+        usable = state.healthy.usable
+        event = set(state.touched)
+        for nid in delta:
+            if nid not in event and used.get(nid, 0) > usable.get(nid, -1):
+                return False
+        touched = event
+    else:
+        touched = set(delta) | set(state.nodes)
     for nid in touched:
         node = state.nodes.get(nid)
         load = used.get(nid, 0)

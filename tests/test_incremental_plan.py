@@ -271,3 +271,22 @@ def test_event_problems_share_the_quiet_terms_and_equal_build_problem():
                 if want_joined is not None:
                     assert all(np.array_equal(a, b) for a, b in zip(have_joined, want_joined))
     assert made > 20 and reused > made  # both kinds of call were checked
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_racks_read_from_the_columns_are_the_nodes_records(seed):
+    """placement._racks (the healthy cluster's columns, the touched nodes' records) against
+    ``state.nodes[nid].rack`` for every node, on clusters with failed GPUs and events."""
+    from unicron_plan.core.cluster import build_state
+    from unicron_plan.plan.placement import _racks
+
+    rng = np.random.default_rng(seed)
+    inst = generate_instance(seed, gpus=1024, jobs=10, failed_nodes=3, curves="synthetic")
+    inst.pop("event", None)
+    prepared = prepare(Instance.model_validate(inst))
+    for ev in _events(rng, inst, 3):
+        instance = prepared.instance.model_copy(update={"event": Instance.model_validate({**inst, "event": ev}).event})
+        state = build_state(instance, prepared.previous, prepared.healthy, prepared.unhealthy)
+        assert state.healthy is not None and state.changed  # (the columns' path is the one read)
+        rack = _racks(state)
+        assert [rack(nid) for nid in state.node_ids()] == [state.nodes[nid].rack for nid in state.node_ids()]

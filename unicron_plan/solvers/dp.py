@@ -675,6 +675,15 @@ class SharedOptions:
         self.keys: dict[int, np.ndarray] = {}  # capacity -> option keys
         self.red: tuple = (None, None)  # (multiplier, each job's largest reduced gain)
         self._segments: tuple | None = None  # (sizes, slopes, job j's segments' offsets, slopes sorted)
+        self._scaled: dict[int, SharedOptions] = {}  # step -> the options on step-GPU units (solve_options)
+
+    def scaled(self, step: int) -> "SharedOptions":
+        """These options on ``step``-GPU units (every count divided by ``step``), made once per step."""
+        made = self._scaled.get(step)
+        if made is None:
+            y, g, off = self.joined
+            made = self._scaled[step] = SharedOptions(_Joined(y // step, g, off))
+        return made
 
     def segments(self) -> tuple:
         """The envelopes' segments (between consecutive vertices of one job, as :func:`_lp_of_hull`
@@ -683,7 +692,8 @@ class SharedOptions:
         if self._segments is None:
             within = np.flatnonzero(self.hseg[1:] == self.hseg[:-1])
             n = self.hy[within + 1] - self.hy[within]
-            s = (self.hg[within + 1] - self.hg[within]) / n
+            with np.errstate(divide="ignore", invalid="ignore"):  # (a job a splice replaces may have none on
+                s = (self.hg[within + 1] - self.hg[within]) / n  # scaled units: its slopes are not read)
             off = np.searchsorted(self.hseg[within], np.arange(len(self.hoff)))
             self._segments = (n, s, off, None if np.isnan(s).any() else np.sort(s))
         return self._segments
@@ -721,6 +731,12 @@ class Splice:
         for part, a in zip(parts, kept):
             part.append(a[kept_off[at]:])
         return [np.concatenate(p) for p in parts]
+
+    def scaled(self, step: int, joined: _Joined) -> "Splice":
+        """These options on ``step``-GPU units (``joined``: all of them so, as the DP solves them):
+        the shared options' scaled parts with the new jobs' counts divided too."""
+        jn = self.joined_new
+        return Splice(self.shared.scaled(step), self.new, _Joined(jn.y // step, jn.g, jn.off), joined)
 
     def step(self) -> int:
         """:func:`count_step` of the options."""
@@ -853,7 +869,7 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     if step > 1:  # every count a multiple of ``step`` (whole nodes): the same DP on step-GPU units
         scaled = JoinedOptions(joined.y // step, joined.g, joined.off)
         counts, value = _solve_joined(scaled, capacity // step, stats, prune, deadline, scaled.joined, cores,
-                                      hull_hint)
+                                      hull_hint, None if shared is None else shared.scaled(step, scaled.joined))
         if "reachable" in stats:
             stats["reachable"] *= step
         elif capacity // step * step < capacity:

@@ -133,8 +133,8 @@ def test_a_delta_that_does_not_validate_gives_none_and_the_service_solves_whole(
 
 @pytest.mark.parametrize("onto", ("kept", "unknown"))
 def test_a_changed_job_placed_over_a_kept_jobs_node_gives_none(onto, monkeypatch):
-    """The delta's node check: a changed job's GPUs on a node a kept job fills (a node the event did
-    not touch), or on a node outside the cluster, and the plan is refused."""
+    """A changed job's GPUs put on a node a kept job fills (a node the event did not touch), or on a node
+    outside the cluster: the delta's checks refuse the plan."""
     inst = generate_instance(5, gpus=512, jobs=6, failed_nodes=0, curves="equal-per-gpu")
     hit = inst["jobs"][0]
     ev = {"kind": "failure", "failed_nodes": [hit["current"]["nodes"][0]]}

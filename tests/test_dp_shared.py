@@ -21,10 +21,10 @@ from unicron_plan.tools.generate import generate_instance
 pytestmark = pytest.mark.skipif(dp.NATIVE_HULL is None, reason="the kept parts need the compiled envelopes")
 
 
-def _job(rng: np.random.Generator, kind: str) -> tuple[np.ndarray, np.ndarray]:
+def _job(rng: np.random.Generator, kind: str, step: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Pareto options (0 first) of one job: linear in the count with one kept count worth more (a
-    running job's), or jagged."""
-    step = int(rng.choice([1, 2, 4, 8]))
+    running job's), or jagged; counts multiples of ``step`` (random when None)."""
+    step = int(rng.choice([1, 2, 4, 8])) if step is None else step
     y = np.arange(0, step * int(rng.integers(2, 40)) + 1, step, dtype=np.int64)
     if kind == "linear":
         g = 150.0 * y - float(rng.choice([0.0, 600.0, 900.0])) * (y > 0)
@@ -60,6 +60,72 @@ def test_bounds_from_kept_parts_give_the_dps_answer(kind):
             greedy += want_stats.get("bound_met") == "greedy"
             searched += not want_stats.get("early_exit") and want_stats.get("bound_met") != "greedy"
     assert greedy > 20 and (searched > 20 or kind == "linear")
+
+
+@pytest.mark.parametrize("kind", ["linear", "jagged"])
+def test_bounds_from_kept_parts_on_whole_nodes_give_the_dps_answer(kind, monkeypatch):
+    """Every count a multiple of one step (whole nodes): the DP solves the options on step-GPU units, and
+    reads the bounds from the kept parts scaled so (Splice.scaled): the same counts, value and statistics."""
+    scaled = []
+    real = dp.Splice.scaled
+    monkeypatch.setattr(dp.Splice, "scaled", lambda self, step, joined: scaled.append(step) or real(self, step, joined))
+    rng = np.random.default_rng(31 if kind == "linear" else 32)
+    for _ in range(100):
+        m, step = int(rng.integers(1, 30)), int(rng.choice([2, 4, 8]))
+        shared = [_job(rng, kind, step) for _ in range(m)]
+        kept = dp.SharedOptions(dp._join(shared))
+        for _ in range(3):
+            new = sorted(rng.choice(m, size=int(rng.integers(0, min(m, 3) + 1)), replace=False).tolist())
+            options = list(shared)
+            for k in new:
+                options[k] = _job(rng, kind, step)
+            joined = dp._join(options)
+            splice = kept.splice(new, dp._join([options[k] for k in new]), joined)
+            total = int(sum(int(y[-1]) for y, _ in options))
+            capacity = int(rng.integers(0, max(total, 1) + 1))
+            want_stats, got_stats = {}, {}
+            want = dp.solve_options(options, capacity, want_stats, joined=joined)
+            got = dp.solve_options(options, capacity, got_stats, joined=joined, shared=splice)
+            assert got == want and got_stats == want_stats
+    assert len(scaled) > 100 and set(scaled) == {2, 4, 8}  # (the scaled kept parts were read)
+
+
+@pytest.mark.parametrize("kind", ["linear", "jagged"])
+def test_segments_from_kept_parts_are_the_whole_computations(kind, monkeypatch):
+    """Splice.segments against the segments and the k-th largest slope computed whole, and the DP with
+    a small head (SlopeOrder.HEAD) so that the order's threshold is read from them: the same answer."""
+    monkeypatch.setattr(dp.SlopeOrder, "HEAD", 2)
+    rng = np.random.default_rng(21 if kind == "linear" else 22)
+    checked = 0
+    for _ in range(120):
+        m = int(rng.integers(1, 30))
+        shared = [_job(rng, kind) for _ in range(m)]
+        kept = dp.SharedOptions(dp._join(shared))
+        for _ in range(3):
+            new = sorted(rng.choice(m, size=int(rng.integers(0, min(m, 4) + 1)), replace=False).tolist())
+            options = list(shared)
+            for k in new:
+                options[k] = _job(rng, kind)
+            joined = dp._join(options)
+            splice = kept.splice(new, dp._join([options[k] for k in new]), joined)
+            hy, hg, seg, at = splice.hull()
+            made = splice.segments(seg)
+            assert made is not None
+            within = np.flatnonzero(seg[1:] == seg[:-1])
+            n = hy[within + 1] - hy[within]
+            s = (hg[within + 1] - hg[within]) / n
+            assert np.array_equal(made[0], within) and np.array_equal(made[1], n)
+            assert made[2].tobytes() == s.tobytes()
+            for k in range(1, len(s) + 1):
+                assert made[3](k) == np.partition(s, len(s) - k)[len(s) - k]
+                checked += 1
+            total = int(sum(int(y[-1]) for y, _ in options))
+            capacity = int(rng.integers(0, max(total, 1) + 1))
+            want_stats, got_stats = {}, {}
+            want = dp.solve_options(options, capacity, want_stats, joined=joined)
+            got = dp.solve_options(options, capacity, got_stats, joined=joined, shared=splice)
+            assert got == want and got_stats == want_stats
+    assert checked > 1000
 
 
 def _answers(snapshot) -> dict:

@@ -131,6 +131,31 @@ def test_a_delta_that_does_not_validate_gives_none_and_the_service_solves_whole(
     assert got == exp
 
 
+@pytest.mark.parametrize("onto", ("kept", "unknown"))
+def test_a_changed_job_placed_over_a_kept_jobs_node_gives_none(onto, monkeypatch):
+    """A changed job's GPUs put on a node a kept job fills (a node the event did not touch), or on a node
+    outside the cluster: the delta's checks refuse the plan."""
+    inst = generate_instance(5, gpus=512, jobs=6, failed_nodes=0, curves="equal-per-gpu")
+    hit = inst["jobs"][0]
+    ev = {"kind": "failure", "failed_nodes": [hit["current"]["nodes"][0]]}
+    prepared = prepare(Instance.model_validate(inst))
+    kept = incremental.keep_plan(prepared)
+    instance = prepared.instance.model_copy(update={"event": Instance.model_validate({**inst, "event": ev}).event})
+    plan = incremental.incremental_plan(kept, instance)
+    assert plan is not None and plan.jobs[0].id == hit["id"] and plan.jobs[0].gpus > 0  # (placed somewhere)
+    full = next(n for j in inst["jobs"][1:] for n in j["current"]["nodes"] if kept.free[n] == 0)
+    assert full not in plan.jobs[0].nodes
+    real = incremental.place
+
+    def over(problem, counts, start=None):
+        placement = real(problem, counts, start=start)
+        placement[hit["id"]] = {full if onto == "kept" else "no-such-node": sum(placement[hit["id"]].values())}
+        return placement
+
+    monkeypatch.setattr(incremental, "place", over)
+    assert incremental.incremental_plan(kept, instance) is None
+
+
 def test_a_kept_plan_is_refused_where_it_does_not_apply():
     inst = generate_instance(5, gpus=512, jobs=6, failed_nodes=0, curves="equal-per-gpu")
     inst["max_changed_jobs"] = 2
@@ -246,3 +271,22 @@ def test_event_problems_share_the_quiet_terms_and_equal_build_problem():
                 if want_joined is not None:
                     assert all(np.array_equal(a, b) for a, b in zip(have_joined, want_joined))
     assert made > 20 and reused > made  # both kinds of call were checked
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_racks_read_from_the_columns_are_the_nodes_records(seed):
+    """placement._racks (the healthy cluster's columns, the touched nodes' records) against
+    ``state.nodes[nid].rack`` for every node, on clusters with failed GPUs and events."""
+    from unicron_plan.core.cluster import build_state
+    from unicron_plan.plan.placement import _racks
+
+    rng = np.random.default_rng(seed)
+    inst = generate_instance(seed, gpus=1024, jobs=10, failed_nodes=3, curves="synthetic")
+    inst.pop("event", None)
+    prepared = prepare(Instance.model_validate(inst))
+    for ev in _events(rng, inst, 3):
+        instance = prepared.instance.model_copy(update={"event": Instance.model_validate({**inst, "event": ev}).event})
+        state = build_state(instance, prepared.previous, prepared.healthy, prepared.unhealthy)
+        assert state.healthy is not None and state.changed  # (the columns' path is the one read)
+        rack = _racks(state)
+        assert [rack(nid) for nid in state.node_ids()] == [state.nodes[nid].rack for nid in state.node_ids()]

@@ -33,6 +33,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Mapping
 
 import numpy as np
+from pydantic import BaseModel
 
 from unicron_plan.core import constraints, cost
 from unicron_plan.core.checks import check_event
@@ -356,9 +357,17 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
             delta[nid] = delta.get(nid, 0) - g
     # placement's first step (Problem.stays) from the kept usage: every unchanged job stays
     free = kept.free.copy()
-    for nid in set(delta).union(state.touched if state.touched is not None else state.nodes):
-        node = state.nodes[nid]
-        free[nid] = node.usable - kept.usage.get(nid, 0) - delta.get(nid, 0)
+    usage = kept.usage
+    if state.healthy is not None and state.touched is not None:
+        # a node the event did not touch is usable as in the healthy cluster (ClusterState.usable_gpus)
+        usable = state.healthy.usable
+        for nid, d in delta.items():
+            free[nid] = usable[nid] - usage.get(nid, 0) - d
+        for nid in state.touched:
+            free[nid] = state.nodes[nid].usable - usage.get(nid, 0) - delta.get(nid, 0)
+    else:
+        for nid in set(delta).union(state.nodes):
+            free[nid] = state.nodes[nid].usable - usage.get(nid, 0) - delta.get(nid, 0)
     result = {jobs[k].id: {} for k in changed}
     movers = [jobs[k] for k in changed if counts[jobs[k].id]]
     placement = place(problem, counts, start=(free, result, movers))
@@ -387,13 +396,26 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     bound = objective if raw.solution == "optimal" else max(raw.bound, objective)
     gap = (bound - objective) / max(abs(bound), 1.0) if math.isfinite(bound) else None
     reasons = [pj.reason for pj in entries]
-    plan = part.model_copy(update=dict(
-        objective=objective, bound=bound, gap=gap, waf_tflops=total_waf, jobs=entries,
-        changes=changes_of(reasons)))
+    plan = _copied(part, dict(objective=objective, bound=bound, gap=gap, waf_tflops=total_waf, jobs=entries,
+                              changes=changes_of(reasons)))
     if not _delta_valid(kept, instance, problem, plan, part, changed, used, delta):
         return None
     plan.solver = plan.solver.model_copy(update={"wall_seconds": time.perf_counter() - start})
     return plan
+
+
+def _copied(part: Plan, update: dict) -> Plan:
+    """``part.model_copy(update=update)`` whose changed jobs keep their placements held as arrays: the
+    copy is pydantic's (``Plan.__copy__`` makes every placement's models first), so the validator reads
+    ``part``'s arrays and the models are made once, when the plan is first written or read; the copy
+    holds no arrays of its own (its jobs are not ``part``'s: each job makes its placement itself)."""
+    new = BaseModel.__copy__(part)
+    new.__dict__.update(update)
+    new.__pydantic_fields_set__.update(update)
+    private = new.__pydantic_private__
+    if private and "_placements" in private:
+        private["_placements"] = None
+    return new
 
 
 def _whole(instance: Instance, problem: Problem, raw: RawSolution, solver: str, start: float) -> Plan | None:
@@ -417,7 +439,17 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
         return False
     # every node whose load changed, and every node the event touched (a kept job on it would be hit)
     # (a state not re-derived from a healthy cluster does not list them: every node is checked)
-    touched = set(delta) | set(state.nodes if state.touched is None else state.touched)
+    if state.healthy is not None and state.touched is not None:
+        # a node the event did not touch has its healthy GPUs usable (ClusterState.usable_gpus): read
+        # from the healthy cluster, without a record per node
+        usable = state.healthy.usable
+        event = set(state.touched)
+        for nid in delta:
+            if nid not in event and used.get(nid, 0) > usable.get(nid, -1):
+                return False
+        touched = event
+    else:
+        touched = set(delta) | set(state.nodes)
     for nid in touched:
         node = state.nodes.get(nid)
         load = used.get(nid, 0)

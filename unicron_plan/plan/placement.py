@@ -35,13 +35,23 @@ def place(problem: Problem, counts: dict[str, int], start=None) -> dict[str, dic
     return _in_cluster_order(state, _placed(problem, counts, free, result, movers))
 
 
+def _racks(state):
+    """node id -> its rack: ``state.nodes[nid].rack``, read from the healthy cluster's columns for the
+    nodes no event touched (a rack does not change with health), without a record per node."""
+    if state.healthy is None or state.changed is None:
+        return lambda nid: state.nodes[nid].rack
+    racks, order, changed = state.healthy.columns.racks, state.order, state.changed
+    return lambda nid: changed[nid].rack if nid in changed else racks[order[nid]]
+
+
 def _placed(problem: Problem, counts: dict[str, int], free, result, movers) -> dict[str, dict[str, int]]:
     """Steps 2 and 3 (module docstring) after the stays: ``result`` with every mover's split (its
     nodes in the order they were taken)."""
     state = problem.state
     order = state.order
     _retain(problem, movers, counts, free, result)
-    racks = {j.id: {state.nodes[n].rack for n in state.previous[j.id]} for j in movers}
+    rack = _racks(state)
+    racks = {j.id: set(map(rack, state.previous[j.id])) for j in movers}
     pool = _FreePool(state, free, order, {(j.gpu_type, r) for j in movers for r in racks[j.id]})
     for j in sorted(movers, key=lambda j: (-(counts[j.id] - sum(result[j.id].values())), j.index)):
         need = counts[j.id] - sum(result[j.id].values())

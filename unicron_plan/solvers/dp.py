@@ -368,13 +368,20 @@ def _lp(options, capacity: int, joined: _Joined | None = None, hint: np.ndarray 
     return _lp_of_hull(*_upper_hulls(options, joined=joined, hint=hint), capacity)
 
 
-def _lp_of_hull(hy: np.ndarray, hg: np.ndarray, seg: np.ndarray, capacity: int, at: np.ndarray | None = None):
+def _lp_of_hull(hy: np.ndarray, hg: np.ndarray, seg: np.ndarray, capacity: int, at: np.ndarray | None = None,
+                segments: tuple | None = None):
     """:func:`_lp` from the envelopes' vertices (y, g, job), job by job; ``at``: their positions among
-    the joined options, when known (the last item of the envelopes returned)."""
-    within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k: vertex within[k] to within[k] + 1, one job
-    n = hy[within + 1] - hy[within]
-    s = (hg[within + 1] - hg[within]) / n
-    order = SlopeOrder(s, n, capacity)
+    the joined options, when known (the last item of the envelopes returned). ``segments``: (the
+    segments' first vertices, sizes and slopes, a k-th largest slope function) when known
+    (:meth:`Splice.segments`: the same values)."""
+    if segments is None:
+        within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k: vertex within[k] to within[k] + 1, one job
+        n = hy[within + 1] - hy[within]
+        s = (hg[within + 1] - hg[within]) / n
+        kth = None
+    else:
+        within, n, s, kth = segments
+    order = SlopeOrder(s, n, capacity, kth)
     hull = (hy, hg, seg, within, n, s, order, at)
     if not len(within):
         return 0.0, hull
@@ -392,14 +399,15 @@ class SlopeOrder:
 
     HEAD = 4096  # segments taken at first (doubled while their sizes do not cover the capacity)
 
-    def __init__(self, s: np.ndarray, n: np.ndarray, capacity: int):
+    def __init__(self, s: np.ndarray, n: np.ndarray, capacity: int, kth=None):
+        """``kth``: k -> the k-th largest of ``s`` (``s`` without NaN), when known otherwise."""
         self.s, self._full = s, None
         k = self.HEAD
         while True:
             if k >= len(s) or np.isnan(s).any():
                 self.head = self.full()
                 break
-            t = np.partition(s, len(s) - k)[len(s) - k]  # the k-th largest slope
+            t = np.partition(s, len(s) - k)[len(s) - k] if kth is None else kth(k)  # the k-th largest slope
             sel = np.flatnonzero(s >= t)
             if int(n[sel].sum()) > capacity:
                 self.head = sel[np.argsort(-s[sel], kind="stable")]
@@ -575,7 +583,7 @@ def _bounds(options, joined: _Joined, capacity: int, hint: np.ndarray | None = N
     m = len(options)
     if shared is not None:
         hy, hg, seg, at = shared.hull()
-        lam, hull = _lp_of_hull(hy, hg, seg, capacity, at)
+        lam, hull = _lp_of_hull(hy, hg, seg, capacity, at, shared.segments(seg))
         red_max = shared.red_max(lam)
         flat = _Flat(joined.y, joined.g, joined.off, None)
         key = shared.keys(capacity)
@@ -691,6 +699,29 @@ class SharedOptions:
         self.gcd = np.gcd.reduceat(y, off[:-1])
         self.keys: dict[int, np.ndarray] = {}  # capacity -> option keys
         self.red: tuple = (None, None)  # (multiplier, each job's largest reduced gain)
+        self._segments: tuple | None = None  # (sizes, slopes, job j's segments' offsets, slopes sorted)
+        self._scaled: dict[int, SharedOptions] = {}  # step -> the options on step-GPU units (solve_options)
+
+    def scaled(self, step: int) -> "SharedOptions":
+        """These options on ``step``-GPU units (every count divided by ``step``), made once per step."""
+        made = self._scaled.get(step)
+        if made is None:
+            y, g, off = self.joined
+            made = self._scaled[step] = SharedOptions(_Joined(y // step, g, off))
+        return made
+
+    def segments(self) -> tuple:
+        """The envelopes' segments (between consecutive vertices of one job, as :func:`_lp_of_hull`
+        makes them): their sizes and slopes, job j's at ``off[j]:off[j + 1]``, and the slopes sorted
+        (None where one is NaN); made on first use."""
+        if self._segments is None:
+            within = np.flatnonzero(self.hseg[1:] == self.hseg[:-1])
+            n = self.hy[within + 1] - self.hy[within]
+            with np.errstate(divide="ignore", invalid="ignore"):  # (a job a splice replaces may have none on
+                s = (self.hg[within + 1] - self.hg[within]) / n  # scaled units: its slopes are not read)
+            off = np.searchsorted(self.hseg[within], np.arange(len(self.hoff)))
+            self._segments = (n, s, off, None if np.isnan(s).any() else np.sort(s))
+        return self._segments
 
     def splice(self, new: list[int], joined_new: _Joined, joined: _Joined) -> "Splice":
         """The options ``joined``: these with the jobs at positions ``new`` (ascending) given
@@ -726,6 +757,12 @@ class Splice:
             part.append(a[kept_off[at]:])
         return [np.concatenate(p) for p in parts]
 
+    def scaled(self, step: int, joined: _Joined) -> "Splice":
+        """These options on ``step``-GPU units (``joined``: all of them so, as the DP solves them):
+        the shared options' scaled parts with the new jobs' counts divided too."""
+        jn = self.joined_new
+        return Splice(self.shared.scaled(step), self.new, _Joined(jn.y // step, jn.g, jn.off), joined)
+
     def step(self) -> int:
         """:func:`count_step` of the options."""
         if not len(self.joined.y):
@@ -745,6 +782,45 @@ class Splice:
         hy, hg, seg, loc = self._pieces(sh.hoff, [sh.hy, sh.hg, sh.hseg, sh.hloc], voff,
                                         [jn.y[at], jn.g[at], job, at - jn.off[local]])
         return hy, hg, seg, loc + self.joined.off[seg]
+
+    def segments(self, seg: np.ndarray) -> tuple | None:
+        """(first vertices, sizes, slopes, k-th largest slope) of the envelopes' segments of
+        :meth:`hull` (``seg``: its vertices' jobs): the kept jobs' sizes and slopes are the shared
+        ones (a segment's are a function of its two vertices), the k-th largest slope is found among
+        the shared slopes sorted with the replaced jobs' taken out and the new ones' put in; None
+        where a slope is NaN or the pieces do not add up (then computed whole)."""
+        sh, jn = self.shared, self.joined_new
+        n_kept, s_kept, off_kept, s_sorted = sh.segments()
+        within = np.flatnonzero(seg[1:] == seg[:-1])
+        if s_sorted is None:
+            return None
+        if self.new:
+            at = np.flatnonzero(envelope_mask(jn))
+            local = np.searchsorted(jn.off, at, side="right") - 1
+            vy, vg = jn.y[at], jn.g[at]
+            w = np.flatnonzero(local[1:] == local[:-1])
+            n_new = vy[w + 1] - vy[w]
+            s_new = (vg[w + 1] - vg[w]) / n_new
+            off_new = np.searchsorted(local[w], np.arange(len(self.new) + 1))
+            n, s = self._pieces(off_kept, [n_kept, s_kept], off_new, [n_new, s_new])
+            gone = np.concatenate([s_kept[off_kept[j]:off_kept[j + 1]] for j in self.new])
+        else:
+            n, s, s_new, gone = n_kept, s_kept, s_kept[:0], s_kept[:0]
+        if len(n) != len(within) or np.isnan(s_new).any():
+            return None
+        gone, added = np.sort(gone), np.sort(s_new)
+
+        def kth(k: int):
+            # the k-th largest of (shared - gone + added) is among the k + len(gone) largest shared ones
+            # or the added ones: the largest candidate with at least k of them at or above it
+            top = s_sorted[max(len(s_sorted) - (k + len(gone)), 0):]
+            cand = np.concatenate([top, added])
+            at_least = ((len(s_sorted) - np.searchsorted(s_sorted, cand, "left"))
+                        - (len(gone) - np.searchsorted(gone, cand, "left"))
+                        + (len(added) - np.searchsorted(added, cand, "left")))
+            return cand[at_least >= k].max()
+
+        return within, n, s, kth
 
     def red_max(self, lam: float) -> list[float]:
         """Each job's largest reduced gain ``max(g - lam y)`` (:func:`_flatten`)."""
@@ -818,7 +894,7 @@ def solve_options(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
     if step > 1:  # every count a multiple of ``step`` (whole nodes): the same DP on step-GPU units
         scaled = JoinedOptions(joined.y // step, joined.g, joined.off)
         counts, value = _solve_joined(scaled, capacity // step, stats, prune, deadline, scaled.joined, cores,
-                                      hull_hint)
+                                      hull_hint, None if shared is None else shared.scaled(step, scaled.joined))
         if "reachable" in stats:
             stats["reachable"] *= step
         elif capacity // step * step < capacity:

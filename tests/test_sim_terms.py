@@ -209,8 +209,8 @@ def test_placement_from_the_stays_found_with_arrays_equals_placement(monkeypatch
     seen = []
     start = terms.RunTerms.placement_start
 
-    def checked(self, problem, counts):
-        out = start(self, problem, counts)
+    def checked(self, problem, counts, **kwargs):
+        out = start(self, problem, counts, **kwargs)
         if out is not None:
             ref = pl.place(problem, counts)
             got = dict(problem.state.previous)
@@ -330,3 +330,44 @@ def test_dp_counts_dict_made_from_the_last_one_equals_a_fresh_one(monkeypatch, s
     sc = _scenario(seed, None, curves=["synthetic", "equal-per-gpu", "linear-step"][seed], jobs=24)
     simulate(sc, ["unicron"], seed)
     assert seen["calls"] > 10 and seen["moved"] > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_placement_start_reads_the_dp_counts_array_only_for_the_dict_handed_on(monkeypatch, seed):
+    """plan passes placement_start the DP's counts as an array where its policy's choose is
+    UnicronPolicy.choose (the dict dp_counts returned, unchanged): equal to the counts read by the job
+    ids at every re-plan; a policy of its own choose (here one that changes the dict) is read by the ids."""
+    start, given, current = terms.RunTerms.placement_start, {}, []
+
+    def checked(self, problem, counts, y=None):
+        if y is not None:
+            assert np.array_equal(y, np.fromiter(map(counts.__getitem__, self.ids), dtype=np.int64, count=self.m))
+            assert self.dp_counts_array(counts) is y and self.dp_counts_array(dict(counts)) is None
+        name = "unicron" if type(current[-1]) is policies.UnicronPolicy else "other"
+        given.setdefault(name, []).append(y is not None)
+        return start(self, problem, counts, y)
+
+    planned = policies.PlannerPolicy.plan
+
+    def plan(self, *args, **kwargs):
+        current.append(self)
+        return planned(self, *args, **kwargs)
+
+    class Changing(policies.UnicronPolicy):
+        name = "changing"
+
+        def choose(self, problem):
+            out = super().choose(problem)
+            k = next((k for k, v in out.items() if v > 0), None)
+            if k is not None:
+                out[k] = 0
+            return out
+
+    monkeypatch.setitem(policies.POLICIES, "changing", Changing)
+    monkeypatch.setitem(policies.MODEL_OF, "changing", "unicron")
+    monkeypatch.setattr(terms.RunTerms, "placement_start", checked)
+    monkeypatch.setattr(policies.PlannerPolicy, "plan", plan)
+    sc = _scenario(seed, None, curves=["synthetic", "equal-per-gpu", "linear-step"][seed])
+    out = simulate(sc, ["unicron", "changing"], seed)
+    assert sum(given["unicron"]) >= out["policies"]["unicron"]["plans"] - 2 > 10
+    assert not any(given["other"]) and len(given["other"]) > 10

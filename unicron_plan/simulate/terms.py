@@ -176,6 +176,7 @@ class RunTerms:
         self._dp_at: tuple | None = None  # the DP's entries for the last own counts off the F Pareto set
         self._at_kept: tuple | None = None  # see _gains_at
         self._last_counts: tuple[dict, np.ndarray] | None = None  # see _counts_dict
+        self._handed: tuple[dict, np.ndarray] | None = None  # see dp_counts_array
         finite_f = np.isfinite(flat.f).all() if len(flat.f) else True
         self._f_max = float(np.abs(flat.f).max()) if len(flat.f) and finite_f else (0.0 if finite_f else math.inf)
 
@@ -373,16 +374,18 @@ class RunTerms:
             self._shared.fill()
         return self._options[1]
 
-    def placement_start(self, problem: Problem, counts: dict[str, int]) -> tuple | None:
+    def placement_start(self, problem: Problem, counts: dict[str, int], y: np.ndarray | None = None) -> tuple | None:
         """``plan.placement``'s first step for ``counts`` (what its ``_stays_idle`` returns, less the
         staying jobs: free GPUs per node, {job id: {}} of the jobs that do not stay, those to place) for
         the last problem built here by the array path; the jobs that stay (their count kept, not hit)
         are found with arrays, and only the others are visited. None where this does not apply (pinned
-        jobs, GPU-type alternatives, a state without its idle GPUs)."""
+        jobs, GPU-type alternatives, a state without its idle GPUs). ``y``: ``counts`` in job order where
+        the caller has them as an array (dp_counts_array): read from there, not by the 8,192 job ids."""
         if self.flat_options(problem, gains=False) is None or self.pinned or problem.alternatives or problem.state.idle is None:
             return None
         xs, hit = self._made_from[0], self._made_from[1]
-        y = np.fromiter(map(counts.__getitem__, self.ids), dtype=np.int64, count=self.m)
+        if y is None:
+            y = np.fromiter(map(counts.__getitem__, self.ids), dtype=np.int64, count=self.m)
         previous, jobs = problem.state.previous, problem.jobs
         free = dict(problem.state.idle)
         result: dict[str, dict[str, int]] = {}
@@ -453,8 +456,15 @@ class RunTerms:
             ids = self.ids
             for i, v in zip(moved.tolist(), y[moved].tolist()):
                 kept[ids[i]] = v
-        self._last_counts = (kept, y)
-        return kept.copy()  # the caller's own: the kept one is never handed out
+        out = kept.copy()  # the caller's own: the kept one is never handed out
+        self._last_counts, self._handed = (kept, y), (out, y)
+        return out
+
+    def dp_counts_array(self, counts: dict[str, int]) -> np.ndarray | None:
+        """The counts of ``counts`` in job order, as an array (not to be changed), where ``counts`` is the
+        dict the last dp_counts call returned and the caller knows it unchanged since; else None."""
+        handed = self._handed
+        return handed[1] if handed is not None and handed[0] is counts else None
 
     @np.errstate(over="ignore", invalid="ignore")
     def _gains_at(self, at: np.ndarray, job_at: np.ndarray, f_at: np.ndarray, off: np.ndarray) -> np.ndarray:

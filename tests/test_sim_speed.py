@@ -135,8 +135,8 @@ def test_a_replan_touches_what_changed_not_every_node(monkeypatch):
 
     original_start = terms.RunTerms.placement_start
 
-    def counted_start(self, problem, counts):
-        out = original_start(self, problem, counts)
+    def counted_start(self, problem, counts, **kwargs):
+        out = original_start(self, problem, counts, **kwargs)
         if out is not None:
             free_sizes.append(len(out[0]))
             assert not set(out[1]) & {j.id for j in problem.jobs if counts[j.id] == j.x and counts[j.id] and not j.hit}

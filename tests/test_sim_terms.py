@@ -209,8 +209,8 @@ def test_placement_from_the_stays_found_with_arrays_equals_placement(monkeypatch
     seen = []
     start = terms.RunTerms.placement_start
 
-    def checked(self, problem, counts):
-        out = start(self, problem, counts)
+    def checked(self, problem, counts, **kwargs):
+        out = start(self, problem, counts, **kwargs)
         if out is not None:
             ref = pl.place(problem, counts)
             got = dict(problem.state.previous)
@@ -289,3 +289,85 @@ def test_gains_written_late_or_at_the_options_alone_equal_tabulate(late, seed, h
     assert late["problems"] >= plans - 2  # (the last problem of each run is checked by no next build)
     assert late["at"] >= out["policies"]["unicron"]["plans"] - 1  # the DP's gains at its options alone
     assert late["unread"] >= out["policies"]["greedy"]["plans"] - 1  # the greedy baseline reads no gain
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dp_counts_dict_made_from_the_last_one_equals_a_fresh_one(monkeypatch, seed):
+    """dp_counts' dict (a copy of its last one with the moved counts rewritten) equals the dict made
+    afresh from the DP's counts, keys in job order, at every re-plan; each call's is a new dict, and
+    the caller changing it (as a policy may) changes nothing the next call returns."""
+    found, seen = [], {"calls": 0, "moved": 0}
+    solve = terms.solve_type_joined
+
+    def solve_type_joined(*args, **kwargs):
+        out = solve(*args, **kwargs)
+        found.append(list(out[0]))
+        return out
+
+    counts, returned = terms.RunTerms.dp_counts, []
+
+    def dp_counts(self, problem):
+        found.clear()
+        out = counts(self, problem)
+        if out is not None:
+            fresh = dict(zip(self.ids, [int(v) for v in found[-1]]))
+            assert list(out.items()) == list(fresh.items())
+            assert all(type(v) is int for v in out.values())
+            assert all(out is not r for r in returned)
+            if returned:
+                seen["moved"] += sum(returned[-1][1][k] != v for k, v in fresh.items())
+            seen["calls"] += 1
+            returned.append((out, fresh))
+            # what the caller does with its dict is its own business
+            out[self.ids[0]] = -1
+            out.pop(self.ids[-1])
+            out["not a job"] = 3
+            return dict(fresh)
+        return out
+
+    monkeypatch.setattr(terms, "solve_type_joined", solve_type_joined)
+    monkeypatch.setattr(terms.RunTerms, "dp_counts", dp_counts)
+    sc = _scenario(seed, None, curves=["synthetic", "equal-per-gpu", "linear-step"][seed], jobs=24)
+    simulate(sc, ["unicron"], seed)
+    assert seen["calls"] > 10 and seen["moved"] > 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_placement_start_reads_the_dp_counts_array_only_for_the_dict_handed_on(monkeypatch, seed):
+    """plan passes placement_start the DP's counts as an array where its policy's choose is
+    UnicronPolicy.choose (the dict dp_counts returned, unchanged): equal to the counts read by the job
+    ids at every re-plan; a policy of its own choose (here one that changes the dict) is read by the ids."""
+    start, given, current = terms.RunTerms.placement_start, {}, []
+
+    def checked(self, problem, counts, y=None):
+        if y is not None:
+            assert np.array_equal(y, np.fromiter(map(counts.__getitem__, self.ids), dtype=np.int64, count=self.m))
+            assert self.dp_counts_array(counts) is y and self.dp_counts_array(dict(counts)) is None
+        name = "unicron" if type(current[-1]) is policies.UnicronPolicy else "other"
+        given.setdefault(name, []).append(y is not None)
+        return start(self, problem, counts, y)
+
+    planned = policies.PlannerPolicy.plan
+
+    def plan(self, *args, **kwargs):
+        current.append(self)
+        return planned(self, *args, **kwargs)
+
+    class Changing(policies.UnicronPolicy):
+        name = "changing"
+
+        def choose(self, problem):
+            out = super().choose(problem)
+            k = next((k for k, v in out.items() if v > 0), None)
+            if k is not None:
+                out[k] = 0
+            return out
+
+    monkeypatch.setitem(policies.POLICIES, "changing", Changing)
+    monkeypatch.setitem(policies.MODEL_OF, "changing", "unicron")
+    monkeypatch.setattr(terms.RunTerms, "placement_start", checked)
+    monkeypatch.setattr(policies.PlannerPolicy, "plan", plan)
+    sc = _scenario(seed, None, curves=["synthetic", "equal-per-gpu", "linear-step"][seed])
+    out = simulate(sc, ["unicron", "changing"], seed)
+    assert sum(given["unicron"]) >= out["policies"]["unicron"]["plans"] - 2 > 10
+    assert not any(given["other"]) and len(given["other"]) > 10

@@ -35,23 +35,28 @@ def _job(rng: np.random.Generator, kind: str, step: int | None = None) -> tuple[
     return dp.pareto_arrays(y, g)
 
 
+def _spliced(rng: np.random.Generator, kind: str, jobs: int, at_most: int, step: int | None = None):
+    """Three problems from ``jobs`` kept jobs, each with up to ``at_most`` of them replaced by new ones:
+    (the options, joined, their :class:`dp.Splice` of the kept parts, a capacity up to their total)."""
+    shared = [_job(rng, kind, step) for _ in range(jobs)]
+    kept = dp.SharedOptions(dp._join(shared))
+    for _ in range(3):
+        new = sorted(rng.choice(jobs, size=int(rng.integers(0, min(jobs, at_most) + 1)), replace=False).tolist())
+        options = list(shared)
+        for k in new:
+            options[k] = _job(rng, kind, step)
+        joined = dp._join(options)
+        splice = kept.splice(new, dp._join([options[k] for k in new]), joined)
+        total = int(sum(int(y[-1]) for y, _ in options))
+        yield options, joined, splice, int(rng.integers(0, max(total, 1) + 1))
+
+
 @pytest.mark.parametrize("kind", ["linear", "jagged"])
 def test_bounds_from_kept_parts_give_the_dps_answer(kind):
     rng = np.random.default_rng(11 if kind == "linear" else 12)
     greedy = searched = 0
     for _ in range(150):
-        m = int(rng.integers(1, 40))
-        shared = [_job(rng, kind) for _ in range(m)]
-        kept = dp.SharedOptions(dp._join(shared))
-        for _ in range(3):
-            new = sorted(rng.choice(m, size=int(rng.integers(0, min(m, 3) + 1)), replace=False).tolist())
-            options = list(shared)
-            for k in new:
-                options[k] = _job(rng, kind)
-            joined = dp._join(options)
-            splice = kept.splice(new, dp._join([options[k] for k in new]), joined)
-            total = int(sum(int(y[-1]) for y, _ in options))
-            capacity = int(rng.integers(0, max(total, 1) + 1))
+        for options, joined, splice, capacity in _spliced(rng, kind, int(rng.integers(1, 40)), 3):
             want_stats, got_stats = {}, {}
             want = dp.solve_options(options, capacity, want_stats, joined=joined)
             got = dp.solve_options(options, capacity, got_stats, joined=joined, shared=splice)
@@ -72,17 +77,7 @@ def test_bounds_from_kept_parts_on_whole_nodes_give_the_dps_answer(kind, monkeyp
     rng = np.random.default_rng(31 if kind == "linear" else 32)
     for _ in range(100):
         m, step = int(rng.integers(1, 30)), int(rng.choice([2, 4, 8]))
-        shared = [_job(rng, kind, step) for _ in range(m)]
-        kept = dp.SharedOptions(dp._join(shared))
-        for _ in range(3):
-            new = sorted(rng.choice(m, size=int(rng.integers(0, min(m, 3) + 1)), replace=False).tolist())
-            options = list(shared)
-            for k in new:
-                options[k] = _job(rng, kind, step)
-            joined = dp._join(options)
-            splice = kept.splice(new, dp._join([options[k] for k in new]), joined)
-            total = int(sum(int(y[-1]) for y, _ in options))
-            capacity = int(rng.integers(0, max(total, 1) + 1))
+        for options, joined, splice, capacity in _spliced(rng, kind, m, 3, step):
             want_stats, got_stats = {}, {}
             want = dp.solve_options(options, capacity, want_stats, joined=joined)
             got = dp.solve_options(options, capacity, got_stats, joined=joined, shared=splice)
@@ -98,16 +93,7 @@ def test_segments_from_kept_parts_are_the_whole_computations(kind, monkeypatch):
     rng = np.random.default_rng(21 if kind == "linear" else 22)
     checked = 0
     for _ in range(120):
-        m = int(rng.integers(1, 30))
-        shared = [_job(rng, kind) for _ in range(m)]
-        kept = dp.SharedOptions(dp._join(shared))
-        for _ in range(3):
-            new = sorted(rng.choice(m, size=int(rng.integers(0, min(m, 4) + 1)), replace=False).tolist())
-            options = list(shared)
-            for k in new:
-                options[k] = _job(rng, kind)
-            joined = dp._join(options)
-            splice = kept.splice(new, dp._join([options[k] for k in new]), joined)
+        for options, joined, splice, capacity in _spliced(rng, kind, int(rng.integers(1, 30)), 4):
             hy, hg, seg, at = splice.hull()
             made = splice.segments(seg)
             assert made is not None
@@ -119,8 +105,6 @@ def test_segments_from_kept_parts_are_the_whole_computations(kind, monkeypatch):
             for k in range(1, len(s) + 1):
                 assert made[3](k) == np.partition(s, len(s) - k)[len(s) - k]
                 checked += 1
-            total = int(sum(int(y[-1]) for y, _ in options))
-            capacity = int(rng.integers(0, max(total, 1) + 1))
             want_stats, got_stats = {}, {}
             want = dp.solve_options(options, capacity, want_stats, joined=joined)
             got = dp.solve_options(options, capacity, got_stats, joined=joined, shared=splice)

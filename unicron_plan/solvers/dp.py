@@ -64,16 +64,17 @@ ROUNDING_ULPS = 8  # float error allowed per added gain when a plan is compared 
 
 
 def _load_native():
-    """The compiled fold, pass, dominance pruning and envelopes (unicron_plan/solvers/_maxplus.c)
-    through ctypes, or Nones when not built."""
+    """The compiled fold, pass, dominance pruning, envelopes and option keys
+    (unicron_plan/solvers/_maxplus.c) through ctypes, or Nones when not built."""
     try:
         import ctypes
 
         from unicron_plan.solvers import _maxplus
         lib = ctypes.CDLL(_maxplus.__file__)
         fold, whole, pareto, hull = lib.maxplus_fold, lib.maxplus_pass, lib.pareto_keep, lib.upper_hull_keep
+        key = lib.option_key
     except (ImportError, OSError, AttributeError):
-        return None, None, None, None
+        return None, None, None, None, None
     i64, ptr, f64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
     fold.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, ptr, ptr]
     fold.restype = None
@@ -84,31 +85,14 @@ def _load_native():
     pareto.restype = None
     hull.argtypes = [i64, ptr, ptr, ptr, ptr, ptr]
     hull.restype = None
-    return fold, whole, pareto, hull
-
-
-# The compiled fold, whole pass, dominance pruning and envelopes; set them to None to force the
-# numpy fallback.
-NATIVE, NATIVE_PASS, NATIVE_PARETO, NATIVE_HULL = _load_native()
-
-
-def _load_native_key():
-    """The compiled option keys (unicron_plan/solvers/_maxplus.c) through ctypes, or None when not built."""
-    try:
-        import ctypes
-
-        from unicron_plan.solvers import _maxplus
-        key = ctypes.CDLL(_maxplus.__file__).option_key
-    except (ImportError, OSError, AttributeError):
-        return None
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
     key.argtypes = [i64, ptr, ptr, i64, ptr]
     key.restype = None
-    return key
+    return fold, whole, pareto, hull, key
 
 
-# The compiled option keys of :func:`_option_key`; None forces the numpy fallback (the same values).
-NATIVE_KEY = _load_native_key()
+# The compiled fold, whole pass, dominance pruning, envelopes and option keys (:func:`_option_key`);
+# set them to None to force the numpy fallback (the same values).
+NATIVE, NATIVE_PASS, NATIVE_PARETO, NATIVE_HULL, NATIVE_KEY = _load_native()
 
 
 def available() -> bool:
@@ -375,10 +359,7 @@ def _lp_of_hull(hy: np.ndarray, hg: np.ndarray, seg: np.ndarray, capacity: int, 
     segments' first vertices, sizes and slopes, a k-th largest slope function) when known
     (:meth:`Splice.segments`: the same values)."""
     if segments is None:
-        within = np.flatnonzero(seg[1:] == seg[:-1])  # segment k: vertex within[k] to within[k] + 1, one job
-        n = hy[within + 1] - hy[within]
-        s = (hg[within + 1] - hg[within]) / n
-        kth = None
+        (within, n, s), kth = _segments(hy, hg, seg), None
     else:
         within, n, s, kth = segments
     order = SlopeOrder(s, n, capacity, kth)
@@ -387,6 +368,14 @@ def _lp_of_hull(hy: np.ndarray, hg: np.ndarray, seg: np.ndarray, capacity: int, 
         return 0.0, hull
     read, _, fill = order.filled_to(n, capacity, "left")
     return (0.0 if fill >= len(read) else max(float(s[read[fill]]), 0.0)), hull
+
+
+def _segments(vy: np.ndarray, vg: np.ndarray, job: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The envelopes' segments, from vertices (count ``vy``, gain ``vg``, ``job`` in job order): segment k
+    joins vertex ``within[k]`` to the next one, of the same job; (within, sizes, slopes)."""
+    within = np.flatnonzero(job[1:] == job[:-1])
+    n = vy[within + 1] - vy[within]
+    return within, n, (vg[within + 1] - vg[within]) / n
 
 
 class SlopeOrder:
@@ -715,10 +704,8 @@ class SharedOptions:
         makes them): their sizes and slopes, job j's at ``off[j]:off[j + 1]``, and the slopes sorted
         (None where one is NaN); made on first use."""
         if self._segments is None:
-            within = np.flatnonzero(self.hseg[1:] == self.hseg[:-1])
-            n = self.hy[within + 1] - self.hy[within]
             with np.errstate(divide="ignore", invalid="ignore"):  # (a job a splice replaces may have none on
-                s = (self.hg[within + 1] - self.hg[within]) / n  # scaled units: its slopes are not read)
+                within, n, s = _segments(self.hy, self.hg, self.hseg)  # scaled units: its slopes are not read)
             off = np.searchsorted(self.hseg[within], np.arange(len(self.hoff)))
             self._segments = (n, s, off, None if np.isnan(s).any() else np.sort(s))
         return self._segments
@@ -798,9 +785,7 @@ class Splice:
             at = np.flatnonzero(envelope_mask(jn))
             local = np.searchsorted(jn.off, at, side="right") - 1
             vy, vg = jn.y[at], jn.g[at]
-            w = np.flatnonzero(local[1:] == local[:-1])
-            n_new = vy[w + 1] - vy[w]
-            s_new = (vg[w + 1] - vg[w]) / n_new
+            w, n_new, s_new = _segments(vy, vg, local)
             off_new = np.searchsorted(local[w], np.arange(len(self.new) + 1))
             n, s = self._pieces(off_kept, [n_kept, s_kept], off_new, [n_new, s_new])
             gone = np.concatenate([s_kept[off_kept[j]:off_kept[j + 1]] for j in self.new])

@@ -510,8 +510,7 @@ class PlannerPolicy(Policy):
             # UnicronPolicy.choose hands dp_counts' dict on as it is, and nothing here changes it: its
             # counts are read from the array kept with it (a policy of its own choose: by the job ids)
             y = self._terms.dp_counts_array(counts) if type(self).choose is UnicronPolicy.choose else None
-            start = self._terms.placement_start(problem, counts) if y is None else \
-                self._terms.placement_start(problem, counts, y=y)
+            start = self._terms.placement_start(problem, counts, y=y)
         if start is None:
             placement = place(problem, counts)
             self._visit = None

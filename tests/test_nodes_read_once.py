@@ -18,6 +18,8 @@ from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.schema.instance import read_node_columns
 from unicron_plan.tools.generate import generate_instance
 
+from test_tables_as_arrays import _as_lists
+
 pytestmark = pytest.mark.skipif(io._simdjson is None, reason="simdjson is not installed")
 
 WIDE = [2**63 - 1, 2**63, 2**64 - 1, -(2**63), 1e19, -1e19, 9.3e18, 1e300]
@@ -163,16 +165,6 @@ def _same_columns(a, b) -> None:
         assert type(x) is type(y) and (x is y if type(x) is bool else x.tobytes() == y.tobytes())
 
 
-def _as_lists(value):
-    if type(value) is dict:
-        return {k: _as_lists(v) for k, v in value.items()}
-    if type(value) is list:
-        return [_as_lists(v) for v in value]
-    if type(value) is np.ndarray:
-        return (str(value.dtype), value.tolist())
-    return (type(value).__name__, value)
-
-
 def _old_reader(monkeypatch):
     """The reader that walks every entry (the columns not read by it, not handed to the validation)."""
     def load(text):
@@ -206,7 +198,7 @@ def _check(text: bytes, old) -> "tuple[bool, bool]":
     if fast is io._UNDECIDED:
         assert "columns" not in nodes and "raw" not in nodes
     if fast is not io._UNDECIDED:
-        assert _as_lists(fast) == _as_lists(plain)
+        assert _as_lists(fast, tagged=True) == _as_lists(plain, tagged=True)
         raw = fast["cluster"]["nodes"]
         assert ("columns" in nodes) == (read_node_columns(raw) is not None and len(raw) > 2 * io._LONG_ARRAY)
         if "columns" in nodes:

@@ -75,10 +75,23 @@ def _without(problem):
     return dataclasses.replace(problem, state=dataclasses.replace(problem.state, split_arrays=None))
 
 
+def _stay_counts(problem) -> dict[str, int]:
+    """Every job not hit stays (its previous count), the others stop."""
+    return {j.id: 0 if j.hit else j.x for j in problem.jobs}
+
+
+def _stays_by_lookup(problem, counts) -> None:
+    """``problem._stays(counts)`` takes the dict path (no arrays) and leaves the free GPUs the problem
+    without the arrays leaves, in the same order."""
+    got = problem._stays(counts)
+    assert got[3] is None
+    assert list(got[0].items()) == list(_without(problem)._stays(counts)[0].items())
+
+
 def _count_sets(problem, rng: random.Random):
     raw = get_solver("auto")(problem, SolverOptions(time_limit_seconds=30))
     yield raw.counts
-    yield {j.id: 0 if j.hit else j.x for j in problem.jobs}  # every job not hit stays, the others stop
+    yield _stay_counts(problem)
     for _ in range(4):  # the solver's counts, some jobs at 0, some back at their previous count
         counts = dict(raw.counts)
         for j in problem.jobs:
@@ -195,11 +208,7 @@ def test_arrays_not_used_for_other_jobs():
             continue
         a, b = pairs[0]  # two jobs with splits of one size, each at the other's index
         jobs[a], jobs[b] = dataclasses.replace(jobs[a], index=jobs[b].index), dataclasses.replace(jobs[b], index=jobs[a].index)
-        swapped = dataclasses.replace(problem, jobs=jobs)
-        counts = {j.id: 0 if j.hit else j.x for j in problem.jobs}
-        got = swapped._stays(counts)
-        assert got[3] is None
-        assert list(got[0].items()) == list(_without(swapped)._stays(counts)[0].items())
+        _stays_by_lookup(dataclasses.replace(problem, jobs=jobs), _stay_counts(problem))
         checked += 1
     assert checked >= 5
 
@@ -209,17 +218,14 @@ def test_arrays_not_used_for_an_index_outside_the_instance():
     for rng, instance, problem in _instances(20, 50):
         if problem.state.previous_arrays() is None:
             continue
-        counts = {j.id: 0 if j.hit else j.x for j in problem.jobs}
+        counts = _stay_counts(problem)
         kept = [k for k, j in enumerate(problem.jobs) if counts[j.id] and not j.hit]
         if not kept:
             continue
         for index in (len(instance.jobs), -1):
             jobs = list(problem.jobs)
             jobs[kept[0]] = dataclasses.replace(jobs[kept[0]], index=index)
-            odd = dataclasses.replace(problem, jobs=jobs)
-            got = odd._stays(counts)
-            assert got[3] is None
-            assert list(got[0].items()) == list(_without(odd)._stays(counts)[0].items())
+            _stays_by_lookup(dataclasses.replace(problem, jobs=jobs), counts)
         checked += 1
     assert checked >= 5
 

@@ -39,15 +39,17 @@ def _plain_value(data: bytes):
         return None, str(exc)
 
 
-def _as_lists(value):
-    """The array reader's value with each table's arrays as lists (counts ints, tflops floats)."""
+def _as_lists(value, tagged: bool = False):
+    """The array reader's value with each table's arrays as lists (counts ints, tflops floats);
+    ``tagged``: each array as (its dtype, the list) and each other leaf as (its type's name, the value),
+    so that values equal across types (1 and 1.0, True and 1) compare unequal."""
     if type(value) is dict:
-        return {k: _as_lists(v) for k, v in value.items()}
+        return {k: _as_lists(v, tagged) for k, v in value.items()}
     if type(value) is list:
-        return [_as_lists(v) for v in value]
+        return [_as_lists(v, tagged) for v in value]
     if type(value) is np.ndarray:
-        return value.tolist()
-    return value
+        return (str(value.dtype), value.tolist()) if tagged else value.tolist()
+    return (type(value).__name__, value) if tagged else value
 
 
 def _same_json(fast, plain) -> bool:

@@ -162,17 +162,11 @@ def _blocks_from_the_heap() -> None:
     from 128 KiB), so that a freed large block (a numpy temporary, the JSON parser's buffers) is reused
     by the next one instead of being unmapped and the next one mapped afresh and faulted in page by page
     (at 1,048,576 GPUs about 0.35 s of system time less, and a larger peak: docs/performance.md, "Tables
-    as arrays"). Elsewhere (another C library) nothing is changed."""
-    import os
+    as arrays"). Elsewhere (another C library, or malloc's parameters set by the environment) nothing is
+    changed (:func:`unicron_plan.heap.set_malloc`)."""
+    from unicron_plan.heap import set_malloc
 
-    try:
-        if not os.confstr("CS_GNU_LIBC_VERSION"):
-            return
-        import ctypes
-
-        ctypes.CDLL(None).mallopt(-3, 2**31 - 1)  # M_MMAP_THRESHOLD, at most INT_MAX
-    except (AttributeError, OSError, ValueError, TypeError):
-        pass
+    set_malloc(2**31 - 1)  # at most INT_MAX
 
 
 def _source_tree_without_native() -> bool:

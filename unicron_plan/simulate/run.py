@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.heap import set_malloc
 from unicron_plan.io import parse_model, read_json
 from unicron_plan.core.checks import check_scenario
 from unicron_plan.schema.scenario import Scenario
@@ -87,19 +88,8 @@ def keep_freed_memory() -> bool:
     parameters (``MALLOC_*`` or ``GLIBC_TUNABLES``) and where the C library is not glibc. Returns
     whether the parameters were set (by this or an earlier call)."""
     global _MALLOC_SET
-    if _MALLOC_SET:
-        return True
-    if os.name != "posix" or any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-        libc.gnu_get_libc_version  # glibc only (M_MMAP_THRESHOLD -3, M_TRIM_THRESHOLD -1 are its values)
-    except (OSError, AttributeError):
-        return False
-    _MALLOC_SET = bool(mallopt(-3, MMAP_THRESHOLD)) and bool(mallopt(-1, TRIM_THRESHOLD))
+    if not _MALLOC_SET:
+        _MALLOC_SET = set_malloc(MMAP_THRESHOLD, TRIM_THRESHOLD)
     return _MALLOC_SET
 
 

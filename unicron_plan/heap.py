@@ -1,0 +1,30 @@
+"""glibc malloc's thresholds for the product's largest processes: the one place that sets them."""
+
+from __future__ import annotations
+
+import os
+
+#: mallopt's parameter numbers in glibc's malloc.h
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+
+
+def set_malloc(mmap_threshold: int, trim_threshold: int | None = None) -> bool:
+    """Set glibc malloc's mmap threshold (blocks from that size up mapped on their own) and, when
+    given, its trim threshold (free memory at the heap's top kept up to that size). Nothing is set,
+    and False returned, where the C library is not glibc or the process's environment sets malloc's own
+    parameters (``MALLOC_*`` or ``GLIBC_TUNABLES``): the operator's choice wins. Results never depend
+    on it; only how often freed pages are given back and faulted in again."""
+    if os.name != "posix" or any(k.startswith("MALLOC_") or k == "GLIBC_TUNABLES" for k in os.environ):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        libc.gnu_get_libc_version  # glibc only: the parameter numbers above are its own
+    except (OSError, AttributeError):
+        return False
+    done = bool(mallopt(M_MMAP_THRESHOLD, int(mmap_threshold)))
+    if trim_threshold is not None:
+        done = bool(mallopt(M_TRIM_THRESHOLD, int(trim_threshold))) and done
+    return done

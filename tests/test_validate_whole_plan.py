@@ -196,3 +196,53 @@ def test_isclose_is_math_isclose():
     got = validate._isclose(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
     want = [math.isclose(x, y, rel_tol=validate.REL_TOL, abs_tol=1e-6) for x, y in pairs]
     assert got.tolist() == want
+
+
+def test_moved_on_arrays_is_is_moved():
+    """``_moved`` against :func:`cost.is_moved` on the dicts: 400 random sets of splits (zero shares, the
+    same pairs in another order, one share or one node changed, a GPU moved between two nodes, extra and
+    missing nodes, counts kept or not)."""
+    from types import SimpleNamespace
+
+    from unicron_plan.core import cost
+    from unicron_plan.core.cluster import SplitArrays
+
+    rng = random.Random(7)
+    for _ in range(400):
+        n, m = rng.randrange(1, 30), rng.randrange(0, 12)
+        names = [f"n{k}" for k in range(n)]
+        now, before = [], []
+        for _ in range(m):
+            prev = {p: rng.randrange(1, 9) for p in rng.sample(range(n), rng.randrange(0, min(n, 5) + 1))}
+            split = dict(prev)
+            change = rng.randrange(7)
+            if change == 1 and split:
+                split[rng.choice(list(split))] += rng.choice([-1, 1])
+            elif change == 2:
+                split[rng.randrange(n)] = rng.randrange(0, 3)
+            elif change == 3 and split:
+                del split[rng.choice(list(split))]
+            elif change == 5 and len(split) > 1:  # one GPU moved between two nodes: the same count
+                a, b = rng.sample(list(split), 2)
+                split[a], split[b] = split[a] - 1, split[b] + 1
+            elif change == 4:
+                items = list(split.items())
+                rng.shuffle(items)
+                split = dict(items)
+            now.append(split)
+            before.append(prev)
+        xs = [sum(p.values()) for p in before]
+        ys = [sum(s.values()) if rng.random() < 0.8 else rng.randrange(0, 20) for s in now]
+        starts = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum([len(s) for s in now], out=starts[1:])
+        p_starts = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in before], out=p_starts[1:])
+        arrays = SimpleNamespace(starts=starts, gpus=np.array([g for s in now for g in s.values()], dtype=np.int64))
+        held = SimpleNamespace(arrays=arrays, order={k: k for k in range(n)}, lengths=[len(s) for s in now],
+                               pos=np.array([p for s in now for p in s], dtype=np.int64))
+        previous = SplitArrays({}, p_starts, np.array([p for b in before for p in b], dtype=np.int64),
+                               np.array([g for b in before for g in b.values()], dtype=np.int64))
+        want = [cost.is_moved(x, y, {names[p]: g for p, g in s.items()}, {names[p]: g for p, g in b.items()})
+                for x, y, s, b in zip(xs, ys, now, before)]
+        assert validate._moved(held, previous, xs, ys) == want
+    assert validate._moved(held, None, xs, ys) is None

@@ -265,37 +265,11 @@ def _floats(values: list) -> "np.ndarray | None":
 
 
 def _moved(held: "_Held", previous, xs: list, ys: list) -> "list[bool] | None":
-    """:func:`unicron_plan.core.cost.is_moved` of every job (its split the held entries, positions all in
-    the cluster and none twice; ``previous`` the previous splits as
-    :class:`unicron_plan.core.cluster.SplitArrays`, jobs in the same order), on arrays: a job keeping its
-    count x > 0 is moved when its entries with GPUs, as (position, GPUs) pairs, are other than its previous
-    split's (another number of them, or a pair that differs once both are sorted by position). None when
-    ``previous`` is None or the keys would not fit int64."""
-    m = len(xs)
-    if previous is None or len(previous.starts) != m + 1 or len(held.lengths) != m:
+    """:func:`unicron_plan.core.cost.moved_on_arrays` of the held entries (positions all in the cluster, none
+    twice) against ``previous`` (the previous splits' arrays, or None)."""
+    if len(held.lengths) != len(xs):
         return None
-    size = len(held.order) + 1
-    if m * size >= 2**62:
-        return None
-    keep = np.fromiter((y == x and x > 0 for x, y in zip(xs, ys)), dtype=bool, count=m)
-    jobs = np.arange(m, dtype=np.int64)
-    owner = np.repeat(jobs, np.diff(held.arrays.starts))
-    gpus = held.arrays.gpus
-    take = keep[owner] & (gpus != 0)
-    a_job, a_key, a_gpus = owner[take], owner[take] * size + held.pos[take], gpus[take]
-    p_owner = np.repeat(jobs, np.diff(previous.starts))
-    take = keep[p_owner]
-    b_job, b_key, b_gpus = p_owner[take], p_owner[take] * size + previous.pos[take], previous.gpus[take]
-    count_a, count_b = np.bincount(a_job, minlength=m), np.bincount(b_job, minlength=m)
-    moved = keep & (count_a != count_b)
-    same = keep & (count_a == count_b)
-    take_a, take_b = same[a_job], same[b_job]
-    a_key, a_gpus, b_key, b_gpus = a_key[take_a], a_gpus[take_a], b_key[take_b], b_gpus[take_b]
-    order_a, order_b = np.argsort(a_key, kind="stable"), np.argsort(b_key, kind="stable")
-    a_key, b_key = a_key[order_a], b_key[order_b]
-    differ = (a_key != b_key) | (a_gpus[order_a] != b_gpus[order_b])
-    moved[a_key[differ] // size] = True
-    return moved.tolist()
+    return cost.moved_on_arrays(xs, ys, held.arrays.starts, held.pos, held.arrays.gpus, len(held.order), previous)
 
 
 def _clean_jobs(instance: Instance, plan: Plan, tables, state, held: "_Held", d_run: float, repair):

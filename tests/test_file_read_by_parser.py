@@ -216,3 +216,13 @@ def test_unchanged_files_keep_the_parse(tmp_path, monkeypatch):
     _changed_while_read(monkeypatch, lambda: os.stat(path))  # read, not changed
     value, tried = io._file_with_table_arrays(path)
     assert tried and type(value["jobs"][0]["throughput"]["compact"]["counts"]) is np.ndarray
+
+
+def test_a_path_with_spaces_and_bytes_not_utf8_is_read(tmp_path, settled):
+    folder = tmp_path / os.fsdecode(b"odd \xff name")
+    folder.mkdir()
+    path = folder / "i n.json"
+    path.write_text(json.dumps(_doc(random.Random(4), 2)))
+    value, tried = io._file_with_table_arrays(path)
+    assert tried and value is not io._UNDECIDED
+    assert _same_read(path)

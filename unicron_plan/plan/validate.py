@@ -381,10 +381,8 @@ def _clean_jobs(instance: Instance, plan: Plan, tables, state, held: "_Held", d_
         total += gk
         total_waf += fy
     gains = [gk if v is None else v for v, gk in zip(given["gain"], g_list)]
-    facts = [(pj, JobFacts(jid, a, x, y, hit, e, ch, fx, fy, dt, gk, split, prev))
-             for pj, jid, a, x, y, hit, e, ch, fx, fy, dt, gk, split, prev
-             in zip(pjs, ids, actions, xs, ys, hits, exits, changed_list, f_x_list, f_y_list, d_trans_list, gains,
-                    splits, prevs)]
+    facts = list(zip(pjs, map(JobFacts, ids, actions, xs, ys, hits, exits, changed_list, f_x_list, f_y_list,
+                              d_trans_list, gains, splits, prevs)))
     return total, total_waf, used_per_type, sum(changed_list), facts
 
 

@@ -247,29 +247,3 @@ def test_moved_on_arrays_is_is_moved():
         assert validate._moved(held, previous, xs, ys) == want
     assert validate._moved(held, None, xs, ys) is None
 
-
-def _without_times(plan) -> dict:
-    import json
-
-    doc = json.loads(dumps(plan))
-    doc["solver"].pop("wall_seconds", None)
-    options = doc["solver"].get("options") or {}
-    for name in [k for k in options if k.endswith("_seconds")]:  # (an IP backend's phase timings)
-        del options[name]
-    return doc
-
-
-def test_plans_place_the_moved_jobs_as_with_dicts(monkeypatch):
-    """The plans (placing finds the moved jobs on arrays, :func:`cost.moved_on_arrays`) are those of the
-    comparison per job, on the library's instances and random ones; the arrays are taken on some."""
-    from unicron_plan.plan import assemble
-
-    real, taken = assemble._moved, []
-    monkeypatch.setattr(assemble, "_moved", lambda *a: taken.append(real(*a)) or taken[-1])
-    for inst, _ in _cases():
-        fast = _without_times(api.solve(inst, time_limit_seconds=10))
-        with monkeypatch.context() as m:
-            m.setattr(assemble, "_moved", lambda *a: None)
-            slow = _without_times(api.solve(inst, time_limit_seconds=10))
-        assert fast == slow, inst.name
-    assert sum(t is not None for t in taken) > 20

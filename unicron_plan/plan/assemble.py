@@ -18,16 +18,6 @@ from unicron_plan.schema.placements import (NodeTotals, PlacementArrays,
 _JOBS = TypeAdapter(list[PlanJob])
 
 
-def _moved(problem: Problem, held, ys: list) -> "list[bool] | None":
-    """Whether each job is moved (:func:`cost.is_moved`), from the placement's arrays and the previous
-    splits' (:func:`cost.moved_on_arrays`) when both are held for the instance's jobs in order; else None."""
-    state = problem.state
-    if held is None or held.names is not state.node_ids() or [j.index for j in problem.jobs] != list(range(len(ys))):
-        return None
-    return cost.moved_on_arrays([j.x for j in problem.jobs], ys, held.starts, held.node, held.gpus, len(held.names),
-                                state.previous_arrays())
-
-
 def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: float, used=None,
             arrays: bool = True) -> Plan:
     """Place the counts on nodes and assemble the v1 plan, each job with its reason (:mod:`.reasons`).
@@ -62,10 +52,9 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
             held = None
     models = placement_models(wheres) if held is None else [[]] * len(wheres)
     entries = []  # each job's fields but its reason (explained for all jobs at once, below)
-    ys = [int(raw.counts[j.id]) for j in problem.jobs]
-    moved_all = _moved(problem, held, ys)
-    for k, (j, where, shares, y) in enumerate(zip(problem.jobs, wheres, models, ys)):
-        moved = cost.is_moved(j.x, y, where, previous.get(j.id, {})) if moved_all is None else moved_all[k]
+    for j, where, shares in zip(problem.jobs, wheres, models):
+        y = int(raw.counts[j.id])
+        moved = cost.is_moved(j.x, y, where, previous.get(j.id, {}))
         f_y = j.f_of(y)
         total_waf += f_y
         changed = bool(cost.is_changed(y, j.x, j.hit, j.exiting, moved))

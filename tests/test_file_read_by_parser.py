@@ -136,6 +136,11 @@ def test_counts_in_slices_are_bytes_count(size, tmp_path, monkeypatch):
         assert io._file_counts(path, os.stat(path)) == [data.count(b":"), data.count(b"[")]
         path.write_bytes(b"x" + data)  # not an object first: no counts
         assert io._file_counts(path, os.stat(path)) is None
+        before = os.stat(path)
+        path.write_bytes(data[:-1])  # shorter, or longer, than the size it had: no counts
+        assert io._file_counts(path, before) is None
+        path.write_bytes(data + b" " * (before.st_size + 1 - len(data)))
+        assert io._file_counts(path, before) is None
 
 
 def test_only_settled_regular_files_within_the_limit_are_tried(tmp_path, monkeypatch):

@@ -419,6 +419,8 @@ def _file_counts(p: Path, before: os.stat_result) -> "list[int] | None":
                 if not read and _OBJECT_FIRST.match(memoryview(buf)[:k]) is None:
                     return None
                 read += k
+                if read > before.st_size:  # (a file growing as it is read: not read to its end)
+                    return None
                 part, mask = text[:k], hit[:k]
                 for i, code in enumerate(b":["):
                     np.equal(part, code, out=mask)

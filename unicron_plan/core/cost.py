@@ -215,6 +215,39 @@ def is_moved(x: int, y: int, split: dict[str, int], previous: dict[str, int]) ->
     return (split if 0 not in split.values() else {n: g for n, g in split.items() if g}) != previous
 
 
+def moved_on_arrays(xs: list, ys: list, starts: np.ndarray, pos: np.ndarray, gpus: np.ndarray, size: int,
+                    previous) -> "list[bool] | None":
+    """:func:`is_moved` of every job at once: job k (previous count ``xs[k]``, planned ``ys[k]``) holds
+    ``gpus[starts[k]:starts[k + 1]]`` GPUs on the nodes at cluster positions ``pos[...]`` (0 <= pos < ``size``,
+    no position twice in a job); ``previous``: the previous splits as
+    :class:`unicron_plan.core.cluster.SplitArrays`, the same jobs in the same order. A job keeping its count
+    x > 0 is moved when its (position, GPUs) pairs with GPUs are other than its previous split's: another
+    number of them, or a pair that differs once both are sorted by position (the dicts' comparison, on
+    arrays). None when ``previous`` is None or does not hold these jobs, or the keys would not fit int64."""
+    m = len(xs)
+    if previous is None or len(previous.starts) != m + 1 or len(starts) != m + 1 or (m + 1) * (size + 1) >= 2**62:
+        return None
+    size += 1
+    keep = np.fromiter((y == x and x > 0 for x, y in zip(xs, ys)), dtype=bool, count=m)
+    jobs = np.arange(m, dtype=np.int64)
+    owner = np.repeat(jobs, np.diff(starts))
+    take = keep[owner] & (gpus != 0)
+    a_job, a_key, a_gpus = owner[take], owner[take] * size + pos[take], gpus[take]
+    p_owner = np.repeat(jobs, np.diff(previous.starts))
+    take = keep[p_owner]
+    b_job, b_key, b_gpus = p_owner[take], p_owner[take] * size + previous.pos[take], previous.gpus[take]
+    count_a, count_b = np.bincount(a_job, minlength=m), np.bincount(b_job, minlength=m)
+    moved = keep & (count_a != count_b)
+    same = keep & (count_a == count_b)
+    take_a, take_b = same[a_job], same[b_job]
+    a_key, a_gpus, b_key, b_gpus = a_key[take_a], a_gpus[take_a], b_key[take_b], b_gpus[take_b]
+    order_a, order_b = np.argsort(a_key, kind="stable"), np.argsort(b_key, kind="stable")
+    a_key, b_key = a_key[order_a], b_key[order_b]
+    differ = (a_key != b_key) | (a_gpus[order_a] != b_gpus[order_b])
+    moved[a_key[differ] // size] = True
+    return moved.tolist()
+
+
 def is_changed(y: int | np.ndarray, x: int, hit: bool, exiting: bool = False,
                moved: bool = False) -> bool | np.ndarray:
     """changed_i = (y != x) or hit or moved; never for a job that exits (it is charged nothing)."""

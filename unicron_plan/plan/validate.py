@@ -8,6 +8,7 @@ with the solvers, never their arithmetic, so a solver bug cannot hide here.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -106,7 +107,11 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
     total_waf = 0.0
     changed_jobs = 0
     facts: list[tuple[object, JobFacts]] = []  # (plan entry, its recomputed facts) for the reasons
-    for job in instance.jobs:
+    clean = _clean_jobs(instance, plan, tables, state, held, d_run, repair) if held is not None else None
+    if clean is not None:  # (no job has a problem: the loop below would report none)
+        total, total_waf, used_per_type, changed_jobs, facts = clean
+        held.placed += range(len(facts))
+    for job in instance.jobs if clean is None else ():
         pj = by_id.get(job.id)
         if pj is None:
             bad(f"jobs: job {job.id!r} is missing from the plan")
@@ -240,6 +245,145 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
     if plan.status.solution == "optimal" and plan.status.termination != "optimal":
         bad(f"status: solution 'optimal' with termination {plan.status.termination!r}")
     return ValidationReport(valid=not problems, problems=problems, objective=total, reasons=recomputed)
+
+
+def _isclose(a: np.ndarray, b: np.ndarray, abs_tol: float = 1e-6) -> np.ndarray:
+    """``math.isclose(a, b, rel_tol=REL_TOL, abs_tol=abs_tol)`` of each pair (float64 arrays): its very
+    formula (equal, else both finite and the difference within either relative bound or ``abs_tol``)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(b - a)
+        return (a == b) | (np.isfinite(a) & np.isfinite(b)
+                           & ((diff <= np.abs(REL_TOL * b)) | (diff <= np.abs(REL_TOL * a)) | (diff <= abs_tol)))
+
+
+def _floats(values: list) -> "np.ndarray | None":
+    """``values`` (ints and floats) as float64, or None for another type or an int not exact in float64."""
+    kinds = set(map(type, values))
+    if not kinds <= {float, int} or (int in kinds and any(type(v) is int and abs(v) > 2**53 for v in values)):
+        return None
+    return np.asarray(values, dtype=np.float64).reshape(len(values))
+
+
+def _moved(held: "_Held", previous, xs: list, ys: list) -> "list[bool] | None":
+    """:func:`unicron_plan.core.cost.moved_on_arrays` of the held entries (positions all in the cluster, none
+    twice) against ``previous`` (the previous splits' arrays, or None)."""
+    if len(held.lengths) != len(xs):
+        return None
+    return cost.moved_on_arrays(xs, ys, held.arrays.starts, held.pos, held.arrays.gpus, len(held.order), previous)
+
+
+def _clean_jobs(instance: Instance, plan: Plan, tables, state, held: "_Held", d_run: float, repair):
+    """The per-job checks of :func:`validate_plan` over a plan held as arrays whose jobs are the instance's
+    in its order, each on its own GPU type: (the objective, the plan's WAF, GPUs per type, jobs changed,
+    each job's (plan entry, facts)) when no job has a problem, as the job-by-job loop computes them (the
+    scalar terms of :mod:`unicron_plan.core.cost` per job where they hold a branch; the products, sums and
+    tolerances elementwise in float64, the same IEEE operations); else None (or a case not covered here:
+    the loop then checks job by job and names each problem)."""
+    jobs, pjs = instance.jobs, plan.jobs
+    m = len(jobs)
+    ids = [job.id for job in jobs]
+    if len(pjs) != m or [pj.id for pj in pjs] != ids or len(set(ids)) != m:
+        return None
+    xs = [job.current.gpus for job in jobs]
+    ys = [pj.gpus for pj in pjs]
+    if [pj.previous_gpus for pj in pjs] != xs:
+        return None
+    now_types = [job.throughput.gpu_type for job in jobs]
+    if any(pj.gpu_type is not None and pj.gpu_type != t for pj, t in zip(pjs, now_types)):
+        return None  # (a job moved to another GPU type: the loop's case)
+    hits = list(map(state.hit.__getitem__, ids))
+    exiting_ids = state.exiting
+    exits = [jid in exiting_ids for jid in ids]
+    if any(e and y != 0 for e, y in zip(exits, ys)):
+        return None
+    splits, lengths = held.splits, held.lengths
+    if any(len(split) != n for split, n in zip(splits, lengths)):
+        return None  # (a node listed twice)
+    if [sum(split.values()) for split in splits] != ys:
+        return None
+    for pj, split in zip(pjs, splits):
+        nodes = pj.nodes
+        if nodes != list(split):  # (as planned: the nodes in the placement's order)
+            listed = set(nodes)
+            if listed != split.keys() or len(nodes) != len(listed):
+                return None
+    codes = held.types
+    if not all(map(held.in_service, range(m), now_types)) or any(t not in codes for t in now_types):
+        return None
+    weights = [job.weight for job in jobs]
+    w = _floats(weights)
+    if w is None or any(type(v) is not float for v in weights):
+        return None
+    table_of = list(map(tables.__getitem__, ids))
+    at_x, at_y = [0.0] * m, [0.0] * m
+    for k, (table, x, y) in enumerate(zip(table_of, xs, ys)):
+        if y != 0:
+            got = table.get(y)
+            if got is None:
+                return None
+            at_y[k] = got
+        if x != 0:
+            at_x[k] = table[x]  # (KeyError as in the loop)
+    tx, ty = _floats(at_x), _floats(at_y)
+    if tx is None or ty is None:
+        return None
+    previous = state.previous
+    prevs = [previous.get(jid, {}) for jid in ids]
+    moved = _moved(held, state.previous_arrays(), xs, ys)
+    if moved is None:
+        moved = list(map(cost.is_moved, xs, ys, splits, prevs))
+    actions = list(map(action_of, xs, ys, hits, moved))
+    if [pj.action for pj in pjs] != actions:
+        return None
+    in_service = state.nodes_in_service()
+    terms = [cost.job_transition_terms(instance, job, prev, in_service, repair_seconds=repair)
+             for job, prev in zip(jobs, prevs)]
+    d_trans_list = [t[0] for t in terms]
+    d_trans, d_repeat = _floats(d_trans_list), _floats([t[1] for t in terms])
+    if d_trans is None or d_repeat is None:
+        return None
+    x_zero = np.fromiter((x == 0 for x in xs), dtype=bool, count=m)
+    y_zero = np.fromiter((y == 0 for y in ys), dtype=bool, count=m)
+    other = np.fromiter(map(operator.ne, ys, xs), dtype=bool, count=m)  # y != x
+    changed = np.fromiter(map(cost.is_changed, ys, xs, hits, exits, moved), dtype=bool, count=m)
+    with np.errstate(all="ignore"):  # (an overflow is inf, as in Python)
+        f_x = np.where(x_zero, 0.0, w * tx)  # cost.waf
+        f_y = np.where(y_zero, 0.0, w * ty)
+        out = np.where(changed, f_x * d_trans, 0.0)  # cost.charged: its transition penalty, then the repeat
+        penalty = np.where(d_repeat != 0, out + np.where(changed & other, f_x * d_repeat, 0.0), out)
+        g = f_y * d_run - penalty  # cost.gain
+    given = {name: [getattr(pj, name) for pj in pjs] for name in ("waf_tflops", "transition_penalty",
+                                                                   "transition_seconds", "gain")}
+    waf, charged = _floats(given["waf_tflops"]), _floats(given["transition_penalty"])
+    if waf is None or charged is None or not _isclose(waf, f_y).all() or not _isclose(charged, penalty).all():
+        return None
+    for name, want in (("transition_seconds", np.where(changed & ~x_zero, d_trans, 0.0)), ("gain", g)):
+        values = given[name]
+        at = [k for k, v in enumerate(values) if v is not None]
+        if at:
+            got = _floats([values[k] for k in at])
+            if got is None or not _isclose(got, want[at]).all():
+                return None
+    if any(pj.placement_left_to is not None and pj.placement_left_to != job.placement_left_to
+           or pj.hit is not None and pj.hit != hit for pj, job, hit in zip(pjs, jobs, hits)):
+        return None
+    f_x_list, f_y_list, g_list, changed_list = f_x.tolist(), f_y.tolist(), g.tolist(), changed.tolist()
+    problems: list[str] = []
+    for job, split, x, y, hit, fx, gk, ch in zip(jobs, splits, xs, ys, hits, f_x_list, g_list, changed_list):
+        _check_constraints(job, f"job {job.id!r}", state, split, x, y, hit, fx * d_run, gk, ch, problems.append)
+    if problems:
+        return None
+    used_per_type: dict[str, int] = {}
+    for t, y in zip(now_types, ys):
+        used_per_type[t] = used_per_type.get(t, 0) + y
+    total = total_waf = 0.0
+    for gk, fy in zip(g_list, f_y_list):
+        total += gk
+        total_waf += fy
+    gains = [gk if v is None else v for v, gk in zip(given["gain"], g_list)]
+    facts = list(zip(pjs, map(JobFacts, ids, actions, xs, ys, hits, exits, changed_list, f_x_list, f_y_list,
+                              d_trans_list, gains, splits, prevs)))
+    return total, total_waf, used_per_type, sum(changed_list), facts
 
 
 class _Held:

@@ -43,7 +43,7 @@ from unicron_plan.core.problem import (FlatTables, PreparedCluster, Problem, Raw
 from unicron_plan.errors import InfeasibleError
 from unicron_plan.plan.assemble import to_plan
 from unicron_plan.plan.placement import place
-from unicron_plan.plan.reasons import changes_of
+from unicron_plan.plan.reasons import changes_of, previous_fits
 from unicron_plan.plan.validate import REL_TOL, validate_plan
 from unicron_plan.schema import Instance, Plan, PlanJob
 
@@ -55,6 +55,10 @@ WHOLE_SHARE = 0.5
 #: (event kind, nodes in service, capacity per type, expected repair); failures of two whole nodes
 #: in service all share one.
 QUIET_KEPT = 4
+#: The changed entries a key's terms keep per job (:class:`_Made`), the most recently used, and over
+#: every job at most MADE_MOST (beyond it they start again empty).
+MADE_PER_JOB = 3
+MADE_MOST = 30_000
 
 
 def _close(a: float, b: float) -> bool:
@@ -122,8 +126,9 @@ class _Quiet:
     x: np.ndarray | None = None  # every job's current count
     flagged: set = dataclasses.field(default_factory=set)  # positions of the jobs leaving or on another type
     pareto: dict = dataclasses.field(default_factory=dict)  # gpu type -> (jobs, options, joined)
-    entries: list | None = None  # the kept plan's entries with this key's gain (incremental_plan)
+    entries: list | None = None  # the kept plan's entries with this key's gain (incremental_plan): a _Body
     bounds: dict = dataclasses.field(default_factory=dict)  # gpu type -> dp.SharedOptions of pareto's joined
+    made: "_Made | None" = None  # the changed entries made and checked by this key's plans (incremental_plan)
 
     def options(self, jobs: list) -> tuple:
         """The :attr:`SolverOptions.pareto` of problems made from these terms: one GPU type's options
@@ -163,6 +168,93 @@ class _Quiet:
         np.cumsum(sizes, out=off[1:])
         spliced = type(joined)(np.concatenate(ys), np.concatenate(gs), off)
         return options, spliced, (None if kept is None else kept.splice(new, fresh_joined, spliced))
+
+
+class _Body(list):
+    """The kept entries with one key's gain (:attr:`_Quiet.entries`), and ``texts``: the changed entries
+    made for that key's plans (:class:`_Made`), id -> [entry, its JSON text or None], for the writer of a
+    plan's text (:func:`unicron_plan.service.answers.split_plan`), which fills in the texts."""
+
+    texts: dict | None = None
+
+
+class _Made:
+    """The changed entries made, and checked by the validator, for the plans of one key's terms
+    (:class:`_Quiet`, whose D_run is ``d_run``), so that a later plan of the key that gives a job the very
+    same count and split reuses the entry (and its JSON text) instead of assembling, explaining and
+    checking it again.
+
+    Only a job neither hit nor leaving nor on another type, whose terms are the key's own (not tabulated
+    afresh), placed on no node the event touched, is kept. Its entry is then a function of its
+    position, its count, its split (the nodes in their order and the GPUs on each) and whether its
+    previous split fits in what the plan leaves to it (its ``keep_cost``, :func:`previous_fits`): its
+    terms (F, D_trans, the horizon), D_run, its action, gain, reason and sentence are the key's, and
+    so are the validator's checks of the job alone (the nodes of its split are the healthy cluster's:
+    neither drained nor touched). Those four make the cache key; the checks over every node (load,
+    capacity per type, totals) are made over the whole delta for every plan (:func:`_delta_valid`).
+    At most MADE_PER_JOB entries per job, the most recently used, and MADE_MOST in all."""
+
+    def __init__(self, d_run: float):
+        import threading
+
+        self.d_run = d_run
+        self.by_job: dict[int, OrderedDict] = {}  # job position -> {(count, split, fits): entry}
+        self.texts: dict[int, list] = {}  # id(entry) -> [entry, its JSON text or None]
+        self.size = 0
+        self.lock = threading.Lock()
+
+    def find(self, keys: dict) -> dict:
+        """{position: entry} of the ``keys`` (position -> cache key) found."""
+        out = {}
+        with self.lock:
+            for k, key in keys.items():
+                variants = self.by_job.get(k)
+                got = None if variants is None else variants.get(key)
+                if got is not None:
+                    variants.move_to_end(key)
+                    out[k] = got
+        return out
+
+    def keep(self, made: dict) -> None:
+        """Keep ``made``: position -> (cache key, entry)."""
+        with self.lock:
+            if self.size + len(made) > MADE_MOST:
+                self.by_job.clear()
+                self.texts.clear()
+                self.size = 0
+            for k, (key, entry) in made.items():
+                variants = self.by_job.setdefault(k, OrderedDict())
+                old = variants.pop(key, None)
+                if old is not None:
+                    self.texts.pop(id(old), None)
+                    self.size -= 1
+                variants[key] = entry
+                self.texts[id(entry)] = [entry, None]
+                self.size += 1
+                while len(variants) > MADE_PER_JOB:
+                    old = variants.popitem(last=False)[1]
+                    self.texts.pop(id(old), None)
+                    self.size -= 1
+
+
+def _cache_keys(problem: Problem, quiet: "_Quiet", changed: list[int], counts: Mapping[str, int],
+                placement: dict, used: Mapping[str, int]) -> dict:
+    """{position: :class:`_Made` key} of the changed jobs whose entry may be kept (its docstring)."""
+    state = problem.state
+    if state.healthy is None or state.touched is None or len(quiet.jobs) != len(problem.jobs):
+        return {}
+    touched = set(state.touched)
+    nodes, previous, shared, jobs = state.nodes, state.previous, quiet.jobs, problem.jobs
+    keys = {}
+    for k in changed:
+        j = jobs[k]
+        if j.hit or j.exiting or j.off_type or j is not shared[k]:
+            continue
+        where = placement.get(j.id, {})
+        if not touched.isdisjoint(where):
+            continue
+        keys[k] = (counts[j.id], tuple(where.items()), previous_fits(previous.get(j.id, {}), where, nodes, used))
+    return keys
 
 
 def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] | None:
@@ -375,18 +467,31 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
         for nid, g in placement.get(jobs[k].id, {}).items():
             delta[nid] = delta.get(nid, 0) + g
     used = _Used(kept.usage, delta)
-    sub = dataclasses.replace(problem, jobs=[jobs[k] for k in changed])
-    sub_raw = dataclasses.replace(raw, placement={jobs[k].id: placement.get(jobs[k].id, {}) for k in changed})
+    made = keys = None
+    reused: dict = {}  # position -> an entry made and checked for an earlier plan of this key
+    if quiet is not None:
+        made = quiet.made
+        if made is None or made.d_run != problem.d_run:
+            made = quiet.made = _Made(problem.d_run)
+        keys = _cache_keys(problem, quiet, changed, counts, placement, used)
+        reused = made.find(keys)
+    new = [k for k in changed if k not in reused] if reused else changed  # assembled and checked here
+    sub = dataclasses.replace(problem, jobs=[jobs[k] for k in new])
+    sub_raw = dataclasses.replace(raw, placement={jobs[k].id: placement.get(jobs[k].id, {}) for k in new})
     part = to_plan(sub, sub_raw, solver, 0.0, used=used)
     # the kept jobs' gains: F(x) D_run, no transition (cost.gain of an unchanged job)
     gains = (kept.f_kept * problem.d_run).tolist()
     if quiet is not None and quiet.entries is None:  # (shared by every event of its key: one D_run)
-        quiet.entries = [_with_gain(pj, g) for pj, g in zip(kept.entries, gains)]
+        quiet.entries = _Body(_with_gain(pj, g) for pj, g in zip(kept.entries, gains))
     if quiet is not None:
+        quiet.entries.texts = made.texts
         entries = list(quiet.entries)
     else:
         entries = [_with_gain(pj, g) for pj, g in zip(kept.entries, gains)]
-    for k, pj in zip(changed, part.jobs):
+    for k, pj in zip(new, part.jobs):
+        entries[k] = pj
+        gains[k] = pj.gain
+    for k, pj in reused.items():
         entries[k] = pj
         gains[k] = pj.gain
     total_waf = 0.0
@@ -398,8 +503,10 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     reasons = [pj.reason for pj in entries]
     plan = _copied(part, dict(objective=objective, bound=bound, gap=gap, waf_tflops=total_waf, jobs=entries,
                               changes=changes_of(reasons)))
-    if not _delta_valid(kept, instance, problem, plan, part, changed, used, delta):
+    if not _delta_valid(kept, instance, problem, plan, part, changed, used, delta, new):
         return None
+    if keys:  # the entries made here and checked, for the next plans of this key
+        made.keep({k: (keys[k], pj) for k, pj in zip(new, part.jobs) if k in keys})
     plan.solver = plan.solver.model_copy(update={"wall_seconds": time.perf_counter() - start})
     return plan
 
@@ -426,13 +533,17 @@ def _whole(instance: Instance, problem: Problem, raw: RawSolution, solver: str, 
 
 
 def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Plan, part: Plan,
-                 changed: list[int], used: _Used, delta: dict[str, int]) -> bool:
+                 changed: list[int], used: _Used, delta: dict[str, int], new: list[int] | None = None) -> bool:
     """The delta of ``plan`` checked: the changed jobs by the independent validator (on the instance
     restricted to them), the nodes they leave or take and the nodes the event touched against their
-    healthy GPUs, the capacity per GPU type, the kept jobs' entries and the plan's totals."""
+    healthy GPUs, the capacity per GPU type, the kept jobs' entries and the plan's totals. ``new``:
+    the changed jobs ``part`` holds (by default all); the others' entries were made and checked alone
+    for an earlier plan of the same key, with the same count, split and keep (:class:`_Made`)."""
     state = problem.state
+    if new is None:
+        new = changed
     sub_instance = instance.model_copy(update={"jobs": [instance.jobs[j.index] for j in
-                                                        (problem.jobs[k] for k in changed)]})
+                                                        (problem.jobs[k] for k in new)]})
     # (the tables of problem.derived(), every job's, are the prepared cluster's: the same mapping)
     report = validate_plan(sub_instance, part, derived=(kept.prepared.tables, state), whole_used=used)
     if not report.valid:
@@ -473,6 +584,11 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
         return False
     total = float(kept_gain.sum()) + report.objective
     waf = float(kept.f_kept[kept_idx].sum()) + float(sum(pj.waf_tflops for pj in part.jobs))
+    if len(new) != len(changed):  # the entries kept from earlier plans: their checked gains and F
+        is_changed[new] = False
+        again = [plan.jobs[k] for k in np.flatnonzero(is_changed).tolist()]
+        total += float(sum(pj.gain for pj in again))
+        waf += float(sum(pj.waf_tflops for pj in again))
     if not (_close(plan.objective, total) and _close(plan.waf_tflops, waf)):
         return False
     if plan.status.solution == "optimal" and not _close(plan.bound, plan.objective):

@@ -222,7 +222,7 @@ class _Made:
                 self.by_job.clear()
                 self.texts.clear()
                 self.size = 0
-            for k, (key, entry) in made.items():
+            for k, (key, entry) in list(made.items())[:MADE_MOST]:
                 variants = self.by_job.setdefault(k, OrderedDict())
                 old = variants.pop(key, None)
                 if old is not None:

@@ -30,6 +30,8 @@ import dataclasses
 import math
 import time
 from collections import Counter, OrderedDict
+from itertools import chain
+from operator import methodcaller, neg, sub as _minus
 from collections.abc import Mapping
 
 import numpy as np
@@ -326,6 +328,19 @@ def _flat_of(flat: FlatTables, rows: list[int]) -> FlatTables:
                       np.concatenate([flat.f[a:b] for a, b in zip(lo.tolist(), hi.tolist())]), off)
 
 
+def _summed(splits: list, negate: bool = False) -> dict:
+    """{node: GPUs} summed over ``splits`` (negated with ``negate``): one merge in C where no node is in
+    two splits."""
+    merged = dict(chain.from_iterable(map(methodcaller("items"), splits)))
+    if len(merged) == sum(map(len, splits)):
+        return dict(zip(merged, map(neg, merged.values()))) if negate else merged
+    out: dict = {}
+    for split in splits:
+        for nid, g in split.items():
+            out[nid] = out.get(nid, 0) + (-g if negate else g)
+    return out
+
+
 def _with_gain(entry: PlanJob, gain: float) -> PlanJob:
     """A copy of a kept entry with its ``gain`` (what ``model_copy(update=...)`` makes, without its
     per-field machinery: thousands of entries per plan; an entry made with its placement, not held as
@@ -443,18 +458,18 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     if any(jobs[k].pinned for k in changed):  # (a pinned job stays where it was even when changed)
         return None
     state = problem.state
-    delta: dict[str, int] = {}  # GPUs per node: the changed jobs' previous splits out, then their new ones in
-    for k in changed:
-        for nid, g in state.previous.get(jobs[k].id, {}).items():
-            delta[nid] = delta.get(nid, 0) - g
+    # GPUs per node: the changed jobs' previous splits out, then their new ones in
+    previous = state.previous
+    delta = _summed([previous.get(jobs[k].id, {}) for k in changed], negate=True)
     # placement's first step (Problem.stays) from the kept usage: every unchanged job stays
     free = kept.free.copy()
     usage = kept.usage
     if state.healthy is not None and state.touched is not None:
-        # a node the event did not touch is usable as in the healthy cluster (ClusterState.usable_gpus)
-        usable = state.healthy.usable
-        for nid, d in delta.items():
-            free[nid] = usable[nid] - usage.get(nid, 0) - d
+        # a node the event did not touch is usable as in the healthy cluster (ClusterState.usable_gpus),
+        # as before the event (the nodes touched then, those with failed GPUs, are touched now too): its
+        # kept free GPUs less the change
+        left = kept.free
+        free.update(zip(delta, map(_minus, map(left.__getitem__, delta), delta.values())))
         for nid in state.touched:
             free[nid] = state.nodes[nid].usable - usage.get(nid, 0) - delta.get(nid, 0)
     else:
@@ -463,9 +478,12 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     result = {jobs[k].id: {} for k in changed}
     movers = [jobs[k] for k in changed if counts[jobs[k].id]]
     placement = place(problem, counts, start=(free, result, movers))
-    for k in changed:
-        for nid, g in placement.get(jobs[k].id, {}).items():
-            delta[nid] = delta.get(nid, 0) + g
+    taken = _summed([placement.get(jobs[k].id, {}) for k in changed])
+    both = [nid for nid in taken if nid in delta] if len(delta) < len(taken) else \
+        [nid for nid in delta if nid in taken]
+    sums = [delta[nid] + taken[nid] for nid in both]
+    delta.update(taken)
+    delta.update(zip(both, sums))
     used = _Used(kept.usage, delta)
     made = keys = None
     reused: dict = {}  # position -> an entry made and checked for an earlier plan of this key
@@ -553,11 +571,15 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
     if state.healthy is not None and state.touched is not None:
         # a node the event did not touch has its healthy GPUs usable (ClusterState.usable_gpus): read
         # from the healthy cluster, without a record per node
-        usable = state.healthy.usable
+        # (GPUs usable less the kept usage: the kept free GPUs, as for placement) less the change
         event = set(state.touched)
-        for nid in delta:
-            if nid not in event and used.get(nid, 0) > usable.get(nid, -1):
-                return False
+        rest = delta.keys() - event
+        try:
+            left = list(map(_minus, map(kept.free.__getitem__, rest), map(delta.__getitem__, rest)))
+        except KeyError:  # a node outside the cluster
+            return False
+        if left and min(left) < 0:
+            return False
         touched = event
     else:
         touched = set(delta) | set(state.nodes)

@@ -59,8 +59,8 @@ WHOLE_SHARE = 0.5
 QUIET_KEPT = 4
 #: The changed entries a key's terms keep per job (:class:`_Made`), the most recently used, and over
 #: every job at most MADE_MOST (beyond it they start again empty).
-MADE_PER_JOB = 3
-MADE_MOST = 30_000
+MADE_PER_JOB = 8
+MADE_MOST = 20_000
 
 
 def _close(a: float, b: float) -> bool:

@@ -15,6 +15,7 @@ from unicron_plan import api
 from unicron_plan.core.problem import prepare
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError
 from unicron_plan.plan import incremental
+from unicron_plan.plan.reasons import previous_fits
 from unicron_plan.schema import Instance
 from unicron_plan.service.coordinator import Coordinator
 from unicron_plan.tools.adversarial import KINDS
@@ -314,10 +315,11 @@ def _next_failure(rng: np.random.Generator, inst: dict, last) -> dict:
     return {"kind": "failure", "failed_nodes": nodes}
 
 
-def _sequence(inst: dict, count: int, seed: int) -> tuple[int, int]:
+def _sequence(inst: dict, count: int, seed: int, check_keys: bool = True) -> tuple[int, int]:
     """``count`` failures in sequence on one kept plan, each plan's text (and its text as a delta on the
     shared entries) against the same event's plan on a kept plan of its own (no entry kept from
-    another plan) and api.solve's; returns (plans made, entries reused)."""
+    another plan) and api.solve's; returns (plans made, entries reused). ``check_keys``: each key's
+    keep also against :func:`previous_fits`."""
     from unicron_plan.service.answers import encode_body, joined_text, split_plan
 
     rng = np.random.default_rng(seed)
@@ -334,9 +336,20 @@ def _sequence(inst: dict, count: int, seed: int) -> tuple[int, int]:
         found.append(len(out))
         return out
 
+    keys_of = incremental._cache_keys
+
+    def checked(kept, problem, quiet, changed, counts, placement, used):  # each keep against previous_fits
+        keys = keys_of(kept, problem, quiet, changed, counts, placement, used)
+        for k, (_, where, fits) in keys.items():
+            before = problem.state.previous.get(problem.jobs[k].id, {})
+            assert fits == previous_fits(before, dict(where), problem.state.nodes, used)
+        return keys
+
     done, last = 0, None
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(incremental._Made, "find", counted)
+        if check_keys:
+            mp.setattr(incremental, "_cache_keys", checked)
         for _ in range(count):
             ev = _next_failure(rng, inst, last)
             instance = prepared.instance.model_copy(update={"event": Instance.model_validate({**inst, "event": ev}).event})
@@ -419,10 +432,10 @@ def test_a_cache_key_without_the_split_or_the_keep_is_caught(coarse, monkeypatch
     with pytest.raises(AssertionError):
         if coarse == "split":
             inst = generate_instance(11, gpus=1024, jobs=16, failed_nodes=0, curves="synthetic")
-            _sequence(inst, 24, seed=len("synthetic"))
+            _sequence(inst, 24, seed=len("synthetic"), check_keys=False)
         else:  # (a job whose count and split repeat with another keep: the 33rd cluster of these)
             for k, inst in _random_clusters(26, 40, horizons=False):
-                _sequence(inst, 12, seed=k)
+                _sequence(inst, 12, seed=k, check_keys=False)
 
 
 def test_the_kept_entries_stay_within_their_bounds(monkeypatch):

@@ -239,14 +239,15 @@ class _Made:
                     self.size -= 1
 
 
-def _cache_keys(problem: Problem, quiet: "_Quiet", changed: list[int], counts: Mapping[str, int],
-                placement: dict, used: Mapping[str, int]) -> dict:
+def _cache_keys(kept: KeptPlan, problem: Problem, quiet: "_Quiet", changed: list[int], counts: Mapping[str, int],
+                placement: dict, used: "_Used") -> dict:
     """{position: :class:`_Made` key} of the changed jobs whose entry may be kept (its docstring)."""
     state = problem.state
     if state.healthy is None or state.touched is None or len(quiet.jobs) != len(problem.jobs):
         return {}
     touched = set(state.touched)
     nodes, previous, shared, jobs = state.nodes, state.previous, quiet.jobs, problem.jobs
+    left, delta = kept.free, used.delta
     keys = {}
     for k in changed:
         j = jobs[k]
@@ -255,8 +256,27 @@ def _cache_keys(problem: Problem, quiet: "_Quiet", changed: list[int], counts: M
         where = placement.get(j.id, {})
         if not touched.isdisjoint(where):
             continue
-        keys[k] = (counts[j.id], tuple(where.items()), previous_fits(previous.get(j.id, {}), where, nodes, used))
+        before = previous.get(j.id, {})
+        fits = None
+        if touched.isdisjoint(before):
+            try:
+                fits = _fits(before, where, left, delta)
+            except KeyError:  # (a node outside the cluster)
+                pass
+        if fits is None:
+            fits = previous_fits(before, where, nodes, used)
+        keys[k] = (counts[j.id], tuple(where.items()), fits)
     return keys
+
+
+def _fits(before: dict, where: dict, left: dict, delta: dict) -> bool:
+    """:func:`previous_fits` of a split ``before`` on nodes the event did not touch: such a node is in
+    service with its healthy GPUs, of which the kept plan leaves ``left`` free, less the plan's change
+    ``delta`` there, plus what the job's own split ``where`` takes there."""
+    for nid, g in before.items():
+        if left[nid] - delta.get(nid, 0) + where.get(nid, 0) < g:
+            return False
+    return True
 
 
 def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] | None:
@@ -491,7 +511,7 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
         made = quiet.made
         if made is None or made.d_run != problem.d_run:
             made = quiet.made = _Made(problem.d_run)
-        keys = _cache_keys(problem, quiet, changed, counts, placement, used)
+        keys = _cache_keys(kept, problem, quiet, changed, counts, placement, used)
         reused = made.find(keys)
     new = [k for k in changed if k not in reused] if reused else changed  # assembled and checked here
     sub = dataclasses.replace(problem, jobs=[jobs[k] for k in new])

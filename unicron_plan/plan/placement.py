@@ -55,6 +55,8 @@ def _placed(problem: Problem, counts: dict[str, int], free, result, movers) -> d
     pool = _FreePool(state, free, order, {(j.gpu_type, r) for j in movers for r in racks[j.id]})
     for j in sorted(movers, key=lambda j: (-(counts[j.id] - sum(result[j.id].values())), j.index)):
         need = counts[j.id] - sum(result[j.id].values())
+        if need <= 0:  # (a job that only shrinks: what it retained is its split)
+            continue
         own = {nid for nid in result[j.id] if free[nid] > 0}  # the job's nodes with free GPUs
         while need > 0:
             nid = pool.pick(j.gpu_type, need, racks[j.id], own)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import chain, islice
+from operator import lt
 
 import numpy as np
 
@@ -86,6 +87,10 @@ def _in_cluster_order(state, result: dict[str, dict[str, int]]) -> dict[str, dic
     for jid, split in result.items():
         if split is previous.get(jid):  # a stay, already in cluster order: the same dict
             out[jid] = split
+            continue
+        pos = list(map(order.__getitem__, split))
+        if all(map(lt, pos, islice(pos, 1, None))) and split is not state.previous.get(jid):
+            out[jid] = split  # (made by placement, its nodes taken in cluster order: the same dict)
             continue
         nids = sorted(split, key=order.__getitem__)
         out[jid] = dict(zip(nids, map(split.__getitem__, nids)))

@@ -296,7 +296,7 @@ def test_racks_read_from_the_columns_are_the_nodes_records(seed):
 
 def _text(plan) -> bytes:
     """A plan's JSON text but its ``solver.wall_seconds``."""
-    return re.sub(rb'"wall_seconds":[0-9.eE+-]+', b"", plan.model_dump_json(exclude_none=True).encode())
+    return _text_of(plan.model_dump_json(exclude_none=True).encode())
 
 
 def _next_failure(rng: np.random.Generator, inst: dict, last) -> dict:
@@ -315,11 +315,11 @@ def _next_failure(rng: np.random.Generator, inst: dict, last) -> dict:
     return {"kind": "failure", "failed_nodes": nodes}
 
 
-def _sequence(inst: dict, count: int, seed: int, check_keys: bool = True) -> tuple[int, int]:
+def _sequence(inst: dict, count: int, seed: int, check_keys: bool = True) -> tuple[int, int, int]:
     """``count`` failures in sequence on one kept plan, each plan's text (and its text as a delta on the
     shared entries) against the same event's plan on a kept plan of its own (no entry kept from
-    another plan) and api.solve's; returns (plans made, entries reused). ``check_keys``: each key's
-    keep also against :func:`previous_fits`."""
+    another plan) and api.solve's; returns (plans made, entries reused, jobs hit whose entry was kept for
+    an earlier plan). ``check_keys``: each key's keep also against :func:`previous_fits`."""
     from unicron_plan.service.answers import encode_body, joined_text, split_plan
 
     rng = np.random.default_rng(seed)
@@ -345,7 +345,7 @@ def _sequence(inst: dict, count: int, seed: int, check_keys: bool = True) -> tup
             assert fits == previous_fits(before, dict(where), problem.state.nodes, used)
         return keys
 
-    done, last = 0, None
+    done, last, hit_held = 0, None, 0
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(incremental._Made, "find", counted)
         if check_keys:
@@ -357,6 +357,7 @@ def _sequence(inst: dict, count: int, seed: int, check_keys: bool = True) -> tup
                 full = api.solve(instance, prepared=prepared)
             except (InvalidInstanceError, InfeasibleError):
                 continue
+            held = {k for quiet in kept.quiet.values() if quiet.made is not None for k in quiet.made.by_job}
             plan = incremental.incremental_plan(kept, instance, time_limit_seconds=60)
             alone = incremental.incremental_plan(incremental.keep_plan(prepared), instance, time_limit_seconds=60)
             assert (plan is None) == (alone is None)
@@ -370,11 +371,13 @@ def _sequence(inst: dict, count: int, seed: int, check_keys: bool = True) -> tup
                 assert _text_of(joined_text(encode_body(shared), *split)) == _text(alone)
                 again = split_plan(plan, shared, {}, [])  # (the kept texts: the same bytes)
                 assert again[1] == split[1]
+            hit_held += sum(1 for k, pj in enumerate(plan.jobs) if pj.hit and k in held)
             done, last = done + 1, plan
-    return done, sum(found)
+    return done, sum(found), hit_held
 
 
 def _text_of(text: bytes) -> bytes:
+    """A plan's JSON ``text`` without its ``solver.wall_seconds``."""
     return re.sub(rb'"wall_seconds":[0-9.eE+-]+', b"", text)
 
 
@@ -385,11 +388,12 @@ def test_failures_in_sequence_on_one_kept_plan_give_the_fresh_plans(kind, monkey
     and jobs of entries kept before."""
     monkeypatch.setattr(incremental, "WHOLE_SHARE", 1.0)
     inst = generate_instance(11, gpus=1024, jobs=16, failed_nodes=0, curves=kind)
-    done, reused = _sequence(inst, 24, seed=len(kind))
+    done, reused, hit_held = _sequence(inst, 24, seed=len(kind))
     if kind != "four-types":
         assert done >= 12
     if kind == "synthetic":
         assert reused > 0  # (the entries are reused, not only made)
+        assert hit_held > 0  # (and jobs with a kept entry are hit by later failures)
 
 
 def _random_clusters(seed: int, count: int, horizons: bool):
@@ -411,7 +415,7 @@ def test_failures_in_sequence_on_random_small_clusters(monkeypatch):
     monkeypatch.setattr(incremental, "WHOLE_SHARE", 1.0)
     done = reused = 0
     for k, inst in _random_clusters(91, 40, horizons=True):
-        d, r = _sequence(inst, 8, seed=k)
+        d, r, _ = _sequence(inst, 8, seed=k)
         done, reused = done + d, reused + r
     assert done > 100 and reused > 0
 
@@ -456,5 +460,5 @@ def test_the_kept_entries_stay_within_their_bounds(monkeypatch):
 
     monkeypatch.setattr(incremental._Made, "keep", kept)
     inst = generate_instance(11, gpus=1024, jobs=16, failed_nodes=0, curves="synthetic")
-    done, reused = _sequence(inst, 24, seed=3)
+    done, reused, _ = _sequence(inst, 24, seed=3)
     assert done >= 12 and sizes and max(sizes) <= 7

@@ -51,13 +51,15 @@ def _placed(problem: Problem, counts: dict[str, int], free, result, movers) -> d
     state = problem.state
     order = state.order
     _retain(problem, movers, counts, free, result)
+    # what each mover still needs (a job's split changes only in its own turn below); a job that only
+    # shrinks needs none: what it retained is its split, and it picks nothing (nor its racks)
+    needs = {j.id: counts[j.id] - sum(result[j.id].values()) for j in movers}
+    growing = [j for j in movers if needs[j.id] > 0]
     rack = _racks(state)
-    racks = {j.id: set(map(rack, state.previous[j.id])) for j in movers}
-    pool = _FreePool(state, free, order, {(j.gpu_type, r) for j in movers for r in racks[j.id]})
-    for j in sorted(movers, key=lambda j: (-(counts[j.id] - sum(result[j.id].values())), j.index)):
-        need = counts[j.id] - sum(result[j.id].values())
-        if need <= 0:  # (a job that only shrinks: what it retained is its split)
-            continue
+    racks = {j.id: set(map(rack, state.previous[j.id])) for j in growing}
+    pool = _FreePool(state, free, order, {(j.gpu_type, r) for j in growing for r in racks[j.id]})
+    for j in sorted(growing, key=lambda j: (-needs[j.id], j.index)):
+        need = needs[j.id]
         own = {nid for nid in result[j.id] if free[nid] > 0}  # the job's nodes with free GPUs
         while need > 0:
             nid = pool.pick(j.gpu_type, need, racks[j.id], own)

@@ -5,6 +5,7 @@ delta does not validate, and the service answering with it."""
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from unicron_plan import api
 from unicron_plan.core.problem import prepare
 from unicron_plan.errors import InfeasibleError, InvalidInstanceError
 from unicron_plan.plan import incremental
+from unicron_plan.plan.reasons import previous_fits
 from unicron_plan.schema import Instance
 from unicron_plan.service.coordinator import Coordinator
 from unicron_plan.tools.adversarial import KINDS
@@ -290,3 +292,173 @@ def test_racks_read_from_the_columns_are_the_nodes_records(seed):
         assert state.healthy is not None and state.changed  # (the columns' path is the one read)
         rack = _racks(state)
         assert [rack(nid) for nid in state.node_ids()] == [state.nodes[nid].rack for nid in state.node_ids()]
+
+
+def _text(plan) -> bytes:
+    """A plan's JSON text but its ``solver.wall_seconds``."""
+    return _text_of(plan.model_dump_json(exclude_none=True).encode())
+
+
+def _next_failure(rng: np.random.Generator, inst: dict, last) -> dict:
+    """A failure of one to two whole nodes or of a GPU; half the time of a node a changed entry of the last
+    plan lists (planned or before the event), so that entries kept for earlier plans meet events on their
+    nodes and jobs."""
+    ids = [n["id"] for n in inst["cluster"]["nodes"]]
+    listed = [] if last is None else sorted({n for pj in last.jobs if pj.action != "keep" for n in pj.nodes})
+    before = {j["id"]: j["current"]["nodes"] for j in inst["jobs"]}
+    if last is not None:
+        listed += sorted({n for pj in last.jobs if pj.action != "keep" for n in before[pj.id]})
+    pool = listed if listed and rng.random() < 0.5 else ids
+    nodes = sorted({str(rng.choice(pool)) for _ in range(int(rng.choice([1, 1, 1, 2])))})
+    if rng.random() < 0.15:
+        return {"kind": "failure", "failed_gpus": [{"node": nodes[0], "gpu": 0}]}
+    return {"kind": "failure", "failed_nodes": nodes}
+
+
+def _sequence(inst: dict, count: int, seed: int, check_keys: bool = True) -> tuple[int, int, int]:
+    """``count`` failures in sequence on one kept plan, each plan's text (and its text as a delta on the
+    shared entries) against the same event's plan on a kept plan of its own (no entry kept from
+    another plan) and api.solve's; returns (plans made, entries reused, jobs hit whose entry was kept for
+    an earlier plan). ``check_keys``: each key's keep also against :func:`previous_fits`."""
+    from unicron_plan.service.answers import encode_body, joined_text, split_plan
+
+    rng = np.random.default_rng(seed)
+    inst = copy.deepcopy(inst)
+    inst.pop("event", None)
+    prepared = prepare(Instance.model_validate(inst))
+    kept = incremental.keep_plan(prepared)
+    assert kept is not None
+    found = []
+    real = incremental._Made.find
+
+    def counted(self, keys):
+        out = real(self, keys)
+        found.append(len(out))
+        return out
+
+    keys_of = incremental._cache_keys
+
+    def checked(kept, problem, quiet, changed, counts, placement, used):  # each keep against previous_fits
+        keys = keys_of(kept, problem, quiet, changed, counts, placement, used)
+        for k, (_, where, fits) in keys.items():
+            before = problem.state.previous.get(problem.jobs[k].id, {})
+            assert fits == previous_fits(before, dict(where), problem.state.nodes, used)
+        return keys
+
+    done, last, hit_held = 0, None, 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(incremental._Made, "find", counted)
+        if check_keys:
+            mp.setattr(incremental, "_cache_keys", checked)
+        for _ in range(count):
+            ev = _next_failure(rng, inst, last)
+            instance = prepared.instance.model_copy(update={"event": Instance.model_validate({**inst, "event": ev}).event})
+            try:
+                full = api.solve(instance, prepared=prepared)
+            except (InvalidInstanceError, InfeasibleError):
+                continue
+            held = {k for quiet in kept.quiet.values() if quiet.made is not None for k in quiet.made.by_job}
+            plan = incremental.incremental_plan(kept, instance, time_limit_seconds=60)
+            alone = incremental.incremental_plan(incremental.keep_plan(prepared), instance, time_limit_seconds=60)
+            assert (plan is None) == (alone is None)
+            if plan is None:
+                continue
+            assert _dump(plan) == _dump(full)
+            assert _text(plan) == _text(alone)
+            shared = incremental.shared_entries(kept)
+            split = split_plan(plan, shared, {}, [])
+            if split is not None:
+                assert _text_of(joined_text(encode_body(shared), *split)) == _text(alone)
+                again = split_plan(plan, shared, {}, [])  # (the kept texts: the same bytes)
+                assert again[1] == split[1]
+            hit_held += sum(1 for k, pj in enumerate(plan.jobs) if pj.hit and k in held)
+            done, last = done + 1, plan
+    return done, sum(found), hit_held
+
+
+def _text_of(text: bytes) -> bytes:
+    """A plan's JSON ``text`` without its ``solver.wall_seconds``."""
+    return re.sub(rb'"wall_seconds":[0-9.eE+-]+', b"", text)
+
+
+@pytest.mark.parametrize("kind", ("synthetic",) + KINDS)
+def test_failures_in_sequence_on_one_kept_plan_give_the_fresh_plans(kind, monkeypatch):
+    """The entries kept from earlier plans of a key (incremental._Made) leave every plan as it is made
+    without them, byte for byte, over many failures on one kept plan, including failures on the nodes
+    and jobs of entries kept before."""
+    monkeypatch.setattr(incremental, "WHOLE_SHARE", 1.0)
+    inst = generate_instance(11, gpus=1024, jobs=16, failed_nodes=0, curves=kind)
+    done, reused, hit_held = _sequence(inst, 24, seed=len(kind))
+    if kind != "four-types":
+        assert done >= 12
+    if kind == "synthetic":
+        assert reused > 0  # (the entries are reused, not only made)
+        assert hit_held > 0  # (and jobs with a kept entry are hit by later failures)
+
+
+def _random_clusters(seed: int, count: int, horizons: bool):
+    """(position, small random cluster with a kept plan) of ``count`` drawn from ``seed``."""
+    rng = np.random.default_rng(seed)
+    for k in range(count):
+        inst = random_instance(rng, max_nodes=8, max_jobs=6, mtbf=bool(rng.random() < 0.5))
+        if horizons and rng.random() < 0.3 and "node_mtbf_hours" in inst["cost"]:
+            inst["cost"]["horizon"] = str(rng.choice(["job", "lifetime"]))
+        try:
+            if incremental.keep_plan(prepare(Instance.model_validate({**inst, "event": None}))) is None:
+                continue
+        except (InvalidInstanceError, InfeasibleError):
+            continue
+        yield k, inst
+
+
+def test_failures_in_sequence_on_random_small_clusters(monkeypatch):
+    monkeypatch.setattr(incremental, "WHOLE_SHARE", 1.0)
+    done = reused = 0
+    for k, inst in _random_clusters(91, 40, horizons=True):
+        d, r, _ = _sequence(inst, 8, seed=k)
+        done, reused = done + d, reused + r
+    assert done > 100 and reused > 0
+
+
+@pytest.mark.parametrize("coarse", ("split", "keep"))
+def test_a_cache_key_without_the_split_or_the_keep_is_caught(coarse, monkeypatch):
+    """The sequences' comparisons see a stale entry: a key that left out the split (or whether the previous
+    split fits in what the plan leaves: the job's keep_cost) would reuse an entry made for another plan."""
+    monkeypatch.setattr(incremental, "WHOLE_SHARE", 1.0)
+    real = incremental._cache_keys
+
+    def coarser(*a):
+        keys = real(*a)
+        return {k: (y, () if coarse == "split" else where, True if coarse == "keep" else fits)
+                for k, (y, where, fits) in keys.items()}
+
+    monkeypatch.setattr(incremental, "_cache_keys", coarser)
+    with pytest.raises(AssertionError):
+        if coarse == "split":
+            inst = generate_instance(11, gpus=1024, jobs=16, failed_nodes=0, curves="synthetic")
+            _sequence(inst, 24, seed=len("synthetic"), check_keys=False)
+        else:  # (a job whose count and split repeat with another keep: the 33rd cluster of these)
+            for k, inst in _random_clusters(26, 40, horizons=False):
+                _sequence(inst, 12, seed=k, check_keys=False)
+
+
+def test_the_kept_entries_stay_within_their_bounds(monkeypatch):
+    """With room for few entries (one per job, seven in all) the plans are the same, and the cache holds
+    no more than that, each entry with its text's slot."""
+    monkeypatch.setattr(incremental, "WHOLE_SHARE", 1.0)
+    monkeypatch.setattr(incremental, "MADE_PER_JOB", 1)
+    monkeypatch.setattr(incremental, "MADE_MOST", 7)
+    sizes = []
+    real = incremental._Made.keep
+
+    def kept(self, made):
+        real(self, made)
+        held = [e for variants in self.by_job.values() for e in variants.values()]
+        assert len(held) == self.size == len(self.texts) and all(self.texts[id(e)][0] is e for e in held)
+        assert all(len(v) <= 1 for v in self.by_job.values())
+        sizes.append(self.size)
+
+    monkeypatch.setattr(incremental._Made, "keep", kept)
+    inst = generate_instance(11, gpus=1024, jobs=16, failed_nodes=0, curves="synthetic")
+    done, reused, _ = _sequence(inst, 24, seed=3)
+    assert done >= 12 and sizes and max(sizes) <= 7

@@ -30,6 +30,8 @@ import dataclasses
 import math
 import time
 from collections import Counter, OrderedDict
+from itertools import chain
+from operator import methodcaller, neg, sub as _minus
 from collections.abc import Mapping
 
 import numpy as np
@@ -43,7 +45,7 @@ from unicron_plan.core.problem import (FlatTables, PreparedCluster, Problem, Raw
 from unicron_plan.errors import InfeasibleError
 from unicron_plan.plan.assemble import to_plan
 from unicron_plan.plan.placement import place
-from unicron_plan.plan.reasons import changes_of
+from unicron_plan.plan.reasons import changes_of, previous_fits
 from unicron_plan.plan.validate import REL_TOL, validate_plan
 from unicron_plan.schema import Instance, Plan, PlanJob
 
@@ -55,6 +57,10 @@ WHOLE_SHARE = 0.5
 #: (event kind, nodes in service, capacity per type, expected repair); failures of two whole nodes
 #: in service all share one.
 QUIET_KEPT = 4
+#: The changed entries a key's terms keep per job (:class:`_Made`), the most recently used, and over
+#: every job at most MADE_MOST (beyond it they start again empty).
+MADE_PER_JOB = 8
+MADE_MOST = 20_000
 
 
 def _close(a: float, b: float) -> bool:
@@ -122,8 +128,9 @@ class _Quiet:
     x: np.ndarray | None = None  # every job's current count
     flagged: set = dataclasses.field(default_factory=set)  # positions of the jobs leaving or on another type
     pareto: dict = dataclasses.field(default_factory=dict)  # gpu type -> (jobs, options, joined)
-    entries: list | None = None  # the kept plan's entries with this key's gain (incremental_plan)
+    entries: list | None = None  # the kept plan's entries with this key's gain (incremental_plan): a _Body
     bounds: dict = dataclasses.field(default_factory=dict)  # gpu type -> dp.SharedOptions of pareto's joined
+    made: "_Made | None" = None  # the changed entries made and checked by this key's plans (incremental_plan)
 
     def options(self, jobs: list) -> tuple:
         """The :attr:`SolverOptions.pareto` of problems made from these terms: one GPU type's options
@@ -163,6 +170,113 @@ class _Quiet:
         np.cumsum(sizes, out=off[1:])
         spliced = type(joined)(np.concatenate(ys), np.concatenate(gs), off)
         return options, spliced, (None if kept is None else kept.splice(new, fresh_joined, spliced))
+
+
+class _Body(list):
+    """The kept entries with one key's gain (:attr:`_Quiet.entries`), and ``texts``: the changed entries
+    made for that key's plans (:class:`_Made`), id -> [entry, its JSON text or None], for the writer of a
+    plan's text (:func:`unicron_plan.service.answers.split_plan`), which fills in the texts."""
+
+    texts: dict | None = None
+
+
+class _Made:
+    """The changed entries made, and checked by the validator, for the plans of one key's terms
+    (:class:`_Quiet`, whose D_run is ``d_run``), so that a later plan of the key that gives a job the very
+    same count and split reuses the entry (and its JSON text) instead of assembling, explaining and
+    checking it again.
+
+    Only a job neither hit nor leaving nor on another type, whose terms are the key's own (not tabulated
+    afresh), placed on no node the event touched, is kept. Its entry is then a function of its
+    position, its count, its split (the nodes in their order and the GPUs on each) and whether its
+    previous split fits in what the plan leaves to it (its ``keep_cost``, :func:`previous_fits`): its
+    terms (F, D_trans, the horizon), D_run, its action, gain, reason and sentence are the key's, and
+    so are the validator's checks of the job alone (the nodes of its split are the healthy cluster's:
+    neither drained nor touched). Those four make the cache key; the checks over every node (load,
+    capacity per type, totals) are made over the whole delta for every plan (:func:`_delta_valid`).
+    At most MADE_PER_JOB entries per job, the most recently used, and MADE_MOST in all."""
+
+    def __init__(self, d_run: float):
+        import threading
+
+        self.d_run = d_run
+        self.by_job: dict[int, OrderedDict] = {}  # job position -> {(count, split, fits): entry}
+        self.texts: dict[int, list] = {}  # id(entry) -> [entry, its JSON text or None]
+        self.size = 0
+        self.lock = threading.Lock()
+
+    def find(self, keys: dict) -> dict:
+        """{position: entry} of the ``keys`` (position -> cache key) found."""
+        out = {}
+        with self.lock:
+            for k, key in keys.items():
+                variants = self.by_job.get(k)
+                got = None if variants is None else variants.get(key)
+                if got is not None:
+                    variants.move_to_end(key)
+                    out[k] = got
+        return out
+
+    def keep(self, made: dict) -> None:
+        """Keep ``made``: position -> (cache key, entry)."""
+        with self.lock:
+            if self.size + len(made) > MADE_MOST:
+                self.by_job.clear()
+                self.texts.clear()
+                self.size = 0
+            for k, (key, entry) in list(made.items())[:MADE_MOST]:
+                variants = self.by_job.setdefault(k, OrderedDict())
+                old = variants.pop(key, None)
+                if old is not None:
+                    self.texts.pop(id(old), None)
+                    self.size -= 1
+                variants[key] = entry
+                self.texts[id(entry)] = [entry, None]
+                self.size += 1
+                while len(variants) > MADE_PER_JOB:
+                    old = variants.popitem(last=False)[1]
+                    self.texts.pop(id(old), None)
+                    self.size -= 1
+
+
+def _cache_keys(kept: KeptPlan, problem: Problem, quiet: "_Quiet", changed: list[int], counts: Mapping[str, int],
+                placement: dict, used: "_Used") -> dict:
+    """{position: :class:`_Made` key} of the changed jobs whose entry may be kept (its docstring)."""
+    state = problem.state
+    if state.healthy is None or state.touched is None or len(quiet.jobs) != len(problem.jobs):
+        return {}
+    touched = set(state.touched)
+    nodes, previous, shared, jobs = state.nodes, state.previous, quiet.jobs, problem.jobs
+    left, delta = kept.free, used.delta
+    keys = {}
+    for k in changed:
+        j = jobs[k]
+        if j.hit or j.exiting or j.off_type or j is not shared[k]:
+            continue
+        where = placement.get(j.id, {})
+        if not touched.isdisjoint(where):
+            continue
+        before = previous.get(j.id, {})
+        fits = None
+        if touched.isdisjoint(before):
+            try:
+                fits = _fits(before, where, left, delta)
+            except KeyError:  # (a node outside the cluster)
+                pass
+        if fits is None:
+            fits = previous_fits(before, where, nodes, used)
+        keys[k] = (counts[j.id], tuple(where.items()), fits)
+    return keys
+
+
+def _fits(before: dict, where: dict, left: dict, delta: dict) -> bool:
+    """:func:`previous_fits` of a split ``before`` on nodes the event did not touch: such a node is in
+    service with its healthy GPUs, of which the kept plan leaves ``left`` free, less the plan's change
+    ``delta`` there, plus what the job's own split ``where`` takes there."""
+    for nid, g in before.items():
+        if left[nid] - delta.get(nid, 0) + where.get(nid, 0) < g:
+            return False
+    return True
 
 
 def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] | None:
@@ -232,6 +346,19 @@ def _flat_of(flat: FlatTables, rows: list[int]) -> FlatTables:
     np.cumsum(hi - lo, out=off[1:])
     return FlatTables(np.concatenate([flat.counts[a:b] for a, b in zip(lo.tolist(), hi.tolist())]),
                       np.concatenate([flat.f[a:b] for a, b in zip(lo.tolist(), hi.tolist())]), off)
+
+
+def _summed(splits: list, negate: bool = False) -> dict:
+    """{node: GPUs} summed over ``splits`` (negated with ``negate``): one merge in C where no node is in
+    two splits."""
+    merged = dict(chain.from_iterable(map(methodcaller("items"), splits)))
+    if len(merged) == sum(map(len, splits)):
+        return dict(zip(merged, map(neg, merged.values()))) if negate else merged
+    out: dict = {}
+    for split in splits:
+        for nid, g in split.items():
+            out[nid] = out.get(nid, 0) + (-g if negate else g)
+    return out
 
 
 def _with_gain(entry: PlanJob, gain: float) -> PlanJob:
@@ -351,18 +478,18 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     if any(jobs[k].pinned for k in changed):  # (a pinned job stays where it was even when changed)
         return None
     state = problem.state
-    delta: dict[str, int] = {}  # GPUs per node: the changed jobs' previous splits out, then their new ones in
-    for k in changed:
-        for nid, g in state.previous.get(jobs[k].id, {}).items():
-            delta[nid] = delta.get(nid, 0) - g
+    # GPUs per node: the changed jobs' previous splits out, then their new ones in
+    previous = state.previous
+    delta = _summed([previous.get(jobs[k].id, {}) for k in changed], negate=True)
     # placement's first step (Problem.stays) from the kept usage: every unchanged job stays
     free = kept.free.copy()
     usage = kept.usage
     if state.healthy is not None and state.touched is not None:
-        # a node the event did not touch is usable as in the healthy cluster (ClusterState.usable_gpus)
-        usable = state.healthy.usable
-        for nid, d in delta.items():
-            free[nid] = usable[nid] - usage.get(nid, 0) - d
+        # a node the event did not touch is usable as in the healthy cluster (ClusterState.usable_gpus),
+        # as before the event (the nodes touched then, those with failed GPUs, are touched now too): its
+        # kept free GPUs less the change
+        left = kept.free
+        free.update(zip(delta, map(_minus, map(left.__getitem__, delta), delta.values())))
         for nid in state.touched:
             free[nid] = state.nodes[nid].usable - usage.get(nid, 0) - delta.get(nid, 0)
     else:
@@ -371,22 +498,38 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     result = {jobs[k].id: {} for k in changed}
     movers = [jobs[k] for k in changed if counts[jobs[k].id]]
     placement = place(problem, counts, start=(free, result, movers))
-    for k in changed:
-        for nid, g in placement.get(jobs[k].id, {}).items():
-            delta[nid] = delta.get(nid, 0) + g
+    taken = _summed([placement.get(jobs[k].id, {}) for k in changed])
+    both = [nid for nid in taken if nid in delta] if len(delta) < len(taken) else \
+        [nid for nid in delta if nid in taken]
+    sums = [delta[nid] + taken[nid] for nid in both]
+    delta.update(taken)
+    delta.update(zip(both, sums))
     used = _Used(kept.usage, delta)
-    sub = dataclasses.replace(problem, jobs=[jobs[k] for k in changed])
-    sub_raw = dataclasses.replace(raw, placement={jobs[k].id: placement.get(jobs[k].id, {}) for k in changed})
+    made = keys = None
+    reused: dict = {}  # position -> an entry made and checked for an earlier plan of this key
+    if quiet is not None:
+        made = quiet.made
+        if made is None or made.d_run != problem.d_run:
+            made = quiet.made = _Made(problem.d_run)
+        keys = _cache_keys(kept, problem, quiet, changed, counts, placement, used)
+        reused = made.find(keys)
+    new = [k for k in changed if k not in reused] if reused else changed  # assembled and checked here
+    sub = dataclasses.replace(problem, jobs=[jobs[k] for k in new])
+    sub_raw = dataclasses.replace(raw, placement={jobs[k].id: placement.get(jobs[k].id, {}) for k in new})
     part = to_plan(sub, sub_raw, solver, 0.0, used=used)
     # the kept jobs' gains: F(x) D_run, no transition (cost.gain of an unchanged job)
     gains = (kept.f_kept * problem.d_run).tolist()
     if quiet is not None and quiet.entries is None:  # (shared by every event of its key: one D_run)
-        quiet.entries = [_with_gain(pj, g) for pj, g in zip(kept.entries, gains)]
+        quiet.entries = _Body(_with_gain(pj, g) for pj, g in zip(kept.entries, gains))
     if quiet is not None:
+        quiet.entries.texts = made.texts
         entries = list(quiet.entries)
     else:
         entries = [_with_gain(pj, g) for pj, g in zip(kept.entries, gains)]
-    for k, pj in zip(changed, part.jobs):
+    for k, pj in zip(new, part.jobs):
+        entries[k] = pj
+        gains[k] = pj.gain
+    for k, pj in reused.items():
         entries[k] = pj
         gains[k] = pj.gain
     total_waf = 0.0
@@ -398,8 +541,10 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     reasons = [pj.reason for pj in entries]
     plan = _copied(part, dict(objective=objective, bound=bound, gap=gap, waf_tflops=total_waf, jobs=entries,
                               changes=changes_of(reasons)))
-    if not _delta_valid(kept, instance, problem, plan, part, changed, used, delta):
+    if not _delta_valid(kept, instance, problem, plan, part, changed, used, delta, new):
         return None
+    if keys:  # the entries made here and checked, for the next plans of this key
+        made.keep({k: (keys[k], pj) for k, pj in zip(new, part.jobs) if k in keys})
     plan.solver = plan.solver.model_copy(update={"wall_seconds": time.perf_counter() - start})
     return plan
 
@@ -426,13 +571,17 @@ def _whole(instance: Instance, problem: Problem, raw: RawSolution, solver: str, 
 
 
 def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Plan, part: Plan,
-                 changed: list[int], used: _Used, delta: dict[str, int]) -> bool:
+                 changed: list[int], used: _Used, delta: dict[str, int], new: list[int] | None = None) -> bool:
     """The delta of ``plan`` checked: the changed jobs by the independent validator (on the instance
     restricted to them), the nodes they leave or take and the nodes the event touched against their
-    healthy GPUs, the capacity per GPU type, the kept jobs' entries and the plan's totals."""
+    healthy GPUs, the capacity per GPU type, the kept jobs' entries and the plan's totals. ``new``:
+    the changed jobs ``part`` holds (by default all); the others' entries were made and checked alone
+    for an earlier plan of the same key, with the same count, split and keep (:class:`_Made`)."""
     state = problem.state
+    if new is None:
+        new = changed
     sub_instance = instance.model_copy(update={"jobs": [instance.jobs[j.index] for j in
-                                                        (problem.jobs[k] for k in changed)]})
+                                                        (problem.jobs[k] for k in new)]})
     # (the tables of problem.derived(), every job's, are the prepared cluster's: the same mapping)
     report = validate_plan(sub_instance, part, derived=(kept.prepared.tables, state), whole_used=used)
     if not report.valid:
@@ -442,11 +591,15 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
     if state.healthy is not None and state.touched is not None:
         # a node the event did not touch has its healthy GPUs usable (ClusterState.usable_gpus): read
         # from the healthy cluster, without a record per node
-        usable = state.healthy.usable
+        # (GPUs usable less the kept usage: the kept free GPUs, as for placement) less the change
         event = set(state.touched)
-        for nid in delta:
-            if nid not in event and used.get(nid, 0) > usable.get(nid, -1):
-                return False
+        rest = delta.keys() - event
+        try:
+            left = list(map(_minus, map(kept.free.__getitem__, rest), map(delta.__getitem__, rest)))
+        except KeyError:  # a node outside the cluster
+            return False
+        if left and min(left) < 0:
+            return False
         touched = event
     else:
         touched = set(delta) | set(state.nodes)
@@ -473,6 +626,11 @@ def _delta_valid(kept: KeptPlan, instance: Instance, problem: Problem, plan: Pla
         return False
     total = float(kept_gain.sum()) + report.objective
     waf = float(kept.f_kept[kept_idx].sum()) + float(sum(pj.waf_tflops for pj in part.jobs))
+    if len(new) != len(changed):  # the entries kept from earlier plans: their checked gains and F
+        is_changed[new] = False
+        again = [plan.jobs[k] for k in np.flatnonzero(is_changed).tolist()]
+        total += float(sum(pj.gain for pj in again))
+        waf += float(sum(pj.waf_tflops for pj in again))
     if not (_close(plan.objective, total) and _close(plan.waf_tflops, waf)):
         return False
     if plan.status.solution == "optimal" and not _close(plan.bound, plan.objective):

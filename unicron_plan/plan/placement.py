@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import chain, islice
+from operator import lt
 
 import numpy as np
 
@@ -50,11 +51,15 @@ def _placed(problem: Problem, counts: dict[str, int], free, result, movers) -> d
     state = problem.state
     order = state.order
     _retain(problem, movers, counts, free, result)
+    # what each mover still needs (a job's split changes only in its own turn below); a job that only
+    # shrinks needs none: what it retained is its split, and it picks nothing (nor its racks)
+    needs = {j.id: counts[j.id] - sum(result[j.id].values()) for j in movers}
+    growing = [j for j in movers if needs[j.id] > 0]
     rack = _racks(state)
-    racks = {j.id: set(map(rack, state.previous[j.id])) for j in movers}
-    pool = _FreePool(state, free, order, {(j.gpu_type, r) for j in movers for r in racks[j.id]})
-    for j in sorted(movers, key=lambda j: (-(counts[j.id] - sum(result[j.id].values())), j.index)):
-        need = counts[j.id] - sum(result[j.id].values())
+    racks = {j.id: set(map(rack, state.previous[j.id])) for j in growing}
+    pool = _FreePool(state, free, order, {(j.gpu_type, r) for j in growing for r in racks[j.id]})
+    for j in sorted(growing, key=lambda j: (-needs[j.id], j.index)):
+        need = needs[j.id]
         own = {nid for nid in result[j.id] if free[nid] > 0}  # the job's nodes with free GPUs
         while need > 0:
             nid = pool.pick(j.gpu_type, need, racks[j.id], own)
@@ -84,6 +89,10 @@ def _in_cluster_order(state, result: dict[str, dict[str, int]]) -> dict[str, dic
     for jid, split in result.items():
         if split is previous.get(jid):  # a stay, already in cluster order: the same dict
             out[jid] = split
+            continue
+        pos = list(map(order.__getitem__, split))
+        if all(map(lt, pos, islice(pos, 1, None))) and split is not state.previous.get(jid):
+            out[jid] = split  # (made by placement, its nodes taken in cluster order: the same dict)
             continue
         nids = sorted(split, key=order.__getitem__)
         out[jid] = dict(zip(nids, map(split.__getitem__, nids)))

@@ -99,9 +99,16 @@ def keep_feasible(f: JobFacts, nodes: Mapping, used: Mapping[str, int]) -> bool:
     """Whether the job's previous split fits in the GPUs the plan leaves to it (every other job as planned)."""
     if f.hit or f.exiting:
         return False
-    for nid, g in f.previous.items():
+    return previous_fits(f.previous, f.split, nodes, used)
+
+
+def previous_fits(previous: Mapping[str, int], split: Mapping[str, int], nodes: Mapping,
+                  used: Mapping[str, int]) -> bool:
+    """Whether a job's ``previous`` split fits in the GPUs a plan leaves to it (its planned ``split``
+    taken out of ``used``): :func:`keep_feasible` of a job neither hit nor leaving."""
+    for nid, g in previous.items():
         node = nodes.get(nid)
-        if node is None or node.drained or node.healthy_after - used.get(nid, 0) + f.split.get(nid, 0) < g:
+        if node is None or node.drained or node.healthy_after - used.get(nid, 0) + split.get(nid, 0) < g:
             return False
     return True
 

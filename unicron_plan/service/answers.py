@@ -26,7 +26,8 @@ def split_plan(plan, shared: list, holders: dict, members: list[str], most: int 
     """(head, {position: changed entry's JSON}, tail) of ``plan`` whose other entries are ``shared``'s
     (the very objects), or None where that does not hold, where more than ``most`` entries change,
     or where a shared entry may name a node of ``members`` (a job listing one in its current
-    allocation, by ``holders``: node -> job ids)."""
+    allocation, by ``holders``: node -> job ids). A changed entry that the plans sharing ``shared``
+    keep (its ``texts``: :class:`unicron_plan.plan.incremental._Body`) is encoded once for all of them."""
     if len(plan.jobs) != len(shared):
         return None
     changed = [k for k, (pj, s) in enumerate(zip(plan.jobs, shared)) if pj is not s]
@@ -35,11 +36,23 @@ def split_plan(plan, shared: list, holders: dict, members: list[str], most: int 
     ids = {plan.jobs[k].id for k in changed}
     if any(jid not in ids for m in members for jid in holders.get(m, ())):
         return None
+    texts = getattr(shared, "texts", None)  # the changed entries' texts, where the shared ones keep them
     top = plan.model_copy(update={"jobs": []}).model_dump_json(exclude_none=True).encode()
     if top.count(JOBS) != 1:
         return None
     at = top.index(JOBS) + len(JOBS) - 1
-    return top[:at], {k: plan.jobs[k].model_dump_json(exclude_none=True).encode() for k in changed}, top[at:]
+    return top[:at], {k: _entry_text(plan.jobs[k], texts) for k in changed}, top[at:]
+
+
+def _entry_text(entry, texts: dict | None) -> bytes:
+    """``entry``'s JSON text, kept in ``texts`` (id -> [entry, its text or None]) where it is one of its
+    entries (made for an earlier plan too: :class:`unicron_plan.plan.incremental._Made`)."""
+    held = None if texts is None else texts.get(id(entry))
+    if held is None or held[0] is not entry:
+        return entry.model_dump_json(exclude_none=True).encode()
+    if held[1] is None:
+        held[1] = entry.model_dump_json(exclude_none=True).encode()
+    return held[1]
 
 
 def joined_text(body: list[bytes], head: bytes, changed: dict[int, bytes], tail: bytes, end: bytes | None = None) -> bytes:

@@ -4,9 +4,9 @@ Every plan comes from :meth:`Coordinator.solve`, the one call of
 :func:`unicron_plan.api.solve` (or of its incremental equivalent). Changes are
 serialised by one lock, committed to the log, and only then made visible and answered.
 
-Warm contingency has two stages, both in a worker process at the lowest CPU priority, stopped
-while a request solves (watched by a background thread that stops it and starts over whenever the
-applied state changes): the contingency index of the state (new counts for
+Warm contingency has two stages, both in worker processes at the lowest CPU priority, stopped
+while a request solves (watched by a background thread that stops them and starts over whenever the
+applied state changes; the classes of stage two split among the workers): the contingency index of the state (new counts for
 every single-node and rack failure, each equivalence class of failures solved
 once), then, class by class of nodes, the whole answer to "node X fails" (placed
 and validated for one node of the class as :func:`unicron_plan.api.solve` with

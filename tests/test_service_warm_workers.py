@@ -202,3 +202,13 @@ def test_the_number_of_workers_is_checked(tmp_path):
         with pytest.raises(InvalidInstanceError):
             Coordinator(tmp_path / "s", warm_workers=bad, contingency=False)
     assert 1 <= coordinator.default_warm_workers() <= max(1, len(os.sched_getaffinity(0)))
+
+
+def test_fewer_workers_where_memory_is_short():
+    gib = 1 << 30
+    copies = coordinator.affordable_copies
+    assert copies(7, gib // 4, 64 * gib) == 7  # a small cluster: every CPU
+    assert copies(63, 2 * gib, 512 * gib) == 2  # 2 GiB each: 3 in all within WARM_MEMORY_BYTES (6 GiB)
+    assert copies(7, gib, 4 * gib) == 2  # half of 4 GiB available
+    assert copies(7, 8 * gib, 64 * gib) == 0  # larger than the budget alone: the first works alone
+    assert copies(0, 1, 64 * gib) == 0

@@ -52,6 +52,9 @@ MAX_WARM_WORKERS = 64
 #: Share of the memory available (MemAvailable) when the first worker has read the cluster that its
 #: copies may take, each counted as large as it is then: fewer workers are started where it is short.
 WARM_MEMORY_SHARE = 0.5
+#: Bytes all warm workers together may hold, each counted as large as the first once it has read the
+#: cluster (so that the service with its workers stays within 8 GiB at 1,048,576 GPUs).
+WARM_MEMORY_BYTES = 6 << 30
 
 
 def default_warm_workers() -> int:
@@ -808,8 +811,8 @@ def _forked_worker(senders: list, k: int, n: int, setup: dict, solver: str | Non
 
 
 def _workers_affordable(wanted: int) -> int:
-    """How many of ``wanted`` more copies of this process fit in WARM_MEMORY_SHARE of the memory
-    available now (``MemAvailable``; all of them where it cannot be read)."""
+    """How many of ``wanted`` more copies of this process fit (:func:`affordable_copies` of its RSS and
+    ``MemAvailable``; all of them where these cannot be read)."""
     if wanted <= 0:
         return 0
     try:
@@ -819,7 +822,16 @@ def _workers_affordable(wanted: int) -> int:
             available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
     except (OSError, ValueError, IndexError, StopIteration):
         return wanted
-    return max(0, min(wanted, int(WARM_MEMORY_SHARE * available // max(rss, 1))))
+    return affordable_copies(wanted, rss, available)
+
+
+def affordable_copies(wanted: int, rss: int, available: int) -> int:
+    """How many of ``wanted`` copies of a worker of ``rss`` bytes fit in WARM_MEMORY_SHARE of the
+    ``available`` bytes and, with the worker itself, in WARM_MEMORY_BYTES (each copy counted whole,
+    though a forked one shares the pages it does not write)."""
+    rss = max(rss, 1)
+    room = min(WARM_MEMORY_SHARE * available, WARM_MEMORY_BYTES - rss)
+    return max(0, min(wanted, int(room // rss)))
 
 
 def _page_size() -> int:

@@ -212,3 +212,34 @@ def test_fewer_workers_where_memory_is_short():
     assert copies(7, gib, 4 * gib) == 2  # half of 4 GiB available
     assert copies(7, 8 * gib, 64 * gib) == 0  # larger than the budget alone: the first works alone
     assert copies(0, 1, 64 * gib) == 0
+
+
+@linux_proc
+def test_messages_wait_while_the_workers_are_stopped(tmp_path):
+    """The thread that receives the workers' messages does not run while a request has them stopped
+    (it would take turns of the interpreter lock from the request), and goes on when they continue."""
+    import subprocess
+    import threading
+
+    coord = Coordinator(tmp_path / "s", contingency=False)
+    stand_in = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a worker that does nothing
+    try:
+        coord._warm_pid = stand_in.pid
+        snapshot = coord.state
+        pause = coord._worker_paused()
+        pause.__enter__()
+        assert _until(lambda: _state(stand_in.pid) == "T")
+        waiter = threading.Thread(target=coord._wait_continued, args=(snapshot,), daemon=True)
+        waiter.start()
+        waiter.join(0.5)
+        assert waiter.is_alive()  # waits while the worker is stopped
+        pause.__exit__(None, None, None)
+        waiter.join(10)
+        assert not waiter.is_alive()
+        assert _until(lambda: _state(stand_in.pid) != "T")
+        coord._wait_continued(snapshot)  # nothing stopped: returns at once
+    finally:
+        coord._warm_pid = None
+        stand_in.kill()
+        stand_in.wait()
+        coord.close()

@@ -130,6 +130,9 @@ class Coordinator:
         self.warm_pids: list[int] = []  # the warm worker processes started (tests, diagnostics)
         self._warm_pid: int | None = None  # the first of the running ones (its process group holds the others)
         self._pause_lock = threading.Lock()
+        # notified when the workers are continued: the thread that receives their messages waits on it
+        # while they are stopped for a request (and so takes no turn of the interpreter lock from it)
+        self._continued = threading.Condition(self._pause_lock)
         self._solving = 0  # requests solving now (the warm worker is stopped while any is, within STOP_SHARE)
         self._stops: list[list] = []  # [start, end or None] of the worker's recent stops (monotonic)
         if contingency:
@@ -231,6 +234,7 @@ class Coordinator:
                     self._stops[-1][1] = time.monotonic()
                     if self._warm_pid is not None:
                         _signal(self._warm_pid, "SIGCONT")
+                    self._continued.notify_all()
 
     def _stop_worker(self) -> None:
         """Stop the warm worker (caller holds the pause lock) unless it was stopped for STOP_SHARE of the
@@ -587,6 +591,7 @@ class Coordinator:
         listening = receivers[:1]  # the others only after the index (a worker's answers follow it)
         try:
             while listening and not self._moved_on(snapshot):
+                self._wait_continued(snapshot)
                 ready = wait(listening, 0.05)
                 if not ready:
                     if not proc.is_alive() and not any(r.poll(0) for r in listening):
@@ -613,6 +618,15 @@ class Coordinator:
                 _signal(proc.pid, "SIGTERM")  # every worker (the first one's process group)
                 _signal(proc.pid, "SIGCONT")  # a stopped process acts on SIGTERM only once continued
             proc.join(5)
+
+    def _wait_continued(self, snapshot: st.State) -> None:
+        """Wait while the workers are stopped for a request (what they sent before waits in its pipe):
+        this thread then neither wakes nor unpickles, so the request has the interpreter lock to itself
+        (under load a thread that takes the lock may be descheduled holding it, and the request waits
+        for its next turn on a CPU)."""
+        with self._pause_lock:
+            while self._solving and self._stops and self._stops[-1][1] is None and not self._moved_on(snapshot):
+                self._continued.wait(0.5)
 
     def _moved_on(self, snapshot: st.State) -> bool:
         return self._closed or self.state.base_version != snapshot.base_version

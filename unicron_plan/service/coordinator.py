@@ -631,6 +631,9 @@ class Coordinator:
                 self._warm_pid = None
             for receiver in receivers:
                 receiver.close()
+            if not listening and proc.is_alive():  # every worker done: the first reaps the others (their
+                _signal(proc.pid, "SIGCONT")        # CPU time is then counted with its own), then ends
+                proc.join(5)
             if proc.is_alive() or listening:
                 _signal(proc.pid, "SIGTERM")  # every worker (the first one's process group)
                 _signal(proc.pid, "SIGCONT")  # a stopped process acts on SIGTERM only once continued

@@ -166,6 +166,7 @@ def _stopped_on_fork(monkeypatch, tmp_path, n: int):
 def test_a_request_stops_every_worker(tmp_path, monkeypatch):
     coord, pids, pause = _stopped_on_fork(monkeypatch, tmp_path, 3)
     try:
+        assert all(os.getpriority(os.PRIO_PROCESS, p) == coordinator.WARM_NICENESS for p in pids)  # the lowest
         assert _until(lambda: all(_state(p) == "T" for p in pids)), [_state(p) for p in pids]
         pause.__exit__(None, None, None)  # the request is done: every worker continues
         assert _until(lambda: all(not _alive(p) or _state(p) != "T" for p in pids))

@@ -2,7 +2,7 @@
 131,072 GPUs.
 
     PYTHONPATH=.:tests python benchmarks/service_warm.py [--quick] [--sizes 16384,131072,1048576] [--rounds N]
-        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--warm-only] [--json OUT]
+        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--warm-only] [--warm-workers N] [--json OUT]
 
 ``--curves KIND``: a generated cluster of that curve kind at every size (running jobs on shuffled nodes)
 instead of the library instance at 16,384; ``--warm-only``: no run without warm contingency; ``--warm-requests N``: once the last upload is
@@ -162,13 +162,15 @@ def warm_answers(c: httpx.Client, nodes: list[str], count: int, interval: float,
 
 
 def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uploads: int,
-        warm_requests: int = 0) -> dict:
+        warm_requests: int = 0, warm_workers: int | None = None) -> dict:
     """One server: ``uploads`` uploads, cold requests every ``interval`` s until each is warm (or for
     ``seconds`` in all without warm contingency); then, warm, ``warm_requests`` single-node failures
     answered from the stored answers (:func:`warm_answers`)."""
     rng = np.random.default_rng(seed)
     nodes = [n["id"] for n in inst["cluster"]["nodes"] if not n.get("failed_gpus")]
     args = () if warm else ("--no-contingency", )
+    if warm and warm_workers is not None:
+        args += ("--warm-workers", str(warm_workers))
     if len(inst["cluster"]["nodes"]) > 16384:  # the 1,048,576-GPU cluster is about 150 MB of JSON
         args += ("--max-body-mib", "1024", "--read-timeout", "120", "--parse-seconds", "300")
     with tempfile.TemporaryDirectory() as d, Server(Path(d) / "s", "--no-access-log", *args) as srv, \
@@ -247,6 +249,8 @@ def main() -> None:
     ap.add_argument("--warm-only", action="store_true", help="no run without warm contingency")
     ap.add_argument("--warm-requests", type=int, default=0,
                     help="once warm, this many single-node dry-run failures (at most 2,000): stored answers' latency")
+    ap.add_argument("--warm-workers", type=int, default=None,
+                    help="serve --warm-workers (default: the server's, the CPUs it may run on)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     sizes = [16384] if a.quick else [int(s) for s in a.sizes.split(",")]
@@ -269,7 +273,8 @@ def main() -> None:
                 name = "warm" if warm else "off"
                 print(f"{gpus} GPUs, round {r + 1}: {name} ...", file=sys.stderr)
                 if warm:
-                    res = run(inst, True, bound, interval, seed=r, uploads=uploads, warm_requests=a.warm_requests)
+                    res = run(inst, True, bound, interval, seed=r, uploads=uploads, warm_requests=a.warm_requests,
+                              warm_workers=a.warm_workers)
                     ran = res["ran_s"]
                 else:
                     res = run(inst, False, min(ran, a.off_seconds or OFF_SECONDS[gpus]), interval, seed=r,

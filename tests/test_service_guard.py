@@ -163,7 +163,8 @@ def test_serve_refuses_bad_guard_options(tmp_path):
     for args, field in ((["--allow-host", "a b"], "--allow-host[0]"), (["--allow-host", "x:80"], "--allow-host[0]"),
                         (["--allow-origin", "proxy.example"], "--allow-origin[0]"),
                         (["--allow-origin", "https://p.example/path"], "--allow-origin[0]"),
-                        (["--read-timeout", "0"], "--read-timeout"), (["--parse-seconds", "nan"], "--parse-seconds")):
+                        (["--read-timeout", "0"], "--read-timeout"), (["--parse-seconds", "nan"], "--parse-seconds"),
+                        (["--warm-workers", "0"], "--warm-workers"), (["--warm-workers", "65"], "--warm-workers")):
         out = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "serve", "--state", str(tmp_path / "s"),
                               "--port", "0", *args], capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and field in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)

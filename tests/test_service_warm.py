@@ -288,3 +288,34 @@ def test_the_worker_is_stopped_from_an_events_body_until_its_plan_is_sent(tmp_pa
             assert _state(pid) != "T"  # and continued after
     finally:
         coord.close()
+
+
+def test_the_heap_is_settled_after_the_first_incremental_plans(tmp_path, monkeypatch):
+    # the first plans on a cluster make the terms later events of their key reuse: the heap is settled
+    # after each of the first SETTLE_PLANS (a full collection then no longer walks them), not after more
+    from unicron_plan.service import coordinator as co
+
+    settled = []
+    real = co._settle_heap
+    monkeypatch.setattr(co, "_settle_heap", lambda: (settled.append(1), real()))
+    base = _base("jagged-2048-32jobs.json")
+    ids = [n["id"] for n in base["cluster"]["nodes"]]
+    plain = Coordinator(tmp_path / "plain", contingency=False)
+    coord = Coordinator(tmp_path / "s", contingency=False, settle_heap=True)
+    try:
+        plain.put_cluster(base)
+        coord.put_cluster(base)
+        settled.clear()
+        for k in range(co.SETTLE_PLANS + 3):
+            ev = {"kind": "failure", "failed_nodes": [ids[k], ids[-1 - k]]}
+            got, want = coord.post_event(ev, dry_run=True), plain.post_event(ev, dry_run=True)
+            assert got["solver"]["name"] == "dp" and got.pop("solver")["name"] == want.pop("solver")["name"]
+            assert got == want  # the same plans, settled or not
+            assert len(settled) == min(k + 1, co.SETTLE_PLANS)
+        coord.put_cluster(dict(base, jobs=base["jobs"][:-1]))  # a new cluster: settled again after its first plans
+        settled.clear()
+        coord.post_event({"kind": "failure", "failed_nodes": [ids[0], ids[1]]}, dry_run=True)
+        assert len(settled) == 1
+    finally:
+        plain.close()
+        coord.close()

@@ -145,10 +145,12 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
                contingency: bool = True, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                settle_heap: bool = False, access_log: bool = False,
                parse_seconds: float = DEFAULT_PARSE_SECONDS, hosts: tuple[str, ...] = (),
-               origins: tuple[str, ...] = ()) -> FastAPI:
+               origins: tuple[str, ...] = (), warm_workers: int | None = None) -> FastAPI:
     """The FastAPI application serving the state in ``state_dir`` (``access_log``: one log line a request;
-    ``hosts``, ``origins``: names and origins admitted besides the loopback ones, :mod:`.guard`)."""
-    coord = Coordinator(state_dir, solver=solver, contingency=contingency, settle_heap=settle_heap)
+    ``hosts``, ``origins``: names and origins admitted besides the loopback ones, :mod:`.guard`;
+    ``warm_workers``: warm worker processes, :class:`Coordinator`)."""
+    coord = Coordinator(state_dir, solver=solver, contingency=contingency, settle_heap=settle_heap,
+                        warm_workers=warm_workers)
 
     desk = SignalDesk(coord)
 

@@ -21,6 +21,10 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
           solver: Optional[str] = typer.Option(None, "--solver", "-s", help="As for `unicron-plan solve`."),
           no_contingency: bool = typer.Option(False, "--no-contingency",
                                               help="Do not keep warm contingency plans."),
+          warm_workers: Optional[int] = typer.Option(
+              None, "--warm-workers", help="Worker processes that build warm contingency after an upload "
+                                           "(default: the CPUs this process may run on, at most 64; fewer "
+                                           "where memory is short)."),
           max_body_mib: float = typer.Option(64.0, "--max-body-mib", help="Largest request body, MiB."),
           access_log: bool = typer.Option(True, "--access-log/--no-access-log",
                                           help="Log each request (method, path, status, milliseconds) on stderr."),
@@ -74,6 +78,10 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
         raise InvalidInstanceError("--read-timeout", f"{read_timeout}: must be a number in (0, 3600]")
     if not (math.isfinite(parse_seconds) and 0 < parse_seconds <= 3600):
         raise InvalidInstanceError("--parse-seconds", f"{parse_seconds}: must be a number in (0, 3600]")
+    from unicron_plan.service.coordinator import MAX_WARM_WORKERS
+
+    if warm_workers is not None and not 1 <= warm_workers <= MAX_WARM_WORKERS:
+        raise InvalidInstanceError("--warm-workers", f"{warm_workers}: must be in 1..{MAX_WARM_WORKERS}")
     hosts, origins = _admitted(host, allow_host, allow_origin)
     daemon.setup_logging(log_format)
     created = _missing_dirs(state)  # what a start that fails removes again
@@ -89,7 +97,7 @@ def serve(state: Path = typer.Option(..., "--state", help="Directory of the stat
             try:
                 app = create_app(state, token=token, solver=solver, contingency=not no_contingency,
                                  max_body_bytes=int(max_body_mib * 1024 * 1024), settle_heap=True, parse_seconds=parse_seconds,
-                                 access_log=access_log, hosts=hosts, origins=origins)
+                                 access_log=access_log, hosts=hosts, origins=origins, warm_workers=warm_workers)
             except InvalidInstanceError:
                 lock.release()
                 _remove_created(state, created)

@@ -4,9 +4,9 @@ Every plan comes from :meth:`Coordinator.solve`, the one call of
 :func:`unicron_plan.api.solve` (or of its incremental equivalent). Changes are
 serialised by one lock, committed to the log, and only then made visible and answered.
 
-Warm contingency has two stages, both in a worker process at the lowest CPU priority, stopped
-while a request solves (watched by a background thread that stops it and starts over whenever the
-applied state changes): the contingency index of the state (new counts for
+Warm contingency has two stages, both in worker processes at the lowest CPU priority, stopped
+while a request solves (watched by a background thread that stops them and starts over whenever the
+applied state changes; the classes of stage two split among the workers): the contingency index of the state (new counts for
 every single-node and rack failure, each equivalence class of failures solved
 once), then, class by class of nodes, the whole answer to "node X fails" (placed
 and validated for one node of the class as :func:`unicron_plan.api.solve` with
@@ -45,8 +45,30 @@ MAX_PRECOMPUTED_CLASSES = 16384
 #: last STOP_WINDOW seconds: under back-to-back requests it still runs about a quarter of the time.
 STOP_SHARE = 0.75
 STOP_WINDOW = 2.0
+#: Incremental plans per applied cluster after which the heap is settled (:meth:`Coordinator._settle_after_plan`).
+SETTLE_PLANS = 3
 #: The warm worker's CPU priority (nice value): the lowest.
 WARM_NICENESS = 19
+#: The most warm worker processes one warm-up starts (``serve --warm-workers``).
+MAX_WARM_WORKERS = 64
+#: Share of the memory available (MemAvailable) when the first worker has read the cluster that its
+#: copies may take, each counted as large as it is then: fewer workers are started where it is short.
+WARM_MEMORY_SHARE = 0.5
+#: Bytes all warm workers together may hold, each counted as large as the first once it has read the
+#: cluster (so that the service with its workers stays within 8 GiB at 1,048,576 GPUs).
+WARM_MEMORY_BYTES = 6 << 30
+
+
+def default_warm_workers() -> int:
+    """The CPUs this process may run on (``os.sched_getaffinity``; ``os.cpu_count`` where there is no
+    such call), at most MAX_WARM_WORKERS."""
+    import os
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_WARM_WORKERS, cpus))
 
 
 class Conflict(Exception):
@@ -77,7 +99,7 @@ class Coordinator:
     """The service's state machine over a :class:`Store` in ``state_dir``."""
 
     def __init__(self, state_dir: str | Path, solver: str | None = None, contingency: bool = True,
-                 settle_heap: bool = False):
+                 settle_heap: bool = False, warm_workers: int | None = None):
         self.store = Store(state_dir)
         self.solver = solver
         self.metrics = Metrics()
@@ -100,12 +122,20 @@ class Coordinator:
         self._body = None  # (shared entries of the kept plan, their JSON: service/answers.py)
         self._closed = False
         self._settle = settle_heap
+        self._settled = None  # (a prepared cluster, incremental plans made on it: _settle_after_plan)
         if settle_heap:
             _settle_heap()
         self._worker = None
+        #: warm worker processes per warm-up (at most; fewer where memory is short: _warm_process)
+        self.warm_workers = default_warm_workers() if warm_workers is None else warm_workers
+        if not 1 <= self.warm_workers <= MAX_WARM_WORKERS:
+            raise InvalidInstanceError("warm_workers", f"{self.warm_workers}: must be in 1..{MAX_WARM_WORKERS}")
         self.warm_pids: list[int] = []  # the warm worker processes started (tests, diagnostics)
-        self._warm_pid: int | None = None  # the running one
+        self._warm_pid: int | None = None  # the first of the running ones (its process group holds the others)
         self._pause_lock = threading.Lock()
+        # notified when the workers are continued: the thread that receives their messages waits on it
+        # while they are stopped for a request (and so takes no turn of the interpreter lock from it)
+        self._continued = threading.Condition(self._pause_lock)
         self._solving = 0  # requests solving now (the warm worker is stopped while any is, within STOP_SHARE)
         self._stops: list[list] = []  # [start, end or None] of the worker's recent stops (monotonic)
         if contingency:
@@ -160,9 +190,23 @@ class Coordinator:
         if kept is None:
             return None
         try:
-            return incremental_plan(kept, instance, self.solver, DEFAULT_TIME_LIMIT_SECONDS)
+            plan = incremental_plan(kept, instance, self.solver, DEFAULT_TIME_LIMIT_SECONDS)
         except Exception:  # any doubt (bad input included): the whole path answers, and reports it
             return None
+        if self._settle:
+            self._settle_after_plan(prepared)
+        return plan
+
+    def _settle_after_plan(self, prepared) -> None:
+        """Settle the heap after each of the first SETTLE_PLANS incremental plans on ``prepared``: they
+        make the terms their key shares with later events (kept by the plan module), which a full
+        collection would otherwise walk during later requests (about 30 ms at 1,048,576 GPUs)."""
+        with self._cv:
+            made = self._settled[1] if self._settled is not None and self._settled[0] is prepared else 0
+            if made >= SETTLE_PLANS:
+                return
+            self._settled = (prepared, made + 1)
+        _settle_heap()
 
     def _kept_plan(self, prepared, settle: bool = False):
         """:func:`unicron_plan.plan.incremental.keep_plan` of ``prepared``, once per prepared cluster;
@@ -207,6 +251,7 @@ class Coordinator:
                     self._stops[-1][1] = time.monotonic()
                     if self._warm_pid is not None:
                         _signal(self._warm_pid, "SIGCONT")
+                    self._continued.notify_all()
 
     def _stop_worker(self) -> None:
         """Stop the warm worker (caller holds the pause lock) unless it was stopped for STOP_SHARE of the
@@ -523,19 +568,25 @@ class Coordinator:
                     self._index = (snapshot.base_version, None)  # the worker died first: events are solved
 
     def _warm(self, snapshot: st.State) -> None:
-        """Both stages for ``snapshot`` in a worker process (so that requests in this process do not wait
-        for the interpreter lock, and it is stopped while they solve); its messages are
-        published here as they come, and the worker is stopped as soon as the state moves on. Where
-        no process can be started, the same stages run in this thread."""
+        """Both stages for ``snapshot`` in worker processes (so that requests in this process do not wait
+        for the interpreter lock, and they are stopped while requests solve): the first reads the
+        cluster and builds the index, then forks the others (:func:`_warm_process`), each answering its
+        share of the classes on its own pipe; their messages are published here as they come, and the
+        workers are stopped as soon as the state moves on. Where no process can be started, the same
+        stages run in this thread."""
+        from multiprocessing.connection import wait
+
         start = time.perf_counter()
+        workers = self.warm_workers
         try:
             ctx = _process_context()
-            receiver, sender = ctx.Pipe(duplex=False)
+            pipes = [ctx.Pipe(duplex=False) for _ in range(workers)]
             # the applied cluster goes as its JSON text (encoded in compiled code, far faster than
             # pickling the models while request threads wait for the interpreter lock)
             text = snapshot.base.model_dump_json(exclude_none=True)
-            proc = ctx.Process(target=_warm_process, args=(sender, text, snapshot.revision, snapshot.base_version,
-                                                           self.solver, MAX_PRECOMPUTED_CLASSES),
+            proc = ctx.Process(target=_warm_process, args=([s for _, s in pipes], text, snapshot.revision,
+                                                           snapshot.base_version, self.solver,
+                                                           MAX_PRECOMPUTED_CLASSES),
                                name="unicron-warm", daemon=True)
             proc.start()
             if ctx.get_start_method() == "forkserver":
@@ -545,42 +596,68 @@ class Coordinator:
                                           lambda: self._moved_on(snapshot)):
                 self._publish(snapshot, message, start)
             return
-        sender.close()
+        for _, sender in pipes:
+            sender.close()
+        receivers = [r for r, _ in pipes]
         self.warm_pids.append(proc.pid)
         with self._pause_lock:
             self._warm_pid = proc.pid
             self._stops = []
             if self._solving:
                 self._stop_worker()
+        listening = receivers[:1]  # the others only after the index (a worker's answers follow it)
         try:
-            while not self._moved_on(snapshot):
-                if not receiver.poll(0.05):
-                    if not proc.is_alive() and not receiver.poll(0):
-                        return
+            while listening and not self._moved_on(snapshot):
+                self._wait_continued(snapshot)
+                ready = wait(listening, 0.05)
+                if not ready:
+                    if not proc.is_alive() and not any(r.poll(0) for r in listening):
+                        return  # (the first worker waits for the others before it ends)
                     continue
-                try:
-                    message = receiver.recv()
-                except (EOFError, OSError):
-                    return
-                if message[0] == "done":
-                    return
-                self._publish(snapshot, message, start)
+                for receiver in ready:
+                    try:
+                        message = receiver.recv()
+                    except (EOFError, OSError):
+                        listening.remove(receiver)
+                        continue
+                    if message[0] == "done":
+                        listening.remove(receiver)
+                        continue
+                    if message[0] == "index":
+                        listening.extend(receivers[1:])
+                    self._publish(snapshot, message, start)
         finally:
             with self._pause_lock:
                 self._warm_pid = None
-            receiver.close()
-            if proc.is_alive():
-                proc.terminate()
+            for receiver in receivers:
+                receiver.close()
+            if not listening and proc.is_alive():  # every worker done: the first reaps the others (their
+                _signal(proc.pid, "SIGCONT")        # CPU time is then counted with its own), then ends
+                proc.join(5)
+            if proc.is_alive() or listening:
+                _signal(proc.pid, "SIGTERM")  # every worker (the first one's process group)
                 _signal(proc.pid, "SIGCONT")  # a stopped process acts on SIGTERM only once continued
             proc.join(5)
+
+    def _wait_continued(self, snapshot: st.State) -> None:
+        """Wait while the workers are stopped for a request (what they sent before waits in its pipe):
+        this thread then neither wakes nor unpickles, so the request has the interpreter lock to itself
+        (under load a thread that takes the lock may be descheduled holding it, and the request waits
+        for its next turn on a CPU)."""
+        with self._pause_lock:
+            while self._solving and self._stops and self._stops[-1][1] is None and not self._moved_on(snapshot):
+                self._continued.wait(0.5)
 
     def _moved_on(self, snapshot: st.State) -> bool:
         return self._closed or self.state.base_version != snapshot.base_version
 
     def _publish(self, snapshot: st.State, message: tuple, start: float) -> None:
         """One message of the warm stages: ("index", index, digest, nodes to do),
-        ("shared", body number, entries' JSON) or ("answer", representative, its class, zlib JSON or
-        a delta on a body sent before)."""
+        ("shared", body number, entries' JSON), ("answer", representative, its class, zlib JSON or
+        a delta on a body sent before) or ("workers", pids of the workers the first one forked)."""
+        if message[0] == "workers":
+            self.warm_pids.extend(message[1])
+            return
         if message[0] == "index":
             _, index, digest, total = message
             self.metrics.contingency_build.observe(time.perf_counter() - start)
@@ -645,14 +722,20 @@ def _index_key(after: st.State, nodes: dict | None = None) -> str | None:
 
 
 def _signal(pid: int, name: str) -> None:
-    """Send signal ``name`` to the warm worker ``pid`` (nothing where the signal does not exist or the
-    worker has ended)."""
+    """Send signal ``name`` to the warm workers of the first one, ``pid``: its process group (it makes
+    one as it starts, and the workers it forks are in it), or the process alone before it has made
+    one (nothing where the signal does not exist or the workers have ended)."""
     import os
     import signal
 
     sig = getattr(signal, name, None)
     if sig is None:
         return
+    try:
+        os.killpg(pid, sig)
+        return
+    except (AttributeError, ProcessLookupError, PermissionError):
+        pass
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
@@ -686,25 +769,109 @@ def _lower_process_server() -> None:
             pass
 
 
-def _warm_process(sender, base_json: str, revision: int, base_version: int, solver: str | None,
+def _warm_process(senders: list, base_json: str, revision: int, base_version: int, solver: str | None,
                   max_classes: int) -> None:
-    """A warm worker: send every message of :func:`_warm_messages`, then "done". It runs at the
-    lowest CPU priority (nice WARM_NICENESS), so that it takes only CPU time nothing else wants, and
-    is stopped while a request solves as well (:meth:`Coordinator._worker_paused`): on two
-    hyper-threads of one core even a process of the lowest priority slows its sibling."""
+    """The warm workers: this one reads the cluster and sends the index (:func:`_warm_setup`) on the
+    first pipe, then forks one worker per other pipe (fewer where memory is short:
+    :func:`_workers_affordable`), announced as ("workers", their pids); worker k of n answers classes
+    k, k + n, ... (:func:`_warm_answers`, body numbers k, k + len(senders), ...: no two workers' collide),
+    sends "done" on its pipe and ends; this one waits for the others. Each runs at the lowest CPU
+    priority (nice WARM_NICENESS), so that it takes only CPU time nothing else wants, and is stopped
+    while a request solves as well (:meth:`Coordinator._worker_paused`, by the process group this one
+    makes): on two hyper-threads of one core even a process of the lowest priority slows its sibling."""
+    import os
+
     _lower_priority()
+    try:
+        os.setpgid(0, 0)
+    except (AttributeError, OSError):
+        pass
+    children: list[int] = []
+    sender = senders[0]
     try:
         from unicron_plan.schema import Instance
 
         snapshot = st.State(base=Instance.model_validate_json(base_json), revision=revision,
                             base_version=base_version)
-        for message in _warm_messages(snapshot, solver, max_classes, lambda: False):
+        setup = _warm_setup(snapshot, max_classes)
+        sender.send(setup[0])
+        if setup[1] is None:
+            sender.send(("done",))
+            return
+        _keep(setup[1])
+        n = 1 + _workers_affordable(len(senders) - 1)
+        gc.freeze()  # (the pages the forked workers share are not written by their collections)
+        for k in range(1, n):
+            pid = os.fork()
+            if pid == 0:
+                _forked_worker(senders, k, n, setup[1], solver)  # (does not return)
+            children.append(pid)
+        for other in senders[1:]:
+            other.close()
+        if children:
+            sender.send(("workers", children))
+        for message in _warm_answers(setup[1], solver, lambda: False, share=(0, n), stride=len(senders)):
             sender.send(message)
         sender.send(("done",))
     except (BrokenPipeError, EOFError, OSError):  # the coordinator stopped listening: the state moved on
         pass
     finally:
         sender.close()
+        for pid in children:
+            with contextlib.suppress(OSError):
+                os.waitpid(pid, 0)
+
+
+def _forked_worker(senders: list, k: int, n: int, setup: dict, solver: str | None) -> None:
+    """Worker ``k`` of ``n``, forked by :func:`_warm_process`: its share of the answers on pipe ``k``."""
+    import os
+
+    code = 0
+    try:
+        for j, other in enumerate(senders):
+            if j != k:
+                other.close()
+        sender = senders[k]
+        for message in _warm_answers(setup, solver, lambda: False, share=(k, n), stride=len(senders)):
+            sender.send(message)
+        sender.send(("done",))
+        sender.close()
+    except (BrokenPipeError, EOFError, OSError):
+        pass
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)  # (nothing of the parent's exit runs twice)
+
+
+def _workers_affordable(wanted: int) -> int:
+    """How many of ``wanted`` more copies of this process fit (:func:`affordable_copies` of its RSS and
+    ``MemAvailable``; all of them where these cannot be read)."""
+    if wanted <= 0:
+        return 0
+    try:
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * _page_size()
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return wanted
+    return affordable_copies(wanted, rss, available)
+
+
+def affordable_copies(wanted: int, rss: int, available: int) -> int:
+    """How many of ``wanted`` copies of a worker of ``rss`` bytes fit in WARM_MEMORY_SHARE of the
+    ``available`` bytes and, with the worker itself, in WARM_MEMORY_BYTES (each copy counted whole,
+    though a forked one shares the pages it does not write)."""
+    rss = max(rss, 1)
+    room = min(WARM_MEMORY_SHARE * available, WARM_MEMORY_BYTES - rss)
+    return max(0, min(wanted, int(room // rss)))
+
+
+def _page_size() -> int:
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE")
 
 
 def _lower_priority() -> None:
@@ -717,7 +884,7 @@ def _lower_priority() -> None:
         pass
 
 
-def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, stop):
+def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, stop, share: tuple[int, int] = (0, 1)):
     """The warm stages of ``snapshot`` as messages: ("index", index or None, fingerprint, nodes to do),
     then ("answer", representative, its class, zlib JSON plan) for each class of nodes
     (:func:`unicron_plan.plan.contingency.node_classes`, largest first; not nodes already down as a
@@ -726,14 +893,20 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
     ("shared", body number, their JSON) first, once). The index solves each equivalence class of failures once; the answer of a class is
     its representative's plan, placed and validated by :func:`unicron_plan.api.solve` as a cold
     request would be; the other nodes of the class are answered with it relabelled
-    (:func:`unicron_plan.plan.contingency.relabel_plan`)."""
-    from unicron_plan import api
+    (:func:`unicron_plan.plan.contingency.relabel_plan`). ``share`` (k, n): only classes k, k + n, ...
+    (their body numbers k, k + n, ...), as worker k of n sends them."""
+    message, setup = _warm_setup(snapshot, max_classes)
+    yield message
+    if setup is not None:
+        yield from _warm_answers(_keep(setup), solver, stop, share, share[1])
+
+
+def _warm_setup(snapshot: st.State, max_classes: int) -> tuple[tuple, dict | None]:
+    """The first message of the warm stages (the index) and what every worker reads to make answers
+    (None where the cluster has none: the index failed)."""
     from unicron_plan.core.problem import prepare
     from unicron_plan.plan.contingency import (INDEX_MAX_CELLS, build_contingency, fingerprint, index_cells,
                                                node_classes)
-    from unicron_plan.plan.incremental import incremental_plan, indexed_plan, keep_plan, shared_entries
-    from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
-    from unicron_plan.service.answers import encode_body, split_plan
 
     try:
         prepared = prepare(snapshot.base)
@@ -742,16 +915,37 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
         down = _down_nodes(snapshot.base)
         classes = [c for c in node_classes(snapshot.base, prepared.previous) if c[0] not in down][:max_classes]
     except Exception:  # e.g. a cluster the planner rejects: events are solved instead
-        yield ("index", None, None, 0)
-        return
-    yield ("index", index, digest, sum(map(len, classes)))
+        return ("index", None, None, 0), None
     base = replace(snapshot, failed={}, whole=frozenset(), exits=(), arrivals=())
-    try:
-        kept = keep_plan(prepared)
-    except Exception:  # (the answers are then made whole)
-        kept = None
+    setup = {"prepared": prepared, "digest": digest, "index": index, "classes": classes, "base": base}
+    return ("index", index, digest, sum(map(len, classes))), setup
+
+
+def _keep(setup: dict) -> dict:
+    """``setup`` with the kept plan of its cluster (None where it has none: the answers are then made
+    whole), made after the index is sent."""
+    from unicron_plan.plan.incremental import keep_plan
+
+    if "kept" not in setup:
+        try:
+            setup["kept"] = keep_plan(setup["prepared"])
+        except Exception:
+            setup["kept"] = None
+    return setup
+
+
+def _warm_answers(setup: dict, solver: str | None, stop, share: tuple[int, int] = (0, 1), stride: int = 1):
+    """The "shared" and "answer" messages of classes k, k + n, ... of ``setup`` (``share`` (k, n)), body
+    numbers k, k + stride, ... (``stride`` >= n: workers with other k never number one alike)."""
+    from unicron_plan import api
+    from unicron_plan.plan.incremental import incremental_plan, indexed_plan, shared_entries
+    from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
+    from unicron_plan.service.answers import encode_body, split_plan
+
+    prepared, digest, index, kept, base = (setup[k] for k in ("prepared", "digest", "index", "kept", "base"))
+    first, n = share
     bodies: dict[int, tuple[list, int]] = {}  # id of shared entries -> (them, their body number)
-    for members in classes:
+    for members in setup["classes"][first::n]:
         if stop():
             return
         try:
@@ -774,8 +968,8 @@ def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, sto
             continue
         if split is not None:
             if id(shared) not in bodies:
-                bodies[id(shared)] = (shared, len(bodies))
-                yield ("shared", len(bodies) - 1, encode_body(shared))
+                bodies[id(shared)] = (shared, first + stride * len(bodies))
+                yield ("shared", bodies[id(shared)][1], encode_body(shared))
             yield ("answer", members[0], members, (bodies[id(shared)][1], *split))
         else:
             yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))

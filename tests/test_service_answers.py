@@ -145,3 +145,84 @@ def test_an_index_that_stores_no_failure_is_not_read(tmp_path, monkeypatch):
     assert got["solver"]["name"] == want.solver.name == "dp"
     assert got["objective"] == pytest.approx(want.objective, rel=1e-9)
     c.close()
+
+
+def _warm_deltas(kind: str, seed: int, gpus: int = 4096, jobs: int = 32):
+    inst = generate_instance(seed, gpus=gpus, jobs=jobs, failed_nodes=0, curves=kind)
+    inst.pop("event", None)
+    snapshot = st.State(base=Instance.model_validate(inst), revision=1, base_version=1)
+    order = {n.id: k for k, n in enumerate(snapshot.base.cluster.nodes)}
+    bodies, deltas = {}, []
+    for message in coordinator._warm_messages(snapshot, None, 4096, lambda: False):
+        if message[0] == "shared":
+            bodies[message[1]] = message[2]
+        elif message[0] == "answer" and isinstance(message[3], tuple):
+            deltas.append(message)
+    return bodies, deltas, order
+
+
+@pytest.mark.parametrize("kind,seed", [("equal-per-gpu", 6), ("linear-step", 6), ("identical", 6)])
+def test_stored_changes_read_as_the_deltas_and_hold_each_text_once(kind, seed):
+    """An answer kept compactly (positions and interned texts) gives the same bytes as its delta, for
+    its representative and relabelled for every other node of its class; the same text in two answers
+    is one object."""
+    from unicron_plan.service.answers import StoredChanges, stored_changes
+
+    bodies, deltas, order = _warm_deltas(kind, seed)
+    assert deltas
+    texts: dict = {}
+    kept = []
+    for _, rep, members, (number, head, changed, tail) in deltas:
+        stored = stored_changes(changed, texts)
+        assert isinstance(stored, StoredChanges) and len(stored) == len(changed)
+        assert list(stored.positions) == list(changed)
+        assert joined_text(bodies[number], head, stored, tail) == joined_text(bodies[number], head, changed, tail)
+        for b in members[1:4]:
+            assert relabelled_text(bodies[number], head, stored, tail, rep, b, order) == \
+                relabelled_text(bodies[number], head, changed, tail, rep, b, order)
+        kept.append(stored)
+    held = {}
+    for stored in kept:
+        for text in stored.texts:
+            assert held.setdefault(text, text) is text  # one object per distinct text
+    assert len(held) == len(texts)
+
+
+@pytest.mark.parametrize("kind,seed", [("equal-per-gpu", 6), ("linear-step", 6), ("identical", 6), ("near-linear", 6)])
+def test_relabelling_reads_only_the_entries_that_may_name_a_node(kind, seed, monkeypatch):
+    """The relabelled text keeps the changed entries that name neither node and are no hit job's as
+    they are (their bytes), relabels the others, and reads as relabel_plan of the whole plan; with a
+    node id JSON would escape every entry is relabelled, to the same plan."""
+    from unicron_plan.service import answers
+
+    bodies, deltas, order = _warm_deltas(kind, seed)
+    kept_as_is = relabelled = hits = 0
+    for _, rep, members, (number, head, changed, tail) in deltas:
+        whole = json.loads(joined_text(bodies[number], head, changed, tail))
+        for b in members[1:4]:
+            text = relabelled_text(bodies[number], head, changed, tail, rep, b, order)
+            assert json.loads(text) == relabel_plan(json.loads(json.dumps(whole)), rep, b, order)
+            entries = json.loads(text)["jobs"]
+            for k, entry_text in changed.items():
+                names = rep in whole["jobs"][k]["nodes"] or b in whole["jobs"][k]["nodes"]
+                hit = whole["jobs"][k].get("reason") == "hit"
+                hits += hit
+                if not names and not hit:
+                    assert entry_text in text  # the entry's own bytes
+                    kept_as_is += 1
+                else:
+                    relabelled += 1
+                assert entries[k] == relabel_plan({"jobs": [json.loads(entry_text)]}, rep, b, order)["jobs"][0]
+            monkeypatch.setattr(answers, "_untouched", lambda a, b: None)  # every entry read and relabelled
+            assert json.loads(relabelled_text(bodies[number], head, changed, tail, rep, b, order)) == json.loads(text)
+            monkeypatch.undo()
+    assert kept_as_is > 0 and relabelled > 0 and hits > 0, (kept_as_is, relabelled, hits)
+
+
+def test_a_node_id_json_escapes_relabels_every_entry():
+    from unicron_plan.service.answers import _untouched
+
+    assert _untouched("n1", "n2")(b'{"nodes":["n3"]}') is True
+    assert _untouched("n1", "n2")(b'{"nodes":["n1"]}') is False
+    assert _untouched("n1", "n2")(b'{"reason":"hit","why":"n1 failed"}') is False
+    assert _untouched('n"1', "n2") is None and _untouched("n1", "n\u00e9") is None and _untouched("n 1", "n2") is None

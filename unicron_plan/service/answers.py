@@ -13,6 +13,8 @@ changed jobs, not with the plan (but for one copy of the body's bytes).
 from __future__ import annotations
 
 import json
+import re
+from array import array
 
 JOBS = b'"jobs":[]'  # the jobs array of a plan's text without its jobs (once, outside any string)
 
@@ -55,10 +57,36 @@ def _entry_text(entry, texts: dict | None) -> bytes:
     return held[1]
 
 
-def joined_text(body: list[bytes], head: bytes, changed: dict[int, bytes], tail: bytes, end: bytes | None = None) -> bytes:
-    """The plan's JSON text: the body with the changed entries in place; with ``end``, the text's last
-    byte (its closing brace) replaced by ``end``. One copy of the body's bytes (the ends are joined to
-    the first and last entries before the join)."""
+class StoredChanges:
+    """A stored answer's changed entries: their positions (a compact array) and their texts (a tuple),
+    each text the one object every stored answer with the same text holds (:func:`stored_changes`)."""
+
+    __slots__ = ("positions", "texts")
+
+    def __init__(self, positions, texts: tuple):
+        self.positions = positions
+        self.texts = texts
+
+    def items(self):
+        return zip(self.positions, self.texts)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def stored_changes(changed: dict[int, bytes], texts: dict[bytes, bytes]) -> StoredChanges:
+    """``changed`` (position -> entry text) as a service keeps it: the texts interned in ``texts`` (text
+    -> the one copy kept), so that the many answers that change a job the same way hold its text once
+    (answers to single-node failures of one cluster share most of their changed entries)."""
+    positions = array("i", changed)
+    return StoredChanges(positions, tuple(texts.setdefault(t, t) for t in changed.values()))
+
+
+def joined_text(body: list[bytes], head: bytes, changed, tail: bytes, end: bytes | None = None) -> bytes:
+    """The plan's JSON text: the body with the changed entries (position -> text, or
+    :class:`StoredChanges`) in place; with ``end``, the text's last byte (its closing brace) replaced
+    by ``end``. One copy of the body's bytes (the ends are joined to the first and last entries before
+    the join)."""
     pieces = list(body)
     for k, text in changed.items():
         pieces[k] = text
@@ -76,18 +104,40 @@ def _framed(head: bytes, pieces: list[bytes], tail: bytes) -> bytes:
     return b",".join(pieces)
 
 
-def relabelled_text(body: list[bytes], head: bytes, changed: dict[int, bytes], tail: bytes, a: str, b: str,
+#: node ids that JSON writes as they are (no escape): an entry naming one holds it quoted, byte for byte
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_.:@/+\-]+")
+
+
+def _untouched(a: str, b: str):
+    """A test of an entry's text: True where :func:`unicron_plan.plan.contingency.relabel_plan` would
+    leave the entry as it is (it names neither node and is no hit job's, whose sentence may name one),
+    False where it may not; None (every entry relabelled) where a node id is not plain."""
+    if not (_PLAIN_ID.fullmatch(a) and _PLAIN_ID.fullmatch(b)):
+        return None
+    needles = (b'"' + a.encode() + b'"', b'"' + b.encode() + b'"', b'"hit"')
+    return lambda text: not any(n in text for n in needles)
+
+
+def relabelled_text(body: list[bytes], head: bytes, changed, tail: bytes, a: str, b: str,
                     order: dict[str, int], end: bytes | None = None) -> bytes:
     """The JSON text of :func:`unicron_plan.plan.contingency.relabel_plan` of the plan (``a``'s
-    failure) made ``b``'s: only its own fields and changed entries are read and relabelled; ``end``:
-    as :func:`joined_text`'s."""
+    failure) made ``b``'s: only its own fields and the changed entries that may name a node are read
+    and relabelled (the others are kept as they are: relabelling leaves them so); ``changed`` and
+    ``end``: as :func:`joined_text`'s."""
     from unicron_plan.plan.contingency import relabel_plan
 
-    top = json.loads(head + tail)
-    positions = list(changed)
-    top["jobs"] = [json.loads(changed[k]) for k in positions]
-    relabel_plan(top, a, b, order)
+    untouched = _untouched(a, b)
     pieces = list(body)
+    positions = []
+    top = json.loads(head + tail)
+    top["jobs"] = jobs = []
+    for k, text in changed.items():
+        if untouched is not None and untouched(text):
+            pieces[k] = text
+        else:
+            positions.append(k)
+            jobs.append(json.loads(text))
+    relabel_plan(top, a, b, order)
     for k, job in zip(positions, top.pop("jobs")):
         pieces[k] = json.dumps(job, separators=(",", ":"), allow_nan=False).encode()
     rest = json.dumps(top, separators=(",", ":"), allow_nan=False).encode()

@@ -113,7 +113,7 @@ class Coordinator:
         # (base_version, {node id: its class's representative}, {representative: zlib(JSON plan), or
         # (body number, head, changed entries, tail): service/answers.py}, nodes to do, {body number:
         # shared entries' JSON}): answers to single-node failures, one per class of nodes
-        self._answers: tuple[int, dict[str, str], dict[str, Any], int, dict[int, list]] | None = None
+        self._answers: tuple[int, dict[str, str], dict[str, Any], int, dict[int, list], dict[bytes, bytes]] | None = None
         self._can_fail: tuple[int, int] | None = None  # (base version, its nodes not down as a whole)
         self._order: tuple[int, dict[str, int]] | None = None  # (base_version, node id -> cluster position)
         self._fingerprint: tuple[int, str] | None = None  # (base_version, fingerprint of the base)
@@ -665,7 +665,9 @@ class Coordinator:
                 self._index = (snapshot.base_version, index)
                 self._fingerprint = None if digest is None else (snapshot.base_version, digest)
                 if index is not None:
-                    self._answers = (snapshot.base_version, {}, {}, total, {})
+                    # (version, node -> representative, representative -> answer, nodes to do,
+                    #  body number -> shared entries' texts, changed entries' texts interned)
+                    self._answers = (snapshot.base_version, {}, {}, total, {}, {})
             if index is not None and snapshot.base is not None:
                 self._node_order(snapshot)  # (read by every relabelled answer: made before the first)
         elif message[0] == "shared":
@@ -678,6 +680,11 @@ class Coordinator:
                 answers = self._answers
             if answers is not None and answers[0] == snapshot.base_version:
                 _, rep, members, packed = message
+                if isinstance(packed, tuple):  # (held compactly, each changed entry's text once)
+                    from unicron_plan.service.answers import stored_changes
+
+                    number, head, changed, tail = packed
+                    packed = (number, head, stored_changes(changed, answers[5]), tail)
                 answers[2][rep] = packed
                 answers[1].update(dict.fromkeys(members, rep))
 

@@ -197,10 +197,17 @@ def test_relabelling_reads_only_the_entries_that_may_name_a_node(kind, seed, mon
 
     bodies, deltas, order = _warm_deltas(kind, seed)
     kept_as_is = relabelled = hits = 0
+    real_loads = answers.json.loads
     for _, rep, members, (number, head, changed, tail) in deltas:
         whole = json.loads(joined_text(bodies[number], head, changed, tail))
         for b in members[1:4]:
+            loads = []
+            monkeypatch.setattr(answers.json, "loads", lambda t, **kw: loads.append(t) or real_loads(t, **kw))
             text = relabelled_text(bodies[number], head, changed, tail, rep, b, order)
+            monkeypatch.undo()
+            reread = sum(rep in whole["jobs"][k]["nodes"] or b in whole["jobs"][k]["nodes"]
+                         or whole["jobs"][k].get("reason") == "hit" for k in changed)
+            assert len(loads) == 1 + reread  # the plan's own fields, and only the entries that may name a node
             assert json.loads(text) == relabel_plan(json.loads(json.dumps(whole)), rep, b, order)
             entries = json.loads(text)["jobs"]
             for k, entry_text in changed.items():
@@ -225,4 +232,6 @@ def test_a_node_id_json_escapes_relabels_every_entry():
     assert _untouched("n1", "n2")(b'{"nodes":["n3"]}') is True
     assert _untouched("n1", "n2")(b'{"nodes":["n1"]}') is False
     assert _untouched("n1", "n2")(b'{"reason":"hit","why":"n1 failed"}') is False
+    assert _untouched("n1", "n2")(b'{"reason": "hit", "hit": true}') is False
+    assert _untouched("n1", "n2")(b'{"hit":false,"reason":"grown","nodes":["n3"]}') is True
     assert _untouched('n"1', "n2") is None and _untouched("n1", "n\u00e9") is None and _untouched("n 1", "n2") is None

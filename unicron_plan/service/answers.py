@@ -114,8 +114,9 @@ def _untouched(a: str, b: str):
     False where it may not; None (every entry relabelled) where a node id is not plain."""
     if not (_PLAIN_ID.fullmatch(a) and _PLAIN_ID.fullmatch(b)):
         return None
-    needles = (b'"' + a.encode() + b'"', b'"' + b.encode() + b'"', b'"hit"')
-    return lambda text: not any(n in text for n in needles)
+    needles = (b'"' + a.encode() + b'"', b'"' + b.encode() + b'"')
+    # a hit job's entry has "hit" as a value (its reason); every entry has it as a key ("hit":)
+    return lambda text: not any(n in text for n in needles) and text.count(b'"hit"') == text.count(b'"hit":')
 
 
 def relabelled_text(body: list[bytes], head: bytes, changed, tail: bytes, a: str, b: str,

@@ -11,21 +11,15 @@ import zlib
 
 import pytest
 
-from conftest import ROOT, WARM_WAIT
-from unicron_plan.io import read_json
+from conftest import WARM_WAIT
 from unicron_plan.schema import Instance
 from unicron_plan.service import coordinator, state as st
 from unicron_plan.service.answers import joined_text
 from unicron_plan.service.coordinator import Coordinator
 from unicron_plan.tools.generate import generate_instance
+from test_service_warm import _base, _wait_answers
 
 linux_proc = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
-
-
-def _base(name: str) -> dict:
-    inst = read_json(ROOT / "instances" / name)
-    inst.pop("event", None)
-    return inst
 
 
 def _text(packed, bodies: dict) -> dict:
@@ -64,16 +58,6 @@ def test_shares_of_the_classes_are_the_whole_warm_up(kind, seed, n):
                 got[m[1]] = (m[2], _text(m[3], bodies), isinstance(m[3], tuple))
     assert len(numbers) == len(set(numbers))
     assert got == want
-
-
-def _wait_answers(coord: Coordinator, timeout: float = 120.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done = coord.precomputed_status()
-        if done["total"] and done["done"] >= done["total"]:
-            return done
-        time.sleep(0.05)
-    raise AssertionError(f"answers not stored after {timeout} s: {coord.precomputed_status()}")
 
 
 def _stored(coord: Coordinator) -> tuple[dict, dict]:

@@ -17,7 +17,7 @@ from unicron_plan.service import coordinator, state as st
 from unicron_plan.service.answers import joined_text
 from unicron_plan.service.coordinator import Coordinator
 from unicron_plan.tools.generate import generate_instance
-from test_service_warm import _base, _wait_answers
+from test_service_warm import _alive, _base, _wait_answers
 
 linux_proc = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
 
@@ -95,14 +95,6 @@ def test_n_workers_store_every_class_once_with_the_answers_of_one(tmp_path, monk
         monkeypatch.undo()
     assert stored[3] == stored[1]
     assert len(stored[1][0]) == len(inst["cluster"]["nodes"])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _state(pid: int) -> str:

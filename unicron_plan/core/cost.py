@@ -267,8 +267,12 @@ def repeat_penalty(f_x: float, y: int | np.ndarray, x: int, d_repeat: float,
 
 
 def charged(y, x: int, f_x: float, d_trans: float, d_repeat: float, changed):
-    """Everything a plan charges a job for its transitions: :func:`transition_penalty` + :func:`repeat_penalty`."""
+    """Everything a plan charges a job for its transitions: :func:`transition_penalty` + :func:`repeat_penalty`
+    (elementwise over jobs where every argument is an array of them: the repeat added only where its term
+    is not 0)."""
     out = transition_penalty(f_x, d_trans, changed)
+    if isinstance(d_repeat, np.ndarray):
+        return np.where(d_repeat != 0, out + repeat_penalty(f_x, y, x, d_repeat, changed), out)
     return out + repeat_penalty(f_x, y, x, d_repeat, changed) if d_repeat else out
 
 

@@ -8,7 +8,6 @@ with the solvers, never their arithmetic, so a solver bug cannot hide here.
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -344,14 +343,12 @@ def _clean_jobs(instance: Instance, plan: Plan, tables, state, held: "_Held", d_
         return None
     x_zero = np.fromiter((x == 0 for x in xs), dtype=bool, count=m)
     y_zero = np.fromiter((y == 0 for y in ys), dtype=bool, count=m)
-    other = np.fromiter(map(operator.ne, ys, xs), dtype=bool, count=m)  # y != x
     changed = np.fromiter(map(cost.is_changed, ys, xs, hits, exits, moved), dtype=bool, count=m)
     with np.errstate(all="ignore"):  # (an overflow is inf, as in Python)
-        f_x = np.where(x_zero, 0.0, w * tx)  # cost.waf
-        f_y = np.where(y_zero, 0.0, w * ty)
-        out = np.where(changed, f_x * d_trans, 0.0)  # cost.charged: its transition penalty, then the repeat
-        penalty = np.where(d_repeat != 0, out + np.where(changed & other, f_x * d_repeat, 0.0), out)
-        g = f_y * d_run - penalty  # cost.gain
+        f_x = np.where(x_zero, 0.0, cost.waf(w, tx))
+        f_y = np.where(y_zero, 0.0, cost.waf(w, ty))
+        penalty = cost.charged(np.asarray(ys), np.asarray(xs), f_x, d_trans, d_repeat, changed)
+        g = f_y * d_run - penalty  # cost.gain with the changed flags made above
     given = {name: [getattr(pj, name) for pj in pjs] for name in ("waf_tflops", "transition_penalty",
                                                                    "transition_seconds", "gain")}
     waf, charged = _floats(given["waf_tflops"]), _floats(given["transition_penalty"])

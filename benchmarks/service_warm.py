@@ -2,10 +2,11 @@
 131,072 GPUs.
 
     PYTHONPATH=.:tests python benchmarks/service_warm.py [--quick] [--sizes 16384,131072,1048576] [--rounds N]
-        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--warm-only] [--warm-workers N] [--json OUT]
+        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--queued] [--warm-only] [--warm-workers N] [--json OUT]
 
 ``--curves KIND``: a generated cluster of that curve kind at every size (running jobs on shuffled nodes)
-instead of the library instance at 16,384; ``--warm-only``: no run without warm contingency; ``--warm-requests N``: once the last upload is
+instead of the library instance at 16,384 (``--queued``: with every job at 0 GPUs, as the
+``queued-*`` kinds have them); ``--warm-only``: no run without warm contingency; ``--warm-requests N``: once the last upload is
 warm, N dry-run failures of one random node each (stored answers: their latency, and how many the
 server answered from one by its ``unicron_contingency_hits`` counter). At
 1,048,576 GPUs the server gets ``--max-body-mib 1024 --parse-seconds 300`` (about 150 MB of JSON).
@@ -68,7 +69,7 @@ INTERVAL = {16384: 0.25, 131072: 1.0, 1048576: 2.0}
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def instance(gpus: int, curves: str | None = None) -> dict:
+def instance(gpus: int, curves: str | None = None, queued: bool = False) -> dict:
     """The cluster uploaded: the 16,384-GPU library instance, or (any other size, or ``curves`` given)
     ``generate_instance(1, gpus, jobs=gpus // 128, failed_nodes=0, curves)`` (running jobs on
     shuffled nodes)."""
@@ -79,6 +80,9 @@ def instance(gpus: int, curves: str | None = None) -> dict:
 
         inst = generate_instance(1, gpus=gpus, jobs=gpus // 128, failed_nodes=0, curves=curves or "synthetic")
     inst.pop("event", None)
+    if queued:
+        for j in inst["jobs"]:
+            j["current"] = {"gpus": 0, "nodes": []}
     return inst
 
 
@@ -246,6 +250,7 @@ def main() -> None:
     ap.add_argument("--bound", type=float, default=None, help="longest warm-up waited for (seconds)")
     ap.add_argument("--off-seconds", type=float, default=None, help="longest run without warm contingency")
     ap.add_argument("--curves", default=None, help="a generated cluster of this curve kind (generate --curves)")
+    ap.add_argument("--queued", action="store_true", help="every job at 0 GPUs")
     ap.add_argument("--warm-only", action="store_true", help="no run without warm contingency")
     ap.add_argument("--warm-requests", type=int, default=0,
                     help="once warm, this many single-node dry-run failures (at most 2,000): stored answers' latency")
@@ -254,7 +259,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     sizes = [16384] if a.quick else [int(s) for s in a.sizes.split(",")]
-    out = {"curves": a.curves or "library (16,384) / synthetic", "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()} (shared)",
+    out = {"curves": (a.curves or "library (16,384) / synthetic") + (", every job queued" if a.queued else ""), "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()} (shared)",
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": os.getloadavg(),
            "runs": []}
     for gpus in sizes:
@@ -265,7 +270,7 @@ def main() -> None:
         uploads = min(max(a.uploads or (3 if quick else 1), 1), 10)
         interval = a.interval or (0.1 if quick else INTERVAL[gpus])
         bound = min(a.bound or BOUND[gpus], 1800.0)
-        inst = instance(gpus, a.curves)
+        inst = instance(gpus, a.curves, a.queued)
         ran = None  # how long the last warm run took: the next off run lasts as long
         for r in range(rounds):
             order = (True, False) if r % 2 == 0 or ran is None else (False, True)

@@ -465,12 +465,12 @@ def test_the_command_refuses_an_instance_whose_index_would_not_fit(tmp_path):
     assert read_contingency(out)["failures"]
 
 
-def test_index_cells_counts_the_largest_type_in_whole_nodes():
-    """Jobs x the largest GPU type's capacity in whole nodes: a mixed fleet counts its biggest type
-    (on the library's 4-type fleet, whose nodes of one type are alike: jobs x the most nodes of a type)."""
+def test_index_cells_counts_the_whole_fleet_in_whole_nodes():
+    """Jobs x the fleet's capacity in whole nodes: a mixed fleet counts every type (on the library's
+    4-type fleet, whose nodes of one type are alike: jobs x the nodes of every type)."""
     inst = api.load_instance(next(p for p in library_instances() if p.name == "mixed-jagged-16384-4types-32jobs.json"))
     nodes: dict[str, list[int]] = {}
     for n in inst.cluster.nodes:
         nodes.setdefault(n.gpu_type, []).append(n.gpus)
     assert len(nodes) == 4 and all(len(set(g)) == 1 for g in nodes.values())
-    assert contingency.index_cells(inst) == len(inst.jobs) * max(len(g) for g in nodes.values())
+    assert contingency.index_cells(inst) == len(inst.jobs) * sum(len(g) for g in nodes.values())

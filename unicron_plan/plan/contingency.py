@@ -28,20 +28,23 @@ from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.schema import Instance
 
 INDEX_FILE = "contingency.json"
-#: Above this many (jobs x whole-node units of capacity) an index's tables take more memory than a
-#: planner's host should give them (12 GiB and growing at 8,192 jobs x 131,072 units; under 1 GiB at
-#: 1,024 x 16,384): the service builds none, and `unicron-plan contingency` refuses unless told more.
+#: Above this many (jobs x the fleet's capacity in whole-node units) an index takes more memory and
+#: time than a planner's host should give it (12 GiB and growing unfinished at 8,192 jobs x 131,072
+#: units of one type; 256 s and 4.2 GiB before the first answer on 4 types of 32,768 units each;
+#: under 1 GiB at 1,024 x 16,384): the service builds none, and `unicron-plan contingency` refuses
+#: unless told more.
 INDEX_MAX_CELLS = 2**28
 
 
 def index_cells(instance: Instance) -> int:
-    """Jobs x the largest GPU type's capacity in whole-node units (the size of an index's tables)."""
+    """Jobs x the fleet's capacity in whole-node units, every GPU type's summed: the index's tables
+    (each type's jobs x its capacity) and the failures it solves grow with both."""
     cap: dict[str, int] = {}
     gpus: dict[str, int] = {}
     for n in instance.cluster.nodes:
         cap[n.gpu_type] = cap.get(n.gpu_type, 0) + n.gpus
         gpus[n.gpu_type] = max(gpus.get(n.gpu_type, 1), n.gpus)
-    return len(instance.jobs) * max((c // gpus[t] for t, c in cap.items()), default=0)
+    return len(instance.jobs) * sum(c // gpus[t] for t, c in cap.items())
 
 
 def __getattr__(name: str):
@@ -138,19 +141,29 @@ def relabel_plan(plan: dict, a: str, b: str, order: dict[str, int]) -> dict:
     kept in cluster order (``order``: node id -> position). Changes ``plan`` in place and returns it."""
     from unicron_plan.plan.reasons import relabel_hit
 
-    swap = {a: b, b: a}
+    rename_plan(plan, {a: b, b: a}, order)
     for job in plan["jobs"]:
-        if a in job["nodes"] or b in job["nodes"]:
-            job["nodes"] = sorted((swap.get(n, n) for n in job["nodes"]), key=order.__getitem__)
-            job["placement"] = sorted(({**p, "node": swap.get(p["node"], p["node"])} for p in job["placement"]),
-                                      key=lambda p: order[p["node"]])
         if job.get("reason") == "hit" and "why" in job:
             job["why"] = relabel_hit(job["why"], a, b)
-    if plan.get("drained_nodes"):
-        plan["drained_nodes"] = sorted((swap.get(n, n) for n in plan["drained_nodes"]), key=order.__getitem__)
     options = plan.get("solver", {}).get("options") or {}
     if options.get("contingency_key") == f"node:{a}":
         options["contingency_key"] = f"node:{b}"
+    return plan
+
+
+def rename_plan(plan: dict, rename: dict[str, str], order: dict[str, int]) -> dict:
+    """The plan (JSON form) with every node named in its jobs' nodes and placements and in its drained
+    nodes renamed by ``rename`` (a permutation of nodes that maps each to one of its
+    :func:`node_classes` class; nodes it does not name keep their names), lists kept in cluster order
+    (``order``: node id -> position). Sentences are not read: a hit job's names its nodes
+    (:func:`relabel_plan` relabels it for one swap). Changes ``plan`` in place and returns it."""
+    for job in plan["jobs"]:
+        if any(n in rename for n in job["nodes"]):
+            job["nodes"] = sorted((rename.get(n, n) for n in job["nodes"]), key=order.__getitem__)
+            job["placement"] = sorted(({**p, "node": rename.get(p["node"], p["node"])} for p in job["placement"]),
+                                      key=lambda p: order[p["node"]])
+    if plan.get("drained_nodes"):
+        plan["drained_nodes"] = sorted((rename.get(n, n) for n in plan["drained_nodes"]), key=order.__getitem__)
     return plan
 
 

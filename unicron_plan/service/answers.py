@@ -108,13 +108,14 @@ def _framed(head: bytes, pieces: list[bytes], tail: bytes) -> bytes:
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:@/+\-]+")
 
 
-def _untouched(a: str, b: str):
-    """A test of an entry's text: True where :func:`unicron_plan.plan.contingency.relabel_plan` would
-    leave the entry as it is (it names neither node and is no hit job's, whose sentence may name one),
-    False where it may not; None (every entry relabelled) where a node id is not plain."""
-    if not (_PLAIN_ID.fullmatch(a) and _PLAIN_ID.fullmatch(b)):
+def _untouched(*names: str):
+    """A test of an entry's text: True where renaming the nodes ``names`` (:func:`unicron_plan.plan.contingency.rename_plan`,
+    :func:`~unicron_plan.plan.contingency.relabel_plan`) would leave the entry as it is (it names none of
+    them and is no hit job's, whose sentence may name one), False where it may not; None (every entry
+    read) where a node id is not plain."""
+    if not all(_PLAIN_ID.fullmatch(n) for n in names):
         return None
-    needles = (b'"' + a.encode() + b'"', b'"' + b.encode() + b'"')
+    needles = tuple(b'"' + n.encode() + b'"' for n in names)
     # a hit job's entry has "hit" as a value (its reason); every entry has it as a key ("hit":)
     return lambda text: not any(n in text for n in needles) and text.count(b'"hit"') == text.count(b'"hit":')
 
@@ -127,7 +128,31 @@ def relabelled_text(body: list[bytes], head: bytes, changed, tail: bytes, a: str
     ``end``: as :func:`joined_text`'s."""
     from unicron_plan.plan.contingency import relabel_plan
 
-    untouched = _untouched(a, b)
+    return _rewritten(body, head, changed, tail, _untouched(a, b), lambda plan: relabel_plan(plan, a, b, order), end)
+
+
+def renamed_text(body: list[bytes], head: bytes, changed, tail: bytes, rename: dict[str, str],
+                 order: dict[str, int], end: bytes | None = None) -> bytes | None:
+    """The JSON text of :func:`unicron_plan.plan.contingency.rename_plan` of the plan, read as
+    :func:`relabelled_text` reads it (the body's entries must name no node ``rename`` moves); None where
+    an entry read is a hit job's (its sentence names nodes, which renaming does not rewrite)."""
+    from unicron_plan.plan.contingency import rename_plan
+
+    moved = {a: b for a, b in rename.items() if a != b}
+    hits = []
+
+    def renamed(plan: dict) -> dict:
+        hits.extend(j for j in plan["jobs"] if j.get("reason") == "hit")
+        return rename_plan(plan, moved, order)
+
+    text = _rewritten(body, head, changed, tail, _untouched(*moved), renamed, end)
+    return None if hits else text
+
+
+def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, untouched, rewrite, end: bytes | None) -> bytes:
+    """The plan's text with its own fields and the changed entries ``untouched`` does not pass (every one
+    where it is None) read, given to ``rewrite`` (the plan's JSON form with those entries alone) and
+    written again; the other entries kept as their bytes."""
     pieces = list(body)
     positions = []
     top = json.loads(head + tail)
@@ -138,7 +163,7 @@ def relabelled_text(body: list[bytes], head: bytes, changed, tail: bytes, a: str
         else:
             positions.append(k)
             jobs.append(json.loads(text))
-    relabel_plan(top, a, b, order)
+    rewrite(top)
     for k, job in zip(positions, top.pop("jobs")):
         pieces[k] = json.dumps(job, separators=(",", ":"), allow_nan=False).encode()
     rest = json.dumps(top, separators=(",", ":"), allow_nan=False).encode()

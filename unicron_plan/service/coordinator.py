@@ -13,8 +13,9 @@ and validated for one node of the class as :func:`unicron_plan.api.solve` with
 the index would, by :func:`unicron_plan.plan.incremental.indexed_plan`, stored
 compressed here as it comes; the class's other nodes get it with the two nodes
 swapped). An event that is exactly such a failure, arriving while nothing is
-pending on the same applied state, is answered from the stored answer; anything
-else is solved (with the index where it applies; an event that reads no index
+pending on the same applied state, is answered from the stored answer; a failure
+of whole nodes of the same classes as one solved before on that state, from that
+plan with the nodes renamed (:meth:`Coordinator._keep_solved`); anything else is solved (with the index where it applies; an event that reads no index
 incrementally, :mod:`unicron_plan.plan.incremental`).
 """
 
@@ -26,6 +27,7 @@ import json
 import threading
 import time
 import zlib
+from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,11 @@ STOP_SHARE = 0.75
 STOP_WINDOW = 2.0
 #: Incremental plans per applied cluster after which the heap is settled (:meth:`Coordinator._settle_after_plan`).
 SETTLE_PLANS = 3
+#: Optimal plans of whole-node failures kept per applied cluster for failures one with theirs up to
+#: renaming (:meth:`Coordinator._keep_solved`), the most recently used, and the most failed nodes
+#: such a failure may name.
+SOLVED_KEPT = 8
+SOLVED_MOST_NODES = 256
 #: The warm worker's CPU priority (nice value): the lowest.
 WARM_NICENESS = 19
 #: The most warm worker processes one warm-up starts (``serve --warm-workers``).
@@ -120,6 +127,9 @@ class Coordinator:
         self._prepared_base = None  # (base_version, core.problem.prepare of the base, or None)
         self._kept = None  # (that prepared cluster, plan.incremental.keep_plan of it, or None)
         self._body = None  # (shared entries of the kept plan, their JSON: service/answers.py)
+        # (base_version, {classes of the failed nodes: _Solved}, most recently used last): optimal plans
+        # of whole-node failures solved on that applied cluster, for failures one up to renaming
+        self._solved: tuple[int, OrderedDict] | None = None
         self._closed = False
         self._settle = settle_heap
         self._settled = None  # (a prepared cluster, incremental plans made on it: _settle_after_plan)
@@ -269,16 +279,16 @@ class Coordinator:
     def _stored_text(self, state: st.State, data: Any, end: bytes | None = None) -> bytes | None:
         """The precomputed answer to ``data`` on ``state`` as JSON text, or None (module docstring);
         with ``end``, the text's closing brace replaced by it."""
-        node = _single_node_failure(data)
-        if node is None or state.pending or state.base is None:
+        if state.pending or state.base is None:
             return None
+        node = _single_node_failure(data)
         with self._cv:
             answers = self._answers
         if answers is None or answers[0] != state.base_version:
-            return None
-        rep = answers[1].get(node)
-        if rep is None:
-            return None
+            answers = None
+        rep = None if node is None or answers is None else answers[1].get(node)
+        if rep is None or rep not in answers[2]:
+            return self._renamed_text(state, data, answers, end)
         packed = answers[2][rep]
         if isinstance(packed, tuple):  # a delta on the shared entries
             from unicron_plan.service.answers import joined_text, relabelled_text
@@ -294,6 +304,52 @@ class Coordinator:
             plan = relabel_plan(json.loads(text), rep, node, self._node_order(state))
             text = json.dumps(plan, separators=(",", ":"), allow_nan=False).encode()
         return text if end is None else text[:-1] + end
+
+    def _renamed_text(self, state: st.State, data: Any, answers, end: bytes | None) -> bytes | None:
+        """The text of an optimal plan solved for a failure of whole nodes one with ``data``'s up to
+        renaming (:meth:`_keep_solved`), renamed for ``data``'s nodes; None where there is none, or where
+        renaming would have to rewrite a hit job's sentence (it names its nodes: solved instead)."""
+        nodes = _whole_node_failure(data)
+        if nodes is None:
+            return None
+        classes = _failure_classes(nodes, answers)
+        with self._cv:
+            solved = self._solved
+            found = None
+            if solved is not None and solved[0] == state.base_version:
+                found = solved[1].get(classes)
+                if found is not None:
+                    solved[1].move_to_end(classes)
+        if found is None:
+            return None
+        from unicron_plan.service.answers import joined_text, renamed_text
+
+        head, pieces, tail = found.texts()
+        rename = _renaming(found.nodes, nodes, answers)
+        if not any(a != b for a, b in rename.items()):
+            return joined_text(pieces, head, {}, tail, end)
+        return renamed_text(pieces, head, dict(enumerate(pieces)), tail, rename, self._node_order(state), end)
+
+    def _keep_solved(self, before: st.State, data: Any, plan) -> None:
+        """Keep ``plan``, solved for the event ``data`` on ``before``, where it is an optimal plan of a
+        failure of whole nodes with nothing pending: a later failure of nodes of the same classes
+        (:func:`unicron_plan.plan.contingency.node_classes`, read from the stored answers' classes) has
+        as its optimal plans those of this one with the nodes renamed (:meth:`_renamed_text`)."""
+        nodes = _whole_node_failure(data)
+        if nodes is None or before.pending or before.base is None or plan.status.solution != "optimal":
+            return
+        with self._cv:
+            answers = self._answers
+            if answers is not None and answers[0] != before.base_version:
+                answers = None
+            if self._solved is None or self._solved[0] != before.base_version:
+                self._solved = (before.base_version, OrderedDict())
+            kept = self._solved[1]
+            classes = _failure_classes(nodes, answers)
+            kept[classes] = _Solved(tuple(nodes), plan)
+            kept.move_to_end(classes)
+            while len(kept) > SOLVED_KEPT:
+                kept.popitem(last=False)
 
     def _node_order(self, state: st.State) -> dict[str, int]:
         """Node id -> position in the applied cluster, once per base version."""
@@ -330,7 +386,9 @@ class Coordinator:
         else:
             with self._worker_paused():  # solving and encoding: the warm worker waits
                 after, _ = st.record_event(state, data, self._nodes(state))
-                text = self._plan_text(self._plan(state, after, dry_run=True))[:-1] + end
+                plan = self._plan(state, after, dry_run=True)
+                text = self._plan_text(plan)[:-1] + end
+                self._keep_solved(state, data, plan)
         self.metrics.plan_latency.observe(time.perf_counter() - start)
         return text
 
@@ -446,7 +504,9 @@ class Coordinator:
                 self._count_stored(dry_run=False)
             else:
                 with self._worker_paused():
-                    plan = self._plan(before, after, dry_run=False).model_dump(mode="json", exclude_none=True)
+                    solved = self._plan(before, after, dry_run=False)
+                    self._keep_solved(before, data, solved)
+                    plan = solved.model_dump(mode="json", exclude_none=True)
             ev_rev = self.last + 1
             reply = {**plan, "plan_id": f"p{ev_rev + 1}", "revision": ev_rev,
                      "includes_pending": st.pending_summary(before)}
@@ -1025,3 +1085,66 @@ def _single_node_failure(data: Any) -> str | None:
     if not isinstance(nodes, list) or len(nodes) != 1 or not isinstance(nodes[0], str):
         return None
     return nodes[0]
+
+
+def _whole_node_failure(data: Any) -> list[str] | None:
+    """The nodes of an event that is exactly the failure of whole nodes (distinct ids), else None."""
+    if not isinstance(data, dict) or data.get("kind") != "failure" or data.get("failed_gpus"):
+        return None
+    if not set(data) <= {"kind", "failed_nodes", "failed_gpus"}:
+        return None
+    nodes = data.get("failed_nodes")
+    if not isinstance(nodes, list) or not nodes or len(nodes) > SOLVED_MOST_NODES:
+        return None
+    if not all(isinstance(n, str) for n in nodes) or len(set(nodes)) != len(nodes):
+        return None
+    return nodes
+
+
+def _failure_classes(nodes: list[str], answers) -> tuple[str, ...]:
+    """The classes of ``nodes``, each named by its representative in the stored answers (a node
+    whose class has none yet stands for itself: it is then only ever matched by itself), sorted."""
+    reps = answers[1] if answers is not None else {}
+    return tuple(sorted(reps.get(n, n) for n in nodes))
+
+
+def _renaming(kept: tuple[str, ...], nodes: list[str], answers) -> dict[str, str]:
+    """A permutation of nodes, each mapped to one of its class, that maps the failed nodes ``kept``
+    onto ``nodes`` (of the same classes, :func:`_failure_classes`): one transposition of two nodes of
+    one class per failed node, composed (each leaves the failed nodes renamed before it in place).
+    Nodes it does not name keep their names."""
+    reps = answers[1] if answers is not None else {}
+    both = set(kept).intersection(nodes)  # (failed in both: left where they are)
+    waiting: dict[str, list[str]] = {}
+    for n in nodes:
+        if n not in both:
+            waiting.setdefault(reps.get(n, n), []).append(n)
+    sigma: dict[str, str] = {}  # keys and values the same set: a permutation of them
+    for k in kept:
+        c, n = sigma.get(k, k), k if k in both else waiting[reps.get(k, k)].pop()
+        if c == n:
+            continue
+        for x in (k, c, n):
+            if x not in sigma and x not in sigma.values():
+                sigma[x] = x
+        sigma = {x: n if y == c else c if y == n else y for x, y in sigma.items()}
+    return sigma
+
+
+class _Solved:
+    """An optimal plan kept by :meth:`Coordinator._keep_solved`: the failed nodes, the plan, and its text
+    as a head, one text per job and a tail, made when first read."""
+
+    __slots__ = ("nodes", "plan", "_texts")
+
+    def __init__(self, nodes: tuple[str, ...], plan):
+        self.nodes, self.plan, self._texts = nodes, plan, None
+
+    def texts(self) -> tuple[bytes, list[bytes], bytes]:
+        if self._texts is None:
+            from unicron_plan.service.answers import JOBS, encode_body
+
+            top = self.plan.model_copy(update={"jobs": []}).model_dump_json(exclude_none=True).encode()
+            at = top.index(JOBS) + len(JOBS) - 1
+            self._texts = (top[:at], encode_body(self.plan.jobs), top[at:])
+        return self._texts

@@ -76,3 +76,65 @@ def test_packing_rule_proves_a_full_packing_the_greedy_plan_misses():
             decided += 1
             assert "kept" not in stats  # no DP pass ran
     assert decided >= 1
+
+
+def _packing_by_sets(y, deficit, off, capacity: int, rounding: float):
+    """Rule 5's fullest zero-deficit plan by sets of reachable totals over 0..capacity: (top, the
+    counts read back as the DP reads them: for each job from the last, its smallest zero-deficit count
+    whose rest is reachable before it), or None."""
+    m = len(off) - 1
+    zero = deficit <= rounding / (m + 1)
+    ys = [[int(v) for v, z in zip(y[off[j]:off[j + 1]], zero[off[j]:off[j + 1]]) if z] for j in range(m)]
+    if not all(ys) or max(map(len, ys)) < 2:
+        return None
+    reach = [{0}]
+    for counts in ys:
+        reach.append({t + c for t in reach[-1] for c in counts if t + c <= capacity})
+        if not reach[-1]:
+            return None
+    total = top = max(reach[-1])
+    picks = [0] * m
+    for j in range(m - 1, -1, -1):
+        picks[j] = next(c for c in ys[j] if total - c in reach[j])
+        total -= picks[j]
+    return top, picks
+
+
+def test_the_packing_rule_reads_the_fullest_zero_deficit_plan_back_as_sets_of_totals_do():
+    """_packing (bitsets over the GPUs above every job's smallest zero-deficit count) against sets of
+    totals over 0..capacity on random options where many jobs have one zero-deficit count and some
+    several, capacities below and above every job's smallest: the same plan, and its total."""
+    rng = np.random.default_rng(11)
+    compared = 0
+    for _ in range(400):
+        m = int(rng.integers(1, 12))
+        ys, gs = [], []
+        for _ in range(m):
+            step = int(rng.choice([1, 2, 3, 8]))
+            y = np.arange(int(rng.integers(0, 4)), int(rng.integers(4, 40)), step, dtype=np.int64)
+            ys.append(y)
+            gs.append(np.zeros(len(y)))
+        off = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum([len(y) for y in ys], out=off[1:])
+        y = np.concatenate(ys)
+        # zero deficits: a run of counts per job (one count for most jobs), positive elsewhere
+        deficit = rng.uniform(1.0, 50.0, size=len(y))
+        for j in range(m):
+            n = off[j + 1] - off[j]
+            first = int(rng.integers(0, n))
+            last = first + (int(rng.integers(0, n - first)) if rng.random() < 0.4 else 0)
+            deficit[off[j] + first:off[j] + last + 1] = 0.0
+        lam = float(rng.uniform(0.5, 3.0))
+        g = np.concatenate(gs) + lam * y - deficit
+        capacity = int(rng.integers(0, int(sum(int(v[-1]) for v in ys)) + 2))
+        flat = dp._Flat(y, g, off, deficit)
+        ub, rounding = lam * capacity, 1e-9
+        got = dp._packing(flat, lam, capacity, ub, rounding, None)
+        want = _packing_by_sets(y, deficit, off, capacity, rounding)
+        if want is None:
+            assert got is None
+            continue
+        counts, value, _ = got
+        assert counts == want[1] and sum(counts) == want[0]
+        compared += 1
+    assert compared > 100

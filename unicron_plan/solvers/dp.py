@@ -616,6 +616,21 @@ def _runs(y: np.ndarray) -> list[tuple[int, int, int]]:
     return list(zip(y[starts].tolist(), d[starts].tolist(), (ends - starts + 1).tolist()))
 
 
+def _runs_of(y: list[int]) -> list[tuple[int, int, int]]:
+    """:func:`_runs` of ascending counts given as a list (in Python: a job has few zero-deficit counts)."""
+    if len(y) > 64:
+        return _runs(np.asarray(y, dtype=np.int64))
+    if len(y) < 2:
+        return [(v, 1, 1) for v in y]
+    out, start = [], 0
+    for i in range(1, len(y) - 1):
+        if y[i + 1] - y[i] != y[i] - y[i - 1]:
+            out.append((y[start], y[start + 1] - y[start], i - start + 1))
+            start = i
+    out.append((y[start], y[start + 1] - y[start], len(y) - start))
+    return out
+
+
 def reachable_sum(options: list[tuple[np.ndarray, np.ndarray]], capacity: int,
                   deadline: float | None = None) -> int:
     """The largest total <= ``capacity`` of one allowed count per job (every plan uses at most that
@@ -938,9 +953,10 @@ def _packing(flat: "_Flat", lam: float, capacity: int, ub: float, rounding: floa
     zero-deficit options only, or None (no job has two such options, the bitsets would exceed
     MEMORY_BUDGET_BYTES, or the deadline passed).
 
-    Bitsets over 0..capacity, job by job (an arithmetic run of a job's zero-deficit counts, a
-    linear stretch of its envelope, in log2(length) shift-ors, as :func:`reachable_sum`), give the
-    largest total T <= C of such a plan; one plan reaching T is read back from the stored bitsets."""
+    Bitsets over the GPUs above every job's smallest zero-deficit count (0..C less their sum), job by
+    job (an arithmetic run of a job's zero-deficit counts, a linear stretch of its envelope, in
+    log2(length) shift-ors, as :func:`reachable_sum`; a job with one such count adds nothing), give
+    the largest total T <= C of such a plan; one plan reaching T is read back from the stored bitsets."""
     m = len(flat.off) - 1
     zero = flat.deficit <= rounding / (m + 1)  # float noise on an exactly linear stretch
     per_job = np.add.reduceat(zero.astype(np.int64), flat.off[:-1])
@@ -949,14 +965,25 @@ def _packing(flat: "_Flat", lam: float, capacity: int, ub: float, rounding: floa
     at = np.flatnonzero(zero)  # the zero-deficit options, job by job, counts ascending
     zoff = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(per_job, out=zoff[1:])
-    zy = flat.y[at]
-    mask = (1 << (capacity + 1)) - 1
-    reach = [1]  # reach[j]: bit t set when the first j jobs' zero-deficit counts can total t
+    bounds = zoff.tolist()
+    zy = flat.y[at].tolist()
+    # each job's counts above its smallest: the bitsets run over the GPUs left after every job's
+    # smallest count (a partial total that leaves the later jobs less than theirs is never completed)
+    lows = [zy[b] for b in bounds[:-1]]
+    span = capacity - sum(lows)
+    if span < 0:
+        return None
+    ups = [[y - low for y in zy[bounds[j]:bounds[j + 1]]] for j, low in enumerate(lows)]
+    mask = (1 << (span + 1)) - 1
+    reach = [1]  # reach[j]: bit t set when the first j jobs' counts above their smallest can total t
     for j in range(m):
         if deadline is not None and time.perf_counter() >= deadline:
             return None
+        if len(ups[j]) == 1:  # (one count: the job adds nothing above it)
+            reach.append(reach[-1])
+            continue
         new = 0
-        for first, step, n in _runs(zy[zoff[j]:zoff[j + 1]]):
+        for first, step, n in _runs_of(ups[j]):
             t = (reach[-1] << first) & mask
             cover = 1
             while cover < n and t:
@@ -967,18 +994,15 @@ def _packing(flat: "_Flat", lam: float, capacity: int, ub: float, rounding: floa
         if not new:
             return None
         reach.append(new)
-    top = total = reach[-1].bit_length() - 1
-    picks = np.empty(m, dtype=np.int64)
-    for j in range(m - 1, -1, -1):  # read a plan back: job j's count y with total - y reachable before it
-        ys = zy[zoff[j]:zoff[j + 1]]
-        ks = total - ys
-        lo, hi = int(max(ks.min(), 0)), int(ks.max())
-        window = (reach[j] >> lo) & ((1 << (hi - lo + 1)) - 1)
-        bits = np.unpackbits(np.frombuffer(window.to_bytes((hi - lo) // 8 + 1, "little"), dtype=np.uint8),
-                             bitorder="little")
-        ok = np.flatnonzero((ks >= lo) & (bits[np.clip(ks - lo, 0, hi - lo)] == 1))
-        picks[j] = at[zoff[j] + int(ok[0])]
-        total -= int(flat.y[picks[j]])
+    total = reach[-1].bit_length() - 1
+    top = total + capacity - span
+    chosen = [0] * m
+    for j in range(m - 1, -1, -1):  # read a plan back: job j's smallest count y with total - y reachable before it
+        before, up = reach[j], ups[j]
+        k = next(k for k, y in enumerate(up) if y <= total and (before >> (total - y)) & 1)
+        chosen[j] = bounds[j] + k
+        total -= up[k]
+    picks = at[chosen]
     value = float(flat.g[picks].sum())
     positive = flat.deficit[~zero]
     # Every plan of zero-deficit options uses at most top GPUs: worth at most ub - lam (C - top);

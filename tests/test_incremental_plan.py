@@ -462,3 +462,35 @@ def test_the_kept_entries_stay_within_their_bounds(monkeypatch):
     inst = generate_instance(11, gpus=1024, jobs=16, failed_nodes=0, curves="synthetic")
     done, reused, _ = _sequence(inst, 24, seed=3)
     assert done >= 12 and sizes and max(sizes) <= 7
+
+
+def test_a_fleet_of_several_types_keeps_the_terms_of_every_pair_of_types():
+    """On four GPU types, single- and two-node failures over every type and pair of types make 4 + 10
+    keys: all are kept, so the same failures again tabulate nothing afresh."""
+    from unicron_plan.schema import Event
+
+    inst = generate_instance(2, gpus=1024, jobs=16, failed_nodes=0, curves="four-types")
+    inst.pop("event", None)
+    prepared = prepare(Instance.model_validate(inst))
+    kept = incremental.keep_plan(prepared)
+    by_type: dict[str, list[str]] = {}
+    for n in inst["cluster"]["nodes"]:
+        by_type.setdefault(n["gpu_type"], []).append(n["id"])
+    types = sorted(by_type)
+    assert len(types) == 4
+    failures = [[by_type[t][-1]] for t in types]
+    failures += [[by_type[a][-2], by_type[b][-3]] for k, a in enumerate(types) for b in types[k:]]
+    tabulated = []
+    real = incremental.tabulate
+    rounds = []
+    try:
+        incremental.tabulate = lambda *a, **k: tabulated.append(1) or real(*a, **k)
+        for _ in range(2):
+            for nodes in failures:
+                event = prepared.instance.model_copy(update={"event": Event(kind="failure", failed_nodes=nodes)})
+                assert incremental.event_problem(kept, event) is not None
+            rounds.append(len(tabulated))
+    finally:
+        incremental.tabulate = real
+    assert len(kept.quiet) == 14
+    assert rounds[0] >= 14 and rounds[1] == rounds[0]  # the second round made no key again

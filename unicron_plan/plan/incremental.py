@@ -55,8 +55,12 @@ from unicron_plan.schema import Instance, Plan, PlanJob
 WHOLE_SHARE = 0.5
 #: The shared terms kept per cluster (:func:`event_problem`), the most recently used: one per distinct
 #: (event kind, nodes in service, capacity per type, expected repair); failures of two whole nodes
-#: in service all share one.
+#: in service of one GPU type all share one.
 QUIET_KEPT = 4
+#: On a fleet of t GPU types a failure of one node takes capacity from one of t types, and one of two
+#: nodes from one of t (t + 1) / 2 pairs of types: so t (t + 3) / 2 keys are kept where that is more
+#: (at most QUIET_MOST).
+QUIET_MOST = 40
 #: The changed entries a key's terms keep per job (:class:`_Made`), the most recently used, and over
 #: every job at most MADE_MOST (beyond it they start again empty).
 MADE_PER_JOB = 8
@@ -315,7 +319,8 @@ def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] 
                            np.fromiter((j.x for j in terms), dtype=np.int64, count=len(terms)),
                            {k for k, j in enumerate(terms) if j.exiting or j.off_type})
             kept.quiet[key] = quiet
-            while len(kept.quiet) > QUIET_KEPT:
+            t = len(kept.per_type)
+            while len(kept.quiet) > min(max(QUIET_KEPT, t * (t + 3) // 2), QUIET_MOST):
                 kept.quiet.popitem(last=False)
         kept.quiet.move_to_end(key)
         jobs = list(quiet.jobs)

@@ -494,3 +494,30 @@ def test_a_fleet_of_several_types_keeps_the_terms_of_every_pair_of_types():
         incremental.tabulate = real
     assert len(kept.quiet) == 14
     assert rounds[0] >= 14 and rounds[1] == rounds[0]  # the second round made no key again
+
+
+@pytest.mark.parametrize("kind,keys", [("four-types", 14), ("synthetic", 2)])
+def test_the_keys_of_one_and_two_node_failures_are_made_ahead(kind, keys, tmp_path):
+    """prime_keys makes the key of one node's failure per type and of two nodes' per pair of types; the
+    coordinator makes them with the upload, and later failures of one or two whole nodes make none."""
+    from unicron_plan.schema import Event
+
+    inst = generate_instance(3, gpus=1024, jobs=16, failed_nodes=0, curves=kind)
+    inst.pop("event", None)
+    prepared = prepare(Instance.model_validate(inst))
+    kept = incremental.keep_plan(prepared)
+    assert incremental.prime_keys(kept) == keys and len(kept.quiet) == keys
+    assert incremental.prime_keys(kept) == 0
+    rng = np.random.default_rng(1)
+    ids = [n["id"] for n in inst["cluster"]["nodes"]]
+    for _ in range(12):
+        nodes = [ids[int(k)] for k in rng.choice(len(ids), int(rng.integers(1, 3)), replace=False)]
+        event = prepared.instance.model_copy(update={"event": Event(kind="failure", failed_nodes=nodes)})
+        assert incremental.event_problem(kept, event) is not None
+    assert len(kept.quiet) == keys
+    c = Coordinator(tmp_path / "s", contingency=False)
+    try:
+        c.put_cluster(inst)
+        assert len(c._kept[1].quiet) == keys
+    finally:
+        c.close()

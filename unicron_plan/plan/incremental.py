@@ -339,6 +339,35 @@ def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] 
     return add_alternatives(problem, prepared.type_tables, prepared.type_layouts), quiet
 
 
+def prime_keys(kept: KeptPlan) -> int:
+    """Make the shared terms (:func:`event_problem`) of the failure of one whole node of each GPU type
+    and of two of each pair of types, on the nodes in service with every GPU healthy that are most
+    common per type and GPU count, so that no request pays for making them; returns how many keys
+    were made (at most the number kept)."""
+    from unicron_plan.schema import Event
+
+    prepared = kept.prepared
+    shapes: dict[tuple, list[str]] = {}  # (type, GPUs) -> healthy nodes
+    for n in prepared.instance.cluster.nodes:
+        if not n.failed_gpus:
+            shapes.setdefault((n.gpu_type, n.gpus), []).append(n.id)
+    common: dict[str, list[str]] = {}
+    for (t, _), nodes in sorted(shapes.items(), key=lambda kv: -len(kv[1])):
+        common.setdefault(t, nodes)
+    types = sorted(common)
+    failures = [[common[t][0]] for t in types]
+    failures += [[common[a][-1], common[b][-2]] for k, a in enumerate(types) for b in types[k:]
+                 if len(common[b]) >= 2]
+    before = len(kept.quiet)
+    for nodes in failures[:QUIET_MOST]:
+        event = prepared.instance.model_copy(update={"event": Event(kind="failure", failed_nodes=nodes)})
+        try:
+            event_problem(kept, event)
+        except Exception:  # (a failure the checks refuse: its key is made by the first that comes)
+            continue
+    return len(kept.quiet) - before
+
+
 def _hit_positions(flags) -> list[int]:
     """The positions of the True ones of ``flags`` (a job's hit flags in job order)."""
     return np.flatnonzero(np.fromiter(flags, dtype=bool, count=len(flags))).tolist()

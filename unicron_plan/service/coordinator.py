@@ -222,7 +222,7 @@ class Coordinator:
         """:func:`unicron_plan.plan.incremental.keep_plan` of ``prepared``, once per prepared cluster;
         with ``settle``, the heap is settled after making it (a cluster reached by ``apply`` has its
         kept plan made by its first event, after the heap was settled)."""
-        from unicron_plan.plan.incremental import keep_plan
+        from unicron_plan.plan.incremental import keep_plan, prime_keys
 
         with self._cv:
             kept = self._kept
@@ -230,6 +230,8 @@ class Coordinator:
             return kept[1]
         try:
             made = keep_plan(prepared)
+            if made is not None:  # the terms the first failures of one or two nodes would make
+                prime_keys(made)
         except Exception:  # a cluster the kept plan does not cover: events are solved whole
             made = None
         with self._cv:

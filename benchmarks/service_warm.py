@@ -2,13 +2,15 @@
 131,072 GPUs.
 
     PYTHONPATH=.:tests python benchmarks/service_warm.py [--quick] [--sizes 16384,131072,1048576] [--rounds N]
-        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--queued] [--warm-only] [--warm-workers N] [--json OUT]
+        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--queued] [--warm-only] [--warm-requests N] [--pair-requests N] [--warm-workers N] [--json OUT]
 
 ``--curves KIND``: a generated cluster of that curve kind at every size (running jobs on shuffled nodes)
 instead of the library instance at 16,384 (``--queued``: with every job at 0 GPUs, as the
 ``queued-*`` kinds have them); ``--warm-only``: no run without warm contingency; ``--warm-requests N``: once the last upload is
 warm, N dry-run failures of one random node each (stored answers: their latency, and how many the
-server answered from one by its ``unicron_contingency_hits`` counter). At
+server answered from one by its ``unicron_contingency_hits`` counter); ``--pair-requests N``: then N
+dry-run failures of two random nodes each (answered from a failure one with them up to renaming where
+one was solved, else solved), counted the same way. At
 1,048,576 GPUs the server gets ``--max-body-mib 1024 --parse-seconds 300`` (about 150 MB of JSON).
 
 Per size and round, two real `serve` processes on free loopback ports, one after the other:
@@ -148,14 +150,14 @@ def _stored_hits(c: httpx.Client) -> float:
     return 0.0
 
 
-def warm_answers(c: httpx.Client, nodes: list[str], count: int, interval: float, rng) -> dict:
-    """``count`` dry-run failures of one random node each, once the server is warm: latencies of the
-    stored answers (and how many were answered from one, by the server's own counter)."""
+def warm_answers(c: httpx.Client, nodes: list[str], count: int, interval: float, rng, size: int = 1) -> dict:
+    """``count`` dry-run failures of ``size`` random nodes each, once the server is warm: latencies of
+    the answers (and how many were answered from a stored one, by the server's own counter)."""
     hits0, lat = _stored_hits(c), []
     for _ in range(count):
-        node = nodes[int(rng.integers(len(nodes)))]
+        failed = [nodes[int(i)] for i in rng.choice(len(nodes), size, replace=False)]
         t = time.perf_counter()
-        r = c.post("/v1/events", params={"dry_run": "true"}, json={"kind": "failure", "failed_nodes": [node]})
+        r = c.post("/v1/events", params={"dry_run": "true"}, json={"kind": "failure", "failed_nodes": failed})
         if r.status_code != 200:
             raise RuntimeError(r.text)
         lat.append(time.perf_counter() - t)
@@ -166,7 +168,7 @@ def warm_answers(c: httpx.Client, nodes: list[str], count: int, interval: float,
 
 
 def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uploads: int,
-        warm_requests: int = 0, warm_workers: int | None = None) -> dict:
+        warm_requests: int = 0, warm_workers: int | None = None, pair_requests: int = 0) -> dict:
     """One server: ``uploads`` uploads, cold requests every ``interval`` s until each is warm (or for
     ``seconds`` in all without warm contingency); then, warm, ``warm_requests`` single-node failures
     answered from the stored answers (:func:`warm_answers`)."""
@@ -228,6 +230,10 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uplo
         if warm and warm_requests and warms and warms[-1]["time_to_warm_s"] is not None:
             answers = warm_answers(c, nodes, min(warm_requests, 2000), 0.05, rng)
             load.append(os.getloadavg()[0])
+        pairs = None
+        if warm and pair_requests and warms and warms[-1]["time_to_warm_s"] is not None:
+            pairs = warm_answers(c, nodes, min(pair_requests, 2000), 0.05, rng, size=2)
+            load.append(os.getloadavg()[0])
         m = memory(srv.proc.pid)
         peak = {key: max(peak[key], m[key]) for key in m}
         x = np.asarray(lat) * 1e3
@@ -237,7 +243,7 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uplo
                 "p99_ms": float(np.percentile(x, 99)) if len(x) else None,
                 "max_ms": float(x.max()) if len(x) else None, "load_1min": load,
                 "peak_rss_mib": peak["rss_mib"], "peak_pss_mib": peak["pss_mib"],
-                "processes_at_peak": peak["processes"], "warm_answers": answers}
+                "processes_at_peak": peak["processes"], "warm_answers": answers, "warm_pairs": pairs}
 
 
 def main() -> None:
@@ -254,6 +260,9 @@ def main() -> None:
     ap.add_argument("--warm-only", action="store_true", help="no run without warm contingency")
     ap.add_argument("--warm-requests", type=int, default=0,
                     help="once warm, this many single-node dry-run failures (at most 2,000): stored answers' latency")
+    ap.add_argument("--pair-requests", type=int, default=0,
+                    help="once warm, this many two-node dry-run failures (at most 2,000): answered from a "
+                         "failure one with them up to renaming, or solved")
     ap.add_argument("--warm-workers", type=int, default=None,
                     help="serve --warm-workers (default: the server's, the CPUs it may run on)")
     ap.add_argument("--json", default=None)
@@ -279,14 +288,15 @@ def main() -> None:
                 print(f"{gpus} GPUs, round {r + 1}: {name} ...", file=sys.stderr)
                 if warm:
                     res = run(inst, True, bound, interval, seed=r, uploads=uploads, warm_requests=a.warm_requests,
-                              warm_workers=a.warm_workers)
+                              warm_workers=a.warm_workers, pair_requests=a.pair_requests)
                     ran = res["ran_s"]
                 else:
                     res = run(inst, False, min(ran, a.off_seconds or OFF_SECONDS[gpus]), interval, seed=r,
                               uploads=uploads)
                 short = {k: v for k, v in res.items() if k != "latencies_ms"}
-                if res.get("warm_answers"):
-                    short["warm_answers"] = {k: v for k, v in res["warm_answers"].items() if k != "latencies_ms"}
+                for key in ("warm_answers", "warm_pairs"):
+                    if res.get(key):
+                        short[key] = {k: v for k, v in res[key].items() if k != "latencies_ms"}
                 print(f"  {json.dumps(short)}", file=sys.stderr)
                 out["runs"].append({"gpus": gpus, "round": r + 1, "interval_s": interval, **res})
     out["load_end"] = os.getloadavg()
@@ -308,6 +318,8 @@ def main() -> None:
             "warm_up_cpu_s": [round(u["warm_up_cpu_s"], 2) for u in ups],
             "warm_answers": [{k: v for k, v in r["warm_answers"].items() if k != "latencies_ms"}
                              for r in pick["warm"] if r.get("warm_answers")],
+            "warm_pairs": [{k: v for k, v in r["warm_pairs"].items() if k != "latencies_ms"}
+                           for r in pick["warm"] if r.get("warm_pairs")],
             "peak_rss_mib": max(r["peak_rss_mib"] for r in pick["warm"]),
             "peak_pss_mib": max(r["peak_pss_mib"] for r in pick["warm"]),
             "load_1min": [min(v for r in rs for v in r["load_1min"]), max(v for r in rs for v in r["load_1min"])]}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import zlib
 
+import numpy as np
 import pytest
 
 from unicron_plan.plan import incremental
@@ -64,7 +65,6 @@ def test_cold_replies_encode_the_shared_entries_once_and_read_as_the_plans_text(
     """A cold dry run's text (the kept plan's entries spliced in from their JSON encoded once) is the
     plan's own JSON text, byte for byte, on a cluster where failures change few jobs and on one where
     they change most."""
-    import numpy as np
 
     for kind in ("equal-per-gpu", "synthetic"):
         inst = generate_instance(5, gpus=1024, jobs=12, failed_nodes=0, curves=kind)
@@ -147,9 +147,11 @@ def test_an_index_that_stores_no_failure_is_not_read(tmp_path, monkeypatch):
     c.close()
 
 
-def _warm_deltas(kind: str, seed: int, gpus: int = 4096, jobs: int = 32):
+def _warm_deltas(kind: str, seed: int, gpus: int = 4096, jobs: int = 32, queued: bool = False):
     inst = generate_instance(seed, gpus=gpus, jobs=jobs, failed_nodes=0, curves=kind)
     inst.pop("event", None)
+    for job in inst["jobs"] if queued else ():
+        job["current"] = {"gpus": 0, "nodes": []}
     snapshot = st.State(base=Instance.model_validate(inst), revision=1, base_version=1)
     order = {n.id: k for k, n in enumerate(snapshot.base.cluster.nodes)}
     bodies, deltas = {}, []
@@ -235,3 +237,45 @@ def test_a_node_id_json_escapes_relabels_every_entry():
     assert _untouched("n1", "n2")(b'{"reason": "hit", "hit": true}') is False
     assert _untouched("n1", "n2")(b'{"hit":false,"reason":"grown","nodes":["n3"]}') is True
     assert _untouched('n"1', "n2") is None and _untouched("n1", "n\u00e9") is None and _untouched("n 1", "n2") is None
+
+
+@pytest.mark.parametrize("kind,seed", [("synthetic", 3), ("equal-per-gpu", 4), ("identical", 5)])
+def test_an_answer_that_changes_most_entries_finds_the_named_ones_in_its_joined_text(kind, seed, monkeypatch):
+    """With every entry given as changed (as a renamed answer has them), the entries naming either node
+    are found by searching the joined text, only those are read again, and the text reads as
+    relabel_plan of the whole plan, the same bytes as when every entry is tested on its own; with a hit
+    job's entry among them, each entry is tested."""
+    from unicron_plan import api
+    from unicron_plan.service import answers
+
+    inst = generate_instance(seed, gpus=1024, jobs=12, failed_nodes=0, curves=kind)
+    for job in inst["jobs"][: len(inst["jobs"]) // 2]:  # half of them queued: their nodes free
+        job["current"] = {"gpus": 0, "nodes": []}
+    held = {n for j in inst["jobs"] for n in j["current"]["nodes"]}
+    ids = [n["id"] for n in inst["cluster"]["nodes"]]
+    free = [n for n in ids if n not in held]
+    order = {n: k for k, n in enumerate(ids)}
+    real_loads = answers.json.loads
+    rng = np.random.default_rng(seed)
+    searched = 0
+    for failed in [free[0], free[-1], next(iter(held))]:
+        plan = api.solve(dict(inst, event={"kind": "failure", "failed_nodes": [failed]}))
+        top = plan.model_copy(update={"jobs": []}).model_dump_json(exclude_none=True).encode()
+        at = top.index(answers.JOBS) + len(answers.JOBS) - 1
+        head, tail, pieces = top[:at], top[at:], answers.encode_body(plan.jobs)
+        every = dict(enumerate(pieces))
+        whole = json.loads(plan.model_dump_json(exclude_none=True))
+        hit = any(j.get("reason") == "hit" for j in whole["jobs"])
+        for b in [str(v) for v in rng.choice(free, 4, replace=False) if v != failed]:
+            loads = []
+            monkeypatch.setattr(answers.json, "loads", lambda t, **kw: loads.append(t) or real_loads(t, **kw))
+            text = relabelled_text(pieces, head, every, tail, failed, b, order)
+            monkeypatch.undo()
+            if not hit:
+                assert len(loads) == 1 + sum(failed in j["nodes"] or b in j["nodes"] for j in whole["jobs"])
+                searched += 1
+            assert json.loads(text) == relabel_plan(json.loads(json.dumps(whole)), failed, b, order)
+            monkeypatch.setattr(answers, "_naming", lambda *a: None)  # each entry tested on its own
+            assert relabelled_text(pieces, head, every, tail, failed, b, order) == text
+            monkeypatch.undo()
+    assert searched > 0

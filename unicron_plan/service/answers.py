@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import re
 from array import array
+from bisect import bisect_right
+from itertools import accumulate
 
 JOBS = b'"jobs":[]'  # the jobs array of a plan's text without its jobs (once, outside any string)
 
@@ -128,7 +130,7 @@ def relabelled_text(body: list[bytes], head: bytes, changed, tail: bytes, a: str
     ``end``: as :func:`joined_text`'s."""
     from unicron_plan.plan.contingency import relabel_plan
 
-    return _rewritten(body, head, changed, tail, _untouched(a, b), lambda plan: relabel_plan(plan, a, b, order), end)
+    return _rewritten(body, head, changed, tail, (a, b), lambda plan: relabel_plan(plan, a, b, order), end)
 
 
 def renamed_text(body: list[bytes], head: bytes, changed, tail: bytes, rename: dict[str, str],
@@ -145,24 +147,27 @@ def renamed_text(body: list[bytes], head: bytes, changed, tail: bytes, rename: d
         hits.extend(j for j in plan["jobs"] if j.get("reason") == "hit")
         return rename_plan(plan, moved, order)
 
-    text = _rewritten(body, head, changed, tail, _untouched(*moved), renamed, end)
+    text = _rewritten(body, head, changed, tail, tuple(moved), renamed, end)
     return None if hits else text
 
 
-def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, untouched, rewrite, end: bytes | None) -> bytes:
-    """The plan's text with its own fields and the changed entries ``untouched`` does not pass (every one
-    where it is None) read, given to ``rewrite`` (the plan's JSON form with those entries alone) and
-    written again; the other entries kept as their bytes."""
+def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, names: tuple, rewrite,
+               end: bytes | None) -> bytes:
+    """The plan's text with its own fields and the changed entries that may name a node of ``names``
+    (:func:`_untouched`; every one where it is None) read, given to ``rewrite`` (the plan's JSON form
+    with those entries alone) and written again; the other entries kept as their bytes. Where most
+    entries changed, they are found in the joined text (:func:`_naming`)."""
+    untouched = _untouched(*names)
     pieces = list(body)
-    positions = []
-    top = json.loads(head + tail)
-    top["jobs"] = jobs = []
     for k, text in changed.items():
-        if untouched is not None and untouched(text):
-            pieces[k] = text
-        else:
-            positions.append(k)
-            jobs.append(json.loads(text))
+        pieces[k] = text
+    positions = None
+    if untouched is not None and 2 * len(changed) > len(pieces):
+        positions = _naming(pieces, changed, names)
+    if positions is None:
+        positions = [k for k, text in changed.items() if untouched is None or not untouched(text)]
+    top = json.loads(head + tail)
+    top["jobs"] = [json.loads(pieces[k]) for k in positions]
     rewrite(top)
     for k, job in zip(positions, top.pop("jobs")):
         pieces[k] = json.dumps(job, separators=(",", ":"), allow_nan=False).encode()
@@ -171,3 +176,22 @@ def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, untouched, 
     if end is not None:
         tail = tail[:-1] + end
     return _framed(b'{"jobs":[', pieces, tail)
+
+
+def _naming(pieces: list[bytes], changed, names: tuple) -> list[int] | None:
+    """The positions of the changed entries of ``pieces`` that name a node of ``names`` (plain ids),
+    found by searching their joined text once per node; None where an entry may be a hit job's
+    (``"hit"`` other than as a key: then each entry is tested, :func:`_untouched`)."""
+    joined = b",".join(pieces)
+    if joined.count(b'"hit"') != joined.count(b'"hit":'):
+        return None
+    starts = list(accumulate((len(p) + 1 for p in pieces), initial=0))
+    found = set()
+    for name in names:
+        needle = b'"' + name.encode() + b'"'
+        at = joined.find(needle)
+        while at >= 0:
+            found.add(bisect_right(starts, at) - 1)
+            at = joined.find(needle, at + 1)
+    keys = set(changed.keys()) if hasattr(changed, "keys") else set(changed.positions)
+    return sorted(found & keys)

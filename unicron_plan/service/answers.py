@@ -19,6 +19,9 @@ from bisect import bisect_right
 from itertools import accumulate
 
 JOBS = b'"jobs":[]'  # the jobs array of a plan's text without its jobs (once, outside any string)
+#: Above this share of the entries changed, the ones naming a node are found in the joined text
+#: (:func:`_naming`) rather than entry by entry.
+SEARCH_SHARE = 0.5
 
 
 def encode_body(entries: list) -> list[bytes]:
@@ -162,7 +165,7 @@ def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, names: tupl
     for k, text in changed.items():
         pieces[k] = text
     positions = None
-    if untouched is not None and 2 * len(changed) > len(pieces):
+    if untouched is not None and len(changed) > SEARCH_SHARE * len(pieces):
         positions = _naming(pieces, changed, names)
     if positions is None:
         positions = [k for k, text in changed.items() if untouched is None or not untouched(text)]

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from unicron_plan import api
+from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.plan.validate import validate_plan
 from unicron_plan.schema import Instance, Plan
 from unicron_plan.service import coordinator
@@ -51,7 +52,7 @@ def _cluster(kind: str, seed: int, queued: bool) -> dict:
 
 def _classes(coord: Coordinator) -> dict[str, list[str]]:
     members: dict[str, list[str]] = {}
-    for node, rep in coord._answers[1].items():
+    for node, rep in coord._node_classes(coord.state).items():
         members.setdefault(rep, []).append(node)
     return members
 
@@ -140,9 +141,8 @@ def test_the_renaming_maps_the_kept_failure_onto_the_new_one_within_classes(seed
     for k in kept:
         choices = [n for n in pool[reps[k]] if n not in new]
         new.append(str(rng.choice(choices)))
-    answers = (1, reps)
-    assert coordinator._failure_classes(kept, answers) == coordinator._failure_classes(new, answers)
-    sigma = coordinator._renaming(tuple(kept), new, answers)
+    assert coordinator._failure_classes(kept, reps) == coordinator._failure_classes(new, reps)
+    sigma = coordinator._renaming(tuple(kept), new, reps)
     assert set(sigma) == set(sigma.values())  # a permutation of the nodes it names
     assert all(reps[a] == reps[b] for a, b in sigma.items())  # within classes
     assert {sigma.get(k, k) for k in kept} == set(new)
@@ -174,6 +174,31 @@ def test_renamed_texts_refuse_a_hit_jobs_entry():
 
 def test_a_node_failed_in_both_failures_keeps_its_name():
     reps = {n: "a" for n in "abcd"}
-    assert coordinator._renaming(("a", "b"), ["b", "a"], (1, reps)) == {}
-    sigma = coordinator._renaming(("a", "b"), ["c", "a"], (1, reps))
+    assert coordinator._renaming(("a", "b"), ["b", "a"], reps) == {}
+    sigma = coordinator._renaming(("a", "b"), ["c", "a"], reps)
     assert sigma.get("a", "a") == "a" and sigma["b"] == "c"
+
+
+def test_renaming_needs_no_warm_stage_and_never_names_a_node_down(tmp_path):
+    """The classes are the applied cluster's own (made with the upload): without warm contingency a
+    second failure of one class is renamed; a node down as a whole is in no class, so a failure naming
+    it is never answered from another's plan (it is refused as a cold request would be)."""
+    base = _cluster("synthetic", 5, True)
+    base["cluster"]["nodes"][0]["failed_gpus"] = list(range(base["cluster"]["nodes"][0]["gpus"]))
+    down = base["cluster"]["nodes"][0]["id"]
+    coord = Coordinator(tmp_path / "s", contingency=False)
+    try:
+        coord.put_cluster(base)
+        ids = [n["id"] for n in base["cluster"]["nodes"]][1:]
+        assert down not in coord._node_classes(coord.state)
+        first = {"kind": "failure", "failed_nodes": ids[:2]}
+        _check(base, first, coord.post_event(first, dry_run=True))
+        hits = _hits(coord)
+        second = {"kind": "failure", "failed_nodes": ids[5:7]}
+        _check(base, second, coord.post_event(second, dry_run=True))
+        assert _hits(coord) == hits + 1
+        with pytest.raises(InvalidInstanceError):
+            coord.post_event({"kind": "failure", "failed_nodes": [ids[9], down]}, dry_run=True)
+        assert _hits(coord) == hits + 1
+    finally:
+        coord.close()

@@ -130,6 +130,7 @@ class Coordinator:
         # (base_version, {classes of the failed nodes: _Solved}, most recently used last): optimal plans
         # of whole-node failures solved on that applied cluster, for failures one up to renaming
         self._solved: tuple[int, OrderedDict] | None = None
+        self._classes: tuple[int, dict[str, str]] | None = None  # (base_version, node -> its class's first node)
         self._closed = False
         self._settle = settle_heap
         self._settled = None  # (a prepared cluster, incremental plans made on it: _settle_after_plan)
@@ -314,7 +315,8 @@ class Coordinator:
         nodes = _whole_node_failure(data)
         if nodes is None:
             return None
-        classes = _failure_classes(nodes, answers)
+        reps = self._node_classes(state)
+        classes = _failure_classes(nodes, reps)
         with self._cv:
             solved = self._solved
             found = None
@@ -327,7 +329,7 @@ class Coordinator:
         from unicron_plan.service.answers import joined_text, renamed_text
 
         head, pieces, tail = found.texts()
-        rename = _renaming(found.nodes, nodes, answers)
+        rename = _renaming(found.nodes, nodes, reps)
         if not any(a != b for a, b in rename.items()):
             return joined_text(pieces, head, {}, tail, end)
         return renamed_text(pieces, head, dict(enumerate(pieces)), tail, rename, self._node_order(state), end)
@@ -335,23 +337,41 @@ class Coordinator:
     def _keep_solved(self, before: st.State, data: Any, plan) -> None:
         """Keep ``plan``, solved for the event ``data`` on ``before``, where it is an optimal plan of a
         failure of whole nodes with nothing pending: a later failure of nodes of the same classes
-        (:func:`unicron_plan.plan.contingency.node_classes`, read from the stored answers' classes) has
+        (:func:`unicron_plan.plan.contingency.node_classes`) has
         as its optimal plans those of this one with the nodes renamed (:meth:`_renamed_text`)."""
         nodes = _whole_node_failure(data)
         if nodes is None or before.pending or before.base is None or plan.status.solution != "optimal":
             return
+        classes = _failure_classes(nodes, self._node_classes(before))
         with self._cv:
-            answers = self._answers
-            if answers is not None and answers[0] != before.base_version:
-                answers = None
             if self._solved is None or self._solved[0] != before.base_version:
                 self._solved = (before.base_version, OrderedDict())
             kept = self._solved[1]
-            classes = _failure_classes(nodes, answers)
             kept[classes] = _Solved(tuple(nodes), plan)
             kept.move_to_end(classes)
             while len(kept) > SOLVED_KEPT:
                 kept.popitem(last=False)
+
+    def _node_classes(self, state: st.State) -> dict[str, str]:
+        """Node id -> the first node of its :func:`unicron_plan.plan.contingency.node_classes` class in
+        the applied cluster, for the nodes not down as a whole (which cannot fail again), once per base
+        version; empty where the cluster does not prepare."""
+        with self._cv:
+            kept = self._classes
+        if kept is None or kept[0] != state.base_version:
+            from unicron_plan.plan.contingency import node_classes
+
+            prepared = self._prepared(state)
+            reps: dict[str, str] = {}
+            if prepared is not None:
+                down = _down_nodes(state.base)
+                for members in node_classes(state.base, prepared.previous):
+                    if members[0] not in down:
+                        reps.update(dict.fromkeys(members, members[0]))
+            kept = (state.base_version, reps)
+            with self._cv:
+                self._classes = kept
+        return kept[1]
 
     def _node_order(self, state: st.State) -> dict[str, int]:
         """Node id -> position in the applied cluster, once per base version."""
@@ -475,6 +495,7 @@ class Coordinator:
             new = st.set_cluster(self.state, data)
             self._vet(new)
             self._kept_plan(self._prepared_base[1])  # made with the upload, not by its first event
+            self._node_classes(new)
             rev = self.last + 1
             body = new.base.model_dump(mode="json", exclude_none=True)
             self._commit([("cluster", body)], replace(new, revision=rev))
@@ -1103,19 +1124,17 @@ def _whole_node_failure(data: Any) -> list[str] | None:
     return nodes
 
 
-def _failure_classes(nodes: list[str], answers) -> tuple[str, ...]:
-    """The classes of ``nodes``, each named by its representative in the stored answers (a node
-    whose class has none yet stands for itself: it is then only ever matched by itself), sorted."""
-    reps = answers[1] if answers is not None else {}
+def _failure_classes(nodes: list[str], reps: dict[str, str]) -> tuple[str, ...]:
+    """The classes of ``nodes``, each named by its first node (``reps``: :meth:`Coordinator._node_classes`;
+    a node it does not name stands for itself: it is then only ever matched by itself), sorted."""
     return tuple(sorted(reps.get(n, n) for n in nodes))
 
 
-def _renaming(kept: tuple[str, ...], nodes: list[str], answers) -> dict[str, str]:
+def _renaming(kept: tuple[str, ...], nodes: list[str], reps: dict[str, str]) -> dict[str, str]:
     """A permutation of nodes, each mapped to one of its class, that maps the failed nodes ``kept``
     onto ``nodes`` (of the same classes, :func:`_failure_classes`): one transposition of two nodes of
     one class per failed node, composed (each leaves the failed nodes renamed before it in place).
     Nodes it does not name keep their names."""
-    reps = answers[1] if answers is not None else {}
     both = set(kept).intersection(nodes)  # (failed in both: left where they are)
     waiting: dict[str, list[str]] = {}
     for n in nodes:

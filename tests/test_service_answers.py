@@ -240,11 +240,13 @@ def test_a_node_id_json_escapes_relabels_every_entry():
 
 
 @pytest.mark.parametrize("kind,seed", [("synthetic", 3), ("equal-per-gpu", 4), ("identical", 5)])
-def test_an_answer_that_changes_most_entries_finds_the_named_ones_in_its_joined_text(kind, seed, monkeypatch):
-    """With every entry given as changed (as a renamed answer has them), the entries naming either node
-    are found by searching the joined text, only those are read again, and the text reads as
-    relabel_plan of the whole plan, the same bytes as when every entry is tested on its own; with a hit
-    job's entry among them, each entry is tested."""
+def test_an_indexed_answer_reads_again_only_the_entries_that_list_a_node(kind, seed, monkeypatch):
+    """Relabelled from the index of the nodes its entries list, a plan whose every entry is given as
+    changed (as a renamed answer has them) reads again only the entries that list either node, gives the
+    same bytes as when every entry is tested on its own, and reads as relabel_plan of the whole plan;
+    with a hit job's entry among them, there is no index and each entry is tested."""
+    from array import array
+
     from unicron_plan import api
     from unicron_plan.service import answers
 
@@ -257,25 +259,25 @@ def test_an_answer_that_changes_most_entries_finds_the_named_ones_in_its_joined_
     order = {n: k for k, n in enumerate(ids)}
     real_loads = answers.json.loads
     rng = np.random.default_rng(seed)
-    searched = 0
-    for failed in [free[0], free[-1], next(iter(held))]:
+    indexed = unindexed = 0
+    for failed in [free[0], free[-1], sorted(held)[0]]:
         plan = api.solve(dict(inst, event={"kind": "failure", "failed_nodes": [failed]}))
         top = plan.model_copy(update={"jobs": []}).model_dump_json(exclude_none=True).encode()
         at = top.index(answers.JOBS) + len(answers.JOBS) - 1
         head, tail, pieces = top[:at], top[at:], answers.encode_body(plan.jobs)
-        every = dict(enumerate(pieces))
+        every = answers.StoredChanges(array("i", range(len(pieces))), tuple(pieces))
         whole = json.loads(plan.model_dump_json(exclude_none=True))
         hit = any(j.get("reason") == "hit" for j in whole["jobs"])
+        assert (answers._node_index(every) is None) == hit
         for b in [str(v) for v in rng.choice(free, 4, replace=False) if v != failed]:
             loads = []
             monkeypatch.setattr(answers.json, "loads", lambda t, **kw: loads.append(t) or real_loads(t, **kw))
-            text = relabelled_text(pieces, head, every, tail, failed, b, order)
+            text = relabelled_text(pieces, head, every, tail, failed, b, order, indexed=True)
             monkeypatch.undo()
-            if not hit:
-                assert len(loads) == 1 + sum(failed in j["nodes"] or b in j["nodes"] for j in whole["jobs"])
-                searched += 1
+            listing = sum(failed in j["nodes"] or b in j["nodes"] or j.get("reason") == "hit" for j in whole["jobs"])
+            assert len(loads) == 1 + listing
+            indexed += not hit
+            unindexed += hit
             assert json.loads(text) == relabel_plan(json.loads(json.dumps(whole)), failed, b, order)
-            monkeypatch.setattr(answers, "_naming", lambda *a: None)  # each entry tested on its own
-            assert relabelled_text(pieces, head, every, tail, failed, b, order) == text
-            monkeypatch.undo()
-    assert searched > 0
+            assert relabelled_text(pieces, head, every, tail, failed, b, order) == text  # each entry tested
+    assert indexed > 0 and unindexed > 0

@@ -59,9 +59,11 @@ def _classes(coord: Coordinator) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("kind,seed,queued", [("queued-linear-step", 1, False), ("synthetic", 2, True),
                                               ("equal-per-gpu", 3, True)])
-def test_failures_of_nodes_of_one_class_are_answered_renamed(tmp_path, kind, seed, queued):
+def test_failures_of_nodes_of_one_class_are_answered_renamed(tmp_path, kind, seed, queued, monkeypatch):
     """On a cluster whose jobs are all queued every node is of one class: after one two-node failure is
-    solved, every other two-node failure is answered from it (dry run and applied), valid and optimal."""
+    solved, every other two-node failure is answered from it (dry run and applied), valid and optimal;
+    so is every single-node failure from the class's stored answer, relabelled from its node index."""
+    monkeypatch.setattr(coordinator, "INDEXED_CLASS_NODES", 1)
     base = _cluster(kind, seed, queued)
     coord = Coordinator(tmp_path / "s")
     try:
@@ -72,6 +74,9 @@ def test_failures_of_nodes_of_one_class_are_answered_renamed(tmp_path, kind, see
         assert len(classes) == 1
         nodes = next(iter(classes.values()))
         rng = np.random.default_rng(seed)
+        for node in rng.choice(nodes, 4, replace=False).tolist():
+            event = {"kind": "failure", "failed_nodes": [node]}
+            _check(base, event, coord.post_event(event, dry_run=True))
         pairs = [[nodes[int(i)] for i in rng.choice(len(nodes), 2, replace=False)] for _ in range(6)]
         first = {"kind": "failure", "failed_nodes": pairs[0]}
         hits = _hits(coord)

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from array import array
-from bisect import bisect_right
-from itertools import accumulate
+from collections import OrderedDict
 
 JOBS = b'"jobs":[]'  # the jobs array of a plan's text without its jobs (once, outside any string)
-#: Above this share of the entries changed, the ones naming a node are found in the joined text
-#: (:func:`_naming`) rather than entry by entry.
-SEARCH_SHARE = 0.5
+#: Node indexes (:func:`_node_index`) kept, the most recently used.
+INDEXES_KEPT = 4
 
 
 def encode_body(entries: list) -> list[bytes]:
@@ -126,18 +125,20 @@ def _untouched(*names: str):
 
 
 def relabelled_text(body: list[bytes], head: bytes, changed, tail: bytes, a: str, b: str,
-                    order: dict[str, int], end: bytes | None = None) -> bytes:
+                    order: dict[str, int], end: bytes | None = None, indexed: bool = False) -> bytes:
     """The JSON text of :func:`unicron_plan.plan.contingency.relabel_plan` of the plan (``a``'s
     failure) made ``b``'s: only its own fields and the changed entries that may name a node are read
     and relabelled (the others are kept as they are: relabelling leaves them so); ``changed`` and
-    ``end``: as :func:`joined_text`'s."""
+    ``end``: as :func:`joined_text`'s. ``indexed``: the entries that list a node are found from an
+    index of ``changed`` (a :class:`StoredChanges` read again for many replies: :func:`_node_index`)."""
     from unicron_plan.plan.contingency import relabel_plan
 
-    return _rewritten(body, head, changed, tail, (a, b), lambda plan: relabel_plan(plan, a, b, order), end)
+    return _rewritten(body, head, changed, tail, (a, b), lambda plan: relabel_plan(plan, a, b, order), end,
+                      indexed)
 
 
 def renamed_text(body: list[bytes], head: bytes, changed, tail: bytes, rename: dict[str, str],
-                 order: dict[str, int], end: bytes | None = None) -> bytes | None:
+                 order: dict[str, int], end: bytes | None = None, indexed: bool = False) -> bytes | None:
     """The JSON text of :func:`unicron_plan.plan.contingency.rename_plan` of the plan, read as
     :func:`relabelled_text` reads it (the body's entries must name no node ``rename`` moves); None where
     an entry read is a hit job's (its sentence names nodes, which renaming does not rewrite)."""
@@ -150,23 +151,25 @@ def renamed_text(body: list[bytes], head: bytes, changed, tail: bytes, rename: d
         hits.extend(j for j in plan["jobs"] if j.get("reason") == "hit")
         return rename_plan(plan, moved, order)
 
-    text = _rewritten(body, head, changed, tail, tuple(moved), renamed, end)
+    text = _rewritten(body, head, changed, tail, tuple(moved), renamed, end, indexed)
     return None if hits else text
 
 
 def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, names: tuple, rewrite,
-               end: bytes | None) -> bytes:
+               end: bytes | None, indexed: bool = False) -> bytes:
     """The plan's text with its own fields and the changed entries that may name a node of ``names``
     (:func:`_untouched`; every one where it is None) read, given to ``rewrite`` (the plan's JSON form
-    with those entries alone) and written again; the other entries kept as their bytes. Where most
-    entries changed, they are found in the joined text (:func:`_naming`)."""
+    with those entries alone) and written again; the other entries kept as their bytes. ``indexed``:
+    the entries are found from the node index of ``changed`` (:func:`_node_index`) where it has one."""
     untouched = _untouched(*names)
     pieces = list(body)
     for k, text in changed.items():
         pieces[k] = text
     positions = None
-    if untouched is not None and len(changed) > SEARCH_SHARE * len(pieces):
-        positions = _naming(pieces, changed, names)
+    if indexed and untouched is not None:
+        index = _node_index(changed)
+        if index is not None:
+            positions = sorted({k for name in names for k in index.get(name.encode(), ())})
     if positions is None:
         positions = [k for k, text in changed.items() if untouched is None or not untouched(text)]
     top = json.loads(head + tail)
@@ -181,20 +184,35 @@ def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, names: tupl
     return _framed(b'{"jobs":[', pieces, tail)
 
 
-def _naming(pieces: list[bytes], changed, names: tuple) -> list[int] | None:
-    """The positions of the changed entries of ``pieces`` that name a node of ``names`` (plain ids),
-    found by searching their joined text once per node; None where an entry may be a hit job's
-    (``"hit"`` other than as a key: then each entry is tested, :func:`_untouched`)."""
-    joined = b",".join(pieces)
-    if joined.count(b'"hit"') != joined.count(b'"hit":'):
-        return None
-    starts = list(accumulate((len(p) + 1 for p in pieces), initial=0))
-    found = set()
-    for name in names:
-        needle = b'"' + name.encode() + b'"'
-        at = joined.find(needle)
-        while at >= 0:
-            found.add(bisect_right(starts, at) - 1)
-            at = joined.find(needle, at + 1)
-    keys = set(changed.keys()) if hasattr(changed, "keys") else set(changed.positions)
-    return sorted(found & keys)
+#: an entry's nodes list, as the plan's JSON text has it
+_NODES = re.compile(rb'"nodes":\[([^\]]*)\]')
+_INDEXES: "OrderedDict[int, tuple]" = OrderedDict()  # id(changed) -> (changed, its index or None)
+_INDEXES_LOCK = threading.Lock()
+
+
+def _node_index(changed: "StoredChanges") -> dict[bytes, list[int]] | None:
+    """{node id's JSON text without quotes: positions of the changed entries whose nodes list names it}
+    of ``changed``, made on first use and kept for the INDEXES_KEPT most recently used; None where an
+    entry may be a hit job's (its sentence names nodes: each entry is then tested, :func:`_untouched`)
+    or does not list its nodes exactly once."""
+    key = id(changed)
+    with _INDEXES_LOCK:
+        held = _INDEXES.get(key)
+        if held is not None and held[0] is changed:
+            _INDEXES.move_to_end(key)
+            return held[1]
+    index: dict[bytes, list[int]] | None = {}
+    for k, text in changed.items():
+        lists = _NODES.findall(text)
+        if len(lists) != 1 or text.count(b'"hit"') != text.count(b'"hit":'):
+            index = None
+            break
+        for token in lists[0].split(b","):
+            if token:
+                index.setdefault(token[1:-1], []).append(k)
+    with _INDEXES_LOCK:
+        _INDEXES[key] = (changed, index)
+        _INDEXES.move_to_end(key)
+        while len(_INDEXES) > INDEXES_KEPT:
+            _INDEXES.popitem(last=False)
+    return index

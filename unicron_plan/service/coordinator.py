@@ -54,6 +54,10 @@ SETTLE_PLANS = 3
 #: such a failure may name.
 SOLVED_KEPT = 8
 SOLVED_MOST_NODES = 256
+#: A stored answer for a class of at least this many nodes is relabelled from an index of the nodes
+#: its changed entries list (made once, kept for the most recently used: the class's many replies
+#: share it); a smaller class's by testing each changed entry.
+INDEXED_CLASS_NODES = 256
 #: The warm worker's CPU priority (nice value): the lowest.
 WARM_NICENESS = 19
 #: The most warm worker processes one warm-up starts (``serve --warm-workers``).
@@ -130,7 +134,8 @@ class Coordinator:
         # (base_version, {classes of the failed nodes: _Solved}, most recently used last): optimal plans
         # of whole-node failures solved on that applied cluster, for failures one up to renaming
         self._solved: tuple[int, OrderedDict] | None = None
-        self._classes: tuple[int, dict[str, str]] | None = None  # (base_version, node -> its class's first node)
+        # (base_version, node -> its class's first node, that node -> the class's size): _node_classes
+        self._classes: tuple[int, dict[str, str], dict[str, int]] | None = None
         self._closed = False
         self._settle = settle_heap
         self._settled = None  # (a prepared cluster, incremental plans made on it: _settle_after_plan)
@@ -299,7 +304,9 @@ class Coordinator:
             number, head, changed, tail = packed
             if rep == node:
                 return joined_text(answers[4][number], head, changed, tail, end)
-            return relabelled_text(answers[4][number], head, changed, tail, rep, node, self._node_order(state), end)
+            many = self._class_sizes(state).get(rep, 0) >= INDEXED_CLASS_NODES
+            return relabelled_text(answers[4][number], head, changed, tail, rep, node, self._node_order(state), end,
+                                   indexed=many)
         text = zlib.decompress(packed)
         if rep != node:
             from unicron_plan.plan.contingency import relabel_plan
@@ -328,11 +335,11 @@ class Coordinator:
             return None
         from unicron_plan.service.answers import joined_text, renamed_text
 
-        head, pieces, tail = found.texts()
+        head, pieces, every, tail = found.texts()
         rename = _renaming(found.nodes, nodes, reps)
         if not any(a != b for a, b in rename.items()):
             return joined_text(pieces, head, {}, tail, end)
-        return renamed_text(pieces, head, dict(enumerate(pieces)), tail, rename, self._node_order(state), end)
+        return renamed_text(pieces, head, every, tail, rename, self._node_order(state), end, indexed=True)
 
     def _keep_solved(self, before: st.State, data: Any, plan) -> None:
         """Keep ``plan``, solved for the event ``data`` on ``before``, where it is an optimal plan of a
@@ -356,6 +363,13 @@ class Coordinator:
         """Node id -> the first node of its :func:`unicron_plan.plan.contingency.node_classes` class in
         the applied cluster, for the nodes not down as a whole (which cannot fail again), once per base
         version; empty where the cluster does not prepare."""
+        return self._classes_of(state)[1]
+
+    def _class_sizes(self, state: st.State) -> dict[str, int]:
+        """The first node of each class of :meth:`_node_classes` -> how many nodes the class has."""
+        return self._classes_of(state)[2]
+
+    def _classes_of(self, state: st.State) -> tuple:
         with self._cv:
             kept = self._classes
         if kept is None or kept[0] != state.base_version:
@@ -363,15 +377,17 @@ class Coordinator:
 
             prepared = self._prepared(state)
             reps: dict[str, str] = {}
+            sizes: dict[str, int] = {}
             if prepared is not None:
                 down = _down_nodes(state.base)
                 for members in node_classes(state.base, prepared.previous):
                     if members[0] not in down:
                         reps.update(dict.fromkeys(members, members[0]))
-            kept = (state.base_version, reps)
+                        sizes[members[0]] = len(members)
+            kept = (state.base_version, reps, sizes)
             with self._cv:
                 self._classes = kept
-        return kept[1]
+        return kept
 
     def _node_order(self, state: st.State) -> dict[str, int]:
         """Node id -> position in the applied cluster, once per base version."""
@@ -1161,11 +1177,16 @@ class _Solved:
     def __init__(self, nodes: tuple[str, ...], plan):
         self.nodes, self.plan, self._texts = nodes, plan, None
 
-    def texts(self) -> tuple[bytes, list[bytes], bytes]:
+    def texts(self) -> tuple:
+        """(head, every entry's text, every entry as changed (a StoredChanges, indexed by its nodes once
+        renamed: :func:`unicron_plan.service.answers.renamed_text`), tail)."""
         if self._texts is None:
-            from unicron_plan.service.answers import JOBS, encode_body
+            from array import array
+
+            from unicron_plan.service.answers import JOBS, StoredChanges, encode_body
 
             top = self.plan.model_copy(update={"jobs": []}).model_dump_json(exclude_none=True).encode()
             at = top.index(JOBS) + len(JOBS) - 1
-            self._texts = (top[:at], encode_body(self.plan.jobs), top[at:])
+            pieces = encode_body(self.plan.jobs)
+            self._texts = (top[:at], pieces, StoredChanges(array("i", range(len(pieces))), tuple(pieces)), top[at:])
         return self._texts

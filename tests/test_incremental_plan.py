@@ -521,3 +521,25 @@ def test_the_keys_of_one_and_two_node_failures_are_made_ahead(kind, keys, tmp_pa
         assert len(c._kept[1].quiet) == keys
     finally:
         c.close()
+
+
+def test_the_dp_reads_the_results_kept_for_the_types_a_failure_leaves_alone(monkeypatch):
+    """On four GPU types a node's failure changes one type's problem: the three others are the shared
+    options at the same capacity, solved once per key and then read from the memo; every plan is still
+    the whole path's, and a wrong memo entry would show in it."""
+    from unicron_plan.solvers import dp
+
+    inst = generate_instance(6, gpus=2048, jobs=24, failed_nodes=0, curves="four-types")
+    inst.pop("event", None)
+    by_type: dict[str, list[str]] = {}
+    for n in inst["cluster"]["nodes"]:
+        by_type.setdefault(n["gpu_type"], []).append(n["id"])
+    events = [{"kind": "failure", "failed_nodes": [nodes[k]]} for k in (3, 9, 15) for nodes in by_type.values()]
+    solved = []
+    real = dp.solve_type
+    monkeypatch.setattr(dp, "solve_type", lambda jobs, *a, **k: solved.append(jobs[0].gpu_type) or real(jobs, *a, **k))
+    assert _check(inst, events) == len(events)
+    # api.solve solves every type of every event; the incremental plan its own type at most, and the
+    # three others only for the first event of its key (its type)
+    incremental_calls = len(solved) - len(by_type) * len(events)
+    assert len(events) <= incremental_calls + 3 <= len(events) + 3 * len(by_type)

@@ -135,12 +135,14 @@ class _Quiet:
     entries: list | None = None  # the kept plan's entries with this key's gain (incremental_plan): a _Body
     bounds: dict = dataclasses.field(default_factory=dict)  # gpu type -> dp.SharedOptions of pareto's joined
     made: "_Made | None" = None  # the changed entries made and checked by this key's plans (incremental_plan)
+    solved: dict = dataclasses.field(default_factory=dict)  # gpu type -> the DP's results on the shared options
 
     def options(self, jobs: list) -> tuple:
         """The :attr:`SolverOptions.pareto` of problems made from these terms: one GPU type's options
         are the shared jobs' (made once), with those of the jobs tabulated afresh spliced in; with
         them, a :class:`unicron_plan.solvers.dp.Splice` of the shared options (the DP then reads its
-        bounds from the parts kept for the shared jobs)."""
+        bounds from the parts kept for the shared jobs), and where no job is tabulated afresh the memo
+        of the DP's results on these very options (capacity -> counts and value)."""
         from unicron_plan.solvers import dp
 
         t = jobs[0].gpu_type if jobs else None
@@ -155,9 +157,10 @@ class _Quiet:
         if kept is None and dp.NATIVE_HULL is not None:
             kept = self.bounds[t] = dp.SharedOptions(joined)
         new = [k for k, (a, b) in enumerate(zip(jobs, shared)) if a is not b]
-        if not new:
+        if not new:  # the shared jobs' own options: the DP keeps its results on them (dp.solve's memo)
             none = type(joined)(joined.y[:0], joined.g[:0], joined.off[:1])
-            return options, joined, (None if kept is None else kept.splice([], none, joined))
+            return options, joined, (None if kept is None else kept.splice([], none, joined)), \
+                self.solved.setdefault(t, {})
         fresh, fresh_joined = dp.pareto_joined([jobs[k] for k in new])
         if fresh_joined is None:
             return dp.pareto_joined(jobs)

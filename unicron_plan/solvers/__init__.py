@@ -72,7 +72,9 @@ class SolverOptions:
     slowdown: float = 1.0
     #: ``dp`` only: (one GPU type's jobs) -> (their Pareto options, those joined or None), as
     #: :func:`unicron_plan.solvers.dp.pareto_joined` gives them, for a caller that keeps them between
-    #: problems (the incremental plan); None: computed per problem.
+    #: problems (the incremental plan), optionally with a :class:`unicron_plan.solvers.dp.Splice` of
+    #: kept parts and a memo (capacity -> the counts and value the DP found on these very options, which
+    #: it reads instead of solving and fills); None: computed per problem.
     pareto: Optional[Callable] = None
 
     def __post_init__(self):

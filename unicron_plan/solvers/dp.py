@@ -1301,6 +1301,13 @@ def _solve_types(problem: Problem, deadline: float | None, pareto=None) -> tuple
         if not jobs:
             continue
         made = (pareto or _pareto_joined)(jobs)
+        memo = made[3] if len(made) > 3 else None  # capacity -> (counts, value) solved on these options
+        if memo is not None and cap in memo:
+            part, value = memo[cap]
+            counts.update(part)
+            total += value
+            bound += value
+            continue
         joined = made[1]  # (each job's first Pareto option is its smallest count)
         if joined is None or len(joined.off) != len(jobs) + 1 or int(joined.y[joined.off[:-1]].sum()) > cap:
             _check_fits(jobs, cap)
@@ -1313,6 +1320,8 @@ def _solve_types(problem: Problem, deadline: float | None, pareto=None) -> tuple
             bound += max(float(stats["ub"]), value)
         else:
             bound += value
+            if memo is not None:  # (exact: the same options and capacity give these counts again)
+                memo[cap] = (part, value)
     return counts, total, bound, timed_out
 
 

@@ -28,8 +28,9 @@ What makes it fast, every rule exact (docs/performance.md has the proofs):
    m_i - (G_i(y) - lam y) is zero (to float rounding) tight; a job whose envelope runs at slope
    lam has a whole arithmetic run of tight counts, and any choice among them is worth the same
    at the same total. A plan of tight options using T GPUs is worth UB - lam (C - T); every plan
-   of tight options uses at most T* GPUs, the largest such total (a bitset over 0..C, one
-   shift-or per doubling of each run), and every other plan has a deficit of at least d, the
+   of tight options uses at most T* GPUs, the largest such total (a bitset over the GPUs above
+   every job's smallest tight count, 0..C less their sum; one shift-or per doubling of each run,
+   none for a job with one tight count), and every other plan has a deficit of at least d, the
    smallest positive one. So OPT <= max(UB - lam (C - T*), UB - d), and a tight plan reaching
    T* that meets this bound is optimal with no DP pass; it is read back from the bitsets.
    When it does not meet it, it still raises LB for rules 3-4.

@@ -66,6 +66,10 @@ def test_cold_replies_encode_the_shared_entries_once_and_read_as_the_plans_text(
     plan's own JSON text, byte for byte, on a cluster where failures change few jobs and on one where
     they change most."""
 
+    from unicron_plan.service import answers
+
+    encoded = []
+    real = answers.encode_body
     for kind in ("equal-per-gpu", "synthetic"):
         inst = generate_instance(5, gpus=1024, jobs=12, failed_nodes=0, curves=kind)
         inst.pop("event", None)
@@ -73,14 +77,24 @@ def test_cold_replies_encode_the_shared_entries_once_and_read_as_the_plans_text(
         c.put_cluster(inst)
         rng = np.random.default_rng(0)
         nodes = [n["id"] for n in inst["cluster"]["nodes"]]
-        spliced = 0
-        for _ in range(6):
-            pair = [nodes[int(i)] for i in rng.choice(len(nodes), 2, replace=False)]
-            after, _ = st.record_event(c.state, {"kind": "failure", "failed_nodes": pair}, c._nodes(c.state))
-            plan = c._plan(c.state, after, dry_run=True)
-            assert c._plan_text(plan) == plan.model_dump_json(exclude_none=True).encode()
-            spliced += c._body is not None and c._body[0] is incremental.shared_entries(c._kept[1])
+        spliced, keys = 0, set()
+        encoded.clear()
+        answers.encode_body = lambda entries: encoded.append(1) or real(entries)
+        try:
+            for k in range(12):  # one node, then two: the keys alternate
+                failed = [nodes[int(i)] for i in rng.choice(len(nodes), 1 + k % 2, replace=False)]
+                after, _ = st.record_event(c.state, {"kind": "failure", "failed_nodes": failed}, c._nodes(c.state))
+                plan = c._plan(c.state, after, dry_run=True)
+                assert c._plan_text(plan) == plan.model_dump_json(exclude_none=True).encode()
+                shared = incremental.shared_entries(c._kept[1])
+                if getattr(shared, "encoded", None) is not None:
+                    spliced += 1
+                    keys.add(id(shared))
+        finally:
+            answers.encode_body = real
         assert spliced or kind == "synthetic"
+        assert len(encoded) <= len(keys)  # each key's entries encoded once, however the keys alternate
+        assert len(keys) == 2 or kind == "synthetic"
         c.close()
 
 

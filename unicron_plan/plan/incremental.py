@@ -18,7 +18,7 @@ the nodes left in service, the capacity per GPU type, the expected repair), only
 differently being tabulated afresh; the DP reuses the others' Pareto options, and the kept entries
 with the key's ``gain`` are made once per key (:func:`shared_entries`).
 It returns None (the caller solves whole) wherever it does not apply: a cluster whose kept plan
-does not validate, mixed fleets, solvers that place at node level, a churn limit, tracked idle
+does not validate, jobs that may change GPU type, solvers that place at node level, a churn limit, tracked idle
 GPUs, or a delta that does not validate. The plan is the one :func:`unicron_plan.api.solve` gives
 but for ``solver.wall_seconds`` (tests/test_incremental_plan.py compares them on random clusters
 and events).
@@ -182,9 +182,11 @@ class _Quiet:
 class _Body(list):
     """The kept entries with one key's gain (:attr:`_Quiet.entries`), and ``texts``: the changed entries
     made for that key's plans (:class:`_Made`), id -> [entry, its JSON text or None], for the writer of a
-    plan's text (:func:`unicron_plan.service.answers.split_plan`), which fills in the texts."""
+    plan's text (:func:`unicron_plan.service.answers.split_plan`), which fills in the texts; ``encoded``:
+    the entries' own JSON texts, made once by that writer (:func:`unicron_plan.service.answers.encode_body`)."""
 
     texts: dict | None = None
+    encoded: list | None = None
 
 
 class _Made:

@@ -130,7 +130,6 @@ class Coordinator:
         self._fingerprint: tuple[int, str] | None = None  # (base_version, fingerprint of the base)
         self._prepared_base = None  # (base_version, core.problem.prepare of the base, or None)
         self._kept = None  # (that prepared cluster, plan.incremental.keep_plan of it, or None)
-        self._body = None  # (shared entries of the kept plan, their JSON: service/answers.py)
         # (base_version, {classes of the failed nodes: _Solved}, most recently used last): optimal plans
         # of whole-node failures solved on that applied cluster, for failures one up to renaming
         self._solved: tuple[int, OrderedDict] | None = None
@@ -437,16 +436,17 @@ class Coordinator:
         from unicron_plan.service.answers import encode_body, joined_text, split_plan
 
         with self._cv:
-            kept, body = self._kept, self._body
+            kept = self._kept
         shared = shared_entries(kept[1]) if kept is not None and kept[1] is not None else None
         split = None if shared is None else split_plan(plan, shared, {}, [], most=len(shared) // 2)
         if split is None:
             return plan.model_dump_json(exclude_none=True).encode()
-        if body is None or body[0] is not shared:
-            body = (shared, encode_body(shared))
-            with self._cv:
-                self._body = body
-        return joined_text(body[1], *split)
+        body = getattr(shared, "encoded", None)  # (kept with the key's terms: once per key, however they alternate)
+        if body is None:
+            body = encode_body(shared)
+            with contextlib.suppress(AttributeError):
+                shared.encoded = body
+        return joined_text(body, *split)
 
     def _plan(self, before: st.State, after: st.State, dry_run: bool):
         """The plan of ``after`` (``before`` plus one event), from warm contingency when it applies."""

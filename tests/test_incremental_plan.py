@@ -507,6 +507,7 @@ def test_the_keys_of_one_and_two_node_failures_are_made_ahead(kind, keys, tmp_pa
     prepared = prepare(Instance.model_validate(inst))
     kept = incremental.keep_plan(prepared)
     assert incremental.prime_keys(kept) == keys and len(kept.quiet) == keys
+    assert all(q.entries is not None and q.entries.encoded is None for q in kept.quiet.values())
     assert incremental.prime_keys(kept) == 0
     rng = np.random.default_rng(1)
     ids = [n["id"] for n in inst["cluster"]["nodes"]]
@@ -519,6 +520,7 @@ def test_the_keys_of_one_and_two_node_failures_are_made_ahead(kind, keys, tmp_pa
     try:
         c.put_cluster(inst)
         assert len(c._kept[1].quiet) == keys
+        assert all(q.entries.encoded is not None for q in c._kept[1].quiet.values())  # (their texts too)
     finally:
         c.close()
 

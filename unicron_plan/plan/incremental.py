@@ -344,11 +344,12 @@ def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] 
     return add_alternatives(problem, prepared.type_tables, prepared.type_layouts), quiet
 
 
-def prime_keys(kept: KeptPlan) -> int:
+def prime_keys(kept: KeptPlan, encode=None) -> int:
     """Make the shared terms (:func:`event_problem`) of the failure of one whole node of each GPU type
     and of two of each pair of types, on the nodes in service with every GPU healthy that are most
-    common per type and GPU count, so that no request pays for making them; returns how many keys
-    were made (at most the number kept)."""
+    common per type and GPU count, with the key's kept entries (:attr:`_Quiet.entries`; ``encode``: a
+    function that gives their JSON texts, kept as their ``encoded``), so that no request pays for
+    making them; returns how many keys were made (at most the number kept)."""
     from unicron_plan.schema import Event
 
     prepared = kept.prepared
@@ -367,10 +368,22 @@ def prime_keys(kept: KeptPlan) -> int:
     for nodes in failures[:QUIET_MOST]:
         event = prepared.instance.model_copy(update={"event": Event(kind="failure", failed_nodes=nodes)})
         try:
-            event_problem(kept, event)
+            made = event_problem(kept, event)
         except Exception:  # (a failure the checks refuse: its key is made by the first that comes)
             continue
+        if made is None:
+            continue
+        problem, quiet = made
+        if quiet.entries is None:
+            quiet.entries = _kept_entries(kept, (kept.f_kept * problem.d_run).tolist())
+        if encode is not None and quiet.entries.encoded is None:
+            quiet.entries.encoded = encode(quiet.entries)
     return len(kept.quiet) - before
+
+
+def _kept_entries(kept: KeptPlan, gains: list[float]) -> _Body:
+    """The kept plan's entries with ``gains`` (each job's F(x) D_run of one key)."""
+    return _Body(_with_gain(pj, g) for pj, g in zip(kept.entries, gains))
 
 
 def _hit_positions(flags) -> list[int]:
@@ -559,7 +572,7 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
     # the kept jobs' gains: F(x) D_run, no transition (cost.gain of an unchanged job)
     gains = (kept.f_kept * problem.d_run).tolist()
     if quiet is not None and quiet.entries is None:  # (shared by every event of its key: one D_run)
-        quiet.entries = _Body(_with_gain(pj, g) for pj, g in zip(kept.entries, gains))
+        quiet.entries = _kept_entries(kept, gains)
     if quiet is not None:
         quiet.entries.texts = made.texts
         entries = list(quiet.entries)

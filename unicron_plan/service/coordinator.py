@@ -236,7 +236,9 @@ class Coordinator:
         try:
             made = keep_plan(prepared)
             if made is not None:  # the terms the first failures of one or two nodes would make
-                prime_keys(made)
+                from unicron_plan.service.answers import encode_body
+
+                prime_keys(made, encode_body)
         except Exception:  # a cluster the kept plan does not cover: events are solved whole
             made = None
         with self._cv:

@@ -184,6 +184,8 @@ def test_the_service_answers_events_with_the_incremental_plan(tmp_path, monkeypa
     inst = generate_instance(7, gpus=1024, jobs=10, failed_nodes=0, curves="linear-step")
     c = Coordinator(tmp_path / "s", contingency=False)
     c.put_cluster(inst)
+    assert calls  # the upload planned a failure of one node and of two (prime_keys)
+    calls.clear()
     rng = np.random.default_rng(7)
     prepared = prepare(Instance.model_validate(inst))
     for ev in _events(rng, inst, 3):

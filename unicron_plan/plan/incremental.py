@@ -344,12 +344,14 @@ def event_problem(kept: KeptPlan, instance: Instance) -> tuple[Problem, _Quiet] 
     return add_alternatives(problem, prepared.type_tables, prepared.type_layouts), quiet
 
 
-def prime_keys(kept: KeptPlan, encode=None) -> int:
+def prime_keys(kept: KeptPlan, encode=None, solver: str | None = None, time_limit_seconds: float | None = None) -> int:
     """Make the shared terms (:func:`event_problem`) of the failure of one whole node of each GPU type
     and of two of each pair of types, on the nodes in service with every GPU healthy that are most
-    common per type and GPU count, with the key's kept entries (:attr:`_Quiet.entries`; ``encode``: a
-    function that gives their JSON texts, kept as their ``encoded``), so that no request pays for
-    making them; returns how many keys were made (at most the number kept)."""
+    common per type and GPU count, by planning that failure (:func:`incremental_plan` with ``solver``
+    and ``time_limit_seconds``: the key's kept entries, the DP's results on its options and the
+    changed entries it makes are kept with it; ``encode``: a function that gives the kept entries'
+    JSON texts, kept as their ``encoded``), so that no request pays for making them; returns how many
+    keys were made (at most the number kept)."""
     from unicron_plan.schema import Event
 
     prepared = kept.prepared
@@ -369,12 +371,14 @@ def prime_keys(kept: KeptPlan, encode=None) -> int:
         event = prepared.instance.model_copy(update={"event": Event(kind="failure", failed_nodes=nodes)})
         try:
             made = event_problem(kept, event)
+            if made is not None:
+                incremental_plan(kept, event, solver, time_limit_seconds)
         except Exception:  # (a failure the checks refuse: its key is made by the first that comes)
             continue
         if made is None:
             continue
         problem, quiet = made
-        if quiet.entries is None:
+        if quiet.entries is None:  # (a plan that changed most jobs: assembled whole)
             quiet.entries = _kept_entries(kept, (kept.f_kept * problem.d_run).tolist())
         if encode is not None and quiet.entries.encoded is None:
             quiet.entries.encoded = encode(quiet.entries)

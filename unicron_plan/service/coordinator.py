@@ -237,8 +237,9 @@ class Coordinator:
             made = keep_plan(prepared)
             if made is not None:  # the terms the first failures of one or two nodes would make
                 from unicron_plan.service.answers import encode_body
+                from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
 
-                prime_keys(made, encode_body)
+                prime_keys(made, encode_body, self.solver, DEFAULT_TIME_LIMIT_SECONDS)
         except Exception:  # a cluster the kept plan does not cover: events are solved whole
             made = None
         with self._cv:

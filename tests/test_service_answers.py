@@ -295,3 +295,27 @@ def test_an_indexed_answer_reads_again_only_the_entries_that_list_a_node(kind, s
             assert json.loads(text) == relabel_plan(json.loads(json.dumps(whole)), failed, b, order)
             assert relabelled_text(pieces, head, every, tail, failed, b, order) == text  # each entry tested
     assert indexed > 0 and unindexed > 0
+
+
+def test_the_joined_search_flags_the_entries_the_test_of_each_entry_flags():
+    """_flagged against _untouched entry by entry on random entries: node ids inside other ids, at the
+    ends of an entry, as a job id, hit flags as keys and "hit" as a reason, in a dict and in the
+    compact form."""
+    from array import array
+
+    from unicron_plan.service.answers import StoredChanges, _flagged, _untouched
+
+    rng = np.random.default_rng(5)
+    pieces = [b'"n1"', b'"n12"', b'"xn1"', b'"n2"', b'"hit":false', b'"hit":true', b'"reason":"hit"',
+              b'"why":"hit: n1 drained"', b'"id":"n1"', b'{', b'}', b',', b'"nodes":["n3","n4"]']
+    flagged = 0
+    for _ in range(300):
+        texts = [b"".join(rng.choice(pieces, int(rng.integers(1, 6))).tolist()) for _ in range(int(rng.integers(1, 9)))]
+        positions = sorted(rng.choice(100, len(texts), replace=False).tolist())
+        names = ("n1", "n2")[: int(rng.integers(1, 3))]
+        test = _untouched(*names)
+        want = [k for k, t in zip(positions, texts) if not test(t)]
+        assert _flagged(dict(zip(positions, texts)), names) == want
+        assert list(_flagged(StoredChanges(array("i", positions), tuple(texts)), names)) == want
+        flagged += len(want)
+    assert flagged > 100

@@ -86,6 +86,7 @@ def test_separable_backends_agree(seed):
     check_separable(seed)
 
 
+@pytest.mark.long  # (out of the default run for its time: run by `pytest -m long`)
 @FAST
 @given(SEEDS)
 def test_node_level_backends_agree_with_brute_force(seed):

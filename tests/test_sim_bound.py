@@ -19,6 +19,7 @@ def _small(seed: int):
     return load_scenario(data)
 
 
+@pytest.mark.long  # (out of the default run for its time: run by `pytest -m long`)
 def test_the_bound_is_above_every_policy_on_random_runs():
     # type-bound is for mixed fleets; the rollouts (which fork the run) are checked in test_fork_rollout.py
     policies = [p for p in POLICIES if p not in ("type-bound", "rollout", "rollout-to-end")]

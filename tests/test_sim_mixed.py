@@ -231,6 +231,7 @@ def test_the_command_line_runs_type_bound_by_default_on_a_mixed_fleet(tmp_path):
     assert res.exit_code == 0 and "type changes" in res.stdout and "type-bound" in res.stdout
 
 
+@pytest.mark.long  # (out of the default run for its time: run by `pytest -m long`)
 def test_the_simulators_mixed_plans_are_the_planners(monkeypatch):
     from test_sim_engine import CheckedUnicron
     from unicron_plan.simulate import policies

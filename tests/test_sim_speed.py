@@ -65,6 +65,7 @@ EVERY_POLICY = [("gpt3-mix-128-a800-dense", sorted(set(POLICIES) - ROLLOUTS)),
                 pytest.param("gpt3-mix-128-a800-dense", sorted(ROLLOUTS), marks=pytest.mark.slow)]
 
 
+@pytest.mark.long  # (out of the default run for its time: run by `pytest -m long`)
 @pytest.mark.parametrize("scenario,names", EVERY_POLICY)
 def test_accounting_equals_a_loop_over_every_job(monkeypatch, scenario, names):
     sc = _dense(scenario)

@@ -130,6 +130,7 @@ def test_a_run_does_not_depend_on_the_string_hash_seed():
     assert len(outs) == 1
 
 
+@pytest.mark.long  # (out of the default run for its time: run by `pytest -m long`)
 def test_ray_backend_gives_the_process_backend_numbers():
     pytest.importorskip("ray")
     spec = _sweep(replications={"min": 2, "max": 2, "batch": 1, "target_half_width": 1})

@@ -30,6 +30,8 @@ from unicron_plan.cli import full_app
 from unicron_plan.plan.contingency import build_contingency, write_contingency
 from unicron_plan.errors import InvalidInstanceError
 
+pytestmark = pytest.mark.long  # (each fuzzer runs for its time budget: in the long run, out of the default one)
+
 BUDGET = float(os.environ.get("UNICRON_FUZZ_SECONDS", "2.0"))  # seconds per reader
 SEED = int(os.environ.get("UNICRON_FUZZ_SEED", "0"))  # added to each reader's seed
 CASE_SECONDS = 20  # one input taking longer than this is a hang

@@ -25,6 +25,7 @@ TIE_BOUND_SOLVERS = {"milp-cbc", "cpsat"}
 TIE_LIMIT_SECONDS = 3.0
 
 
+@pytest.mark.long  # (every backend on every library instance: out of the default run for its time)
 @pytest.mark.parametrize("path", LIBRARY, ids=[p.stem for p in LIBRARY])
 @pytest.mark.parametrize("solver", SOLVERS)
 def test_solver_matches_recorded_optimum(path, solver):

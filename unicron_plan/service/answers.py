@@ -45,16 +45,17 @@ def split_plan(plan, shared: list, holders: dict, members: list[str], most: int 
     if any(jid not in ids for m in members for jid in holders.get(m, ())):
         return None
     texts = getattr(shared, "texts", None)  # the changed entries' texts, where the shared ones keep them
-    top = _without_jobs(plan).model_dump_json(exclude_none=True).encode()
-    if top.count(JOBS) != 1:
+    ends = plan_ends(plan)
+    if ends is None:
         return None
-    at = top.index(JOBS) + len(JOBS) - 1
-    return top[:at], {k: _entry_text(plan.jobs[k], texts) for k in changed}, top[at:]
+    return ends[0], {k: _entry_text(plan.jobs[k], texts) for k in changed}, ends[1]
 
 
-def _without_jobs(plan):
-    """A copy of ``plan`` with no jobs, made without its jobs' placements (``Plan.__copy__`` makes
-    every placement's models first; the entries reused from earlier plans need none)."""
+def plan_ends(plan) -> tuple[bytes, bytes] | None:
+    """(head, tail): ``plan``'s JSON text around its jobs' entries, the text being head, the entries
+    joined by commas, tail; None where the jobs array cannot be found once. Made from a copy without
+    jobs that makes none of their placements (``Plan.__copy__`` makes every placement's models first;
+    the entries reused from earlier plans need none)."""
     from pydantic import BaseModel
 
     top = BaseModel.__copy__(plan)
@@ -62,7 +63,11 @@ def _without_jobs(plan):
     private = top.__pydantic_private__
     if private and "_placements" in private:
         private["_placements"] = None
-    return top
+    text = top.model_dump_json(exclude_none=True).encode()
+    if text.count(JOBS) != 1:
+        return None
+    at = text.index(JOBS) + len(JOBS) - 1
+    return text[:at], text[at:]
 
 
 def _entry_text(entry, texts: dict | None) -> bytes:
@@ -125,6 +130,9 @@ def _framed(head: bytes, pieces: list[bytes], tail: bytes) -> bytes:
 
 #: node ids that JSON writes as they are (no escape): an entry naming one holds it quoted, byte for byte
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:@/+\-]+")
+#: "hit" as a value (a hit job's reason, whose sentence may name nodes), not as the key of the hit
+#: flag every entry has
+_HIT_VALUE = re.compile(rb'"hit"(?!:)')
 
 
 def _untouched(*names: str):
@@ -135,8 +143,7 @@ def _untouched(*names: str):
     if not all(_PLAIN_ID.fullmatch(n) for n in names):
         return None
     needles = tuple(b'"' + n.encode() + b'"' for n in names)
-    # a hit job's entry has "hit" as a value (its reason); every entry has it as a key ("hit":)
-    return lambda text: not any(n in text for n in needles) and text.count(b'"hit"') == text.count(b'"hit":')
+    return lambda text: not any(n in text for n in needles) and _HIT_VALUE.search(text) is None
 
 
 def relabelled_text(body: list[bytes], head: bytes, changed, tail: bytes, a: str, b: str,
@@ -199,10 +206,6 @@ def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, names: tupl
     return _framed(b'{"jobs":[', pieces, tail)
 
 
-#: "hit" as a value (a hit job's reason), not as the key of an entry's hit flag
-_HIT_VALUE = re.compile(rb'"hit"(?!:)')
-
-
 def _flagged(changed, names: tuple) -> list:
     """The positions of the changed entries :func:`_untouched` does not pass (that name a node of
     ``names``, plain ids, or are a hit job's), found by searching their texts joined once: one scan
@@ -230,7 +233,7 @@ _INDEXES_LOCK = threading.Lock()
 def _node_index(changed: "StoredChanges") -> dict[bytes, list[int]] | None:
     """{node id's JSON text without quotes: positions of the changed entries whose nodes list names it}
     of ``changed``, made on first use and kept for the INDEXES_KEPT most recently used; None where an
-    entry may be a hit job's (its sentence names nodes: each entry is then tested, :func:`_untouched`)
+    entry may be a hit job's (its sentence names nodes: the entries are then searched, :func:`_flagged`)
     or does not list its nodes exactly once."""
     key = id(changed)
     with _INDEXES_LOCK:
@@ -241,7 +244,7 @@ def _node_index(changed: "StoredChanges") -> dict[bytes, list[int]] | None:
     index: dict[bytes, list[int]] | None = {}
     for k, text in changed.items():
         lists = _NODES.findall(text)
-        if len(lists) != 1 or text.count(b'"hit"') != text.count(b'"hit":'):
+        if len(lists) != 1 or _HIT_VALUE.search(text) is not None:
             index = None
             break
         for token in lists[0].split(b","):

@@ -227,7 +227,7 @@ class Coordinator:
         """:func:`unicron_plan.plan.incremental.keep_plan` of ``prepared``, once per prepared cluster;
         with ``settle``, the heap is settled after making it (a cluster reached by ``apply`` has its
         kept plan made by its first event, after the heap was settled)."""
-        from unicron_plan.plan.incremental import keep_plan, prime_keys
+        from unicron_plan.plan.incremental import keep_plan
 
         with self._cv:
             kept = self._kept
@@ -235,11 +235,6 @@ class Coordinator:
             return kept[1]
         try:
             made = keep_plan(prepared)
-            if made is not None:  # the terms the first failures of one or two nodes would make
-                from unicron_plan.service.answers import encode_body
-                from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
-
-                prime_keys(made, encode_body, self.solver, DEFAULT_TIME_LIMIT_SECONDS)
         except Exception:  # a cluster the kept plan does not cover: events are solved whole
             made = None
         with self._cv:
@@ -247,6 +242,18 @@ class Coordinator:
         if settle and made is not None:
             _settle_heap()
         return made
+
+    def _prime_keys(self, kept) -> None:
+        """Plan the first failures of one node per GPU type and of two per pair of types on ``kept``, with
+        the upload rather than in the first requests (:func:`unicron_plan.plan.incremental.prime_keys`)."""
+        from unicron_plan.plan.incremental import prime_keys
+        from unicron_plan.service.answers import encode_body
+        from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
+
+        try:
+            prime_keys(kept, encode_body, self.solver, DEFAULT_TIME_LIMIT_SECONDS)
+        except Exception:  # (the requests make the keys then)
+            pass
 
     def worker_paused(self):
         """The warm worker stopped for as long as the block runs (the whole HTTP exchange of an event:
@@ -337,7 +344,10 @@ class Coordinator:
             return None
         from unicron_plan.service.answers import joined_text, renamed_text
 
-        head, pieces, every, tail = found.texts()
+        texts = found.texts()
+        if texts is None:
+            return None
+        head, pieces, every, tail = texts
         rename = _renaming(found.nodes, nodes, reps)
         if not any(a != b for a, b in rename.items()):
             return joined_text(pieces, head, {}, tail, end)
@@ -513,7 +523,9 @@ class Coordinator:
         with self.lock:
             new = st.set_cluster(self.state, data)
             self._vet(new)
-            self._kept_plan(self._prepared_base[1])  # made with the upload, not by its first event
+            kept = self._kept_plan(self._prepared_base[1])  # made with the upload, not by its first event
+            if kept is not None:
+                self._prime_keys(kept)
             self._node_classes(new)
             rev = self.last + 1
             body = new.base.model_dump(mode="json", exclude_none=True)
@@ -1119,14 +1131,8 @@ def _digest(data: Any) -> str:
 
 def _single_node_failure(data: Any) -> str | None:
     """The node of an event that is exactly the failure of one whole node, else None."""
-    if not isinstance(data, dict) or data.get("kind") != "failure" or data.get("failed_gpus"):
-        return None
-    if not set(data) <= {"kind", "failed_nodes", "failed_gpus"}:
-        return None
-    nodes = data.get("failed_nodes")
-    if not isinstance(nodes, list) or len(nodes) != 1 or not isinstance(nodes[0], str):
-        return None
-    return nodes[0]
+    nodes = _whole_node_failure(data)
+    return nodes[0] if nodes is not None and len(nodes) == 1 else None
 
 
 def _whole_node_failure(data: Any) -> list[str] | None:
@@ -1180,16 +1186,18 @@ class _Solved:
     def __init__(self, nodes: tuple[str, ...], plan):
         self.nodes, self.plan, self._texts = nodes, plan, None
 
-    def texts(self) -> tuple:
+    def texts(self) -> tuple | None:
         """(head, every entry's text, every entry as changed (a StoredChanges, indexed by its nodes once
-        renamed: :func:`unicron_plan.service.answers.renamed_text`), tail)."""
+        renamed: :func:`unicron_plan.service.answers.renamed_text`), tail); None where the plan's text
+        cannot be split around its entries (:func:`unicron_plan.service.answers.plan_ends`)."""
         if self._texts is None:
             from array import array
 
-            from unicron_plan.service.answers import JOBS, StoredChanges, encode_body
+            from unicron_plan.service.answers import StoredChanges, encode_body, plan_ends
 
-            top = self.plan.model_copy(update={"jobs": []}).model_dump_json(exclude_none=True).encode()
-            at = top.index(JOBS) + len(JOBS) - 1
+            ends = plan_ends(self.plan)
+            if ends is None:
+                return None
             pieces = encode_body(self.plan.jobs)
-            self._texts = (top[:at], pieces, StoredChanges(array("i", range(len(pieces))), tuple(pieces)), top[at:])
+            self._texts = (ends[0], pieces, StoredChanges(array("i", range(len(pieces))), tuple(pieces)), ends[1])
         return self._texts

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import library_instances
@@ -196,6 +196,7 @@ def test_count_rules_every_entry_equals_a_fresh_solve(seed, mtbf, types, tables)
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1))
+@example(seed=45488367)  # a job listing a node it holds no GPU of (node_classes)
 def test_all_constraint_kinds_every_entry_equals_a_fresh_solve(seed):
     rng = np.random.default_rng(seed)
     doc = random_instance(rng, max_nodes=4, max_jobs=3, gpu_types=1, mtbf=bool(rng.integers(0, 2)))
@@ -474,3 +475,30 @@ def test_index_cells_counts_the_whole_fleet_in_whole_nodes():
         nodes.setdefault(n.gpu_type, []).append(n.gpus)
     assert len(nodes) == 4 and all(len(set(g)) == 1 for g in nodes.values())
     assert contingency.index_cells(inst) == len(inst.jobs) * sum(len(g) for g in nodes.values())
+
+
+def test_a_node_a_job_lists_without_gpus_of_it_is_not_classed_with_an_idle_one():
+    # j1 lists n1 and n2 for its 4 GPUs, which the split places on n2 alone: n1's failure still hits j1
+    # (hit = listed), so n1 and the idle n0 (same type, GPUs, rack) are not one up to renaming.
+    doc = {
+        "schema_version": "1", "name": "listed",
+        "cluster": {"gpu_types": {"t": {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 1600.0,
+                                        "inter_node_gbps": 200.0}},
+                    "nodes": [{"id": "n0", "gpu_type": "t", "gpus": 2}, {"id": "n1", "gpu_type": "t", "gpus": 2},
+                              {"id": "n2", "gpu_type": "t", "gpus": 8}]},
+        "jobs": [{"id": "j0", "weight": 3.0, "throughput": {"gpu_type": "t", "tflops": {"1": 50.0, "2": 90.0}},
+                  "current": {"gpus": 0, "nodes": []}},
+                 {"id": "j1", "weight": 0.5, "tp": 4, "throughput": {"gpu_type": "t", "tflops": {"4": 400.0}},
+                  "current": {"gpus": 4, "nodes": ["n1", "n2"]}}],
+        "max_changed_jobs": 1,
+        "cost": {"expected_run_seconds": 3600.0, "default_transition_seconds": 300.0},
+    }
+    from unicron_plan.core.problem import prepare
+    from unicron_plan.plan.contingency import node_classes
+
+    inst = api.load_instance(doc)
+    assert prepare(inst).previous["j1"].get("n1", 0) == 0  # the case: listed, no GPU of it in the split
+    classes = node_classes(inst)
+    assert not any({"n0", "n1"} <= set(c) for c in classes), classes
+    _check_node_classes(doc)
+    _check_every_entry(doc, build_contingency(inst, racks=True))

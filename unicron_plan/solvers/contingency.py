@@ -51,7 +51,8 @@ def node_classes(instance: Instance, previous: dict[str, dict[str, int]] | None 
 
     Two nodes are in one class when they have the same GPU type, GPUs and failed GPUs and hold the
     same jobs with the same GPUs each (``previous``: every job's GPUs per node, as
-    ``core.problem.prepare`` keeps them; derived here when not given) and, when a job asks for
+    ``core.problem.prepare`` keeps them; derived here when not given; a node a job lists without
+    GPUs of it counts as holding 0 of them, for its failure hits the job) and, when a job asks for
     ``same_rack``, sit in the same rack. Swapping two such nodes maps the instance onto itself but
     for node order and racks, which no objective term or constraint reads except ``same_rack``: the
     failure of one has as its optimal plans those of the other's failure with the two nodes swapped
@@ -66,6 +67,11 @@ def node_classes(instance: Instance, previous: dict[str, dict[str, int]] | None 
         for nid, g in split.items():
             if g > 0:
                 held[nid].append((jid, g))
+    for job in instance.jobs:  # a node the job lists but holds no GPU of: its failure still hits the job
+        split = previous.get(job.id, {})
+        for nid in job.current.nodes:
+            if split.get(nid, 0) <= 0:
+                held[nid].append((job.id, 0))
     racks = any(j.same_rack for j in instance.jobs)
     classes: dict[tuple, list[str]] = {}
     for n in instance.cluster.nodes:

@@ -91,6 +91,24 @@ def test_the_arrays_give_the_models_and_the_text_of_the_model_path(seed):
         assert held == made and dumps(held) == text
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_an_entry_written_from_the_arrays_is_its_models_json(seed):
+    # PlanJob.json_bytes writes a held placement from the arrays where every node id is plain, and
+    # dumps the models otherwise (odd ids: quotes, backslashes, control and non-ASCII characters)
+    plain = odd = 0
+    for instance in _instances(12, 10 + seed):
+        held, made, _ = _both(instance)
+        texts = [pj.json_bytes() for pj in held.jobs]
+        if held.placement_arrays() is not None:  # written without making any model
+            plain += 1
+        else:
+            odd += 1
+        assert texts == [pj.model_dump_json(exclude_none=True).encode() for pj in made.jobs]
+        assert [json.loads(t)["placement"] for t in texts] == \
+            [[{"node": p.node, "gpus": p.gpus} for p in pj.placement] for pj in made.jobs]
+    assert plain and odd
+
+
 def test_every_way_of_reading_a_job_makes_its_placement():
     instance = next(_instances(1, 7))
     for use in (lambda p: p.model_dump(), lambda p: p.jobs[0].model_dump(), lambda p: copy.deepcopy(p),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import re
 import threading
 from itertools import chain, compress, repeat
 from operator import attrgetter
@@ -85,6 +86,25 @@ class PlanJob(OutputModel):
             out["keep_cost"] = None
         return out
 
+    def json_bytes(self) -> bytes:
+        """``model_dump_json(exclude_none=True)`` as bytes. A placement still held as arrays is written
+        from them (no model per (node, GPUs) made) where every node id of the plan is written as it is
+        (:func:`_plain_ids`); otherwise the models are made and dumped."""
+        private = self.__pydantic_private__
+        if private and "placement" not in self.__dict__:
+            pending, k = private["_pending"]
+            arrays = pending.arrays
+            if pending.made is None and _plain_ids(arrays.names):
+                text = self.model_dump_json(exclude_none=True, context={WITHOUT_PLACEMENT: True}).encode()
+                if text.count(_NODES_END) == 1:
+                    a, b = int(arrays.starts[k]), int(arrays.starts[k + 1])
+                    names = arrays.names
+                    shares = b",".join(b'{"node":"%s","gpus":%d}' % (names[n].encode(), g) for n, g in
+                                       zip(arrays.node[a:b].tolist(), arrays.gpus[a:b].tolist()))
+                    at = text.index(_NODES_END) + 1
+                    return b"".join((text[:at], b',"placement":[', shares, b"]", text[at:]))
+        return self.model_dump_json(exclude_none=True).encode()
+
     def _make_placement(self) -> None:
         """Make ``placement`` from the plan's arrays if it is still held there."""
         private = self.__pydantic_private__
@@ -136,6 +156,23 @@ class PlanJob(OutputModel):
 
 
 WITHOUT_PLACEMENT = "unicron_plan.without_placement"
+_NODES_END = b'],"waf_tflops":'  # a job's nodes list ends here (no JSON string holds '],"'); placement goes between
+_PLAIN_ID = re.compile(r'[\x20-\x7e]*')  # printable ASCII
+_PLAIN_SEEN: dict[int, tuple] = {}  # id(names) -> (names, plain), the last few lists of node ids checked
+
+
+def _plain_ids(names) -> bool:
+    """Every node id of ``names`` is printable ASCII without a quote or backslash, so that its JSON
+    string is the id in quotes (checked once per list of names, which a plan's arrays share)."""
+    seen = _PLAIN_SEEN.get(id(names))
+    if seen is not None and seen[0] is names:
+        return seen[1]
+    joined = "".join(names)
+    plain = _PLAIN_ID.fullmatch(joined) is not None and '"' not in joined and "\\" not in joined
+    if len(_PLAIN_SEEN) >= 8:
+        _PLAIN_SEEN.clear()
+    _PLAIN_SEEN[id(names)] = (names, plain)
+    return plain
 _JOB_FIELDS = tuple(PlanJob.model_fields)
 
 

@@ -27,7 +27,7 @@ INDEXES_KEPT = 4
 
 def encode_body(entries: list) -> list[bytes]:
     """Each plan entry's JSON text, as the plan's own text has it."""
-    return [pj.model_dump_json(exclude_none=True).encode() for pj in entries]
+    return [pj.json_bytes() for pj in entries]
 
 
 def split_plan(plan, shared: list, holders: dict, members: list[str], most: int | None = None) -> tuple | None:
@@ -75,9 +75,9 @@ def _entry_text(entry, texts: dict | None) -> bytes:
     entries (made for an earlier plan too: :class:`unicron_plan.plan.incremental._Made`)."""
     held = None if texts is None else texts.get(id(entry))
     if held is None or held[0] is not entry:
-        return entry.model_dump_json(exclude_none=True).encode()
+        return entry.json_bytes()
     if held[1] is None:
-        held[1] = entry.model_dump_json(exclude_none=True).encode()
+        held[1] = entry.json_bytes()
     return held[1]
 
 

@@ -911,11 +911,11 @@ def _solve_joined(options, capacity: int, stats: dict, prune: bool, deadline: fl
                   cores: bool = True, hull_hint: np.ndarray | None = None, shared: Splice | None = None):
     """:func:`solve_options` past its early exit and count step (the counts' gcd is 1 here, so the
     capacity is its own multiple of it). ``shared``: a :class:`Splice` of the options, whose bounds
-    are read from its kept parts; where the greedy plan does not meet them, the options are solved
-    as without it."""
+    are read from its kept parts (the same values as the options' own); where the greedy plan does
+    not meet them, the options are flattened with their deficits at that multiplier and solved on."""
     lam, flat, red_max, ub, lb_pick, lb, rounding = _bounds(options, joined, capacity, hull_hint, shared)
     if shared is not None and lb < ub - rounding:
-        return _solve_joined(options, capacity, stats, prune, deadline, joined, cores, hull_hint)
+        flat = _flatten(options, lam, red_max, joined=joined)[0]
     used = int(flat.y[flat.off[:-1] + lb_pick].sum())
     if lb < ub - rounding and used < capacity:
         # The greedy plan leaves GPUs unused and does not meet the bound: the largest total the

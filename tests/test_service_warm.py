@@ -92,6 +92,7 @@ def _state(pid: int) -> str:
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
 def test_the_worker_is_stopped_while_a_request_solves(tmp_path):
     coord = Coordinator(tmp_path / "s")
+    coord.spare_cpus = 0  # (a machine with no CPU besides the request's: every worker stopped)
     try:
         coord.put_cluster(_base("jagged-2048-32jobs.json"))
         deadline = time.monotonic() + 60
@@ -114,6 +115,7 @@ def test_the_worker_is_stopped_while_a_request_solves(tmp_path):
 def test_back_to_back_requests_stop_the_worker_only_part_of_the_time(tmp_path):
     # a stream of requests with no gap between them must not starve the warm stages
     coord = Coordinator(tmp_path / "s")
+    coord.spare_cpus = 0
     try:
         coord.put_cluster(_base("jagged-16384-128jobs.json"))
         deadline = time.monotonic() + 60
@@ -131,6 +133,34 @@ def test_back_to_back_requests_stop_the_worker_only_part_of_the_time(tmp_path):
         assert states[0] == "T"
         assert sum(s == "T" for s in states) <= 0.75 * len(states) + 2
         assert any(s not in ("T", "gone") for s in states)
+    finally:
+        coord.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
+@pytest.mark.parametrize("spare", [0, 1])
+def test_a_request_stops_the_workers_beyond_the_spare_cpus(tmp_path, spare):
+    # two workers: with one spare CPU the first is stopped and the other goes on; with none both stop
+    coord = Coordinator(tmp_path / "s", warm_workers=2)
+    coord.spare_cpus = spare
+    try:
+        for _ in range(3):  # (a fast machine may finish a warm-up before its workers are seen: upload again)
+            coord.put_cluster(_base("jagged-16384-128jobs.json"))
+            _until(lambda: bool(coord._warm_children) or coord._warm_pid is None and coord.contingency_status() == "ready",
+                   60.0)
+            with coord._worker_paused():
+                first, others = coord._warm_pid, list(coord._warm_children)
+                if first is None or not others or not _alive(first):
+                    continue
+                _until(lambda: not _alive(first) or _state(first) == "T")
+                time.sleep(0.1)  # (a stop sent to both lands on both by now)
+                states = [_state(pid) if _alive(pid) else "gone" for pid in (first, *others)]
+            if "gone" in states:
+                continue
+            assert states[0] == "T"
+            assert all(s == "T" for s in states[1:]) == (spare == 0), states
+            return
+        pytest.fail("no warm-up was seen with both workers running")
     finally:
         coord.close()
 

@@ -347,9 +347,21 @@ def _sequence(inst: dict, count: int, seed: int, check_keys: bool = True) -> tup
             assert fits == previous_fits(before, dict(where), problem.state.nodes, used)
         return keys
 
+    left_by = incremental._left_by
+    started = []  # per call: whether it started from a key's kept sums (quiet.left)
+
+    def fresh_left(kept, quiet, previous, ids):  # each start from kept sums against the sums made afresh
+        base = None if quiet is None else quiet.left
+        got = left_by(kept, quiet, previous, ids)
+        want = left_by(kept, None, previous, ids)
+        assert got == want and list(got[1]) == list(kept.free)  # (free in cluster order, as placement reads it)
+        started.append(base is not None and 4 * len(base[0].symmetric_difference(ids)) <= len(ids))
+        return got
+
     done, last, hit_held = 0, None, 0
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(incremental._Made, "find", counted)
+        mp.setattr(incremental, "_left_by", fresh_left)
         if check_keys:
             mp.setattr(incremental, "_cache_keys", checked)
         for _ in range(count):
@@ -375,7 +387,11 @@ def _sequence(inst: dict, count: int, seed: int, check_keys: bool = True) -> tup
                 assert again[1] == split[1]
             hit_held += sum(1 for k, pj in enumerate(plan.jobs) if pj.hit and k in held)
             done, last = done + 1, plan
+    _sequence.started += sum(started)
     return done, sum(found), hit_held
+
+
+_sequence.started = 0  # plans that started from a key's kept sums, over every sequence run
 
 
 def _text_of(text: bytes) -> bytes:
@@ -396,6 +412,14 @@ def test_failures_in_sequence_on_one_kept_plan_give_the_fresh_plans(kind, monkey
     if kind == "synthetic":
         assert reused > 0  # (the entries are reused, not only made)
         assert hit_held > 0  # (and jobs with a kept entry are hit by later failures)
+
+
+def test_a_keys_kept_sums_are_started_from_and_equal_fresh_ones(monkeypatch):
+    monkeypatch.setattr(incremental, "WHOLE_SHARE", 1.0)
+    monkeypatch.setattr(_sequence, "started", 0)
+    inst = generate_instance(11, gpus=1024, jobs=16, failed_nodes=0, curves="synthetic")
+    assert _sequence(inst, 24, seed=9)[0] >= 12
+    assert _sequence.started > 5  # (the sums were started from, each checked against fresh ones)
 
 
 def _random_clusters(seed: int, count: int, horizons: bool):

@@ -30,7 +30,7 @@ import dataclasses
 import math
 import time
 from collections import Counter, OrderedDict
-from itertools import chain
+from itertools import chain, repeat
 from operator import methodcaller, neg, sub as _minus
 from collections.abc import Mapping
 
@@ -136,6 +136,7 @@ class _Quiet:
     bounds: dict = dataclasses.field(default_factory=dict)  # gpu type -> dp.SharedOptions of pareto's joined
     made: "_Made | None" = None  # the changed entries made and checked by this key's plans (incremental_plan)
     solved: dict = dataclasses.field(default_factory=dict)  # gpu type -> the DP's results on the shared options
+    left: tuple | None = None  # (changed job ids, their GPUs left per node, the free GPUs then): _left_by
 
     def options(self, jobs: list) -> tuple:
         """The :attr:`SolverOptions.pareto` of problems made from these terms: one GPU type's options
@@ -404,6 +405,37 @@ def _flat_of(flat: FlatTables, rows: list[int]) -> FlatTables:
                       np.concatenate([flat.f[a:b] for a, b in zip(lo.tolist(), hi.tolist())]), off)
 
 
+def _left_by(kept: KeptPlan, quiet: "_Quiet | None", previous: dict, ids: list[str]) -> tuple[dict, dict]:
+    """(GPUs per node the jobs ``ids`` leave, negated: their ``previous`` splits summed; the kept plan's
+    free GPUs plus those, every node in ``kept.free``'s order), new dicts. The first plan of a key
+    keeps both (``quiet.left``); a later plan whose changed jobs are mostly the same (the jobs most
+    failures of a key resize) starts from copies of them and adds or takes out the few others' splits."""
+    base = None if quiet is None else quiet.left
+    left = kept.free
+    if base is not None:
+        was, base_delta, base_free = base
+        now = set(ids)
+        gone = [jid for jid in was if jid not in now]
+        extra = [jid for jid in ids if jid not in was]
+        if 4 * (len(gone) + len(extra)) <= len(ids):
+            delta, free = base_delta.copy(), base_free.copy()
+            for jid, sign in chain(zip(gone, repeat(1)), zip(extra, repeat(-1))):
+                for nid, g in previous.get(jid, {}).items():
+                    v = delta.get(nid, 0) + sign * g
+                    if v:
+                        delta[nid] = v
+                    else:
+                        delta.pop(nid, None)
+                    free[nid] = left[nid] - v
+            return delta, free
+    delta = _summed([previous.get(jid, {}) for jid in ids], negate=True)
+    free = left.copy()
+    free.update(zip(delta, map(_minus, map(left.__getitem__, delta), delta.values())))
+    if quiet is not None and base is None:
+        quiet.left = (frozenset(ids), delta.copy(), free.copy())
+    return delta, free
+
+
 def _summed(splits: list, negate: bool = False) -> dict:
     """{node: GPUs} summed over ``splits`` (negated with ``negate``): one merge in C where no node is in
     two splits."""
@@ -535,20 +567,19 @@ def incremental_plan(kept: KeptPlan, instance: Instance, solver: str | None = No
         return None
     state = problem.state
     # GPUs per node: the changed jobs' previous splits out, then their new ones in
-    previous = state.previous
-    delta = _summed([previous.get(jobs[k].id, {}) for k in changed], negate=True)
-    # placement's first step (Problem.stays) from the kept usage: every unchanged job stays
-    free = kept.free.copy()
     usage = kept.usage
     if state.healthy is not None and state.touched is not None:
-        # a node the event did not touch is usable as in the healthy cluster (ClusterState.usable_gpus),
-        # as before the event (the nodes touched then, those with failed GPUs, are touched now too): its
+        # placement's first step (Problem.stays) from the kept usage: every unchanged job stays. A node
+        # the event did not touch is usable as in the healthy cluster (ClusterState.usable_gpus), as
+        # before the event (the nodes touched then, those with failed GPUs, are touched now too): its
         # kept free GPUs less the change
-        left = kept.free
-        free.update(zip(delta, map(_minus, map(left.__getitem__, delta), delta.values())))
+        delta, free = _left_by(kept, quiet, state.previous, [jobs[k].id for k in changed])
         for nid in state.touched:
             free[nid] = state.nodes[nid].usable - usage.get(nid, 0) - delta.get(nid, 0)
     else:
+        previous = state.previous
+        delta = _summed([previous.get(jobs[k].id, {}) for k in changed], negate=True)
+        free = kept.free.copy()
         for nid in set(delta).union(state.nodes):
             free[nid] = state.nodes[nid].usable - usage.get(nid, 0) - delta.get(nid, 0)
     result = {jobs[k].id: {} for k in changed}

@@ -137,34 +137,6 @@ def test_back_to_back_requests_stop_the_worker_only_part_of_the_time(tmp_path):
         coord.close()
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
-@pytest.mark.parametrize("spare", [0, 1])
-def test_a_request_stops_the_workers_beyond_the_spare_cpus(tmp_path, spare):
-    # two workers: with one spare CPU the first is stopped and the other goes on; with none both stop
-    coord = Coordinator(tmp_path / "s", warm_workers=2)
-    coord.spare_cpus = spare
-    try:
-        for _ in range(3):  # (a fast machine may finish a warm-up before its workers are seen: upload again)
-            coord.put_cluster(_base("jagged-16384-128jobs.json"))
-            _until(lambda: bool(coord._warm_children) or coord._warm_pid is None and coord.contingency_status() == "ready",
-                   60.0)
-            with coord._worker_paused():
-                first, others = coord._warm_pid, list(coord._warm_children)
-                if first is None or not others or not _alive(first):
-                    continue
-                _until(lambda: not _alive(first) or _state(first) == "T")
-                time.sleep(0.1)  # (a stop sent to both lands on both by now)
-                states = [_state(pid) if _alive(pid) else "gone" for pid in (first, *others)]
-            if "gone" in states:
-                continue
-            assert states[0] == "T"
-            assert all(s == "T" for s in states[1:]) == (spare == 0), states
-            return
-        pytest.fail("no warm-up was seen with both workers running")
-    finally:
-        coord.close()
-
-
 @pytest.mark.skipif(not hasattr(os, "getpriority"), reason="reads process priorities (POSIX)")
 def test_the_worker_runs_at_the_lowest_cpu_priority(tmp_path):
     from unicron_plan.service.coordinator import WARM_NICENESS

@@ -302,7 +302,7 @@ class Coordinator:
                 _signal(self._warm_pid, "SIGSTOP")  # the whole group (workers forked meanwhile too)
             else:
                 for pid in workers[:max(0, len(workers) - self.spare_cpus)]:
-                    _signal_one(pid, "SIGSTOP")
+                    _signal(pid, "SIGSTOP", group=False)
             self._stops.append([now, None])
 
     def _stored_text(self, state: st.State, data: Any, end: bytes | None = None) -> bytes | None:
@@ -858,36 +858,27 @@ def _index_key(after: st.State, nodes: dict | None = None) -> str | None:
     return failure_key(sorted(after.whole), after.base, nodes)
 
 
-def _signal(pid: int, name: str) -> None:
+def _signal(pid: int, name: str, group: bool = True) -> None:
     """Send signal ``name`` to the warm workers of the first one, ``pid``: its process group (it makes
     one as it starts, and the workers it forks are in it), or the process alone before it has made
-    one (nothing where the signal does not exist or the workers have ended)."""
+    one; with ``group`` False, to process ``pid`` alone (nothing where the signal does not exist or the
+    workers have ended)."""
     import os
     import signal
 
     sig = getattr(signal, name, None)
     if sig is None:
         return
-    try:
-        os.killpg(pid, sig)
-        return
-    except (AttributeError, ProcessLookupError, PermissionError):
-        pass
+    if group:
+        try:
+            os.killpg(pid, sig)
+            return
+        except (AttributeError, ProcessLookupError, PermissionError):
+            pass
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _signal_one(pid: int, name: str) -> None:
-    """Send signal ``name`` to process ``pid`` alone (nothing where it has ended)."""
-    import os
-    import signal
-
-    sig = getattr(signal, name, None)
-    if sig is not None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
 
 
 def _start_process_server() -> None:

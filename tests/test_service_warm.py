@@ -92,7 +92,6 @@ def _state(pid: int) -> str:
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc (Linux)")
 def test_the_worker_is_stopped_while_a_request_solves(tmp_path):
     coord = Coordinator(tmp_path / "s")
-    coord.spare_cpus = 0  # (a machine with no CPU besides the request's: every worker stopped)
     try:
         coord.put_cluster(_base("jagged-2048-32jobs.json"))
         deadline = time.monotonic() + 60
@@ -115,7 +114,6 @@ def test_the_worker_is_stopped_while_a_request_solves(tmp_path):
 def test_back_to_back_requests_stop_the_worker_only_part_of_the_time(tmp_path):
     # a stream of requests with no gap between them must not starve the warm stages
     coord = Coordinator(tmp_path / "s")
-    coord.spare_cpus = 0
     try:
         coord.put_cluster(_base("jagged-16384-128jobs.json"))
         deadline = time.monotonic() + 60

@@ -110,10 +110,10 @@ def _until(condition, bound: float = 10.0) -> bool:
     return condition()
 
 
-def _stopped_on_fork(monkeypatch, tmp_path, n: int, spare: int = 0):
-    """A coordinator warming a cluster whose n workers are stopped as a request would stop them (all but
-    ``spare``, its spare CPUs), from the moment the first announces the others (so that none can finish
-    first); (coordinator, pids, the pause to leave)."""
+def _stopped_on_fork(monkeypatch, tmp_path, n: int):
+    """A coordinator warming a cluster whose n workers are all stopped as a request would stop them, from
+    the moment the first announces the others (so that none can finish first); (coordinator, pids,
+    the pause to leave)."""
     import threading
 
     forked = threading.Event()
@@ -129,7 +129,6 @@ def _stopped_on_fork(monkeypatch, tmp_path, n: int, spare: int = 0):
 
     monkeypatch.setattr(Coordinator, "_publish", hooked)
     coord = Coordinator(tmp_path / "s", warm_workers=n)
-    coord.spare_cpus = spare
     inst = generate_instance(1, gpus=32768, jobs=256, failed_nodes=0, curves="identical")
     inst.pop("event", None)
     coord.put_cluster(inst)
@@ -140,15 +139,11 @@ def _stopped_on_fork(monkeypatch, tmp_path, n: int, spare: int = 0):
 
 
 @linux_proc
-@pytest.mark.parametrize("spare", [0, 1, 2])
-def test_a_request_stops_every_worker_beyond_the_spare_cpus(tmp_path, monkeypatch, spare):
-    coord, pids, pause = _stopped_on_fork(monkeypatch, tmp_path, 3, spare)
+def test_a_request_stops_every_worker(tmp_path, monkeypatch):
+    coord, pids, pause = _stopped_on_fork(monkeypatch, tmp_path, 3)
     try:
         assert all(os.getpriority(os.PRIO_PROCESS, p) == coordinator.WARM_NICENESS for p in pids)  # the lowest
-        stopped, going = pids[:3 - spare], pids[3 - spare:]  # (the first one stopped first)
-        assert _until(lambda: all(_state(p) == "T" for p in stopped)), [_state(p) for p in pids]
-        time.sleep(0.1)  # (a stop sent to them too would have landed)
-        assert not any(_alive(p) and _state(p) == "T" for p in going), [_state(p) for p in pids]
+        assert _until(lambda: all(_state(p) == "T" for p in pids)), [_state(p) for p in pids]
         pause.__exit__(None, None, None)  # the request is done: every worker continues
         assert _until(lambda: all(not _alive(p) or _state(p) != "T" for p in pids))
         _wait_answers(coord)
@@ -197,27 +192,20 @@ def test_fewer_workers_where_memory_is_short():
 
 
 @linux_proc
-@pytest.mark.parametrize("spare", [0, 1])
-def test_messages_wait_while_the_workers_are_stopped(tmp_path, spare):
+def test_messages_wait_while_the_workers_are_stopped(tmp_path):
     """The thread that receives the workers' messages does not run while a request has them stopped
-    (it would take turns of the interpreter lock from the request), nor while a worker goes on on a
-    spare CPU, and goes on when the request is done."""
+    (it would take turns of the interpreter lock from the request), and goes on when they continue."""
     import subprocess
     import threading
 
     coord = Coordinator(tmp_path / "s", contingency=False)
-    coord.spare_cpus = spare
     stand_in = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a worker that does nothing
     try:
         coord._warm_pid = stand_in.pid
         snapshot = coord.state
         pause = coord._worker_paused()
         pause.__enter__()
-        if spare:
-            time.sleep(0.1)
-            assert _state(stand_in.pid) != "T"  # the one worker goes on on the spare CPU
-        else:
-            assert _until(lambda: _state(stand_in.pid) == "T")
+        assert _until(lambda: _state(stand_in.pid) == "T")
         waiter = threading.Thread(target=coord._wait_continued, args=(snapshot,), daemon=True)
         waiter.start()
         waiter.join(0.5)

@@ -147,9 +147,6 @@ class Coordinator:
             raise InvalidInstanceError("warm_workers", f"{self.warm_workers}: must be in 1..{MAX_WARM_WORKERS}")
         self.warm_pids: list[int] = []  # the warm worker processes started (tests, diagnostics)
         self._warm_pid: int | None = None  # the first of the running ones (its process group holds the others)
-        self._warm_children: list[int] = []  # the others, once the first has forked them
-        #: workers left running while a request solves: the CPUs besides the one the request takes
-        self.spare_cpus = max(0, default_warm_workers() - 1)
         self._pause_lock = threading.Lock()
         # notified when the workers are continued: the thread that receives their messages waits on it
         # while they are stopped for a request (and so takes no turn of the interpreter lock from it)
@@ -265,10 +262,9 @@ class Coordinator:
 
     @contextlib.contextmanager
     def _worker_paused(self):
-        """While any request is solving (and encoding its plan), the warm workers beyond ``spare_cpus``
-        are stopped (SIGSTOP), so that they take no CPU from the request (on two hyper-threads even a
-        lower priority would), and the thread that receives their messages waits; they continue when the
-        last request is done. Nested uses count once."""
+        """While any request is solving (and encoding its plan), the warm worker process is stopped
+        (SIGSTOP), so that it takes no CPU from the request (on two hyper-threads even a lower priority
+        would); it continues when the last request is done. Nested uses count once."""
         with self._pause_lock:
             self._solving += 1
             if self._solving == 1:
@@ -285,11 +281,8 @@ class Coordinator:
                     self._continued.notify_all()
 
     def _stop_worker(self) -> None:
-        """Stop the warm workers but ``spare_cpus`` of them, the first one first (caller holds the pause
-        lock), unless they were stopped for STOP_SHARE of the last STOP_WINDOW seconds already, so that
-        they finish under any stream of requests. On a machine of more CPUs than a request takes, the
-        workers on the others go on meanwhile (each sends at most its next answer: its pipe is read
-        again once the request is done)."""
+        """Stop the warm worker (caller holds the pause lock) unless it was stopped for STOP_SHARE of the
+        last STOP_WINDOW seconds already, so that it finishes under any stream of requests."""
         if self._warm_pid is None:
             return
         now = time.monotonic()
@@ -297,12 +290,7 @@ class Coordinator:
         self._stops = [s for s in self._stops if s[1] is None or s[1] > since]
         stopped = sum((s[1] if s[1] is not None else now) - max(s[0], since) for s in self._stops)
         if stopped < STOP_SHARE * STOP_WINDOW:
-            workers = [self._warm_pid, *self._warm_children]
-            if self.spare_cpus <= 0:
-                _signal(self._warm_pid, "SIGSTOP")  # the whole group (workers forked meanwhile too)
-            else:
-                for pid in workers[:max(0, len(workers) - self.spare_cpus)]:
-                    _signal(pid, "SIGSTOP", group=False)
+            _signal(self._warm_pid, "SIGSTOP")
             self._stops.append([now, None])
 
     def _stored_text(self, state: st.State, data: Any, end: bytes | None = None) -> bytes | None:
@@ -728,7 +716,6 @@ class Coordinator:
         self.warm_pids.append(proc.pid)
         with self._pause_lock:
             self._warm_pid = proc.pid
-            self._warm_children = []
             self._stops = []
             if self._solving:
                 self._stop_worker()
@@ -756,7 +743,6 @@ class Coordinator:
         finally:
             with self._pause_lock:
                 self._warm_pid = None
-                self._warm_children = []
             for receiver in receivers:
                 receiver.close()
             if not listening and proc.is_alive():  # every worker done: the first reaps the others (their
@@ -785,8 +771,6 @@ class Coordinator:
         a delta on a body sent before) or ("workers", pids of the workers the first one forked)."""
         if message[0] == "workers":
             self.warm_pids.extend(message[1])
-            with self._pause_lock:
-                self._warm_children = list(message[1])
             return
         if message[0] == "index":
             _, index, digest, total = message
@@ -858,23 +842,21 @@ def _index_key(after: st.State, nodes: dict | None = None) -> str | None:
     return failure_key(sorted(after.whole), after.base, nodes)
 
 
-def _signal(pid: int, name: str, group: bool = True) -> None:
+def _signal(pid: int, name: str) -> None:
     """Send signal ``name`` to the warm workers of the first one, ``pid``: its process group (it makes
     one as it starts, and the workers it forks are in it), or the process alone before it has made
-    one; with ``group`` False, to process ``pid`` alone (nothing where the signal does not exist or the
-    workers have ended)."""
+    one (nothing where the signal does not exist or the workers have ended)."""
     import os
     import signal
 
     sig = getattr(signal, name, None)
     if sig is None:
         return
-    if group:
-        try:
-            os.killpg(pid, sig)
-            return
-        except (AttributeError, ProcessLookupError, PermissionError):
-            pass
+    try:
+        os.killpg(pid, sig)
+        return
+    except (AttributeError, ProcessLookupError, PermissionError):
+        pass
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):

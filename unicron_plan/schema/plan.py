@@ -157,7 +157,7 @@ class PlanJob(OutputModel):
 
 WITHOUT_PLACEMENT = "unicron_plan.without_placement"
 _NODES_END = b'],"waf_tflops":'  # a job's nodes list ends here (no JSON string holds '],"'); placement goes between
-_PLAIN_ID = re.compile(r'[\x20-\x7e]*')  # printable ASCII
+_PLAIN_ID = re.compile(r'[\x20\x21\x23-\x5b\x5d-\x7e]*')  # printable ASCII but the quote and the backslash
 _PLAIN_SEEN: dict[int, tuple] = {}  # id(names) -> (names, plain), the last few lists of node ids checked
 
 
@@ -168,11 +168,13 @@ def _plain_ids(names) -> bool:
     if seen is not None and seen[0] is names:
         return seen[1]
     joined = "".join(names)
-    plain = _PLAIN_ID.fullmatch(joined) is not None and '"' not in joined and "\\" not in joined
+    plain = _PLAIN_ID.fullmatch(joined) is not None
     if len(_PLAIN_SEEN) >= 8:
         _PLAIN_SEEN.clear()
     _PLAIN_SEEN[id(names)] = (names, plain)
     return plain
+
+
 _JOB_FIELDS = tuple(PlanJob.model_fields)
 
 

@@ -277,3 +277,14 @@ def test_a_solve_process_takes_its_blocks_from_the_heap_and_plans_the_same(tmp_p
     ours, theirs = json.loads(out.read_text()), json.loads(dumps(api.solve(str(TINY))))
     ours["solver"].pop("wall_seconds"), theirs["solver"].pop("wall_seconds")
     assert ours == theirs
+
+
+def test_a_solve_process_keeps_the_heaps_free_top(monkeypatch):
+    """The one-shot process's malloc parameters: blocks of every size from the heap, and the heap's free
+    top kept (not given back to be faulted in again), both at glibc's largest value."""
+    from unicron_plan import cli, heap
+
+    seen = []
+    monkeypatch.setattr(heap, "set_malloc", lambda *args: seen.append(args) or True)
+    cli._blocks_from_the_heap()
+    assert seen == [(2**31 - 1, 2**31 - 1)]

@@ -109,6 +109,26 @@ def test_an_entry_written_from_the_arrays_is_its_models_json(seed):
     assert plain and odd
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_a_plans_text_from_its_entries_is_its_models_json(seed):
+    # the service's text of a whole plan (its entries written by json_bytes, the rest around them) is
+    # the models' JSON byte for byte, and writing it makes no placement model of the held plan
+    from unicron_plan.schema.plan import _plain_ids
+    from unicron_plan.service.answers import plan_text
+
+    plain = odd = 0
+    for instance in _instances(12, 20 + seed):
+        held, made, _ = _both(instance)
+        arrays = held.placement_arrays()
+        assert plan_text(held) == made.model_dump_json(exclude_none=True).encode()
+        if arrays is not None and _plain_ids(arrays.names):
+            assert held.placement_arrays() is arrays  # still held: no model made
+            plain += 1
+        else:
+            odd += 1
+    assert plain and odd
+
+
 def test_every_way_of_reading_a_job_makes_its_placement():
     instance = next(_instances(1, 7))
     for use in (lambda p: p.model_dump(), lambda p: p.jobs[0].model_dump(), lambda p: copy.deepcopy(p),

@@ -424,16 +424,20 @@ class _FreePool:
                 chunk = bucket[-(steps - len(run)):]
                 del bucket[-len(chunk):]
                 run += [nid for nid in map(ids.__getitem__, reversed(chunk)) if free[nid] == v]  # else stale
-        else:
-            while len(run) < steps:
-                best = None
-                for bucket in lists:
-                    self._drop_stale(bucket, v, True)
-                    if bucket and (best is None or bucket[-1] < best[-1]):
-                        best = bucket
-                if best is None:
-                    break
-                run.append(ids[best.pop()])  # a node sits in one rack's list: no other list holds it
+        else:  # the lists merged by their heads: a take changes only the head of the list it took from
+            heads = []
+            for k, bucket in enumerate(lists):
+                self._drop_stale(bucket, v, True)
+                if bucket:
+                    heads.append((bucket[-1], k))
+            heapq.heapify(heads)
+            while heads and len(run) < steps:
+                k = heapq.heappop(heads)[1]
+                bucket = lists[k]
+                run.append(ids[bucket.pop()])  # a node sits in one rack's list: no other list holds it
+                self._drop_stale(bucket, v, True)
+                if bucket:
+                    heapq.heappush(heads, (bucket[-1], k))
         free.update(dict.fromkeys(run, 0))
         return run
 

@@ -70,6 +70,15 @@ def plan_ends(plan) -> tuple[bytes, bytes] | None:
     return text[:at], text[at:]
 
 
+def plan_text(plan) -> bytes:
+    """``plan.model_dump_json(exclude_none=True)`` as bytes, its entries written by
+    :func:`encode_body` (a placement held as arrays written from them, no model per (node, GPUs) made)."""
+    ends = plan_ends(plan)
+    if ends is None:
+        return plan.model_dump_json(exclude_none=True).encode()
+    return _framed(ends[0], encode_body(plan.jobs), ends[1])
+
+
 def _entry_text(entry, texts: dict | None) -> bytes:
     """``entry``'s JSON text, kept in ``texts`` (id -> [entry, its text or None]) where it is one of its
     entries (made for an earlier plan too: :class:`unicron_plan.plan.incremental._Made`)."""

@@ -446,14 +446,14 @@ class Coordinator:
         """``plan``'s JSON text; where it shares the kept plan's entries (an incremental plan), those
         are encoded once per key (:mod:`unicron_plan.service.answers`) and only the rest per plan."""
         from unicron_plan.plan.incremental import shared_entries
-        from unicron_plan.service.answers import encode_body, joined_text, split_plan
+        from unicron_plan.service.answers import encode_body, joined_text, plan_text, split_plan
 
         with self._cv:
             kept = self._kept
         shared = shared_entries(kept[1]) if kept is not None and kept[1] is not None else None
         split = None if shared is None else split_plan(plan, shared, {}, [], most=len(shared) // 2)
         if split is None:
-            return plan.model_dump_json(exclude_none=True).encode()
+            return plan_text(plan)
         body = getattr(shared, "encoded", None)  # (kept with the key's terms: once per key, however they alternate)
         if body is None:
             body = encode_body(shared)

@@ -280,11 +280,13 @@ def test_a_solve_process_takes_its_blocks_from_the_heap_and_plans_the_same(tmp_p
 
 
 def test_a_solve_process_keeps_the_heaps_free_top(monkeypatch):
-    """The one-shot process's malloc parameters: blocks of every size from the heap, and the heap's free
-    top kept (not given back to be faulted in again), both at glibc's largest value."""
+    """The one-shot process's memory settings: blocks of every size from the heap, the heap's free top
+    kept (not given back to be faulted in again), both at glibc's largest value, and numpy's arrays on
+    small pages."""
     from unicron_plan import cli, heap
 
     seen = []
     monkeypatch.setattr(heap, "set_malloc", lambda *args: seen.append(args) or True)
+    monkeypatch.setattr(heap, "numpy_small_pages", lambda: seen.append("small pages") or True)
     cli._blocks_from_the_heap()
-    assert seen == [(2**31 - 1, 2**31 - 1)]
+    assert seen == [(2**31 - 1, 2**31 - 1), "small pages"]

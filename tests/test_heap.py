@@ -64,3 +64,21 @@ def test_glibc_takes_both_thresholds(monkeypatch):
     assert seen == [(heap.M_MMAP_THRESHOLD, 32 << 20), (heap.M_TRIM_THRESHOLD, 64 << 20)]
     seen.clear()
     assert heap.set_malloc(2**31 - 1) is True and seen == [(heap.M_MMAP_THRESHOLD, 2**31 - 1)]
+
+
+def test_numpy_small_pages_turns_numpys_huge_pages_off_unless_the_environment_says(monkeypatch):
+    """numpy's transparent huge pages are switched off, and left as they are where the operator's
+    environment sets NUMPY_MADVISE_HUGEPAGE."""
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # numpy 1.x
+        from numpy.core import multiarray
+    before = multiarray._get_madvise_hugepage()
+    try:
+        multiarray._set_madvise_hugepage(True)
+        monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")
+        assert heap.numpy_small_pages() is False and multiarray._get_madvise_hugepage() is True
+        monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE")
+        assert heap.numpy_small_pages() is True and multiarray._get_madvise_hugepage() is False
+    finally:
+        multiarray._set_madvise_hugepage(before)

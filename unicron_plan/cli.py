@@ -163,12 +163,14 @@ def _blocks_from_the_heap() -> None:
     by the next one instead of being unmapped and the next one mapped afresh and faulted in page by page
     (at 1,048,576 GPUs about 0.35 s of system time less, and a larger peak: docs/performance.md, "Tables
     as arrays"); and the heap's free top kept (M_TRIM_THRESHOLD raised from 128 KiB), so that freeing a
-    large block there does not give its pages back to be faulted in again by the next one (docs/performance.md,
-    "The heap's top kept"). Elsewhere (another C library, or malloc's parameters set by the environment)
-    nothing is changed (:func:`unicron_plan.heap.set_malloc`)."""
-    from unicron_plan.heap import set_malloc
+    large block there does not give its pages back to be faulted in again by the next one; and numpy's
+    arrays on pages of 4 KiB, not transparent huge pages (:func:`unicron_plan.heap.numpy_small_pages`;
+    docs/performance.md, "Huge pages and the heap's top"). Elsewhere (another C library, or malloc's
+    parameters set by the environment) nothing is changed (:func:`unicron_plan.heap.set_malloc`)."""
+    from unicron_plan.heap import numpy_small_pages, set_malloc
 
     set_malloc(2**31 - 1, 2**31 - 1)  # each at most INT_MAX
+    numpy_small_pages()
 
 
 def _source_tree_without_native() -> bool:

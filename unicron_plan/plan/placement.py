@@ -424,7 +424,7 @@ class _FreePool:
                 chunk = bucket[-(steps - len(run)):]
                 del bucket[-len(chunk):]
                 run += [nid for nid in map(ids.__getitem__, reversed(chunk)) if free[nid] == v]  # else stale
-        else:  # the lists merged by their heads: a take changes only the head of the list it took from
+        elif steps > 0:  # the lists merged by their heads: a take changes only the head of the list it took from
             heads = []
             for k, bucket in enumerate(lists):
                 self._drop_stale(bucket, v, True)

@@ -236,7 +236,7 @@ def test_an_in_process_main_call_counts_its_time_limit_from_the_call(monkeypatch
 
     args = ["solve", str(TINY), "--quiet", "--time-limit", "30", "--out", str(tmp_path / "p.json")]
     heap: list = []
-    monkeypatch.setattr(cli, "_blocks_from_the_heap", lambda: heap.append(1))
+    monkeypatch.setattr(cli, "_one_shot_memory", lambda: heap.append(1))
     for _ in range(2):
         from_process_start, code = _entry_started(monkeypatch, tmp_path, args)
         assert code == 0 and not from_process_start
@@ -251,14 +251,14 @@ def test_the_console_script_counts_its_time_limit_from_the_process_start(monkeyp
 
     monkeypatch.setattr("sys.argv", ["unicron-plan", "solve", str(TINY), "--quiet", "--out", str(tmp_path / "p.json")])
     heap: list = []
-    monkeypatch.setattr(cli, "_blocks_from_the_heap", lambda: heap.append(1))  # (not in the test's process)
+    monkeypatch.setattr(cli, "_one_shot_memory", lambda: heap.append(1))  # (not in the test's process)
     from_process_start, code = _entry_started(monkeypatch, tmp_path, None)
     assert code == 0 and from_process_start
     assert cli._AS_PROCESS.get() is False  # reset when the call returns
     assert heap == [1]
 
 
-def test_a_solve_process_takes_its_blocks_from_the_heap_and_plans_the_same(tmp_path):
+def test_a_solve_process_sets_its_memory_and_plans_the_same(tmp_path):
     """The console command's one-shot process raises glibc's mmap threshold (where glibc is the C
     library) and writes the plan the API returns."""
     import subprocess
@@ -268,7 +268,7 @@ def test_a_solve_process_takes_its_blocks_from_the_heap_and_plans_the_same(tmp_p
     from unicron_plan.io import dumps
 
     out = tmp_path / "p.json"
-    probe = "from unicron_plan import cli; cli._blocks_from_the_heap(); print('done')"
+    probe = "from unicron_plan import cli; cli._one_shot_memory(); print('done')"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr
     done = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "solve", str(TINY), "-q", "--out", str(out)],
@@ -288,5 +288,5 @@ def test_a_solve_process_keeps_the_heaps_free_top(monkeypatch):
     seen = []
     monkeypatch.setattr(heap, "set_malloc", lambda *args: seen.append(args) or True)
     monkeypatch.setattr(heap, "numpy_small_pages", lambda: seen.append("small pages") or True)
-    cli._blocks_from_the_heap()
+    cli._one_shot_memory()
     assert seen == [(2**31 - 1, 2**31 - 1), "small pages"]

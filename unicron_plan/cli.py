@@ -124,7 +124,7 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
         # of CPU at 8,192 GPUs, 0.15-0.2 s of wall time on a loaded machine, at any point of the
         # solve); reference counting still frees everything outside a cycle, and the process ends.
         gc.disable()
-        _blocks_from_the_heap()
+        _one_shot_memory()
 
     # Run as the process's command, the limit counts from the process's start (imports count too);
     # called in another program (a test's CliRunner), from this call.
@@ -157,16 +157,17 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
 _KEPT: list = []  # a `solve` process's instance and problem: never freed, the process ends (_exit_now)
 
 
-def _blocks_from_the_heap() -> None:
-    """A one-shot process on glibc: blocks of every size from the heap (mallopt's M_MMAP_THRESHOLD raised
-    from 128 KiB), so that a freed large block (a numpy temporary, the JSON parser's buffers) is reused
-    by the next one instead of being unmapped and the next one mapped afresh and faulted in page by page
-    (at 1,048,576 GPUs about 0.35 s of system time less, and a larger peak: docs/performance.md, "Tables
-    as arrays"); and the heap's free top kept (M_TRIM_THRESHOLD raised from 128 KiB), so that freeing a
-    large block there does not give its pages back to be faulted in again by the next one; and numpy's
-    arrays on pages of 4 KiB, not transparent huge pages (:func:`unicron_plan.heap.numpy_small_pages`;
-    docs/performance.md, "Huge pages and the heap's top"). Elsewhere (another C library, or malloc's
-    parameters set by the environment) nothing is changed (:func:`unicron_plan.heap.set_malloc`)."""
+def _one_shot_memory() -> None:
+    """A one-shot process's memory settings. On glibc: blocks of every size from the heap (mallopt's
+    M_MMAP_THRESHOLD raised from 128 KiB), so that a freed large block (a numpy temporary, the JSON
+    parser's buffers) is reused by the next one instead of being unmapped and the next one mapped afresh
+    and faulted in page by page (at 1,048,576 GPUs about 0.35 s of system time less, and a larger peak:
+    docs/performance.md, "Tables as arrays"); and the heap's free top kept (M_TRIM_THRESHOLD raised from
+    128 KiB), so that freeing a large block there does not give its pages back to be faulted in again by
+    the next one. And numpy's arrays on pages of 4 KiB, not transparent huge pages
+    (:func:`unicron_plan.heap.numpy_small_pages`; docs/performance.md, "Cold answers with less placing,
+    and the solve process's pages"). Where the C library is another or the environment sets malloc's or
+    numpy's own parameters, those are left as they are (:mod:`unicron_plan.heap`)."""
     from unicron_plan.heap import numpy_small_pages, set_malloc
 
     set_malloc(2**31 - 1, 2**31 - 1)  # each at most INT_MAX

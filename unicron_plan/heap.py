@@ -36,9 +36,9 @@ def numpy_small_pages() -> bool:
     Linux, ``madvise(MADV_HUGEPAGE)``). Where the kernel serves them only on request and compacts memory
     for them at the fault, as here, a 1,048,576-GPU solve's arrays spent 0.2-0.25 s more of system
     time (a whole 2 MiB zeroed or compacted per fault) than with pages of 4 KiB, in some runs and not in
-    others (docs/performance.md, "Huge pages and the heap's top"). Nothing is set, and False returned,
-    where the environment sets ``NUMPY_MADVISE_HUGEPAGE`` (the operator's choice wins) or this numpy
-    has no such switch. Results never depend on it."""
+    others (docs/performance.md, "Cold answers with less placing, and the solve process's pages").
+    Nothing is set, and False returned, where the environment sets ``NUMPY_MADVISE_HUGEPAGE`` (the
+    operator's choice wins) or this numpy has no such switch. Results never depend on it."""
     if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
         return False
     try:

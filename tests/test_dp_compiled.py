@@ -15,16 +15,20 @@ from unicron_plan.solvers import dp
 NATIVE, NATIVE_PASS, NATIVE_PARETO, NATIVE_HULL = dp.NATIVE, dp.NATIVE_PASS, dp.NATIVE_PARETO, dp.NATIVE_HULL
 # the envelope code paths: numpy passes, and the compiled monotone chain when built
 HULLS = [None] + ([NATIVE_HULL] if NATIVE_HULL is not None else [])
-# numpy: no compiled code; fold: only the compiled fold (the passes in Python); pass: everything compiled.
-PATHS = ["numpy"] + (["fold", "pass"] if NATIVE is not None else [])
+# numpy: no compiled code; fold: only the compiled fold (the passes in Python); pass: everything compiled;
+# halves: everything compiled, every pass of two jobs or more as two halves joined (dp._native_halves).
+PATHS = ["numpy"] + (["fold", "pass"] if NATIVE is not None else []) + (["halves"] if dp.NATIVE_BACK else [])
 
 
 @pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
+    compiled = request.param in ("pass", "halves")
     monkeypatch.setattr(dp, "NATIVE", None if request.param == "numpy" else NATIVE)
-    monkeypatch.setattr(dp, "NATIVE_PASS", NATIVE_PASS if request.param == "pass" else None)
-    monkeypatch.setattr(dp, "NATIVE_PARETO", NATIVE_PARETO if request.param == "pass" else None)
-    monkeypatch.setattr(dp, "NATIVE_HULL", NATIVE_HULL if request.param == "pass" else None)
+    monkeypatch.setattr(dp, "NATIVE_PASS", NATIVE_PASS if compiled else None)
+    monkeypatch.setattr(dp, "NATIVE_PARETO", NATIVE_PARETO if compiled else None)
+    monkeypatch.setattr(dp, "NATIVE_HULL", NATIVE_HULL if compiled else None)
+    if request.param == "halves":
+        monkeypatch.setattr(dp, "SPLIT_MIN_CELLS", 0)
     return request.param
 
 
@@ -217,3 +221,64 @@ def test_compiled_pass_within_the_budget_when_the_estimate_exceeds_it(monkeypatc
         monkeypatch.setattr(dp, "MEMORY_BUDGET_BYTES", default)
         compared += 1
     assert compared > 50
+
+
+@pytest.mark.skipif(not dp.NATIVE_BACK, reason="the compiled pass was not built (no C compiler at install)")
+def test_two_halves_joined_find_the_one_pass_optimum(monkeypatch):
+    """A pass run as two halves joined at the end (dp._native_halves) finds a plan worth what the one
+    pass finds (to float rounding: the gains are added in another order), or none where it finds none,
+    for thresholds below, near and above the optimum, with and without cuts; its counts are options of
+    their jobs, fit the capacity and add up to its value."""
+    rng = np.random.default_rng(21)
+    outcomes, compared = set(), 0
+    for _ in range(300):
+        opts, cap = _random_options(rng)
+        if len(opts) < 2:
+            continue
+        lam = float(dp.lp_multiplier(opts, cap)) if sum(int(y[-1]) for y, _ in opts) > cap else 0.0
+        red_max = [float(np.max(g - lam * y)) for y, g in opts]
+        ub = lam * cap + sum(red_max)
+        for threshold in (-np.inf, ub - abs(ub) * rng.uniform(0, 0.3) - rng.uniform(0, 5), ub + 1.0):
+            for cut in (True, False):
+                got = []
+                for split in (2**62, 0):
+                    monkeypatch.setattr(dp, "SPLIT_MIN_CELLS", split)
+                    stats = {}
+                    got.append((dp._attempt(opts, red_max, lam, cap, threshold, stats, cut=cut), stats))
+                (one, _), (two, stats) = got
+                assert (one is None) == (two is None)
+                outcomes.add(one is None)
+                if two is None:
+                    continue
+                assert stats.get("halves") is True
+                counts, value = two
+                assert len(counts) == len(opts) and sum(counts) <= cap
+                gains = []
+                for c, (y, g) in zip(counts, opts):
+                    assert c in y.tolist()
+                    gains.append(float(g[y.tolist().index(c)]))
+                scale = 1.0 + sum(abs(x) for x in gains)
+                assert abs(sum(gains) - value) <= 1e-9 * scale
+                assert abs(one[1] - value) <= 1e-9 * scale
+                compared += 1
+    assert outcomes == {True, False} and compared > 200
+
+
+def test_narrow_jobs_are_folded_first_and_counts_come_back_in_the_jobs_order():
+    """The pass folds the jobs by the spread of their kept counts, narrowest first (dp._pass_order): the
+    same states whatever order they are given in, and each job's count returned in its own place."""
+    rng = np.random.default_rng(5)
+    wide = [dp.pareto_arrays(np.array([0, 1, 100, 150]), np.array([0.0, 3.0, 250.0, 370.0])) for _ in range(6)]
+    narrow = [dp.pareto_arrays(np.array([0, 1, 2]), np.array([0.0, 2.0 + rng.random(), 3.5])) for _ in range(6)]
+    cap = 500
+    runs = []
+    for opts in (wide + narrow, narrow + wide):
+        lam = float(dp.lp_multiplier(opts, cap))
+        red_max = [float(np.max(g - lam * y)) for y, g in opts]
+        stats = {}
+        found = dp._attempt(opts, red_max, lam, cap, -np.inf, stats, cut=False)
+        runs.append((found, stats["sum_width"]))
+    (first, w1), (second, w2) = runs
+    assert w1 == w2  # the same order of folding
+    assert first[0][:6] == second[0][6:] and first[0][6:] == second[0][:6]
+    assert abs(first[1] - second[1]) <= 1e-9 * (1 + abs(first[1]))

@@ -90,17 +90,6 @@ void maxplus_fold(const double *Vx, int64_t L, const int64_t *y, const double *g
     }
 }
 
-/* One whole pass of the pruned DP (dp._attempt with the choices kept in memory): for every job j
- * in order, fold its kept options (y[off[j]:off[j+1]], g[...]) into the window [L, U] of the best
- * values per used capacity, narrow the new window to [L + lo[j], min(U + hi[j], capacity - after_lo[j])]
- * and, with ``cut``, to the capacities whose Lagrangian bound
- * new[c] + lam * (capacity - c) + after_m[j] still reaches ``threshold``. Then backtrack the counts.
- * The same additions and comparisons as the Python loop in dp.py, so the results are identical.
- * ``choice`` holds ``choice_cap`` entries of ``csize`` bytes (1, 2 or 4); ``win`` gets (L, U) per job.
- * ``deadline``: a CLOCK_MONOTONIC instant (time.perf_counter's clock), checked before each job; < 0: none.
- * Returns 0 (result and *value set), 1 (no plan reaches the threshold), 2 (deadline passed),
- * 3 (choice buffer too small), 4 (out of memory).
- */
 static double now_monotonic(void)
 {
     struct timespec ts;
@@ -122,18 +111,48 @@ static uint32_t get_choice(const void *buf, int csize, int64_t i)
     return ((const uint32_t *)buf)[i];
 }
 
+/* The counts of the plan ending at capacity ``c`` of the last window of a pass (maxplus_pass's
+ * windows ``win`` and choices, stored window after window): result[j] = job j's count. */
+void maxplus_back(int64_t m, const int64_t *off, const int64_t *y, const void *choice, int64_t csize,
+                  const int64_t *win, int64_t c, int64_t *result)
+{
+    int64_t start = 0;  /* where job j's choices begin: after every earlier window's */
+    for (int64_t j = 0; j < m; j++) start += win[2 * j + 1] - win[2 * j] + 1;
+    for (int64_t j = m - 1; j >= 0; j--) {
+        int64_t Lj = win[2 * j], Uj = win[2 * j + 1];
+        start -= Uj - Lj + 1;
+        if (c > Uj) c = Uj;
+        int64_t yk = y[off[j] + get_choice(choice, (int)csize, start + c - Lj)];
+        result[j] = yk;
+        int64_t prevU = j ? win[2 * j - 1] : 0;
+        c = c - yk < prevU ? c - yk : prevU;
+    }
+}
+
+/* One whole pass of the pruned DP (dp._attempt with the choices kept in memory): for every job j
+ * in order, fold its kept options (y[off[j]:off[j+1]], g[...]) into the window [L, U] of the best
+ * values per used capacity, narrow the new window to [L + lo[j], min(U + hi[j], capacity - after_lo[j])]
+ * and, with ``cut``, to the capacities whose Lagrangian bound
+ * new[c] + lam * (capacity - c) + after_m[j] still reaches ``threshold``. Then backtrack the counts.
+ * The same additions and comparisons as the Python loop in dp.py, so the results are identical.
+ * ``choice`` holds ``choice_cap`` entries of ``csize`` bytes (1, 2 or 4); ``win`` gets (L, U) per job.
+ * ``deadline``: a CLOCK_MONOTONIC instant (time.perf_counter's clock), checked before each job; < 0: none.
+ * ``last``: NULL, or room for capacity + 1 values: the last window's values are copied there and no
+ * backtrack is made (the caller picks the capacity to backtrack from: maxplus_back).
+ * Returns 0 (result and *value set, or ``last`` filled), 1 (no plan reaches the threshold), 2 (deadline
+ * passed), 3 (choice buffer too small), 4 (out of memory).
+ */
 int64_t maxplus_pass(int64_t m, const int64_t *off, const int64_t *y, const double *g,
                      const int64_t *lo, const int64_t *hi, const int64_t *after_lo, const double *after_m,
                      double lam, int64_t capacity, double threshold, int64_t cut, double deadline,
                      void *choice, int64_t choice_cap, int64_t csize, int64_t *win,
-                     int64_t *result, double *value)
+                     int64_t *result, double *value, double *last)
 {
     int64_t n = capacity + 2;
     double *V = malloc(sizeof(double) * n), *Vx = malloc(sizeof(double) * n), *nw = malloc(sizeof(double) * n);
     uint32_t *ch = malloc(sizeof(uint32_t) * n);
     int64_t status = 0, used = 0, L = 0, U = 0;
-    int64_t *cstart = malloc(sizeof(int64_t) * (m > 0 ? m : 1));
-    if (!V || !Vx || !nw || !ch || !cstart) { status = 4; goto done; }
+    if (!V || !Vx || !nw || !ch) { status = 4; goto done; }
     V[0] = 0.0;
     for (int64_t j = 0; j < m; j++) {
         if (deadline >= 0 && now_monotonic() >= deadline) { status = 2; goto done; }
@@ -167,7 +186,6 @@ int64_t maxplus_pass(int64_t m, const int64_t *off, const int64_t *y, const doub
             while (!((nw[b] + lam * (double)(capacity - (L2 + b))) + am >= threshold)) b--;
         }
         if (used + (b - a + 1) > choice_cap) { status = 3; goto done; }
-        cstart[j] = used;
         for (int64_t i = a; i <= b; i++) put_choice(choice, (int)csize, used + i - a, ch[i]);
         used += b - a + 1;
         memcpy(V, nw + a, sizeof(double) * (b - a + 1));
@@ -176,23 +194,17 @@ int64_t maxplus_pass(int64_t m, const int64_t *off, const int64_t *y, const doub
         win[2 * j] = L;
         win[2 * j + 1] = U;
     }
-    {
+    if (last) {
+        memcpy(last, V, sizeof(double) * (U - L + 1));
+    } else {
         int64_t best = 0;
         for (int64_t i = 1; i <= U - L; i++)
             if (V[i] > V[best]) best = i;
         *value = V[best];
-        int64_t c = L + best;
-        for (int64_t j = m - 1; j >= 0; j--) {
-            int64_t Lj = win[2 * j], Uj = win[2 * j + 1];
-            if (c > Uj) c = Uj;
-            int64_t yk = y[off[j] + get_choice(choice, (int)csize, cstart[j] + c - Lj)];
-            result[j] = yk;
-            int64_t prevU = j ? win[2 * j - 1] : 0;
-            c = c - yk < prevU ? c - yk : prevU;
-        }
+        maxplus_back(m, off, y, choice, csize, win, L + best, result);
     }
 done:
-    free(V); free(Vx); free(nw); free(ch); free(cstart);
+    free(V); free(Vx); free(nw); free(ch);
     return status;
 }
 

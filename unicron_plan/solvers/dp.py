@@ -24,6 +24,12 @@ What makes it fast, every rule exact (docs/performance.md has the proofs):
    min(C - the later jobs' minimum counts, sum of kept maximum counts)] are
    stored (beyond the top the array is a plateau), and the ends of the window
    whose states cannot reach LB (V[c] + lam (C - c) + sum_{i>j} m_i < LB) are cut.
+   The jobs are folded narrowest first (by the spread of their kept counts): each job widens
+   the window by its spread until the capacity caps it, so that order stores the fewest states.
+   A pass that would hold at least ``SPLIT_MIN_CELLS`` states before its cuts runs as two
+   passes, over the jobs at even and at odd places of that order (each cutting by the same
+   bound over the jobs it has not folded, the other half's included), joined by the best pair
+   of final states c1 + c2 <= C: about half the states while the windows grow.
 5. Linear stretches (equal values per GPU): call an option whose Lagrangian deficit
    m_i - (G_i(y) - lam y) is zero (to float rounding) tight; a job whose envelope runs at slope
    lam has a whole arithmetic run of tight counts, and any choice among them is worth the same
@@ -73,27 +79,29 @@ def _load_native():
         from unicron_plan.solvers import _maxplus
         lib = ctypes.CDLL(_maxplus.__file__)
         fold, whole, pareto, hull = lib.maxplus_fold, lib.maxplus_pass, lib.pareto_keep, lib.upper_hull_keep
-        key = lib.option_key
+        key, back = lib.option_key, lib.maxplus_back
     except (ImportError, OSError, AttributeError):
-        return None, None, None, None, None
+        return None, None, None, None, None, None
     i64, ptr, f64 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
     fold.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, ptr, ptr]
     fold.restype = None
     whole.argtypes = [i64, ptr, ptr, ptr, ptr, ptr, ptr, ptr, f64, i64, f64, i64, f64, ptr, i64, i64, ptr,
-                      ptr, ptr]
+                      ptr, ptr, ptr]
     whole.restype = i64
+    back.argtypes = [i64, ptr, ptr, ptr, i64, ptr, i64, ptr]
+    back.restype = None
     pareto.argtypes = [i64, ptr, ptr, ptr]
     pareto.restype = None
     hull.argtypes = [i64, ptr, ptr, ptr, ptr, ptr]
     hull.restype = None
     key.argtypes = [i64, ptr, ptr, i64, ptr]
     key.restype = None
-    return fold, whole, pareto, hull, key
+    return fold, whole, pareto, hull, key, back
 
 
-# The compiled fold, whole pass, dominance pruning, envelopes and option keys (:func:`_option_key`);
-# set them to None to force the numpy fallback (the same values).
-NATIVE, NATIVE_PASS, NATIVE_PARETO, NATIVE_HULL, NATIVE_KEY = _load_native()
+# The compiled fold, whole pass, dominance pruning, envelopes, option keys (:func:`_option_key`) and a
+# pass's backtrack from a chosen capacity; set them to None to force the numpy fallback (the same values).
+NATIVE, NATIVE_PASS, NATIVE_PARETO, NATIVE_HULL, NATIVE_KEY, NATIVE_BACK = _load_native()
 
 
 def available() -> bool:
@@ -1101,6 +1109,7 @@ def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stat
 
     ``flat``: :func:`_flatten` of these options, multiplier and ``red_max`` (made here when not given).
     Returns (counts, value), or None when no plan can reach the threshold.
+    The pass folds the jobs in :func:`_pass_order`; the counts are returned in the jobs' order.
     """
     m = len(options)
     if flat is None:
@@ -1118,16 +1127,65 @@ def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stat
     hi = ky[koff[1:] - 1]
     if int(lo.sum()) > capacity:
         return None
-    after_lo = np.concatenate([np.cumsum(lo[::-1])[::-1][1:], [0]])
-    after_m = np.concatenate([np.cumsum(np.array(red_max)[::-1])[::-1][1:], [0.0]])
+    red_max = np.asarray(red_max, dtype=np.float64)
+    order = _pass_order(lo, hi)
+    if order is not None:
+        ky, kg, koff = _reordered(ky, kg, koff, order)
+        lo, hi, red_max = lo[order], hi[order], red_max[order]
+    found = _attempt_in_order(ky, kg, koff, lo, hi, red_max, lam, capacity, threshold, cut, deadline, stats)
+    if found is None or order is None:
+        return found
+    counts = np.empty(m, dtype=np.int64)
+    counts[order] = found[0]
+    return counts.tolist(), found[1]
+
+
+def _pass_order(lo: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
+    """The order a pass folds the jobs in: by the spread of their kept counts (``hi - lo``), narrowest
+    first (stable), or None when they are in that order already. Each folded job widens the window by
+    its spread until the capacity caps it, so the pass's work (the sum of its windows, a sum of prefix
+    sums) is least with the narrow jobs first: queued jobs choosing among a few small counts no longer
+    fold over windows as wide as the running jobs before them made."""
+    spread = hi - lo
+    if len(spread) < 2 or bool((spread[1:] >= spread[:-1]).all()):
+        return None
+    return np.argsort(spread, kind="stable")
+
+
+def _reordered(y: np.ndarray, g: np.ndarray, off: np.ndarray, order: np.ndarray):
+    """Flattened options (job j's at ``off[j]:off[j + 1]``) of the jobs ``order`` lists, in that order:
+    (y, g, off)."""
+    per = np.diff(off)[order]
+    new_off = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(per, out=new_off[1:])
+    at = np.arange(int(new_off[-1]), dtype=np.int64) + np.repeat(off[:-1][order] - new_off[:-1], per)
+    return y[at], g[at], new_off
+
+
+def _suffix_sums(a: np.ndarray, extra=0):
+    """``out[j] = sum(a[j + 1:]) + extra``: what the jobs after j (and ``extra``, the jobs of another
+    part) hold."""
+    out = np.concatenate([np.cumsum(a[::-1])[::-1][1:], [0]]).astype(a.dtype)
+    return out + extra if extra else out
+
+
+def _attempt_in_order(ky, kg, koff, lo, hi, red_max, lam, capacity, threshold, cut, deadline, stats):
+    """:func:`_attempt`'s pass over the kept options, the jobs folded in the order given; (counts in that
+    order, value) or None."""
+    m = len(koff) - 1
+    after_lo = _suffix_sums(lo)
+    after_m = _suffix_sums(red_max)
     # Store every choice array, or checkpoint, by a safe estimate of their size.
-    itemsize = np.dtype(_dtype(int(per_job.max()))).itemsize
+    itemsize = np.dtype(_dtype(int(np.diff(koff).max()))).itemsize
     entries = int((np.minimum(np.cumsum(hi), capacity) + 1).sum())
     est = entries * itemsize
     if NATIVE_PASS is not None:
         # ``est`` bounds the windows before the cuts, which are often far narrower: past the budget the
         # compiled pass runs within it and the checkpointed Python pass only when its choices overflow.
         try:
+            if NATIVE_BACK is not None and m >= 2 and _spread_cells(lo, hi, capacity) >= SPLIT_MIN_CELLS:
+                return _native_halves(ky, kg, koff, lo, hi, red_max, lam, capacity, threshold, cut, deadline,
+                                      itemsize, stats)
             return _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, threshold, cut, deadline,
                                 min(entries, MEMORY_BUDGET_BYTES // itemsize), itemsize, stats)
         except _ChoicesOverflow:
@@ -1160,33 +1218,106 @@ def _attempt(options, red_max, lam: float, capacity: int, threshold: float, stat
         return None
 
 
+# A pass whose windows before the cuts would hold at least this many states runs as two halves
+# (:func:`_native_halves`); below it, as one.
+SPLIT_MIN_CELLS = 1 << 21
+
+
+def _spread_cells(lo: np.ndarray, hi: np.ndarray, capacity: int) -> int:
+    """The states a pass in this order would hold before its cuts: each window as wide as the spreads
+    (``hi - lo``) folded so far, at most the capacity left above every job's smallest count."""
+    room = capacity - int(lo.sum())
+    return int((np.minimum(np.cumsum(hi - lo), room) + 1).sum())
+
+
+def _native_halves(ky, kg, koff, lo, hi, red_max, lam, capacity, threshold, cut, deadline, itemsize, stats):
+    """The pass as two compiled passes, over the jobs at even and at odd places of the order, joined at
+    the end: the best plan is the best pair of a state c1 of the first pass's last window and a state
+    c2 <= C - c1 of the second's, each backtracked in its own pass. Each pass holds half of the jobs,
+    so while the windows grow with the jobs folded, the two hold about half of the one pass's states.
+    Each pass cuts its states by the same bound as the one pass (the jobs it has not folded, its own
+    later ones and all of the other half's, add ``after_m`` and take ``after_lo``), so every state of
+    a plan reaching the threshold is kept in both. (counts in the order given, value) or None."""
+    m = len(koff) - 1
+    halves = (np.arange(0, m, 2), np.arange(1, m, 2))
+    inputs = []
+    for part, other in (halves, halves[::-1]):
+        y, g, off = _reordered(ky, kg, koff, part)
+        plo, phi = lo[part], hi[part]
+        inputs.append((y, g, off, plo, phi, _suffix_sums(plo, int(lo[other].sum())),
+                       _suffix_sums(red_max[part], float(red_max[other].sum()))))
+    entries = sum(int((np.minimum(np.cumsum(x[4]), capacity) + 1).sum()) for x in inputs)
+    buf = _choices_buffer(min(entries, MEMORY_BUDGET_BYTES // itemsize) * itemsize)
+    runs, used = [], 0
+    for y, g, off, plo, phi, after_lo, after_m in inputs:
+        last = np.empty(capacity + 1)
+        choice = buf[used * itemsize:].view(np.dtype(f"u{itemsize}"))
+        run = _native_call(y, g, off, plo, phi, after_lo, after_m, lam, capacity, threshold, cut, deadline, choice,
+                           last)
+        if run is None:
+            return None
+        win = run[0]
+        runs.append((np.ascontiguousarray(y, dtype=np.int64), off, win, choice, last))
+        used += int((win[1::2] - win[0::2] + 1).sum())
+    (_, _, win1, _, last1), (_, _, win2, _, last2) = runs
+    L1, U1, L2, U2 = int(win1[-2]), int(win1[-1]), int(win2[-2]), int(win2[-1])
+    v1, v2 = last1[: U1 - L1 + 1], last2[: U2 - L2 + 1]
+    top = np.minimum(U2, capacity - np.arange(L1, U1 + 1)) - L2  # for each c1, the largest c2 index allowed
+    ok = top >= 0
+    if not ok.any():
+        return None
+    best2 = np.maximum.accumulate(v2)
+    total = np.full(len(v1), -np.inf)
+    total[ok] = v1[ok] + best2[top[ok]]
+    i = int(np.argmax(total))
+    c2 = int(np.argmax(v2[: int(top[i]) + 1]))
+    counts = np.empty(m, dtype=np.int64)
+    for part, (y, off, win, choice, _), c in zip(halves, runs, (L1 + i, L2 + c2)):
+        result = np.empty(len(part), dtype=np.int64)
+        NATIVE_BACK(len(part), off.ctypes.data, y.ctypes.data, choice.ctypes.data, itemsize, win.ctypes.data, c,
+                    result.ctypes.data)
+        counts[part] = result
+    widths = np.concatenate([w[1::2] - w[0::2] + 1 for w in (win1, win2)])
+    stats.update(checkpointed=False, max_width=int(widths.max()), sum_width=int(widths.sum()), halves=True)
+    _keep_choices(buf, used * itemsize)
+    return counts.tolist(), float(v1[i] + v2[c2])
+
+
 def _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, threshold, cut, deadline,
                  entries, itemsize, stats):
     """The pass of :func:`_attempt` in one compiled call (same windows, cuts and choices as ``_run``)
-    over the kept options flattened (job j's at ``koff[j]:koff[j + 1]``)."""
+    over the kept options flattened (job j's at ``koff[j]:koff[j + 1]``): (counts, value), or None."""
+    buf = _choices_buffer(max(entries, 1) * itemsize)
+    run = _native_call(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, threshold, cut, deadline,
+                       buf.view(np.dtype(f"u{itemsize}")))
+    if run is None:
+        return None
+    win, result, value = run
+    widths = win[1::2] - win[0::2] + 1
+    stats.update(checkpointed=False, max_width=int(widths.max()), sum_width=int(widths.sum()))
+    _keep_choices(buf, stats["sum_width"] * itemsize)
+    return result.tolist(), value
+
+
+def _native_call(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, threshold, cut, deadline, choice,
+                 last: np.ndarray | None = None):
+    """One compiled pass (:data:`NATIVE_PASS`) storing its choices in ``choice``: (windows, counts, value),
+    or with ``last`` (room for capacity + 1 values, which receives the last window's values instead of
+    a backtrack) (windows,); None when no plan reaches the threshold."""
     m = len(koff) - 1
     ys = np.ascontiguousarray(ky, dtype=np.int64)
     gs = np.ascontiguousarray(kg, dtype=np.float64)
     off = np.ascontiguousarray(koff, dtype=np.int64)
     lo, hi, after_lo = (np.ascontiguousarray(a, dtype=np.int64) for a in (lo, hi, after_lo))
     after_m = np.ascontiguousarray(after_m, dtype=np.float64)
-    # The choices' buffer is kept between passes (per thread): a new one of this size would be mapped
-    # afresh and its pages faulted in again at every pass. Only the pages a pass writes become resident;
-    # a buffer whose pass wrote more than CHOICE_KEPT_BYTES (or that did not finish) is let go.
-    nbytes = max(entries, 1) * itemsize
-    buf = getattr(_CHOICES, "buf", None)
-    if buf is None or len(buf) < nbytes:
-        buf = _CHOICES.buf = None  # (the old one freed first)
-        buf = np.empty(nbytes, dtype=np.uint8)
-    _CHOICES.buf = None
-    choice = buf[:nbytes].view(np.dtype(f"u{itemsize}"))
     win = np.empty(2 * m, dtype=np.int64)
     result = np.empty(m, dtype=np.int64)
     value = np.zeros(1)
     status = NATIVE_PASS(m, off.ctypes.data, ys.ctypes.data, gs.ctypes.data, lo.ctypes.data, hi.ctypes.data,
                          after_lo.ctypes.data, after_m.ctypes.data, float(lam), int(capacity), float(threshold),
                          int(bool(cut)), -1.0 if deadline is None else float(deadline), choice.ctypes.data,
-                         len(choice), itemsize, win.ctypes.data, result.ctypes.data, value.ctypes.data)
+                         len(choice), choice.itemsize, win.ctypes.data, result.ctypes.data, value.ctypes.data,
+                         None if last is None else last.ctypes.data)
     if status == 1:
         return None
     if status == 2:
@@ -1195,11 +1326,26 @@ def _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, thresho
         raise _ChoicesOverflow
     if status:  # pragma: no cover - the buffer is sized from the same bound as the Python path's
         raise MemoryError(f"compiled DP pass failed (status {status})")
-    widths = win[1::2] - win[0::2] + 1
-    stats.update(checkpointed=False, max_width=int(widths.max()), sum_width=int(widths.sum()))
-    if stats["sum_width"] * itemsize <= CHOICE_KEPT_BYTES:
-        _CHOICES.buf = buf
-    return result.tolist(), float(value[0])
+    return (win,) if last is not None else (win, result, float(value[0]))
+
+
+def _choices_buffer(nbytes: int) -> np.ndarray:
+    """Bytes for a compiled pass's choices: the buffer kept from the last pass when it is large enough.
+    A new one of this size would be mapped afresh and its pages faulted in again at every pass; only the
+    pages a pass writes become resident. The caller hands it back with :func:`_keep_choices`."""
+    buf = getattr(_CHOICES, "buf", None)
+    if buf is None or len(buf) < nbytes:
+        buf = _CHOICES.buf = None  # (the old one freed first)
+        buf = np.empty(nbytes, dtype=np.uint8)
+    _CHOICES.buf = None
+    return buf[:nbytes]
+
+
+def _keep_choices(buf: np.ndarray, written: int) -> None:
+    """Keep ``buf`` for the next pass unless its pass wrote more than CHOICE_KEPT_BYTES (a buffer whose
+    pass did not finish is not handed back, and let go)."""
+    if written <= CHOICE_KEPT_BYTES:
+        _CHOICES.buf = buf.base if buf.base is not None else buf
 
 
 _CHOICES = threading.local()  # .buf: the choices' buffer kept for the next pass (_native_pass)

@@ -57,26 +57,32 @@ def test_compiled_dominance_pruning_equals_each_job_alone(monkeypatch):
 def test_compiled_pass_equals_the_python_pass(monkeypatch):
     """One attempt (window cuts at a threshold, choices, backtracking) gives the same counts, value and
     widths compiled as in Python, for thresholds below, at and above the optimum, with and without cuts."""
-    rng = np.random.default_rng(8)
     outcomes = set()
-    for _ in range(400):
+    for opts, cap, lam, red_max, threshold, cut in _attempts(np.random.default_rng(8), 400, jobs=1):
+        got = []
+        for compiled in (True, False):
+            monkeypatch.setattr(dp, "NATIVE_PASS", NATIVE_PASS if compiled else None)
+            stats = {}
+            found = dp._attempt(opts, red_max, lam, cap, threshold, stats, cut=cut)
+            got.append((found, stats.get("max_width"), stats.get("sum_width")))
+        assert got[0] == got[1]
+        outcomes.add(got[0][0] is None)
+    assert outcomes == {True, False}  # both a found plan and a lost path were compared
+
+
+def _attempts(rng, problems: int, jobs: int):
+    """(options, capacity, lam, red_max, threshold, cut) of ``problems`` random problems of at least ``jobs``
+    jobs: thresholds below, near and above the optimum, each with and without cuts."""
+    for _ in range(problems):
         opts, cap = _random_options(rng)
-        if not opts:
+        if len(opts) < jobs:
             continue
         lam = float(dp.lp_multiplier(opts, cap)) if sum(int(y[-1]) for y, _ in opts) > cap else 0.0
         red_max = [float(np.max(g - lam * y)) for y, g in opts]
         ub = lam * cap + sum(red_max)
         for threshold in (-np.inf, ub - abs(ub) * rng.uniform(0, 0.3) - rng.uniform(0, 5), ub + 1.0):
             for cut in (True, False):
-                got = []
-                for compiled in (True, False):
-                    monkeypatch.setattr(dp, "NATIVE_PASS", NATIVE_PASS if compiled else None)
-                    stats = {}
-                    found = dp._attempt(opts, red_max, lam, cap, threshold, stats, cut=cut)
-                    got.append((found, stats.get("max_width"), stats.get("sum_width")))
-                assert got[0] == got[1]
-                outcomes.add(got[0][0] is None)
-    assert outcomes == {True, False}  # both a found plan and a lost path were compared
+                yield opts, cap, lam, red_max, threshold, cut
 
 
 @pytest.mark.skipif(NATIVE is None, reason="the compiled fold was not built (no C compiler at install)")
@@ -229,38 +235,29 @@ def test_two_halves_joined_find_the_one_pass_optimum(monkeypatch):
     pass finds (to float rounding: the gains are added in another order), or none where it finds none,
     for thresholds below, near and above the optimum, with and without cuts; its counts are options of
     their jobs, fit the capacity and add up to its value."""
-    rng = np.random.default_rng(21)
     outcomes, compared = set(), 0
-    for _ in range(300):
-        opts, cap = _random_options(rng)
-        if len(opts) < 2:
+    for opts, cap, lam, red_max, threshold, cut in _attempts(np.random.default_rng(21), 300, jobs=2):
+        got = []
+        for split in (2**62, 0):
+            monkeypatch.setattr(dp, "SPLIT_MIN_CELLS", split)
+            stats = {}
+            got.append((dp._attempt(opts, red_max, lam, cap, threshold, stats, cut=cut), stats))
+        (one, _), (two, stats) = got
+        assert (one is None) == (two is None)
+        outcomes.add(one is None)
+        if two is None:
             continue
-        lam = float(dp.lp_multiplier(opts, cap)) if sum(int(y[-1]) for y, _ in opts) > cap else 0.0
-        red_max = [float(np.max(g - lam * y)) for y, g in opts]
-        ub = lam * cap + sum(red_max)
-        for threshold in (-np.inf, ub - abs(ub) * rng.uniform(0, 0.3) - rng.uniform(0, 5), ub + 1.0):
-            for cut in (True, False):
-                got = []
-                for split in (2**62, 0):
-                    monkeypatch.setattr(dp, "SPLIT_MIN_CELLS", split)
-                    stats = {}
-                    got.append((dp._attempt(opts, red_max, lam, cap, threshold, stats, cut=cut), stats))
-                (one, _), (two, stats) = got
-                assert (one is None) == (two is None)
-                outcomes.add(one is None)
-                if two is None:
-                    continue
-                assert stats.get("halves") is True
-                counts, value = two
-                assert len(counts) == len(opts) and sum(counts) <= cap
-                gains = []
-                for c, (y, g) in zip(counts, opts):
-                    assert c in y.tolist()
-                    gains.append(float(g[y.tolist().index(c)]))
-                scale = 1.0 + sum(abs(x) for x in gains)
-                assert abs(sum(gains) - value) <= 1e-9 * scale
-                assert abs(one[1] - value) <= 1e-9 * scale
-                compared += 1
+        assert stats.get("halves") is True
+        counts, value = two
+        assert len(counts) == len(opts) and sum(counts) <= cap
+        gains = []
+        for c, (y, g) in zip(counts, opts):
+            assert c in y.tolist()
+            gains.append(float(g[y.tolist().index(c)]))
+        scale = 1.0 + sum(abs(x) for x in gains)
+        assert abs(sum(gains) - value) <= 1e-9 * scale
+        assert abs(one[1] - value) <= 1e-9 * scale
+        compared += 1
     assert outcomes == {True, False} and compared > 200
 
 

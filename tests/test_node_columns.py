@@ -283,11 +283,14 @@ def test_event_checks_and_state_from_columns_are_the_per_node_ones(block, monkey
                                       for t in {h.gpu_type for h in nodes.values()}}
         assert "_nodes" in state.__dict__ and state.__dict__["_nodes"] is None  # not made by the above
         table = state.nodes  # looked up node by node, then made whole
+        usable = {i: (None if h.drained else h.healthy_after) for i, h in nodes.items()}
+        _check_usable(table, usable, nodes, rng)  # before any record is made
         assert [table[i] for i in nodes] == list(nodes.values()) and [table.get(i) for i in nodes] == list(nodes.values())
         assert table.get("ghost") is None and "ghost" not in table and all(i in table for i in nodes)
         assert list(table) == list(nodes) and len(table) == len(nodes)
         assert list(state.nodes.items()) == list(nodes.items())  # in cluster order
         assert list(table.values()) == list(nodes.values()) and table == nodes and list(table) == list(nodes)
+        _check_usable(table, usable, nodes, rng)  # from the whole table
         affected = {i for i, h in nodes.items() if h.lost_in_event or h.drained}
         assert state.hit == {j.id: bool(affected & set(j.current.nodes)) for j in want.jobs}
         # the previous split derived by build_state itself, and a state derived from a kept healthy cluster
@@ -354,3 +357,17 @@ def test_state_from_a_kept_healthy_cluster_reads_the_event_instance_nodes(seed):
             assert list(state.nodes.items()) == list(want.items())
             assert state.capacity() == cap and state.nodes_in_service() == in_service
             assert state.previous == previous
+
+
+def _check_usable(table, usable: dict, nodes: dict, rng: random.Random) -> None:
+    """A NodeTable's record-free lookup is its records' usable GPUs (None where drained or absent), and a
+    previous split fits through it exactly as through a plain dict of the records."""
+    from unicron_plan.plan.reasons import previous_fits
+
+    assert {i: table.usable_gpus(i) for i in nodes} == usable and table.usable_gpus("ghost") is None
+    ids = list(nodes) + ["ghost"]
+    for _ in range(20):
+        previous = {i: rng.randint(1, 8) for i in rng.sample(ids, min(len(ids), rng.randint(1, 4)))}
+        used = {i: rng.randint(0, 8) for i in rng.sample(ids, min(len(ids), rng.randint(0, 4)))}
+        split = {i: rng.randint(0, used.get(i, 0)) for i in rng.sample(ids, min(len(ids), rng.randint(0, 3)))}
+        assert previous_fits(previous, split, table, used) == previous_fits(previous, split, dict(nodes), used)

@@ -221,6 +221,18 @@ class NodeTable(Mapping):
         except KeyError:
             return default
 
+    def usable_gpus(self, nid) -> int | None:
+        """The healthy GPUs of node ``nid`` after the event, or None where it is drained or not in the
+        cluster: what a check of a previous split reads, without making the node's record."""
+        full = self._full
+        record = full.get(nid) if full is not None else self._changed.get(nid)
+        if record is None:
+            if full is not None:
+                return None
+            k = self._healthy.order.get(nid)
+            return None if k is None else self._healthy.columns.gpus_list[k]
+        return None if record.drained else record.healthy_after
+
     def __contains__(self, nid) -> bool:
         return nid in self._healthy.order
 

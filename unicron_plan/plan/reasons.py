@@ -106,6 +106,13 @@ def previous_fits(previous: Mapping[str, int], split: Mapping[str, int], nodes: 
                   used: Mapping[str, int]) -> bool:
     """Whether a job's ``previous`` split fits in the GPUs a plan leaves to it (its planned ``split``
     taken out of ``used``): :func:`keep_feasible` of a job neither hit nor leaving."""
+    usable = getattr(nodes, "usable_gpus", None)  # (a NodeTable: no record made per node)
+    if usable is not None:
+        for nid, g in previous.items():
+            free = usable(nid)
+            if free is None or free - used.get(nid, 0) + split.get(nid, 0) < g:
+                return False
+        return True
     for nid, g in previous.items():
         node = nodes.get(nid)
         if node is None or node.drained or node.healthy_after - used.get(nid, 0) + split.get(nid, 0) < g:

@@ -319,3 +319,39 @@ def test_the_heap_is_settled_after_the_first_incremental_plans(tmp_path, monkeyp
     finally:
         plain.close()
         coord.close()
+
+
+def test_the_collector_is_off_while_a_request_solves(tmp_path):
+    # a cold answer's many objects would set off collections inside it (full ones walk what a warm-up
+    # keeps): the collector is off while any request solves, on again after the last (where it was on)
+    import gc
+
+    coord = Coordinator(tmp_path / "s", contingency=False)
+    seen = []
+    real = coord.solve
+
+    def solve(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    coord.solve = solve
+    base = _base("jagged-2048-32jobs.json")
+    ids = [n["id"] for n in base["cluster"]["nodes"]]
+    try:
+        coord.put_cluster(base)
+        assert gc.isenabled()
+        with coord.worker_paused():  # a request's whole exchange (nested in it: counted once)
+            assert not gc.isenabled()
+            coord.post_event({"kind": "failure", "failed_nodes": [ids[0], ids[1]]}, dry_run=True)
+            assert not gc.isenabled()  # still within the outer exchange
+        assert gc.isenabled() and seen == [False]
+        coord.post_event({"kind": "failure", "failed_nodes": [ids[2]]}, dry_run=True)
+        assert gc.isenabled() and seen == [False, False]
+        gc.disable()  # a process that runs without the collector keeps it off
+        try:
+            coord.post_event({"kind": "failure", "failed_nodes": [ids[3], ids[4]]}, dry_run=True)
+            assert not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        coord.close()

@@ -106,18 +106,26 @@ def previous_fits(previous: Mapping[str, int], split: Mapping[str, int], nodes: 
                   used: Mapping[str, int]) -> bool:
     """Whether a job's ``previous`` split fits in the GPUs a plan leaves to it (its planned ``split``
     taken out of ``used``): :func:`keep_feasible` of a job neither hit nor leaving."""
-    usable = getattr(nodes, "usable_gpus", None)  # (a NodeTable: no record made per node)
-    if usable is not None:
-        for nid, g in previous.items():
-            free = usable(nid)
-            if free is None or free - used.get(nid, 0) + split.get(nid, 0) < g:
-                return False
-        return True
+    usable = _usable_gpus(nodes)
     for nid, g in previous.items():
-        node = nodes.get(nid)
-        if node is None or node.drained or node.healthy_after - used.get(nid, 0) + split.get(nid, 0) < g:
+        free = usable(nid)
+        if free is None or free - used.get(nid, 0) + split.get(nid, 0) < g:
             return False
     return True
+
+
+def _usable_gpus(nodes: Mapping):
+    """A lookup of a node's healthy GPUs after the event, None where it is drained or not in ``nodes``: a
+    :class:`unicron_plan.core.cluster.NodeTable`'s own (which makes no record per node), else read from
+    the records."""
+    table = getattr(nodes, "usable_gpus", None)
+    if table is not None:
+        return table
+
+    def usable(nid):
+        node = nodes.get(nid)
+        return None if node is None or node.drained else node.healthy_after
+    return usable
 
 
 def explain_jobs(facts: Sequence[JobFacts], nodes: Mapping, d_run: float,

@@ -1165,8 +1165,7 @@ def _reordered(y: np.ndarray, g: np.ndarray, off: np.ndarray, order: np.ndarray)
 def _suffix_sums(a: np.ndarray, extra=0):
     """``out[j] = sum(a[j + 1:]) + extra``: what the jobs after j (and ``extra``, the jobs of another
     part) hold."""
-    out = np.concatenate([np.cumsum(a[::-1])[::-1][1:], [0]]).astype(a.dtype)
-    return out + extra if extra else out
+    return np.concatenate([np.cumsum(a[::-1])[::-1][1:], [0]]).astype(a.dtype) + extra
 
 
 def _attempt_in_order(ky, kg, koff, lo, hi, red_max, lam, capacity, threshold, cut, deadline, stats):
@@ -1177,7 +1176,7 @@ def _attempt_in_order(ky, kg, koff, lo, hi, red_max, lam, capacity, threshold, c
     after_m = _suffix_sums(red_max)
     # Store every choice array, or checkpoint, by a safe estimate of their size.
     itemsize = np.dtype(_dtype(int(np.diff(koff).max()))).itemsize
-    entries = int((np.minimum(np.cumsum(hi), capacity) + 1).sum())
+    entries = _entries_bound(hi, capacity)
     est = entries * itemsize
     if NATIVE_PASS is not None:
         # ``est`` bounds the windows before the cuts, which are often far narrower: past the budget the
@@ -1218,6 +1217,17 @@ def _attempt_in_order(ky, kg, koff, lo, hi, red_max, lam, capacity, threshold, c
         return None
 
 
+def _entries_bound(hi: np.ndarray, capacity: int) -> int:
+    """A bound on the choices a pass stores with its jobs in this order: each window at most as wide as the
+    largest counts folded so far, and the capacity."""
+    return int((np.minimum(np.cumsum(hi), capacity) + 1).sum())
+
+
+def _widths(win: np.ndarray) -> np.ndarray:
+    """Each job's window width in a compiled pass's windows (``win``: L, U per job)."""
+    return win[1::2] - win[0::2] + 1
+
+
 # A pass whose windows before the cuts would hold at least this many states runs as two halves
 # (:func:`_native_halves`); below it, as one.
 SPLIT_MIN_CELLS = 1 << 21
@@ -1246,7 +1256,7 @@ def _native_halves(ky, kg, koff, lo, hi, red_max, lam, capacity, threshold, cut,
         plo, phi = lo[part], hi[part]
         inputs.append((y, g, off, plo, phi, _suffix_sums(plo, int(lo[other].sum())),
                        _suffix_sums(red_max[part], float(red_max[other].sum()))))
-    entries = sum(int((np.minimum(np.cumsum(x[4]), capacity) + 1).sum()) for x in inputs)
+    entries = sum(_entries_bound(x[4], capacity) for x in inputs)
     buf = _choices_buffer(min(entries, MEMORY_BUDGET_BYTES // itemsize) * itemsize)
     runs, used = [], 0
     for y, g, off, plo, phi, after_lo, after_m in inputs:
@@ -1258,7 +1268,7 @@ def _native_halves(ky, kg, koff, lo, hi, red_max, lam, capacity, threshold, cut,
             return None
         win = run[0]
         runs.append((np.ascontiguousarray(y, dtype=np.int64), off, win, choice, last))
-        used += int((win[1::2] - win[0::2] + 1).sum())
+        used += int(_widths(win).sum())
     (_, _, win1, _, last1), (_, _, win2, _, last2) = runs
     L1, U1, L2, U2 = int(win1[-2]), int(win1[-1]), int(win2[-2]), int(win2[-1])
     v1, v2 = last1[: U1 - L1 + 1], last2[: U2 - L2 + 1]
@@ -1277,7 +1287,7 @@ def _native_halves(ky, kg, koff, lo, hi, red_max, lam, capacity, threshold, cut,
         NATIVE_BACK(len(part), off.ctypes.data, y.ctypes.data, choice.ctypes.data, itemsize, win.ctypes.data, c,
                     result.ctypes.data)
         counts[part] = result
-    widths = np.concatenate([w[1::2] - w[0::2] + 1 for w in (win1, win2)])
+    widths = np.concatenate([_widths(win1), _widths(win2)])
     stats.update(checkpointed=False, max_width=int(widths.max()), sum_width=int(widths.sum()), halves=True)
     _keep_choices(buf, used * itemsize)
     return counts.tolist(), float(v1[i] + v2[c2])
@@ -1293,7 +1303,7 @@ def _native_pass(ky, kg, koff, lo, hi, after_lo, after_m, lam, capacity, thresho
     if run is None:
         return None
     win, result, value = run
-    widths = win[1::2] - win[0::2] + 1
+    widths = _widths(win)
     stats.update(checkpointed=False, max_width=int(widths.max()), sum_width=int(widths.sum()))
     _keep_choices(buf, stats["sum_width"] * itemsize)
     return result.tolist(), value

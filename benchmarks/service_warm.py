@@ -2,7 +2,7 @@
 131,072 GPUs.
 
     PYTHONPATH=.:tests python benchmarks/service_warm.py [--quick] [--sizes 16384,131072,1048576] [--rounds N]
-        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--queued] [--warm-only] [--warm-requests N] [--pair-requests N] [--warm-workers N] [--json OUT]
+        [--uploads K] [--interval S] [--bound S] [--off-seconds S] [--curves KIND] [--queued] [--warm-only] [--warm-requests N] [--pair-requests N] [--plain-requests N] [--warm-workers N] [--json OUT]
 
 ``--curves KIND``: a generated cluster of that curve kind at every size (running jobs on shuffled nodes)
 instead of the library instance at 16,384 (``--queued``: with every job at 0 GPUs, as the
@@ -10,7 +10,9 @@ instead of the library instance at 16,384 (``--queued``: with every job at 0 GPU
 warm, N dry-run failures of one random node each (stored answers: their latency, and how many the
 server answered from one by its ``unicron_contingency_hits`` counter); ``--pair-requests N``: then N
 dry-run failures of two random nodes each (answered from a failure one with them up to renaming where
-one was solved, else solved), counted the same way. At
+one was solved, else solved), counted the same way; ``--plain-requests N``: between the two, N more
+single-node ones through a plain socket that reads each reply into a buffer made once (the reply's
+cost to a lean client; httpx reads 64 KiB at a time through its parser). At
 1,048,576 GPUs the server gets ``--max-body-mib 1024 --parse-seconds 300`` (about 150 MB of JSON).
 
 Per size and round, two real `serve` processes on free loopback ports, one after the other:
@@ -167,8 +169,72 @@ def warm_answers(c: httpx.Client, nodes: list[str], count: int, interval: float,
             "p50_ms": float(np.percentile(x, 50)), "p99_ms": float(np.percentile(x, 99)), "max_ms": float(x.max())}
 
 
+class PlainClient:
+    """One kept-alive HTTP/1.1 connection that reads each reply into a buffer made once, up to 1 MiB per read,
+    and parses only the status line and Content-Length: what a warm reply costs a lean client, where
+    httpx reads 64 KiB at a time through its parser and joins the body at the end (at 1,048,576 GPUs a
+    reply is about 7.8 MB)."""
+
+    def __init__(self, url: str, most: int = 64 << 20):
+        import socket
+
+        host, port = url.rsplit("//", 1)[1].rsplit(":", 1)
+        self.host = f"{host}:{port}".encode()
+        self.sock = socket.create_connection((host, int(port)), timeout=600)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray(most)
+        self.view = memoryview(self.buf)
+
+    def post(self, path: str, body: dict) -> int:
+        """POST ``body`` as JSON; the reply's length. RuntimeError for any status but 200."""
+        data = json.dumps(body).encode()
+        self.sock.sendall(b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n%s" % (path.encode(), self.host, len(data), data))
+        got, need = 0, None
+        while need is None or got < need:
+            if got >= len(self.buf):
+                raise RuntimeError("reply larger than the buffer")
+            k = self.sock.recv_into(self.view[got:], 1 << 20)
+            if not k:
+                raise RuntimeError("connection closed")
+            got += k
+            if need is None:
+                end = self.buf.find(b"\r\n\r\n", 0, got)
+                if end >= 0:
+                    head = bytes(self.buf[:end]).lower()
+                    if not head.startswith(b"http/1.1 200"):
+                        raise RuntimeError(head.split(b"\r\n")[0].decode())
+                    at = head.index(b"\r\ncontent-length:") + len(b"\r\ncontent-length:")
+                    need = end + 4 + int(head[at:].split(b"\r\n")[0])
+        if got != need:
+            raise RuntimeError("more bytes than the reply")
+        return got
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def plain_warm_answers(c: httpx.Client, url: str, nodes: list[str], count: int, interval: float, rng) -> dict:
+    """:func:`warm_answers` of single nodes through a :class:`PlainClient` (the stored-answer count by httpx)."""
+    hits0, lat = _stored_hits(c), []
+    plain = PlainClient(url)
+    try:
+        for _ in range(count):
+            failed = [nodes[int(rng.integers(len(nodes)))]]
+            t = time.perf_counter()
+            plain.post("/v1/events?dry_run=true", {"kind": "failure", "failed_nodes": failed})
+            lat.append(time.perf_counter() - t)
+            time.sleep(interval)
+    finally:
+        plain.close()
+    x = np.asarray(lat) * 1e3
+    return {"requests": len(lat), "stored": _stored_hits(c) - hits0, "latencies_ms": [round(v, 3) for v in x.tolist()],
+            "p50_ms": float(np.percentile(x, 50)), "p99_ms": float(np.percentile(x, 99)), "max_ms": float(x.max())}
+
+
 def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uploads: int,
-        warm_requests: int = 0, warm_workers: int | None = None, pair_requests: int = 0) -> dict:
+        warm_requests: int = 0, warm_workers: int | None = None, pair_requests: int = 0,
+        plain_requests: int = 0) -> dict:
     """One server: ``uploads`` uploads, cold requests every ``interval`` s until each is warm (or for
     ``seconds`` in all without warm contingency); then, warm, ``warm_requests`` single-node failures
     answered from the stored answers (:func:`warm_answers`)."""
@@ -230,6 +296,10 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uplo
         if warm and warm_requests and warms and warms[-1]["time_to_warm_s"] is not None:
             answers = warm_answers(c, nodes, min(warm_requests, 2000), 0.05, rng)
             load.append(os.getloadavg()[0])
+        plain = None
+        if warm and plain_requests and warms and warms[-1]["time_to_warm_s"] is not None:
+            plain = plain_warm_answers(c, srv.url, nodes, min(plain_requests, 2000), 0.05, rng)
+            load.append(os.getloadavg()[0])
         pairs = None
         if warm and pair_requests and warms and warms[-1]["time_to_warm_s"] is not None:
             pairs = warm_answers(c, nodes, min(pair_requests, 2000), 0.05, rng, size=2)
@@ -243,7 +313,8 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uplo
                 "p99_ms": float(np.percentile(x, 99)) if len(x) else None,
                 "max_ms": float(x.max()) if len(x) else None, "load_1min": load,
                 "peak_rss_mib": peak["rss_mib"], "peak_pss_mib": peak["pss_mib"],
-                "processes_at_peak": peak["processes"], "warm_answers": answers, "warm_pairs": pairs}
+                "processes_at_peak": peak["processes"], "warm_answers": answers, "warm_answers_plain": plain,
+                "warm_pairs": pairs}
 
 
 def main() -> None:
@@ -263,6 +334,9 @@ def main() -> None:
     ap.add_argument("--pair-requests", type=int, default=0,
                     help="once warm, this many two-node dry-run failures (at most 2,000): answered from a "
                          "failure one with them up to renaming, or solved")
+    ap.add_argument("--plain-requests", type=int, default=0,
+                    help="after the single-node ones, this many more (at most 2,000) through one plain socket "
+                         "read into a buffer made once: the reply's cost to a lean client, not httpx's")
     ap.add_argument("--warm-workers", type=int, default=None,
                     help="serve --warm-workers (default: the server's, the CPUs it may run on)")
     ap.add_argument("--json", default=None)
@@ -288,13 +362,14 @@ def main() -> None:
                 print(f"{gpus} GPUs, round {r + 1}: {name} ...", file=sys.stderr)
                 if warm:
                     res = run(inst, True, bound, interval, seed=r, uploads=uploads, warm_requests=a.warm_requests,
-                              warm_workers=a.warm_workers, pair_requests=a.pair_requests)
+                              warm_workers=a.warm_workers, pair_requests=a.pair_requests,
+                              plain_requests=a.plain_requests)
                     ran = res["ran_s"]
                 else:
                     res = run(inst, False, min(ran, a.off_seconds or OFF_SECONDS[gpus]), interval, seed=r,
                               uploads=uploads)
                 short = {k: v for k, v in res.items() if k != "latencies_ms"}
-                for key in ("warm_answers", "warm_pairs"):
+                for key in ("warm_answers", "warm_answers_plain", "warm_pairs"):
                     if res.get(key):
                         short[key] = {k: v for k, v in res[key].items() if k != "latencies_ms"}
                 print(f"  {json.dumps(short)}", file=sys.stderr)
@@ -318,6 +393,8 @@ def main() -> None:
             "warm_up_cpu_s": [round(u["warm_up_cpu_s"], 2) for u in ups],
             "warm_answers": [{k: v for k, v in r["warm_answers"].items() if k != "latencies_ms"}
                              for r in pick["warm"] if r.get("warm_answers")],
+            "warm_answers_plain": [{k: v for k, v in r["warm_answers_plain"].items() if k != "latencies_ms"}
+                                   for r in pick["warm"] if r.get("warm_answers_plain")],
             "warm_pairs": [{k: v for k, v in r["warm_pairs"].items() if k != "latencies_ms"}
                            for r in pick["warm"] if r.get("warm_pairs")],
             "peak_rss_mib": max(r["peak_rss_mib"] for r in pick["warm"]),

@@ -152,16 +152,22 @@ def _stored_hits(c: httpx.Client) -> float:
     return 0.0
 
 
-def warm_answers(c: httpx.Client, nodes: list[str], count: int, interval: float, rng, size: int = 1) -> dict:
+def warm_answers(c: httpx.Client, nodes: list[str], count: int, interval: float, rng, size: int = 1,
+                 plain: "PlainClient | None" = None) -> dict:
     """``count`` dry-run failures of ``size`` random nodes each, once the server is warm: latencies of
-    the answers (and how many were answered from a stored one, by the server's own counter)."""
+    the answers (and how many were answered from a stored one, by the server's own counter, read
+    through ``c``). Sent through ``c``, or through ``plain`` where given."""
     hits0, lat = _stored_hits(c), []
     for _ in range(count):
         failed = [nodes[int(i)] for i in rng.choice(len(nodes), size, replace=False)]
+        event = {"kind": "failure", "failed_nodes": failed}
         t = time.perf_counter()
-        r = c.post("/v1/events", params={"dry_run": "true"}, json={"kind": "failure", "failed_nodes": failed})
-        if r.status_code != 200:
-            raise RuntimeError(r.text)
+        if plain is not None:
+            plain.post("/v1/events?dry_run=true", event)
+        else:
+            r = c.post("/v1/events", params={"dry_run": "true"}, json=event)
+            if r.status_code != 200:
+                raise RuntimeError(r.text)
         lat.append(time.perf_counter() - t)
         time.sleep(interval)
     x = np.asarray(lat) * 1e3
@@ -212,24 +218,6 @@ class PlainClient:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def plain_warm_answers(c: httpx.Client, url: str, nodes: list[str], count: int, interval: float, rng) -> dict:
-    """:func:`warm_answers` of single nodes through a :class:`PlainClient` (the stored-answer count by httpx)."""
-    hits0, lat = _stored_hits(c), []
-    plain = PlainClient(url)
-    try:
-        for _ in range(count):
-            failed = [nodes[int(rng.integers(len(nodes)))]]
-            t = time.perf_counter()
-            plain.post("/v1/events?dry_run=true", {"kind": "failure", "failed_nodes": failed})
-            lat.append(time.perf_counter() - t)
-            time.sleep(interval)
-    finally:
-        plain.close()
-    x = np.asarray(lat) * 1e3
-    return {"requests": len(lat), "stored": _stored_hits(c) - hits0, "latencies_ms": [round(v, 3) for v in x.tolist()],
-            "p50_ms": float(np.percentile(x, 50)), "p99_ms": float(np.percentile(x, 99)), "max_ms": float(x.max())}
 
 
 def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uploads: int,
@@ -298,7 +286,11 @@ def run(inst: dict, warm: bool, seconds: float, interval: float, seed: int, uplo
             load.append(os.getloadavg()[0])
         plain = None
         if warm and plain_requests and warms and warms[-1]["time_to_warm_s"] is not None:
-            plain = plain_warm_answers(c, srv.url, nodes, min(plain_requests, 2000), 0.05, rng)
+            client = PlainClient(srv.url)
+            try:
+                plain = warm_answers(c, nodes, min(plain_requests, 2000), 0.05, rng, plain=client)
+            finally:
+                client.close()
             load.append(os.getloadavg()[0])
         pairs = None
         if warm and pair_requests and warms and warms[-1]["time_to_warm_s"] is not None:

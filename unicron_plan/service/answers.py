@@ -8,6 +8,11 @@ entries spliced in (:func:`joined_text`), or, for another node of the representa
 the changed entries and the plan's own fields relabelled (:func:`relabelled_text`): the shared entries
 name neither node (:func:`split_plan` refuses a plan where one could). Work per reply grows with the
 changed jobs, not with the plan (but for one copy of the body's bytes).
+
+An answer that shares no body (a failure that changes most jobs) is kept whole, compressed, with the
+lengths of its parts (:class:`WholeAnswer`): a reply for another node of its class is its text split
+there and relabelled as a delta whose every entry may change, only the entries that may name either
+node read again, not the whole plan.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import zlib
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
@@ -77,6 +83,71 @@ def plan_text(plan) -> bytes:
     if ends is None:
         return plan.model_dump_json(exclude_none=True).encode()
     return _framed(ends[0], encode_body(plan.jobs), ends[1])
+
+
+class WholeAnswer:
+    """A stored answer kept whole: its plan's JSON text compressed (``packed``), and ``lengths``: the
+    lengths of the text before its job entries, of each entry and of the text after them (the entries
+    joined by commas), or None where the jobs array cannot be found once (the text is then read whole
+    to relabel it)."""
+
+    __slots__ = ("packed", "lengths")
+
+    def __init__(self, packed: bytes, lengths):
+        self.packed = packed
+        self.lengths = lengths
+
+    def __reduce__(self):
+        return (WholeAnswer, (self.packed, self.lengths))
+
+    @classmethod
+    def of(cls, plan) -> "WholeAnswer":
+        """``plan``'s text (:func:`plan_text`, the plan's own JSON text) compressed, with its parts' lengths."""
+        ends = plan_ends(plan)
+        if ends is None:
+            return cls(zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1), None)
+        pieces = encode_body(plan.jobs)
+        lengths = array("q", [len(ends[0]), *map(len, pieces), len(ends[1])])
+        return cls(zlib.compress(_framed(ends[0], pieces, ends[1]), 1), lengths)
+
+    def text(self) -> bytes:
+        """The plan's JSON text."""
+        return zlib.decompress(self.packed)
+
+    def reply(self, a: str, b: str, order: dict[str, int], end: bytes | None = None) -> bytes:
+        """The text of the plan (``a``'s failure) made ``b``'s (:func:`relabelled_text`; as it is where
+        ``b`` is ``a``); ``end``: as :func:`joined_text`'s. Where the lengths do not add up to the
+        text, it is read whole and relabelled."""
+        text = self.text()
+        if a != b:
+            parts = None if self.lengths is None else _split(text, self.lengths)
+            if parts is not None:
+                head, pieces, tail = parts
+                every = StoredChanges(array("i", range(len(pieces))), tuple(pieces))
+                return relabelled_text(pieces, head, every, tail, a, b, order, end)
+            from unicron_plan.plan.contingency import relabel_plan
+
+            text = json.dumps(relabel_plan(json.loads(text), a, b, order), separators=(",", ":"),
+                              allow_nan=False).encode()
+        return text if end is None else text[:-1] + end
+
+
+def _split(text: bytes, lengths) -> tuple[bytes, list[bytes], bytes] | None:
+    """(head, entries, tail) of ``text`` by ``lengths`` (:class:`WholeAnswer`), or None where they do
+    not split it: their sum and the commas between the entries are not its length, an entry is not an
+    object, or there is no entry."""
+    n = len(lengths) - 2
+    if n < 1 or sum(lengths) + n - 1 != len(text):
+        return None
+    at = lengths[0]
+    pieces = []
+    for size in lengths[1:-1]:
+        piece = text[at:at + size]
+        if piece[:1] != b"{" or piece[-1:] != b"}":
+            return None
+        pieces.append(piece)
+        at += size + 1
+    return text[:lengths[0]], pieces, text[at - 1:]
 
 
 def _entry_text(entry, texts: dict | None) -> bytes:
@@ -198,9 +269,10 @@ def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, names: tupl
         pieces[k] = text
     positions = None
     if indexed and untouched is not None:
-        index = _node_index(changed)
-        if index is not None:
-            positions = sorted({k for name in names for k in index.get(name.encode(), ())})
+        found = _node_index(changed)
+        if found is not None:
+            index, hits = found
+            positions = sorted({*hits, *(k for name in names for k in index.get(name.encode(), ()))})
     if positions is None:
         positions = [k for k, _ in changed.items()] if untouched is None else _flagged(changed, names)
     top = json.loads(head + tail)
@@ -239,29 +311,34 @@ _INDEXES: "OrderedDict[int, tuple]" = OrderedDict()  # id(changed) -> (changed, 
 _INDEXES_LOCK = threading.Lock()
 
 
-def _node_index(changed: "StoredChanges") -> dict[bytes, list[int]] | None:
-    """{node id's JSON text without quotes: positions of the changed entries whose nodes list names it}
-    of ``changed``, made on first use and kept for the INDEXES_KEPT most recently used; None where an
-    entry may be a hit job's (its sentence names nodes: the entries are then searched, :func:`_flagged`)
-    or does not list its nodes exactly once."""
+def _node_index(changed: "StoredChanges") -> tuple[dict[bytes, list[int]], list[int]] | None:
+    """({node id's JSON text without quotes: positions of the changed entries whose nodes list names it},
+    positions of the hit jobs' entries, read whatever the nodes: their sentences may name any) of
+    ``changed``, made on first use and kept for the INDEXES_KEPT most recently used; None where another
+    entry does not list its nodes exactly once (the entries are then searched, :func:`_flagged`)."""
     key = id(changed)
     with _INDEXES_LOCK:
         held = _INDEXES.get(key)
         if held is not None and held[0] is changed:
             _INDEXES.move_to_end(key)
             return held[1]
-    index: dict[bytes, list[int]] | None = {}
+    index: dict[bytes, list[int]] = {}
+    hits: list[int] = []
+    found: tuple | None = (index, hits)
     for k, text in changed.items():
+        if _HIT_VALUE.search(text) is not None:
+            hits.append(k)
+            continue
         lists = _NODES.findall(text)
-        if len(lists) != 1 or _HIT_VALUE.search(text) is not None:
-            index = None
+        if len(lists) != 1:
+            found = None
             break
         for token in lists[0].split(b","):
             if token:
                 index.setdefault(token[1:-1], []).append(k)
     with _INDEXES_LOCK:
-        _INDEXES[key] = (changed, index)
+        _INDEXES[key] = (changed, found)
         _INDEXES.move_to_end(key)
         while len(_INDEXES) > INDEXES_KEPT:
             _INDEXES.popitem(last=False)
-    return index
+    return found

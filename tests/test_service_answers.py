@@ -65,7 +65,8 @@ def test_whole_answers_relabel_as_the_whole_plans(kind, seed, monkeypatch):
     """An answer kept whole (a failure that changes most jobs, or every answer with no shared entries)
     gives its plan's own text for its representative and, for every other node of its class,
     relabel_plan of that text, reading again only the entries that list either node or are a hit
-    job's; lengths that do not split the text, or none, give the same reply from the whole text."""
+    job's (those that name the representative found where the answer was made); lengths that do not
+    split the text, or none, give the same reply from the whole text."""
     from array import array
 
     from unicron_plan.service import answers
@@ -98,6 +99,8 @@ def test_whole_answers_relabel_as_the_whole_plans(kind, seed, monkeypatch):
             expect = relabel_plan(json.loads(text), rep, b, order)
             assert json.loads(reply) == expect
             assert packed.reply(rep, b, order, end) == reply[:-1] + end
+            assert packed.named[0] == rep
+            assert WholeAnswer(packed.packed, packed.lengths).reply(rep, b, order) == reply  # searched whole
             longer, shifted = array("q", packed.lengths), array("q", packed.lengths)
             longer[1] += 1
             shifted[1] += 1
@@ -228,8 +231,9 @@ def _warm_deltas(kind: str, seed: int, gpus: int = 4096, jobs: int = 32, queued:
 def test_stored_changes_read_as_the_deltas_and_hold_each_text_once(kind, seed):
     """An answer kept compactly (positions and interned texts) gives the same bytes as its delta, for
     its representative and relabelled for every other node of its class; the same text in two answers
-    is one object."""
-    from unicron_plan.service.answers import StoredChanges, stored_changes
+    is one object. The entries found for the representative where the answer was made are those the
+    search finds, and a reply from them is the reply that searches every entry for both nodes."""
+    from unicron_plan.service.answers import StoredChanges, _flagged, stored_changes
 
     bodies, deltas, order = _warm_deltas(kind, seed)
     assert deltas
@@ -240,9 +244,11 @@ def test_stored_changes_read_as_the_deltas_and_hold_each_text_once(kind, seed):
         assert isinstance(stored, StoredChanges) and len(stored) == len(changed)
         assert list(stored.positions) == list(changed)
         assert joined_text(bodies[number], head, stored, tail) == joined_text(bodies[number], head, changed, tail)
+        assert stored.named[0] == rep and list(stored.named[1]) == _flagged(dict(changed), (rep,))
         for b in members[1:4]:
             assert relabelled_text(bodies[number], head, stored, tail, rep, b, order) == \
-                relabelled_text(bodies[number], head, changed, tail, rep, b, order)
+                relabelled_text(bodies[number], head, changed, tail, rep, b, order) == \
+                relabelled_text(bodies[number], head, dict(changed), tail, rep, b, order)  # searched whole
         kept.append(stored)
     held = {}
     for stored in kept:
@@ -266,6 +272,7 @@ def test_relabelling_reads_only_the_entries_that_may_name_a_node(kind, seed, mon
         for b in members[1:4]:
             loads = []
             monkeypatch.setattr(answers.json, "loads", lambda t, **kw: loads.append(t) or real_loads(t, **kw))
+            monkeypatch.setattr(answers, "_flagged", None)  # (the representative's entries found before)
             text = relabelled_text(bodies[number], head, changed, tail, rep, b, order)
             monkeypatch.undo()
             reread = sum(rep in whole["jobs"][k]["nodes"] or b in whole["jobs"][k]["nodes"]

@@ -37,7 +37,8 @@ def encode_body(entries: list) -> list[bytes]:
 
 
 def split_plan(plan, shared: list, holders: dict, members: list[str], most: int | None = None) -> tuple | None:
-    """(head, {position: changed entry's JSON}, tail) of ``plan`` whose other entries are ``shared``'s
+    """(head, {position: changed entry's JSON} (a :class:`NamedChanges` naming ``members[0]``), tail) of
+    ``plan`` whose other entries are ``shared``'s
     (the very objects), or None where that does not hold, where more than ``most`` entries change,
     or where a shared entry may name a node of ``members`` (a job listing one in its current
     allocation, by ``holders``: node -> job ids). A changed entry that the plans sharing ``shared``
@@ -54,7 +55,19 @@ def split_plan(plan, shared: list, holders: dict, members: list[str], most: int 
     ends = plan_ends(plan)
     if ends is None:
         return None
-    return ends[0], {k: _entry_text(plan.jobs[k], texts) for k in changed}, ends[1]
+    entries = NamedChanges((k, _entry_text(plan.jobs[k], texts)) for k in changed)
+    if members and _PLAIN_ID.fullmatch(members[0]):
+        entries.named = (members[0], array("i", _flagged(entries, (members[0],))))
+    return ends[0], entries, ends[1]
+
+
+class NamedChanges(dict):
+    """An answer's changed entries (position -> JSON text) with ``named``: (a node, the positions of the
+    entries that name it or are a hit job's, as :func:`_flagged` finds them), or None. Found once where
+    the answer is made, for its representative, so that a reply for another node of the class searches
+    the entries for that node alone (:func:`_rewritten`)."""
+
+    named: "tuple[str, array] | None" = None
 
 
 def plan_ends(plan) -> tuple[bytes, bytes] | None:
@@ -86,29 +99,34 @@ def plan_text(plan) -> bytes:
 
 
 class WholeAnswer:
-    """A stored answer kept whole: its plan's JSON text compressed (``packed``), and ``lengths``: the
+    """A stored answer kept whole: its plan's JSON text compressed (``packed``); ``lengths``: the
     lengths of the text before its job entries, of each entry and of the text after them (the entries
     joined by commas), or None where the jobs array cannot be found once (the text is then read whole
-    to relabel it)."""
+    to relabel it); ``named``: as :class:`NamedChanges` has it, for the entries."""
 
-    __slots__ = ("packed", "lengths")
+    __slots__ = ("packed", "lengths", "named")
 
-    def __init__(self, packed: bytes, lengths):
+    def __init__(self, packed: bytes, lengths, named: "tuple[str, array] | None" = None):
         self.packed = packed
         self.lengths = lengths
+        self.named = named
 
     def __reduce__(self):
-        return (WholeAnswer, (self.packed, self.lengths))
+        return (WholeAnswer, (self.packed, self.lengths, self.named))
 
     @classmethod
-    def of(cls, plan) -> "WholeAnswer":
-        """``plan``'s text (:func:`plan_text`, the plan's own JSON text) compressed, with its parts' lengths."""
+    def of(cls, plan, node: str | None = None) -> "WholeAnswer":
+        """``plan``'s text (:func:`plan_text`, the plan's own JSON text) compressed, with its parts'
+        lengths and the entries that name ``node`` (the failed node) or are a hit job's."""
         ends = plan_ends(plan)
         if ends is None:
             return cls(zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1), None)
         pieces = encode_body(plan.jobs)
         lengths = array("q", [len(ends[0]), *map(len, pieces), len(ends[1])])
-        return cls(zlib.compress(_framed(ends[0], pieces, ends[1]), 1), lengths)
+        named = None
+        if node is not None and _PLAIN_ID.fullmatch(node):
+            named = (node, array("i", _flagged(dict(enumerate(pieces)), (node,))))
+        return cls(zlib.compress(_framed(ends[0], pieces, ends[1]), 1), lengths, named)
 
     def text(self) -> bytes:
         """The plan's JSON text."""
@@ -123,7 +141,7 @@ class WholeAnswer:
             parts = None if self.lengths is None else _split(text, self.lengths)
             if parts is not None:
                 head, pieces, tail = parts
-                every = StoredChanges(array("i", range(len(pieces))), tuple(pieces))
+                every = StoredChanges(array("i", range(len(pieces))), tuple(pieces), self.named)
                 return relabelled_text(pieces, head, every, tail, a, b, order, end)
             from unicron_plan.plan.contingency import relabel_plan
 
@@ -165,11 +183,12 @@ class StoredChanges:
     """A stored answer's changed entries: their positions (a compact array) and their texts (a tuple),
     each text the one object every stored answer with the same text holds (:func:`stored_changes`)."""
 
-    __slots__ = ("positions", "texts")
+    __slots__ = ("positions", "texts", "named")
 
-    def __init__(self, positions, texts: tuple):
+    def __init__(self, positions, texts: tuple, named: "tuple[str, array] | None" = None):
         self.positions = positions
         self.texts = texts
+        self.named = named  # as :class:`NamedChanges` has it
 
     def items(self):
         return zip(self.positions, self.texts)
@@ -183,7 +202,8 @@ def stored_changes(changed: dict[int, bytes], texts: dict[bytes, bytes]) -> Stor
     -> the one copy kept), so that the many answers that change a job the same way hold its text once
     (answers to single-node failures of one cluster share most of their changed entries)."""
     positions = array("i", changed)
-    return StoredChanges(positions, tuple(texts.setdefault(t, t) for t in changed.values()))
+    return StoredChanges(positions, tuple(texts.setdefault(t, t) for t in changed.values()),
+                         getattr(changed, "named", None))
 
 
 def joined_text(body: list[bytes], head: bytes, changed, tail: bytes, end: bytes | None = None) -> bytes:
@@ -262,7 +282,9 @@ def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, names: tupl
     """The plan's text with its own fields and the changed entries that may name a node of ``names``
     (:func:`_untouched`; every one where it is None) read, given to ``rewrite`` (the plan's JSON form
     with those entries alone) and written again; the other entries kept as their bytes. ``indexed``:
-    the entries are found from the node index of ``changed`` (:func:`_node_index`) where it has one."""
+    the entries are found from the node index of ``changed`` (:func:`_node_index`) where it has one;
+    else those found for a node where the answer was made (``changed.named``) are taken as they are
+    and the entries are searched for the other nodes alone."""
     untouched = _untouched(*names)
     pieces = list(body)
     for k, text in changed.items():
@@ -273,6 +295,10 @@ def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, names: tupl
         if found is not None:
             index, hits = found
             positions = sorted({*hits, *(k for name in names for k in index.get(name.encode(), ()))})
+    named = getattr(changed, "named", None)
+    if positions is None and untouched is not None and named is not None and named[0] in names:
+        needles = [b'"' + n.encode() + b'"' for n in names if n != named[0]]
+        positions = sorted({*named[1], *(k for k, text in changed.items() if any(n in text for n in needles))})
     if positions is None:
         positions = [k for k, _ in changed.items()] if untouched is None else _flagged(changed, names)
     top = json.loads(head + tail)

@@ -1095,7 +1095,7 @@ def _warm_answers(setup: dict, solver: str | None, stop, share: tuple[int, int] 
                 yield ("shared", bodies[id(shared)][1], encode_body(shared))
             yield ("answer", members[0], members, (bodies[id(shared)][1], *split))
         else:
-            yield ("answer", members[0], members, WholeAnswer.of(plan))
+            yield ("answer", members[0], members, WholeAnswer.of(plan, members[0]))
         time.sleep(0)  # in-thread: let request threads in between answers
 
 

@@ -6,7 +6,6 @@ stage's answers per class of nodes the same plans with and without them."""
 from __future__ import annotations
 
 import json
-import zlib
 
 import numpy as np
 import pytest
@@ -120,7 +119,7 @@ def _answers(snapshot) -> dict:
             bodies[message[1]] = message[2]
         elif message[0] == "answer":
             packed = message[3]
-            text = joined_text(bodies[packed[0]], *packed[1:]) if isinstance(packed, tuple) else zlib.decompress(packed)
+            text = joined_text(bodies[packed[0]], *packed[1:]) if isinstance(packed, tuple) else packed.text()
             plan = json.loads(text)
             plan["solver"].pop("wall_seconds")
             out[message[1]] = plan

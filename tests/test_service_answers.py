@@ -5,7 +5,6 @@ would give (the plan's own text, and plan.contingency.relabel_plan of it)."""
 from __future__ import annotations
 
 import json
-import zlib
 
 import numpy as np
 import pytest
@@ -33,7 +32,7 @@ def test_delta_answers_read_as_the_whole_plans(kind, seed, monkeypatch):
     monkeypatch.setattr(incremental, "shared_entries", lambda kept: None)  # every answer sent whole
     for message in coordinator._warm_messages(snapshot, None, 4096, lambda: False):
         if message[0] == "answer":
-            whole[message[1]] = json.loads(zlib.decompress(message[3]))
+            whole[message[1]] = json.loads(message[3].text())
     monkeypatch.undo()
     for message in messages[1:]:
         if message[0] == "shared":
@@ -59,6 +58,58 @@ def test_delta_answers_read_as_the_whole_plans(kind, seed, monkeypatch):
             expect = relabel_plan(json.loads(text), rep, b, order)
             assert relabelled == expect
     assert deltas > 0 or kind == "synthetic"
+
+
+@pytest.mark.parametrize("kind,seed", [("synthetic", 2), ("model", 6), ("equal-per-gpu", 1)])
+def test_whole_answers_relabel_as_the_whole_plans(kind, seed, monkeypatch):
+    """An answer kept whole (a failure that changes most jobs, or every answer with no shared entries)
+    gives its plan's own text for its representative and, for every other node of its class,
+    relabel_plan of that text, reading again only the entries that list either node or are a hit
+    job's (those that name the representative found where the answer was made); lengths that do not
+    split the text, or none, give the same reply from the whole text."""
+    from array import array
+
+    from unicron_plan.service import answers
+    from unicron_plan.service.answers import WholeAnswer
+
+    inst = generate_instance(seed, gpus=1024, jobs=12, failed_nodes=0, curves=kind)
+    inst.pop("event", None)
+    snapshot = st.State(base=Instance.model_validate(inst), revision=1, base_version=1)
+    order = {n.id: k for k, n in enumerate(snapshot.base.cluster.nodes)}
+    monkeypatch.setattr(incremental, "shared_entries", lambda kept: None)  # every answer sent whole
+    messages = list(coordinator._warm_messages(snapshot, None, 4096, lambda: False))
+    monkeypatch.undo()
+    real_loads = answers.json.loads
+    end = b',"plan_id":null,"revision":3,"includes_pending":{}}'
+    relabelled = read_again = 0
+    for message in messages[1:]:
+        _, rep, members, packed = message
+        assert isinstance(packed, WholeAnswer)
+        text = packed.text()
+        assert packed.reply(rep, rep, order) == text and packed.reply(rep, rep, order, end) == text[:-1] + end
+        whole = json.loads(text)
+        for b in members[1:4]:
+            loads = []
+            monkeypatch.setattr(answers.json, "loads", lambda t, **kw: loads.append(t) or real_loads(t, **kw))
+            reply = packed.reply(rep, b, order)
+            monkeypatch.undo()
+            listing = sum(rep in j.get("nodes", ()) or b in j.get("nodes", ()) or j.get("reason") == "hit"
+                          for j in whole["jobs"])
+            assert len(loads) == 1 + listing < 1 + len(whole["jobs"]) or listing == len(whole["jobs"])
+            expect = relabel_plan(json.loads(text), rep, b, order)
+            assert json.loads(reply) == expect
+            assert packed.reply(rep, b, order, end) == reply[:-1] + end
+            assert packed.named[0] == rep
+            assert WholeAnswer(packed.packed, packed.lengths).reply(rep, b, order) == reply  # searched whole
+            longer, shifted = array("q", packed.lengths), array("q", packed.lengths)
+            longer[1] += 1
+            shifted[1] += 1
+            shifted[2] -= 1
+            for lengths in (None, longer, shifted):
+                assert json.loads(WholeAnswer(packed.packed, lengths).reply(rep, b, order)) == expect
+            relabelled += 1
+            read_again += listing
+    assert relabelled > 0 and read_again > 0
 
 
 def test_cold_replies_encode_the_shared_entries_once_and_read_as_the_plans_text(tmp_path):
@@ -127,9 +178,7 @@ def test_a_cluster_too_large_for_an_index_has_its_answers_solved_per_class(monke
                     relabelled_text(bodies[number], head, changed, tail, rep, b, order)
                 got = json.loads(text)
             else:
-                got = json.loads(zlib.decompress(packed))
-                if b != rep:
-                    got = relabel_plan(got, rep, b, order)
+                got = json.loads(packed.reply(rep, b, order))
             event = Instance.model_validate({**inst, "event": {"kind": "failure", "failed_nodes": [b]}})
             want = json.loads(api.solve(event).model_dump_json(exclude_none=True))
             assert got["status"]["solution"] == "optimal"
@@ -182,8 +231,9 @@ def _warm_deltas(kind: str, seed: int, gpus: int = 4096, jobs: int = 32, queued:
 def test_stored_changes_read_as_the_deltas_and_hold_each_text_once(kind, seed):
     """An answer kept compactly (positions and interned texts) gives the same bytes as its delta, for
     its representative and relabelled for every other node of its class; the same text in two answers
-    is one object."""
-    from unicron_plan.service.answers import StoredChanges, stored_changes
+    is one object. The entries found for the representative where the answer was made are those the
+    search finds, and a reply from them is the reply that searches every entry for both nodes."""
+    from unicron_plan.service.answers import StoredChanges, _flagged, stored_changes
 
     bodies, deltas, order = _warm_deltas(kind, seed)
     assert deltas
@@ -194,9 +244,11 @@ def test_stored_changes_read_as_the_deltas_and_hold_each_text_once(kind, seed):
         assert isinstance(stored, StoredChanges) and len(stored) == len(changed)
         assert list(stored.positions) == list(changed)
         assert joined_text(bodies[number], head, stored, tail) == joined_text(bodies[number], head, changed, tail)
+        assert stored.named[0] == rep and list(stored.named[1]) == _flagged(dict(changed), (rep,))
         for b in members[1:4]:
             assert relabelled_text(bodies[number], head, stored, tail, rep, b, order) == \
-                relabelled_text(bodies[number], head, changed, tail, rep, b, order)
+                relabelled_text(bodies[number], head, changed, tail, rep, b, order) == \
+                relabelled_text(bodies[number], head, dict(changed), tail, rep, b, order)  # searched whole
         kept.append(stored)
     held = {}
     for stored in kept:
@@ -220,6 +272,7 @@ def test_relabelling_reads_only_the_entries_that_may_name_a_node(kind, seed, mon
         for b in members[1:4]:
             loads = []
             monkeypatch.setattr(answers.json, "loads", lambda t, **kw: loads.append(t) or real_loads(t, **kw))
+            monkeypatch.setattr(answers, "_flagged", None)  # (the representative's entries found before)
             text = relabelled_text(bodies[number], head, changed, tail, rep, b, order)
             monkeypatch.undo()
             reread = sum(rep in whole["jobs"][k]["nodes"] or b in whole["jobs"][k]["nodes"]
@@ -259,7 +312,7 @@ def test_an_indexed_answer_reads_again_only_the_entries_that_list_a_node(kind, s
     """Relabelled from the index of the nodes its entries list, a plan whose every entry is given as
     changed (as a renamed answer has them) reads again only the entries that list either node, gives the
     same bytes as when every entry is tested on its own, and reads as relabel_plan of the whole plan;
-    with a hit job's entry among them, there is no index and each entry is tested."""
+    a hit job's entry (its sentence may name any node) is read again whatever the nodes."""
     from array import array
 
     from unicron_plan import api
@@ -274,7 +327,7 @@ def test_an_indexed_answer_reads_again_only_the_entries_that_list_a_node(kind, s
     order = {n: k for k, n in enumerate(ids)}
     real_loads = answers.json.loads
     rng = np.random.default_rng(seed)
-    indexed = unindexed = 0
+    indexed = with_hits = 0
     for failed in [free[0], free[-1], sorted(held)[0]]:
         plan = api.solve(dict(inst, event={"kind": "failure", "failed_nodes": [failed]}))
         top = plan.model_copy(update={"jobs": []}).model_dump_json(exclude_none=True).encode()
@@ -283,7 +336,8 @@ def test_an_indexed_answer_reads_again_only_the_entries_that_list_a_node(kind, s
         every = answers.StoredChanges(array("i", range(len(pieces))), tuple(pieces))
         whole = json.loads(plan.model_dump_json(exclude_none=True))
         hit = any(j.get("reason") == "hit" for j in whole["jobs"])
-        assert (answers._node_index(every) is None) == hit
+        found = answers._node_index(every)
+        assert found is not None and bool(found[1]) == hit
         for b in [str(v) for v in rng.choice(free, 4, replace=False) if v != failed]:
             loads = []
             monkeypatch.setattr(answers.json, "loads", lambda t, **kw: loads.append(t) or real_loads(t, **kw))
@@ -292,10 +346,10 @@ def test_an_indexed_answer_reads_again_only_the_entries_that_list_a_node(kind, s
             listing = sum(failed in j["nodes"] or b in j["nodes"] or j.get("reason") == "hit" for j in whole["jobs"])
             assert len(loads) == 1 + listing
             indexed += not hit
-            unindexed += hit
+            with_hits += hit
             assert json.loads(text) == relabel_plan(json.loads(json.dumps(whole)), failed, b, order)
             assert relabelled_text(pieces, head, every, tail, failed, b, order) == text  # each entry tested
-    assert indexed > 0 and unindexed > 0
+    assert indexed > 0 and with_hits > 0
 
 
 def test_the_joined_search_flags_the_entries_the_test_of_each_entry_flags():

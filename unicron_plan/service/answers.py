@@ -8,6 +8,11 @@ entries spliced in (:func:`joined_text`), or, for another node of the representa
 the changed entries and the plan's own fields relabelled (:func:`relabelled_text`): the shared entries
 name neither node (:func:`split_plan` refuses a plan where one could). Work per reply grows with the
 changed jobs, not with the plan (but for one copy of the body's bytes).
+
+An answer that shares no body (a failure that changes most jobs) is kept whole, compressed, with the
+lengths of its parts (:class:`WholeAnswer`): a reply for another node of its class is its text split
+there and relabelled as a delta whose every entry may change, only the entries that may name either
+node read again, not the whole plan.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import zlib
 from array import array
 from bisect import bisect_right
 from collections import OrderedDict
@@ -31,7 +37,8 @@ def encode_body(entries: list) -> list[bytes]:
 
 
 def split_plan(plan, shared: list, holders: dict, members: list[str], most: int | None = None) -> tuple | None:
-    """(head, {position: changed entry's JSON}, tail) of ``plan`` whose other entries are ``shared``'s
+    """(head, {position: changed entry's JSON} (a :class:`NamedChanges` naming ``members[0]``), tail) of
+    ``plan`` whose other entries are ``shared``'s
     (the very objects), or None where that does not hold, where more than ``most`` entries change,
     or where a shared entry may name a node of ``members`` (a job listing one in its current
     allocation, by ``holders``: node -> job ids). A changed entry that the plans sharing ``shared``
@@ -48,7 +55,19 @@ def split_plan(plan, shared: list, holders: dict, members: list[str], most: int 
     ends = plan_ends(plan)
     if ends is None:
         return None
-    return ends[0], {k: _entry_text(plan.jobs[k], texts) for k in changed}, ends[1]
+    entries = NamedChanges((k, _entry_text(plan.jobs[k], texts)) for k in changed)
+    if members and _PLAIN_ID.fullmatch(members[0]):
+        entries.named = (members[0], array("i", _flagged(entries, (members[0],))))
+    return ends[0], entries, ends[1]
+
+
+class NamedChanges(dict):
+    """An answer's changed entries (position -> JSON text) with ``named``: (a node, the positions of the
+    entries that name it or are a hit job's, as :func:`_flagged` finds them), or None. Found once where
+    the answer is made, for its representative, so that a reply for another node of the class searches
+    the entries for that node alone (:func:`_rewritten`)."""
+
+    named: "tuple[str, array] | None" = None
 
 
 def plan_ends(plan) -> tuple[bytes, bytes] | None:
@@ -79,6 +98,76 @@ def plan_text(plan) -> bytes:
     return _framed(ends[0], encode_body(plan.jobs), ends[1])
 
 
+class WholeAnswer:
+    """A stored answer kept whole: its plan's JSON text compressed (``packed``); ``lengths``: the
+    lengths of the text before its job entries, of each entry and of the text after them (the entries
+    joined by commas), or None where the jobs array cannot be found once (the text is then read whole
+    to relabel it); ``named``: as :class:`NamedChanges` has it, for the entries."""
+
+    __slots__ = ("packed", "lengths", "named")
+
+    def __init__(self, packed: bytes, lengths, named: "tuple[str, array] | None" = None):
+        self.packed = packed
+        self.lengths = lengths
+        self.named = named
+
+    def __reduce__(self):
+        return (WholeAnswer, (self.packed, self.lengths, self.named))
+
+    @classmethod
+    def of(cls, plan, node: str | None = None) -> "WholeAnswer":
+        """``plan``'s text (:func:`plan_text`, the plan's own JSON text) compressed, with its parts'
+        lengths and the entries that name ``node`` (the failed node) or are a hit job's."""
+        ends = plan_ends(plan)
+        if ends is None:
+            return cls(zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1), None)
+        pieces = encode_body(plan.jobs)
+        lengths = array("q", [len(ends[0]), *map(len, pieces), len(ends[1])])
+        named = None
+        if node is not None and _PLAIN_ID.fullmatch(node):
+            named = (node, array("i", _flagged(dict(enumerate(pieces)), (node,))))
+        return cls(zlib.compress(_framed(ends[0], pieces, ends[1]), 1), lengths, named)
+
+    def text(self) -> bytes:
+        """The plan's JSON text."""
+        return zlib.decompress(self.packed)
+
+    def reply(self, a: str, b: str, order: dict[str, int], end: bytes | None = None) -> bytes:
+        """The text of the plan (``a``'s failure) made ``b``'s (:func:`relabelled_text`; as it is where
+        ``b`` is ``a``); ``end``: as :func:`joined_text`'s. Where the lengths do not add up to the
+        text, it is read whole and relabelled."""
+        text = self.text()
+        if a != b:
+            parts = None if self.lengths is None else _split(text, self.lengths)
+            if parts is not None:
+                head, pieces, tail = parts
+                every = StoredChanges(array("i", range(len(pieces))), tuple(pieces), self.named)
+                return relabelled_text(pieces, head, every, tail, a, b, order, end)
+            from unicron_plan.plan.contingency import relabel_plan
+
+            text = json.dumps(relabel_plan(json.loads(text), a, b, order), separators=(",", ":"),
+                              allow_nan=False).encode()
+        return text if end is None else text[:-1] + end
+
+
+def _split(text: bytes, lengths) -> tuple[bytes, list[bytes], bytes] | None:
+    """(head, entries, tail) of ``text`` by ``lengths`` (:class:`WholeAnswer`), or None where they do
+    not split it: their sum and the commas between the entries are not its length, an entry is not an
+    object, or there is no entry."""
+    n = len(lengths) - 2
+    if n < 1 or sum(lengths) + n - 1 != len(text):
+        return None
+    at = lengths[0]
+    pieces = []
+    for size in lengths[1:-1]:
+        piece = text[at:at + size]
+        if piece[:1] != b"{" or piece[-1:] != b"}":
+            return None
+        pieces.append(piece)
+        at += size + 1
+    return text[:lengths[0]], pieces, text[at - 1:]
+
+
 def _entry_text(entry, texts: dict | None) -> bytes:
     """``entry``'s JSON text, kept in ``texts`` (id -> [entry, its text or None]) where it is one of its
     entries (made for an earlier plan too: :class:`unicron_plan.plan.incremental._Made`)."""
@@ -94,11 +183,12 @@ class StoredChanges:
     """A stored answer's changed entries: their positions (a compact array) and their texts (a tuple),
     each text the one object every stored answer with the same text holds (:func:`stored_changes`)."""
 
-    __slots__ = ("positions", "texts")
+    __slots__ = ("positions", "texts", "named")
 
-    def __init__(self, positions, texts: tuple):
+    def __init__(self, positions, texts: tuple, named: "tuple[str, array] | None" = None):
         self.positions = positions
         self.texts = texts
+        self.named = named  # as :class:`NamedChanges` has it
 
     def items(self):
         return zip(self.positions, self.texts)
@@ -112,7 +202,8 @@ def stored_changes(changed: dict[int, bytes], texts: dict[bytes, bytes]) -> Stor
     -> the one copy kept), so that the many answers that change a job the same way hold its text once
     (answers to single-node failures of one cluster share most of their changed entries)."""
     positions = array("i", changed)
-    return StoredChanges(positions, tuple(texts.setdefault(t, t) for t in changed.values()))
+    return StoredChanges(positions, tuple(texts.setdefault(t, t) for t in changed.values()),
+                         getattr(changed, "named", None))
 
 
 def joined_text(body: list[bytes], head: bytes, changed, tail: bytes, end: bytes | None = None) -> bytes:
@@ -191,16 +282,23 @@ def _rewritten(body: list[bytes], head: bytes, changed, tail: bytes, names: tupl
     """The plan's text with its own fields and the changed entries that may name a node of ``names``
     (:func:`_untouched`; every one where it is None) read, given to ``rewrite`` (the plan's JSON form
     with those entries alone) and written again; the other entries kept as their bytes. ``indexed``:
-    the entries are found from the node index of ``changed`` (:func:`_node_index`) where it has one."""
+    the entries are found from the node index of ``changed`` (:func:`_node_index`) where it has one;
+    else those found for a node where the answer was made (``changed.named``) are taken as they are
+    and the entries are searched for the other nodes alone."""
     untouched = _untouched(*names)
     pieces = list(body)
     for k, text in changed.items():
         pieces[k] = text
     positions = None
     if indexed and untouched is not None:
-        index = _node_index(changed)
-        if index is not None:
-            positions = sorted({k for name in names for k in index.get(name.encode(), ())})
+        found = _node_index(changed)
+        if found is not None:
+            index, hits = found
+            positions = sorted({*hits, *(k for name in names for k in index.get(name.encode(), ()))})
+    named = getattr(changed, "named", None)
+    if positions is None and untouched is not None and named is not None and named[0] in names:
+        needles = [b'"' + n.encode() + b'"' for n in names if n != named[0]]
+        positions = sorted({*named[1], *(k for k, text in changed.items() if any(n in text for n in needles))})
     if positions is None:
         positions = [k for k, _ in changed.items()] if untouched is None else _flagged(changed, names)
     top = json.loads(head + tail)
@@ -239,29 +337,34 @@ _INDEXES: "OrderedDict[int, tuple]" = OrderedDict()  # id(changed) -> (changed, 
 _INDEXES_LOCK = threading.Lock()
 
 
-def _node_index(changed: "StoredChanges") -> dict[bytes, list[int]] | None:
-    """{node id's JSON text without quotes: positions of the changed entries whose nodes list names it}
-    of ``changed``, made on first use and kept for the INDEXES_KEPT most recently used; None where an
-    entry may be a hit job's (its sentence names nodes: the entries are then searched, :func:`_flagged`)
-    or does not list its nodes exactly once."""
+def _node_index(changed: "StoredChanges") -> tuple[dict[bytes, list[int]], list[int]] | None:
+    """({node id's JSON text without quotes: positions of the changed entries whose nodes list names it},
+    positions of the hit jobs' entries, read whatever the nodes: their sentences may name any) of
+    ``changed``, made on first use and kept for the INDEXES_KEPT most recently used; None where another
+    entry does not list its nodes exactly once (the entries are then searched, :func:`_flagged`)."""
     key = id(changed)
     with _INDEXES_LOCK:
         held = _INDEXES.get(key)
         if held is not None and held[0] is changed:
             _INDEXES.move_to_end(key)
             return held[1]
-    index: dict[bytes, list[int]] | None = {}
+    index: dict[bytes, list[int]] = {}
+    hits: list[int] = []
+    found: tuple | None = (index, hits)
     for k, text in changed.items():
+        if _HIT_VALUE.search(text) is not None:
+            hits.append(k)
+            continue
         lists = _NODES.findall(text)
-        if len(lists) != 1 or _HIT_VALUE.search(text) is not None:
-            index = None
+        if len(lists) != 1:
+            found = None
             break
         for token in lists[0].split(b","):
             if token:
                 index.setdefault(token[1:-1], []).append(k)
     with _INDEXES_LOCK:
-        _INDEXES[key] = (changed, index)
+        _INDEXES[key] = (changed, found)
         _INDEXES.move_to_end(key)
         while len(_INDEXES) > INDEXES_KEPT:
             _INDEXES.popitem(last=False)
-    return index
+    return found

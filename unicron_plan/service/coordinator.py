@@ -26,7 +26,6 @@ import gc
 import json
 import threading
 import time
-import zlib
 from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -121,7 +120,7 @@ class Coordinator:
         self._contingency_on = contingency
         self._cv = threading.Condition()
         self._index: tuple[int, dict | None] | None = None  # (base_version, index or None on failure)
-        # (base_version, {node id: its class's representative}, {representative: zlib(JSON plan), or
+        # (base_version, {node id: its class's representative}, {representative: WholeAnswer, or
         # (body number, head, changed entries, tail): service/answers.py}, nodes to do, {body number:
         # shared entries' JSON}): answers to single-node failures, one per class of nodes
         self._answers: tuple[int, dict[str, str], dict[str, Any], int, dict[int, list], dict[bytes, bytes]] | None = None
@@ -325,13 +324,7 @@ class Coordinator:
             many = self._class_sizes(state).get(rep, 0) >= INDEXED_CLASS_NODES
             return relabelled_text(answers[4][number], head, changed, tail, rep, node, self._node_order(state), end,
                                    indexed=many)
-        text = zlib.decompress(packed)
-        if rep != node:
-            from unicron_plan.plan.contingency import relabel_plan
-
-            plan = relabel_plan(json.loads(text), rep, node, self._node_order(state))
-            text = json.dumps(plan, separators=(",", ":"), allow_nan=False).encode()
-        return text if end is None else text[:-1] + end
+        return packed.reply(rep, node, self._node_order(state), end)  # a WholeAnswer
 
     def _renamed_text(self, state: st.State, data: Any, answers, end: bytes | None) -> bytes | None:
         """The text of an optimal plan solved for a failure of whole nodes one with ``data``'s up to
@@ -776,7 +769,7 @@ class Coordinator:
 
     def _publish(self, snapshot: st.State, message: tuple, start: float) -> None:
         """One message of the warm stages: ("index", index, digest, nodes to do),
-        ("shared", body number, entries' JSON), ("answer", representative, its class, zlib JSON or
+        ("shared", body number, entries' JSON), ("answer", representative, its class, a WholeAnswer or
         a delta on a body sent before) or ("workers", pids of the workers the first one forked)."""
         if message[0] == "workers":
             self.warm_pids.extend(message[1])
@@ -1016,7 +1009,7 @@ def _lower_priority() -> None:
 
 def _warm_messages(snapshot: st.State, solver: str | None, max_classes: int, stop, share: tuple[int, int] = (0, 1)):
     """The warm stages of ``snapshot`` as messages: ("index", index or None, fingerprint, nodes to do),
-    then ("answer", representative, its class, zlib JSON plan) for each class of nodes
+    then ("answer", representative, its class, its plan as a WholeAnswer) for each class of nodes
     (:func:`unicron_plan.plan.contingency.node_classes`, largest first; not nodes already down as a
     whole, which cannot fail again) whose representative's failure has a plan. An answer made from the
     kept plan is sent as a delta on the entries it shares with the others (:mod:`unicron_plan.service.answers`;
@@ -1070,7 +1063,7 @@ def _warm_answers(setup: dict, solver: str | None, stop, share: tuple[int, int] 
     from unicron_plan import api
     from unicron_plan.plan.incremental import incremental_plan, indexed_plan, shared_entries
     from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS
-    from unicron_plan.service.answers import encode_body, split_plan
+    from unicron_plan.service.answers import WholeAnswer, encode_body, split_plan
 
     prepared, digest, index, kept, base = (setup[k] for k in ("prepared", "digest", "index", "kept", "base"))
     first, n = share
@@ -1102,7 +1095,7 @@ def _warm_answers(setup: dict, solver: str | None, stop, share: tuple[int, int] 
                 yield ("shared", bodies[id(shared)][1], encode_body(shared))
             yield ("answer", members[0], members, (bodies[id(shared)][1], *split))
         else:
-            yield ("answer", members[0], members, zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1))
+            yield ("answer", members[0], members, WholeAnswer.of(plan, members[0]))
         time.sleep(0)  # in-thread: let request threads in between answers
 
 

@@ -101,7 +101,7 @@ def test_whole_answers_relabel_as_the_whole_plans(kind, seed, monkeypatch):
             assert packed.reply(rep, b, order, end) == reply[:-1] + end
             assert packed.named[0] == rep
             assert WholeAnswer(packed.packed, packed.lengths).reply(rep, b, order) == reply  # searched whole
-            longer, shifted = array("q", packed.lengths), array("q", packed.lengths)
+            longer, shifted = array("i", packed.lengths), array("i", packed.lengths)
             longer[1] += 1
             shifted[1] += 1
             shifted[2] -= 1

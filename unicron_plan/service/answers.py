@@ -122,7 +122,10 @@ class WholeAnswer:
         if ends is None:
             return cls(zlib.compress(plan.model_dump_json(exclude_none=True).encode(), 1), None)
         pieces = encode_body(plan.jobs)
-        lengths = array("q", [len(ends[0]), *map(len, pieces), len(ends[1])])
+        try:
+            lengths = array("i", [len(ends[0]), *map(len, pieces), len(ends[1])])
+        except OverflowError:  # (a part of 2 GiB or more: the text is then read whole)
+            lengths = None
         named = None
         if node is not None and _PLAIN_ID.fullmatch(node):
             named = (node, array("i", _flagged(dict(enumerate(pieces)), (node,))))

@@ -56,16 +56,21 @@ def split_plan(plan, shared: list, holders: dict, members: list[str], most: int 
     if ends is None:
         return None
     entries = NamedChanges((k, _entry_text(plan.jobs[k], texts)) for k in changed)
-    if members and _PLAIN_ID.fullmatch(members[0]):
-        entries.named = (members[0], array("i", _flagged(entries, (members[0],))))
+    if members:
+        entries.named = _named(entries, members[0])
     return ends[0], entries, ends[1]
 
 
+def _named(changed: dict, node: str) -> "tuple[str, array] | None":
+    """(``node``, the positions of ``changed``'s entries that name it or are a hit job's, as
+    :func:`_flagged` finds them), or None where ``node`` is not a plain id (every entry is then read)."""
+    return (node, array("i", _flagged(changed, (node,)))) if _PLAIN_ID.fullmatch(node) else None
+
+
 class NamedChanges(dict):
-    """An answer's changed entries (position -> JSON text) with ``named``: (a node, the positions of the
-    entries that name it or are a hit job's, as :func:`_flagged` finds them), or None. Found once where
-    the answer is made, for its representative, so that a reply for another node of the class searches
-    the entries for that node alone (:func:`_rewritten`)."""
+    """An answer's changed entries (position -> JSON text) with ``named``: :func:`_named` of them, or
+    None. Found once where the answer is made, for its representative, so that a reply for another node
+    of the class searches the entries for that node alone (:func:`_rewritten`)."""
 
     named: "tuple[str, array] | None" = None
 
@@ -126,9 +131,7 @@ class WholeAnswer:
             lengths = array("i", [len(ends[0]), *map(len, pieces), len(ends[1])])
         except OverflowError:  # (a part of 2 GiB or more: the text is then read whole)
             lengths = None
-        named = None
-        if node is not None and _PLAIN_ID.fullmatch(node):
-            named = (node, array("i", _flagged(dict(enumerate(pieces)), (node,))))
+        named = None if node is None else _named(dict(enumerate(pieces)), node)
         return cls(zlib.compress(_framed(ends[0], pieces, ends[1]), 1), lengths, named)
 
     def text(self) -> bytes:

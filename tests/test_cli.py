@@ -46,7 +46,7 @@ def test_validate_rejects_corrupted_plan_with_exit_1(runner, tmp_path):
 
 
 def test_schema_commands(runner):
-    for kind, field in [("instance", "cluster"), ("plan", "objective")]:
+    for kind, field in [("instance", "cluster"), ("plan", "objective"), ("signals", "signals"), ("action", "outcome")]:
         res = runner.invoke(app, ["schema", kind])
         assert res.exit_code == 0
         assert field in json.loads(res.stdout)["properties"]

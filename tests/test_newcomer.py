@@ -216,7 +216,8 @@ def test_the_calibration_example_of_docs_perf_runs(tmp_path):
     assert "RMS log error" in eff["constants"]["a800"]["megatron-sc21"]["source"]
 
 
-@pytest.mark.parametrize("kind", ["instance", "plan", "scenario", "points", "sweep", "efficiency"])
+@pytest.mark.parametrize("kind", ["instance", "plan", "scenario", "points", "sweep", "efficiency", "signals",
+                                  "action"])
 def test_every_schema_field_is_described(kind):
     r = CliRunner().invoke(app, ["schema", kind])
     assert r.exit_code == 0

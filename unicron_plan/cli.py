@@ -240,19 +240,25 @@ class SchemaKind(str, Enum):
     points = "points"
     sweep = "sweep"
     efficiency = "efficiency"
+    signals = "signals"
+    action = "action"
 
 
 @app.command()
 def schema(kind: SchemaKind = typer.Argument(..., help="Which document: instance, plan, scenario, points, "
-                                                       "sweep or efficiency.")):
-    """Print the JSON Schema of the instance, plan, scenario, calibration points, sweep or efficiency format."""
+                                                       "sweep, efficiency, or the service's signals and "
+                                                       "action bodies.")):
+    """Print the JSON Schema of the instance, plan, scenario, calibration points, sweep or efficiency format,
+    or of the body of the service's POST /v1/signals or POST /v1/actions."""
     from unicron_plan.schema import Instance, Plan
     from unicron_plan.schema.efficiency import EfficiencyFile, MeasuredPoints
     from unicron_plan.schema.scenario import Scenario
+    from unicron_plan.schema.signal import ActionBody, SignalsBody
     from unicron_plan.schema.sweep import Sweep
 
     model = {"instance": Instance, "plan": Plan, "scenario": Scenario, "points": MeasuredPoints,
-             "sweep": Sweep, "efficiency": EfficiencyFile}[kind.value]
+             "sweep": Sweep, "efficiency": EfficiencyFile, "signals": SignalsBody,
+             "action": ActionBody}[kind.value]
     typer.echo(json.dumps(model.model_json_schema(), indent=2, sort_keys=True))
 
 

@@ -40,7 +40,10 @@ class Signal(StrictModel):
 
 
 class SignalsBody(StrictModel):
-    signals: list[Signal] = Field(min_length=1, max_length=MAX_SIGNALS)
+    """The body of ``POST /v1/signals``."""
+
+    signals: list[Signal] = Field(min_length=1, max_length=MAX_SIGNALS,
+                                  description=f"The reports, 1 to {MAX_SIGNALS}.")
 
 
 class ActionBody(StrictModel):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import os
 import subprocess
 import sys
 
@@ -129,3 +131,32 @@ def test_huge_objective_coefficients_are_solved_not_errors():
     for s, plan in plans.items():
         assert plan.status.solution == "optimal", s
         assert plan.objective == pytest.approx(plans["cpsat"].objective, rel=1e-9)
+
+
+def test_terms_whose_sum_overflows_are_refused_naming_jobs():
+    # Each job's terms are finite, their sum over the jobs is not: a plan's objective could be inf.
+    inst = json.loads((ROOT / "instances" / "jagged-128-4jobs.json").read_text())
+    inst["cost"] = {"default_transition_seconds": 600.0, "expected_run_seconds": 3600.0}
+    top = max(max(j["throughput"]["tflops"].values()) if "tflops" in j["throughput"] else 1.0 for j in inst["jobs"])
+    for job in inst["jobs"]:
+        job["weight"] = 0.6 * 1.7976931348623157e308 / 3600.0 / top
+    with pytest.raises(InvalidInstanceError) as err:
+        api.solve(inst)
+    assert err.value.field == "jobs" and "overflow a float" in str(err.value)
+    inst["jobs"] = inst["jobs"][:1]  # one job alone: its terms are a plan's objective, finite
+    assert math.isfinite(api.solve(inst).objective)
+
+
+@pytest.mark.parametrize("cost", [{"expected_run_seconds": 1e-305}, {"node_mtbf_hours": 5e-324}])
+def test_a_horizon_so_short_that_rates_overflow_is_refused_naming_it(cost, tmp_path):
+    inst = json.loads((ROOT / "instances" / "jagged-128-4jobs.json").read_text())
+    inst["cost"] = {"default_transition_seconds": 600.0, **cost}
+    with pytest.raises(InvalidInstanceError) as err:
+        api.solve(inst)
+    assert err.value.field == f"cost.{next(iter(cost))}"
+    # the command line: exit 2 naming it, and no JSON with an Infinity in it
+    path = tmp_path / "short.json"
+    path.write_text(json.dumps(inst))
+    res = subprocess.run([sys.executable, "-m", "unicron_plan.cli", "solve", str(path)], capture_output=True,
+                         text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 2 and f"cost.{next(iter(cost))}" in res.stderr and not res.stdout

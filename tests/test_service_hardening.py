@@ -190,3 +190,101 @@ def test_a_large_body_and_the_old_depth_checks_shape_are_refused_while_healthz_a
                 assert httpx.get(srv.url + "/healthz", timeout=30).status_code == 200
             t.join()
             assert got["r"].status_code == status, got["r"].text[:200]
+
+
+@pytest.mark.parametrize("alias", ["p0{}", "p00{}", "p\u0663", "p\u00b2", "p+{}", "p {}", "P{}", "p{}\u0660"])
+def test_a_plan_id_spelt_otherwise_is_no_plan(client, alias):
+    # Only the id the service wrote names the plan: another spelling (leading zeros, other digits, a sign)
+    # is 404, never a 500, and is never logged (a replay looks the plan up by the logged id).
+    _, ev = _base()
+    plan_id = client.post("/v1/events", json=ev).json()["plan_id"]
+    alias = alias.format(plan_id[1:])
+    for method, path in (("GET", f"/v1/plans/{alias}"), ("POST", f"/v1/plans/{alias}/apply"),
+                         ("GET", f"/v1/plans/{alias}/explain")):
+        r = client.request(method, path)
+        assert r.status_code == 404 and r.json()["error"].endswith("not found"), (path, r.status_code, r.text)
+    assert client.post(f"/v1/plans/{plan_id}/apply").status_code == 200
+    applied = client.get("/v1/history").json()["entries"][-1]
+    assert applied["type"] == "apply" and applied["body"] == {"plan_id": plan_id}
+
+
+def test_a_log_naming_a_plan_by_another_spelling_still_replays(client):
+    from unicron_plan.service import state as st
+
+    _, ev = _base()
+    plan_id = client.post("/v1/events", json=ev).json()["plan_id"]
+    assert client.post(f"/v1/plans/{plan_id}/apply").status_code == 200
+    entries = [(e["revision"], e["type"], e["body"]) for e in client.get("/v1/history").json()["entries"]]
+    expected = st.replay(entries)
+    # a log written before ids were checked: "p03" for p3
+    old = [(rev, kind, {"plan_id": "p0" + plan_id[1:]} if kind == "apply" else body) for rev, kind, body in entries]
+    assert st.replay(old) == expected
+    unknown = [(rev, kind, {"plan_id": "p999"} if kind == "apply" else body) for rev, kind, body in entries]
+    with pytest.raises(ValueError, match="p999"):
+        st.replay(unknown)
+
+
+def test_a_bug_in_a_route_is_the_json_500_with_the_security_headers(tmp_path, monkeypatch, caplog):
+    app = create_app(tmp_path / "state", contingency=False)
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as c:
+        def broken(*args, **kwargs):
+            raise ZeroDivisionError("a planted bug")
+
+        monkeypatch.setattr(app.state.coordinator, "history", broken)
+        r = c.get("/v1/history")
+    assert r.status_code == 500 and r.json()["error"].startswith("internal error (a bug"), r.text
+    assert "ZeroDivisionError: a planted bug" in r.json()["error"]
+    assert r.headers["x-content-type-options"] == "nosniff" and r.headers["x-frame-options"] == "DENY"
+    assert any("internal error answering GET /v1/history" in rec.getMessage() for rec in caplog.records)
+
+
+def test_a_cluster_whose_plans_could_overflow_once_nodes_fail_is_refused(client):
+    # D_run grows as nodes fail (node_mtbf_hours x 3600 / nodes in service): terms that fit the healthy
+    # cluster's D_run could overflow a later plan's objective, which would then be unplannable
+    base, _ = _base()
+    nodes = len(base["cluster"]["nodes"])
+    d_run = base["cost"]["node_mtbf_hours"] * 3600.0 / nodes
+    top = max(max(j["throughput"]["tflops"].values()) for j in base["jobs"])
+    for job in base["jobs"]:
+        job["weight"] = 1e308 / nodes / len(base["jobs"]) / d_run / top * 4
+    r = client.put("/v1/cluster", json=base)
+    assert r.status_code == 422 and r.json()["error"].startswith("jobs:"), r.text
+    for job in base["jobs"]:  # a hundred times smaller: every later plan stays finite
+        job["weight"] /= 100.0
+    assert client.put("/v1/cluster", json=base).status_code == 200
+
+
+@pytest.mark.parametrize("failed_gpus", [None, 0, False, "", {}])
+def test_a_dry_run_answered_from_stored_plans_checks_the_event_as_a_recorded_one(tmp_path, failed_gpus):
+    from test_service import _wait_precomputed
+
+    with TestClient(create_app(tmp_path / "state", contingency=True), base_url="http://127.0.0.1") as c:
+        base, ev = _base()
+        assert c.put("/v1/cluster", json=base).status_code == 200
+        _wait_precomputed(c)
+        node = ev["failed_nodes"][0]
+        good = c.post("/v1/events?dry_run=true", json={"kind": "failure", "failed_nodes": [node]})
+        assert good.status_code == 200 and good.json()["solver"]["name"] == "contingency", good.text
+        body = {"kind": "failure", "failed_nodes": [node], "failed_gpus": failed_gpus}
+        dry = c.post("/v1/events?dry_run=true", json=body)
+        recorded = c.post("/v1/events", json=body)
+        assert dry.status_code == recorded.status_code == 422, (dry.text, recorded.text)
+        assert dry.json()["error"] == recorded.json()["error"]
+        assert dry.json()["error"].startswith("event.failed_gpus")
+
+
+def test_a_body_over_a_routes_own_limit_names_that_limit(client):
+    from unicron_plan.service.app import SIGNALS_MAX_BODY_BYTES
+
+    body = b'{"signals": [' + b" " * SIGNALS_MAX_BODY_BYTES + b"]}"
+    r = client.post("/v1/signals", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"] == f"body: larger than the limit of {SIGNALS_MAX_BODY_BYTES} bytes"
+
+
+@pytest.mark.parametrize("key", ["", "   "])
+def test_an_empty_idempotency_key_is_refused(client, key):
+    _, ev = _base()
+    before = client.get("/v1/history").json()
+    r = client.post("/v1/events", json=ev, headers={"Idempotency-Key": key})
+    assert r.status_code == 422 and r.json()["error"].startswith("Idempotency-Key"), r.text
+    assert client.get("/v1/history").json() == before

@@ -9,6 +9,7 @@ answer back to ids.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import chain
@@ -75,6 +76,9 @@ class Problem:
     # Mixed fleets: {job id: its terms on every GPU type it may use, its current type's (jobs[i]) first},
     # for the jobs with several types (empty: every job is bound to its type, the single-type problem).
     alternatives: dict[str, list[JobTerms]] = field(default_factory=dict)
+    # (the largest F of any job's table, weighted TFLOP/s; the largest charge of a change, TFLOP): what
+    # check_magnitudes bounds a plan's objective with
+    magnitudes: tuple[float, float] = (0.0, 0.0)
 
     def derived(self) -> tuple:
         """The checked tables and cluster state this problem was built from (the validator's
@@ -533,6 +537,9 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
         raise InvalidInstanceError(
             f"jobs[{i}]", f"weight {job.weight} x TFLOP/s (up to {vals.max() if len(vals) else 0}) x "
                           f"D_run {d_run} s (or x D_trans {d_trans[i]} s) overflows a float; use smaller units")
+    f_max = float(flat.f.max()) if len(flat.f) else 0.0
+    charge_max = max(map(sum, zip(pen, (a * b for a, b in zip(f_x, d_repeat)))), default=0.0)
+    check_magnitudes(instance, f_max, charge_max, d_run)
     jobs = []
     starts_l = flat.off[:-1].tolist()
     all_counts, all_f = flat.counts, flat.f
@@ -553,9 +560,30 @@ def tabulate(instance: Instance, state: ClusterState, tables: Mapping[str, Mappi
     limit = instance.max_changed_jobs
     if limit is not None:
         limit = min(limit, len(jobs))  # a larger limit binds nothing (and must not overflow a solver)
-    problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=limit)
+    problem = Problem(instance, state, d_run, capacity, jobs, max_changed_jobs=limit,
+                      magnitudes=(f_max, charge_max))
     constraints.precheck(problem)
     return problem
+
+
+def check_magnitudes(instance: Instance, f_max: float, charge_max: float, d_run: float,
+                     scale: float = 1.0) -> None:
+    """A bound on every plan's objective and rates is a finite float: each job's term is at most ``f_max``
+    (weighted TFLOP/s) x D_run plus ``charge_max`` (TFLOP) in magnitude, so every objective is at most m
+    times that, and every rate (TFLOP / D_run, as plans and explanations report) that over D_run. ``scale``:
+    how much D_run and the charges may yet grow (the service: as nodes fail). InvalidInstanceError naming
+    ``jobs`` (the terms together overflow) or the cost field giving D_run (the rates overflow)."""
+    m = float(len(instance.jobs))
+    total = m * (f_max * d_run + charge_max) * scale
+    if not math.isfinite(total):
+        raise InvalidInstanceError("jobs", f"{len(instance.jobs)} jobs' terms (weighted TFLOP/s up to {f_max} x "
+                                           f"D_run {d_run} s, charges up to {charge_max} TFLOP) could overflow a "
+                                           f"float in a plan's objective; use smaller units")
+    if not (d_run > 0 and math.isfinite(total / d_run)):
+        field_name = "cost.expected_run_seconds" if instance.cost.expected_run_seconds is not None \
+            else "cost.node_mtbf_hours"
+        raise InvalidInstanceError(field_name, f"D_run {d_run} s is so short that a plan's rate (its charges of up "
+                                               f"to {charge_max} TFLOP over D_run) could overflow a float")
 
 
 @dataclass

@@ -41,7 +41,11 @@ MAX_REVISION = 2 ** 62
 
 
 class BodyTooLarge(Exception):
-    pass
+    """A body over ``limit`` bytes (the route's own limit)."""
+
+    def __init__(self, limit: int):
+        super().__init__(limit)
+        self.limit = limit
 
 
 # Request bodies are parsed by hand (strict JSON); these give /openapi.json their schemas.
@@ -117,16 +121,55 @@ class _TokenAuth:
         await self.app(scope, receive, send)
 
 
+class _BugsAnswered:
+    """Pure ASGI middleware, the innermost of the application's own: an exception that no handler answered
+    (a bug) becomes the JSON 500 here, inside the browser guard and the access log, so that the answer
+    carries the security headers and is logged with its status; its traceback goes to the service's log.
+    Once an answer has started, the exception goes on up (the server closes the connection)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_started(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_started)
+        except Exception as exc:
+            if started:
+                raise
+            import logging
+
+            from unicron_plan.service.daemon import LOGGER
+
+            logging.getLogger(LOGGER).error("internal error answering %s %s", scope.get("method", ""),
+                                            json.dumps(scope.get("path", ""))[1:-1], exc_info=exc)
+            await _bug(exc)(scope, receive, send)
+
+
+def _bug(exc: Exception) -> JSONResponse:
+    """The answer to a request that met a bug: never a traceback on the wire."""
+    return _error(500, f"internal error (a bug, please report it): {type(exc).__name__}: {exc}")
+
+
 async def _read_json(request: Request, limit: int, parse_seconds: float = DEFAULT_PARSE_SECONDS) -> Any:
     """The request body as strict JSON, at most ``limit`` bytes, read within ``parse_seconds``."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge()
+        raise BodyTooLarge(limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BodyTooLarge()
+            raise BodyTooLarge(limit)
         chunks.append(chunk)
     try:
         text = b"".join(chunks).decode("utf-8")
@@ -165,6 +208,7 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
                   description="Cluster state, events and validated plans over HTTP (docs/service.md).")
     app.state.coordinator = coord
     app.state.signals = desk
+    app.add_middleware(_BugsAnswered)  # (added first: the innermost)
     if contingency:
         app.add_middleware(_PauseWarmWorker, coordinator=coord)
     if token is not None:
@@ -181,8 +225,8 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
         return _error(400 if exc.field == "body" else 422, str(exc))
 
     @app.exception_handler(BodyTooLarge)
-    async def _too_large(request, exc):
-        return _error(413, f"body: larger than the limit of {max_body_bytes} bytes")
+    async def _too_large(request, exc: BodyTooLarge):
+        return _error(413, f"body: larger than the limit of {exc.limit} bytes")
 
     @app.exception_handler(NotFound)
     async def _not_found(request, exc):
@@ -215,8 +259,8 @@ def create_app(state_dir: str | Path, token: str | None = None, solver: str | No
         return _error(400, "body: the connection closed before the body was read")
 
     @app.exception_handler(Exception)
-    async def _bug(request, exc: Exception):  # never a traceback on the wire
-        return _error(500, f"internal error (a bug, please report it): {type(exc).__name__}: {exc}")
+    async def _unanswered(request, exc: Exception):  # (a bug in a middleware outside _BugsAnswered)
+        return _bug(exc)
 
     # ----------------------------------------------------------------- routes
     @app.put("/v1/cluster", response_model=RevisionReply, summary="Upload the cluster (a v1 instance without event)")

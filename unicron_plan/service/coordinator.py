@@ -508,12 +508,17 @@ class Coordinator:
     def _vet(self, state: st.State, field: str | None = None) -> None:
         """Check the applied cluster of ``state`` as every plan of it will use it (cross-field checks,
         tables, each job's terms: an overflowing term is bad input) before it is committed; keep its
-        prepared form. ``field``: the name a new last job is reported under (``job``)."""
-        from unicron_plan.core.problem import build_problem, prepare
+        prepared form. Every plan of a later state stays a finite float too: D_run and the charges of a
+        job's own horizon grow as nodes fail, at most by the number of nodes (one node left in service),
+        so the bound on a plan's objective is checked at that scale. ``field``: the name a new last job is
+        reported under (``job``)."""
+        from unicron_plan.core.problem import build_problem, check_magnitudes, prepare
 
         try:
             prepared = prepare(state.base)
-            build_problem(state.base, prepared)
+            problem = build_problem(state.base, prepared)
+            check_magnitudes(state.base, *problem.magnitudes, problem.d_run,
+                             scale=float(max(len(state.base.cluster.nodes), 1)))
         except InvalidInstanceError as exc:
             if field is not None:
                 raise st.as_new_job(exc, len(state.base.jobs) - 1) from None
@@ -544,6 +549,8 @@ class Coordinator:
         if idempotency_key is not None:
             if len(idempotency_key) > 200:
                 raise InvalidInstanceError("Idempotency-Key", "longer than 200 characters")
+            if not idempotency_key.strip():  # (clients that send it empty would all share one answer)
+                raise InvalidInstanceError("Idempotency-Key", "empty: give a key, or leave the header out")
             digest = _digest(data)
             found = self._idempotent(idempotency_key, digest)
             if found is not None:
@@ -607,7 +614,7 @@ class Coordinator:
                                f"the state is at revision {self.state.revision}")
             new = st.apply_plan(self.state, plan)
             rev = self.last + 1
-            self._commit([("apply", {"plan_id": plan_id})], replace(new, revision=rev))
+            self._commit([("apply", {"plan_id": plan["plan_id"]})], replace(new, revision=rev))
             return {"revision": rev}
 
     def record_entry(self, kind: str, body: dict) -> int:
@@ -619,9 +626,8 @@ class Coordinator:
 
     # ------------------------------------------------------------------ reads
     def get_plan(self, plan_id: str) -> dict:
-        if not (plan_id.startswith("p") and plan_id[1:].isdigit() and len(plan_id) < 20):
-            raise st.NotFound(f"plan {plan_id!r}")
-        plan = self.store.get(int(plan_id[1:]), "plan")
+        revision = st.plan_revision(plan_id)
+        plan = None if revision is None else self.store.get(revision, "plan")
         if plan is None:
             raise st.NotFound(f"plan {plan_id!r}")
         return plan
@@ -1138,8 +1144,11 @@ def _single_node_failure(data: Any) -> str | None:
 
 
 def _whole_node_failure(data: Any) -> list[str] | None:
-    """The nodes of an event that is exactly the failure of whole nodes (distinct ids), else None."""
-    if not isinstance(data, dict) or data.get("kind") != "failure" or data.get("failed_gpus"):
+    """The nodes of an event that is exactly the failure of whole nodes (distinct ids), else None: a body
+    that parsing the event could refuse (``failed_gpus`` other than absent or an empty list) is not one."""
+    if not isinstance(data, dict) or data.get("kind") != "failure":
+        return None
+    if "failed_gpus" in data and not (type(data["failed_gpus"]) is list and not data["failed_gpus"]):
         return None
     if not set(data) <= {"kind", "failed_nodes", "failed_gpus"}:
         return None

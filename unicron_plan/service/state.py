@@ -25,6 +25,7 @@ the pending events.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,6 +43,16 @@ _EVENT = TypeAdapter(AnyEvent)
 
 class NotFound(Exception):
     """A plan or job id the state does not know (HTTP 404)."""
+
+
+_PLAN_ID = re.compile(r"p([1-9][0-9]{0,17})")  # "p" and a revision in ASCII digits, no leading zero
+
+
+def plan_revision(plan_id: str) -> "int | None":
+    """The revision a plan id names (``p12`` -> 12), or None when it is not a plan id as the service writes
+    them (a leading zero, other digits than ASCII's, a sign or space: another spelling of an id is no id)."""
+    found = _PLAN_ID.fullmatch(plan_id) if isinstance(plan_id, str) else None
+    return int(found.group(1)) if found else None
 
 
 @dataclass(frozen=True)
@@ -285,8 +296,15 @@ def replay(entries) -> State:
             state = set_cluster(state, body)
         elif kind == "event":
             state = record_event(state, body)[0]
-        elif kind == "apply":
-            state = apply_plan(state, plans[body["plan_id"]])
+        elif kind == "apply":  # (a log written before ids were checked may name the plan as p03: its revision)
+            named = body["plan_id"]
+            plan = plans.get(named)
+            if plan is None and isinstance(named, str) and named[:1] == "p" and named[1:].isdecimal():
+                plan = plans.get(f"p{int(named[1:])}")
+            if plan is None:
+                raise ValueError(f"history revision {revision}: 'apply' names plan {named!r}, which the history "
+                                 f"does not hold")
+            state = apply_plan(state, plan)
         elif kind == "job":
             state = add_job(state, body["job"])[0] if body["op"] == "add" else remove_job(state, body["id"])
         state = replace(state, revision=revision)

@@ -292,14 +292,33 @@ def test_plan_with_a_hostile_node_name_is_refused():
         export_slurm(bad, jobs, nodes)
 
 
+def test_a_plan_that_drains_a_node_it_places_a_job_on_is_refused():
+    # Scripts run as root: a plan whose drained_nodes were edited to name healthy nodes the plan itself
+    # uses never turns into drains of those nodes.
+    from unicron_plan import api
+
+    nodes, jobs = _real()
+    plan = api.solve(_import(nodes, jobs))
+    used = next(p.node for pj in plan.jobs if pj.gpus for p in pj.placement)
+    bad = copy.deepcopy(plan)
+    bad.drained_nodes = [*(plan.drained_nodes or []), used]
+    with pytest.raises(InvalidInstanceError, match=f"'{used}' is drained, yet the plan places job"):
+        export_slurm(bad, jobs, nodes)
+    with pytest.raises(InvalidInstanceError, match="drained, yet"):
+        export_slurm(bad, jobs)
+    assert export_slurm(plan, jobs, nodes)  # the plan as made: its steps
+
+
 def test_drain_without_nodes_file_reads_the_reason_when_it_runs(tmp_path, monkeypatch):
     """Without the nodes file the script reads the node's reason (sinfo %E) and adds ours: an
     operator's reason, whatever it contains, is kept and never read by the shell."""
     from unicron_plan import api
 
     nodes, jobs = _real()
+    n8 = next(n for n in nodes["nodes"] if n["name"] == "n8")
+    n8["state"], n8["state_flags"] = "down", ["NOT_RESPONDING"]
     plan = api.solve(_import(nodes, jobs))
-    plan.drained_nodes = ["n8"]
+    plan.drained_nodes = ["n8"]  # (n7, drained already, left out: without the nodes file it would be drained again)
     steps = export_slurm(plan, jobs, None)
     monkeypatch.setenv("FAKE_REASON", "xid 79 $(touch PWNED) `id` n[1-2]")
     calls = _run_with_fakes(render_script(steps), tmp_path)

@@ -217,3 +217,27 @@ def test_any_single_wrong_gain_hit_or_gap_is_rejected(data):
             delta = data.draw(st.floats(min_value=1e-4, max_value=1e3)) * max(abs(bad.jobs[k].gain), 1.0)
             bad.jobs[k].gain += delta if data.draw(st.booleans()) else -delta
     assert not validate_plan(inst, bad).valid
+
+
+def test_rejects_drained_nodes_other_than_the_events(shared):
+    # an export drains the plan's drained_nodes: they must be exactly the event's (healthy nodes added,
+    # a drained node left out, one listed twice are each refused); the order is free
+    inst, plan = shared
+    assert plan.drained_nodes, "the instance's event drains a node"
+    healthy = next(n.id for n in inst.cluster.nodes if n.id not in plan.drained_nodes)
+    for listed, says in [([*plan.drained_nodes, healthy], "the event does not drain"),
+                         (plan.drained_nodes[1:], "the event drains are not listed"),
+                         ([*plan.drained_nodes, plan.drained_nodes[0]], "listed twice")]:
+        bad = copy.deepcopy(plan)
+        bad.drained_nodes = listed
+        assert says in _problems(inst, bad), listed
+    fine = copy.deepcopy(plan)
+    fine.drained_nodes = list(reversed(plan.drained_nodes))
+    assert validate_plan(inst, fine).valid
+
+
+def test_rejects_capacity_other_than_the_events(shared):
+    inst, plan = shared
+    bad = copy.deepcopy(plan)
+    bad.capacity = {t: c + 8 for t, c in plan.capacity.items()}
+    assert "capacity:" in _problems(inst, bad)

@@ -647,8 +647,12 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
     if nodes_doc is not None:
         nodes = {n.name: n for n, _ in parse_nodes(nodes_doc)}
     drains: list[Step] = []
+    placed = {p.node: pj.id for pj in plan.jobs if pj.gpus for p in pj.placement}
     for k, name in enumerate(plan.drained_nodes or []):
         check_node_name(name, "plan", f"drained_nodes[{k}]")
+        if name in placed:  # (a plan that drains a node it places a job on was not made by the planner)
+            raise InvalidInstanceError(f"plan drained_nodes[{k}]", f"{name!r} is drained, yet the plan places "
+                                                                   f"job {placed[name]!r} on it")
         node = nodes.get(name)
         if node is None and nodes_doc is not None:
             raise InvalidInstanceError(f"plan drained_nodes[{k}]", f"{name!r} is not a node of the nodes file")

@@ -8,6 +8,7 @@ with the solvers, never their arithmetic, so a solver bug cannot hide here.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -243,7 +244,24 @@ def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool
         bad(f"status: solution 'optimal' but bound {plan.bound} != objective {plan.objective}")
     if plan.status.solution == "optimal" and plan.status.termination != "optimal":
         bad(f"status: solution 'optimal' with termination {plan.status.termination!r}")
+    if plan.drained_nodes is not None:  # (what a scheduler's export drains: exactly the event's drained nodes)
+        _check_drained(plan.drained_nodes, state.drained_nodes, bad)
+    if plan.capacity is not None and plan.capacity != capacity:
+        bad(f"capacity: {plan.capacity} != the healthy GPUs per type after the event {capacity}")
     return ValidationReport(valid=not problems, problems=problems, objective=total, reasons=recomputed)
+
+
+def _check_drained(listed: list[str], drained: list[str], bad) -> None:
+    """A plan's ``drained_nodes`` are the nodes the event drains, each once (in any order)."""
+    if len(set(listed)) != len(listed):
+        twice = next(n for n, k in Counter(listed).items() if k > 1)
+        bad(f"drained_nodes: {twice!r} is listed twice")
+    extra, missing = sorted(set(listed) - set(drained)), sorted(set(drained) - set(listed))
+    if extra:
+        bad(f"drained_nodes: {len(extra)} node(s) the event does not drain, e.g. {', '.join(map(repr, extra[:5]))}")
+    if missing:
+        bad(f"drained_nodes: {len(missing)} node(s) the event drains are not listed, e.g. "
+            f"{', '.join(map(repr, missing[:5]))}")
 
 
 def _isclose(a: np.ndarray, b: np.ndarray, abs_tol: float = 1e-6) -> np.ndarray:

@@ -330,3 +330,22 @@ def test_script_quotes_hostlists():
     script = render_script([Step("shrink", job=6, nodes=["n1", "n2"])])
     assert shlex.join(["scontrol", "update", "JobId=6", "NodeList=n[1-2]"]) in script
     assert "'NodeList=n[1-2]'" in script
+
+
+@pytest.mark.parametrize("which", ["nodes", "jobs"])
+def test_a_document_reporting_slurms_errors_is_refused_not_read_as_empty(which):
+    # Slurm 22.05 exits 0 with an errors array and no jobs (or nodes) when slurmctld does not answer:
+    # import and export refuse it, never an empty cluster
+    nodes, jobs = _real()
+    doc = nodes if which == "nodes" else jobs
+    doc["errors"] = [{"error_number": 1007, "description": "Unable to contact slurm controller (connect failure)"}]
+    doc[which] = []
+    with pytest.raises(InvalidInstanceError, match=f"{which} errors: Slurm reported 1 error"):
+        _import(nodes, jobs)
+    if which == "jobs":
+        from unicron_plan import api
+
+        good_nodes, good_jobs = _real()
+        plan = api.solve(_import(good_nodes, good_jobs))
+        with pytest.raises(InvalidInstanceError, match="jobs errors"):
+            export_slurm(plan, jobs, good_nodes)

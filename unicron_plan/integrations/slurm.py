@@ -82,19 +82,26 @@ def doc_version(doc: Any) -> Optional[str]:
     return None
 
 
-def check_document(doc: Any, source: str) -> None:
-    """A document Slurm printed is one this reader knows and reports no error: Slurm 22.05 exits 0
-    with an ``errors`` array (and ``"jobs": []``) when slurmctld does not answer, which must not
-    read as an empty cluster. Raises InvalidInstanceError naming ``source``."""
-    if not isinstance(doc, dict):
-        raise InvalidInstanceError(source, "not a JSON object")
-    errors = doc.get("errors")
+def refuse_errors(doc: Any, source: str) -> None:
+    """InvalidInstanceError naming ``source`` when a document Slurm printed carries a non-empty ``errors``
+    array: a failed read (Slurm 22.05 exits 0 with ``"jobs": []`` when slurmctld does not answer), which
+    must never read as an empty cluster."""
+    errors = doc.get("errors") if isinstance(doc, dict) else None
     if errors:
         first = errors[0] if isinstance(errors, list) else errors
         if isinstance(first, dict):
             first = first.get("description") or first.get("error") or first
         n = len(errors) if isinstance(errors, list) else 1
         raise InvalidInstanceError(f"{source} errors", f"Slurm reported {n} error(s): {str(first)[:200]}")
+
+
+def check_document(doc: Any, source: str) -> None:
+    """A document Slurm printed is one this reader knows and reports no error: Slurm 22.05 exits 0
+    with an ``errors`` array (and ``"jobs": []``) when slurmctld does not answer, which must not
+    read as an empty cluster. Raises InvalidInstanceError naming ``source``."""
+    if not isinstance(doc, dict):
+        raise InvalidInstanceError(source, "not a JSON object")
+    refuse_errors(doc, source)
     version = doc_version(doc)
     if version is None:
         raise InvalidInstanceError(f"{source} meta", "no format version (meta.plugin.type or "
@@ -385,6 +392,7 @@ def plan_comment(comment: str, obj: str) -> Optional[dict[str, str]]:
 
 
 def parse_nodes(doc: Any) -> list[tuple[SlurmNode, str]]:
+    refuse_errors(doc, "nodes")
     out = []
     for i, raw in enumerate(items_of(doc, "nodes", key="nodes")):
         nm = raw.get("name", f"nodes[{i}]") if isinstance(raw, dict) else f"nodes[{i}]"
@@ -394,6 +402,7 @@ def parse_nodes(doc: Any) -> list[tuple[SlurmNode, str]]:
 
 
 def parse_jobs(doc: Any) -> list[tuple[SlurmJob, str]]:
+    refuse_errors(doc, "jobs")
     out = []
     for i, raw in enumerate(items_of(doc, "jobs", key="jobs")):
         jid = _number(raw.get("job_id", f"jobs[{i}]")) if isinstance(raw, dict) else f"jobs[{i}]"

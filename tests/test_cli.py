@@ -290,3 +290,40 @@ def test_a_solve_process_keeps_the_heaps_free_top(monkeypatch):
     monkeypatch.setattr(heap, "numpy_small_pages", lambda: seen.append("small pages") or True)
     cli._one_shot_memory()
     assert seen == [(2**31 - 1, 2**31 - 1), "small pages"]
+
+
+@pytest.mark.parametrize("args,option", [
+    (["--max-counts", "-1"], "--max-counts"), (["--max-counts", "0"], "--max-counts"), (["--jobs", "-1"], "--jobs"),
+    (["--jobs", "0"], "--jobs"), (["--jobs", "100000000"], "--jobs"), (["--gpus-per-node", "0"], "--gpus-per-node"),
+    (["--nodes-per-rack", "0"], "--nodes-per-rack"), (["--demand", "nan"], "--demand"), (["--demand", "inf"], "--demand"),
+    (["--demand", "0"], "--demand"), (["--seed", "-1"], "--seed"), (["--gpus", str(2 ** 43)], "--gpus"),
+    (["--scenario", "--duration-hours", "nan"], "--duration-hours"),
+    (["--scenario", "--duration-hours", "0"], "--duration-hours"),
+    (["--scenario", "--family", "jagged", "--gpus", "0"], "--gpus")])
+def test_generate_refuses_options_out_of_range_naming_them(runner, tmp_path, args, option):
+    # (a negative --max-counts looped for ever; others crashed or wrote files the package refuses)
+    out = tmp_path / "x.json"
+    base = [] if "--gpus" in args else ["--gpus", "64"]
+    res = runner.invoke(app, ["generate", str(out), "-q", *base, *([] if "--jobs" in args or "--family" in args
+                                                                  else ["--jobs", "4"]), *args])
+    assert res.exit_code == 2 and res.stderr.startswith(f"error: {option}"), (res.exit_code, res.stderr)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command,args", [
+    (["solve", str(TINY)], ["--threads", "0"]), (["solve", str(TINY)], ["--threads", "1000000"]),
+    (["simulate", str(ROOT / "scenarios" / "gpt3-mix-1024-a800.json")], ["--seed", "-1"]),
+    (["simulate", str(ROOT / "scenarios" / "gpt3-mix-1024-a800.json")], ["--workers", "5000"]),
+    (["simulate", str(ROOT / "scenarios" / "gpt3-mix-1024-a800.json")], ["--seeds", "1000000000"])])
+def test_work_options_are_bounded(runner, command, args):
+    res = runner.invoke(app, [*command, *args])
+    assert res.exit_code == 2 and args[0] in res.stderr and not res.stdout, (res.exit_code, res.stderr)
+
+
+def test_api_threads_are_bounded():
+    from unicron_plan import api
+    from unicron_plan.errors import InvalidInstanceError
+
+    for threads in (0, 10 ** 6, True, 2.5):
+        with pytest.raises(InvalidInstanceError, match="threads"):
+            api.solve(TINY, threads=threads)

@@ -68,7 +68,7 @@ def test_flags_show_no_value_placeholder_and_completion_works():
     r = _cli("solve", "--help")
     lines = [ln for ln in r.stdout.splitlines() if "--summary" in ln or "--help" in ln or "--quiet" in ln]
     assert len(lines) == 3 and not any("<bool>" in ln for ln in lines), r.stdout
-    assert "<int>" in r.stdout  # options that take a value still say which
+    assert "<int range>" in r.stdout and "<float range>" in r.stdout  # options that take a value still say which
     r = _cli(env={"_UNICRON_PLAN_COMPLETE": "complete_bash", "COMP_WORDS": "unicron-plan so", "COMP_CWORD": "1"})
     assert r.stdout.split() == ["solve", "solvers"], r.stdout + r.stderr
     # --show-completion names the shell it runs under (found among its parent processes), so the

@@ -20,7 +20,7 @@ from unicron_plan.io import parse_json, parse_json_tables, parse_model, read_jso
 from unicron_plan.schema import Instance, Plan
 from unicron_plan.schema.instance import read_node_columns, read_tables_once, settle_tables
 from unicron_plan.core.checks import check_instance
-from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS, SolverOptions, get_solver
+from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS, MAX_THREADS, SolverOptions, get_solver
 from unicron_plan.plan.validate import ValidationReport
 from unicron_plan.plan.validate import validate_plan as _validate
 
@@ -128,6 +128,10 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     """
     from unicron_plan.core.problem import build_problem
     from unicron_plan.plan.assemble import to_plan
+
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or not 1 <= threads <= MAX_THREADS):
+        raise InvalidInstanceError("threads", f"{threads!r}: give an integer in [1, {MAX_THREADS}]")
 
     # The limit is wall time from the call (or ``started``): reading, building and placing count too.
     # The slowdown is measured over this call, or over the whole process when ``started`` is given.

@@ -45,7 +45,7 @@ def _fail(code: int, message: str) -> None:
 
 
 from unicron_plan.progress import working  # noqa: E402,F401 (light: imports only on use)
-from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS  # noqa: E402 (light: no solver is imported)
+from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS, MAX_THREADS  # noqa: E402 (light: no solver is imported)
 
 
 def handle_errors(fn):
@@ -96,7 +96,8 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
               DEFAULT_TIME_LIMIT_SECONDS, "--time-limit", min=0.001,
               help="Wall-clock seconds from the start, for every solver: when it runs out the best plan "
                    "found so far is returned as 'feasible' with its bound and gap."),
-          threads: Optional[int] = typer.Option(None, "--threads", help="Worker threads, for the IP backends."),
+          threads: Optional[int] = typer.Option(None, "--threads", min=1, max=MAX_THREADS,
+                                                help="Worker threads, for the IP backends."),
           contingency: Optional[Path] = typer.Option(
               None, "--contingency", help="Directory from `unicron-plan contingency`: use its precomputed "
                                           "plan when the event matches one (validated first; otherwise "
@@ -390,6 +391,16 @@ def generate(out: Path = typer.Argument(..., help="File to write."),
         from unicron_plan.errors import InvalidInstanceError
 
         raise InvalidInstanceError("--family", "a family is a scenario family: add --scenario")
+    if family is not None:  # (its other options are checked by generate_instance)
+        from unicron_plan.tools.generate import check_options
+
+        check_options(seed=seed, gpus=gpus, gpus_per_node=gpus_per_node, nodes_per_rack=nodes_per_rack,
+                      duration_hours=duration_hours)
+        if gpus < gpus_per_node:
+            from unicron_plan.errors import InvalidInstanceError
+
+            raise InvalidInstanceError("--gpus", f"{gpus}: a scenario family needs at least one node of "
+                                                 f"{gpus_per_node} GPUs")
     with working(f"generating {out.name}", quiet):
         if family is not None:
             from unicron_plan.tools.families import family_scenario
@@ -482,9 +493,10 @@ def simulate(scenario: Path = typer.Argument(..., help="Scenario JSON file (docs
                                               "bamboo, greedy, equal-share, type-bound (unicron keeping "
                                               "every job on its GPU type). Default: all (type-bound only "
                                               "on a mixed fleet)."),
-             seed: int = typer.Option(0, "--seed", help="Seed of the first run (run i uses seed + i)."),
-             seeds: int = typer.Option(1, "--seeds", min=1, help="Runs; more than 1 reports means and 95% intervals."),
-             workers: int = typer.Option(2, "--workers", min=1, help="Processes for --seeds."),
+             seed: int = typer.Option(0, "--seed", min=0, help="Seed of the first run (run i uses seed + i)."),
+             seeds: int = typer.Option(1, "--seeds", min=1, max=10_000,
+                                       help="Runs; more than 1 reports means and 95% intervals."),
+             workers: int = typer.Option(2, "--workers", min=1, max=256, help="Processes for --seeds."),
              as_json: bool = typer.Option(False, "--json", help="Print the result JSON (docs/format.md)."),
              plot: Optional[Path] = typer.Option(None, "--plot", help="PNG: cumulative weighted TFLOP and WAF "
                                                                        "over time (first seed)."),

@@ -19,6 +19,9 @@ from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 #: time: no input makes a solve run longer unless the caller asks for it.
 DEFAULT_TIME_LIMIT_SECONDS = 60.0
 
+#: Most worker threads an IP backend is given (each thread of HiGHS or CP-SAT holds its own memory).
+MAX_THREADS = 256
+
 
 ENGINE_RESERVE_SECONDS = 0.25  # at most this much of a time limit is kept for the work after a solver
 

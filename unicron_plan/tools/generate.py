@@ -44,6 +44,7 @@ Distributions (see docs/performance.md, "Generated instances"):
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,32 @@ import numpy as np
 from unicron_plan.tools.adversarial import KINDS as ADVERSARIAL, QUEUED
 from unicron_plan.tools.adversarial import adversarial_curve, gpu_type_names
 from unicron_plan.errors import InvalidInstanceError
+from unicron_plan.schema.scenario import MAX_DURATION_HOURS
+
+#: The options' ranges (bounded work: the largest cluster is four times the 1,048,576-GPU instances).
+INT_RANGES = {"seed": (0, 2**63 - 1), "gpus": (1, 2**22), "jobs": (1, 65_536), "gpus_per_node": (1, 1024),
+              "nodes_per_rack": (1, 2**22), "max_counts": (1, 100_000), "failed_nodes": (0, 2**22)}
+FLOAT_RANGES = {"demand": (0.0, 100.0), "duration_hours": (0.0, MAX_DURATION_HOURS)}  # (open, closed]
+
+
+def check_options(**options) -> None:
+    """InvalidInstanceError naming the option (``--gpus-per-node``...) of a value outside its range
+    (INT_RANGES, FLOAT_RANGES: a float must be finite, above the first bound and at most the second);
+    None values are not checked."""
+    for key, value in options.items():
+        if value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if key in INT_RANGES:
+            lo, hi = INT_RANGES[key]
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not lo <= value <= hi:
+                raise InvalidInstanceError(flag, f"{value!r}: give an integer in [{lo}, {hi}]")
+        else:
+            lo, hi = FLOAT_RANGES[key]
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+                    or not lo < value <= hi:
+                raise InvalidInstanceError(flag, f"{value!r}: give a number above {lo:g} and at most {hi:g}")
+
 
 A800 = {"peak_tflops": 312.0, "memory_gib": 80.0, "intra_node_gbps": 1600.0, "inter_node_gbps": 200.0}
 NODE_MTBF_HOURS = round(1000.0 / 3.79 * 24.0, 1)  # Llama 3 405B, Table 5 (failures.md)
@@ -176,6 +203,8 @@ def generate_instance(seed: int, *, gpus: int = 16384, jobs: int = 128, gpus_per
                       rng: np.random.Generator | None = None, placement: str = "shuffled") -> dict:
     """A v1 instance dict (event: ``failed_nodes`` random nodes fail; 0 for no event; ``placement``:
     ``shuffled`` or ``ordered``, module docstring)."""
+    check_options(seed=seed, gpus=gpus, jobs=jobs, gpus_per_node=gpus_per_node, nodes_per_rack=nodes_per_rack,
+                  demand=demand, max_counts=max_counts, failed_nodes=failed_nodes)
     if gpus % gpus_per_node or gpus < gpus_per_node:
         raise InvalidInstanceError("--gpus", f"{gpus} is not a positive multiple of {gpus_per_node} GPUs per node")
     if curves not in ("synthetic", "model") + ADVERSARIAL:
@@ -216,6 +245,7 @@ def generate_instance(seed: int, *, gpus: int = 16384, jobs: int = 128, gpus_per
 
 def generate_scenario(seed: int, *, duration_hours: float = 720.0, **kwargs) -> dict:
     """A scenario dict (docs/format.md, "Scenario"): the instance without event and D_run, plus failures."""
+    check_options(duration_hours=duration_hours)
     inst = generate_instance(seed, failed_nodes=0, **kwargs)
     inst["name"] = inst["name"].replace("jagged-", "scenario-", 1)
     inst["cost"] = {"default_transition_seconds": 600.0}

@@ -109,7 +109,15 @@ def _template(gpus: int, gtype: str = "h100") -> dict:
                      "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
 
 
-def _pod(name: str, ns: str, labels: dict, node: str | None, gpus: int, phase: str = "Running") -> dict:
+def _owner(obj: dict) -> dict:
+    """The ownerReference a controller puts on the pods it makes for ``obj``."""
+    meta = obj["metadata"]
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"],
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def _pod(name: str, ns: str, labels: dict, node: str | None, gpus: int, phase: str = "Running",
+         owner: dict | None = None) -> dict:
     spec = {"containers": [_container(gpus)], "restartPolicy": "OnFailure", "schedulerName": "default-scheduler",
             "serviceAccountName": "default", "terminationGracePeriodSeconds": 30,
             "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
@@ -119,8 +127,7 @@ def _pod(name: str, ns: str, labels: dict, node: str | None, gpus: int, phase: s
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": ns, "uid": f"uid-pod-{ns}-{name}", "labels": labels,
                          "resourceVersion": "1234", "creationTimestamp": STAMP,
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Job", "name": name, "uid": "x",
-                                              "controller": True}]},
+                         **({"ownerReferences": [owner]} if owner is not None else {})},
             "spec": spec,
             "status": {"phase": phase, "hostIP": "10.0.0.1", "podIP": "10.244.1.7", "qosClass": "Burstable",
                        "startTime": STAMP,
@@ -229,35 +236,37 @@ def k8s_cluster(n_nodes: int, seed: int = 0) -> tuple[dict, dict, dict]:
                 pods += [_pod(f"{name}-worker-{r}", ns, {lab: name, "training.kubeflow.org/replica-type": "worker",
                                                          "training.kubeflow.org/replica-index": str(r),
                                                          "training.kubeflow.org/operator-name": "pytorchjob-controller"},
-                              node, gpus) for r, node in enumerate(placed)]
+                              node, gpus, owner=_owner(jobs[-1])) for r, node in enumerate(placed)]
             elif kind == "ptj4":
                 jobs.append(pytorchjob(name, ns, pods_n, gpus, plan, gtype=gtype))
                 lab = "training.kubeflow.org/job-name"
                 pods += [_pod(f"{name}-worker-{r}", ns, {lab: name, "training.kubeflow.org/replica-type": "worker",
                                                          "training.kubeflow.org/replica-index": str(r)},
-                              node, gpus) for r, node in enumerate(placed)]
+                              node, gpus, owner=_owner(jobs[-1])) for r, node in enumerate(placed)]
             elif kind == "ptjm":  # a Master with GPUs and Workers: counts 8 + 8k
                 jobs.append(pytorchjob(name, ns, pods_n - 1, gpus, plan, master_gpus=gpus, gtype=gtype))
                 lab = "training.kubeflow.org/job-name"
                 pods.append(_pod(f"{name}-master-0", ns, {lab: name, "training.kubeflow.org/replica-type": "master",
                                                           "training.kubeflow.org/job-role": "master"},
-                                 placed[0], gpus))
+                                 placed[0], gpus, owner=_owner(jobs[-1])))
                 pods += [_pod(f"{name}-worker-{r}", ns, {lab: name, "training.kubeflow.org/replica-type": "worker"},
-                              node, gpus) for r, node in enumerate(placed[1:])]
+                              node, gpus, owner=_owner(jobs[-1])) for r, node in enumerate(placed[1:])]
             elif kind == "vc":
                 jobs.append(volcanojob(name, ns, pods_n, gpus, plan, gtype=gtype))
                 lab = {"volcano.sh/job-name": name, "volcano.sh/job-namespace": ns, "volcano.sh/queue-name": "training"}
-                pods.append(_pod(f"{name}-master-0", ns, {**lab, "volcano.sh/task-spec": "master"}, placed[0], 0))
-                pods += [_pod(f"{name}-worker-{r}", ns, {**lab, "volcano.sh/task-spec": "worker"}, node, gpus)
-                         for r, node in enumerate(placed)]
+                pods.append(_pod(f"{name}-master-0", ns, {**lab, "volcano.sh/task-spec": "master"}, placed[0], 0,
+                                 owner=_owner(jobs[-1])))
+                pods += [_pod(f"{name}-worker-{r}", ns, {**lab, "volcano.sh/task-spec": "worker"}, node, gpus,
+                              owner=_owner(jobs[-1])) for r, node in enumerate(placed)]
             else:
                 jobs.append(elasticjob(name, ns, pods_n, gpus, plan, gtype=gtype))
                 lab = {"elasticjob.dlrover/name": name, "app": "dlrover"}
                 pods.append(_pod(f"elasticjob-{name}-dlrover-master", ns,
-                                 {**lab, "elasticjob.dlrover/replica-type": "dlrover-master"}, placed[0], 0))
+                                 {**lab, "elasticjob.dlrover/replica-type": "dlrover-master"}, placed[0], 0,
+                                 owner=_owner(jobs[-1])))
                 pods += [_pod(f"{name}-edljob-worker-{r}", ns, {**lab, "elasticjob.dlrover/replica-type": "worker",
                                                                 "elasticjob.dlrover/replica-index": str(r)},
-                              node, gpus) for r, node in enumerate(placed)]
+                              node, gpus, owner=_owner(jobs[-1])) for r, node in enumerate(placed)]
             left -= pods_n * gpus
             k += 1
     # A model-named job, suspended (no pods), and work the planner does not manage.

@@ -176,14 +176,32 @@ def apply_k8s(changes: list[dict], nodes_doc: dict, pods_doc: dict, jobs_doc: di
             node = None  # pods without GPUs do not matter to the planner
         if node is not None:
             free[node] -= g
+        owner = {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": job["metadata"]["name"],
+                 "controller": True, **({"uid": job["metadata"]["uid"]} if "uid" in job["metadata"] else {})}
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": pname, "namespace": job["metadata"].get("namespace", "default"),
-                            "labels": dict(labels)},
+                            "labels": dict(labels), "ownerReferences": [owner]},
                "spec": {"containers": copy.deepcopy(template["spec"]["containers"]),
                         **({"nodeName": node} if node else {})},
                "status": {"phase": "Running" if node else "Pending"}}
         pods.append(pod)
+    for job in jobs["items"]:  # and each controller's status of its job, from the pods it has now
+        _job_status(job, [p for rtype, _, _, labels in _replica_sets(job) for p in owned(job, rtype, labels)])
     return {"apiVersion": "v1", "kind": "List", "items": pods}, jobs
+
+
+def _job_status(job: dict, pods: list[dict]) -> None:
+    """Set ``job``'s status as its controller does from its pods: Volcano's ``running`` count, the training
+    operator's (and DLRover's) active replicas and its Running condition (true while a pod runs)."""
+    running = sum(p["status"].get("phase") == "Running" for p in pods)
+    status = job.setdefault("status", {})
+    if job["kind"] == "Job":
+        status["running"] = running
+        return
+    active = sum(p["status"].get("phase") in ("Running", "Pending") for p in pods)
+    status["replicaStatuses"] = {"Worker": {"active": active}} if active else {}
+    conditions = [c for c in status.get("conditions", []) if c.get("type") != "Running"]
+    status["conditions"] = conditions + [{"type": "Running", "status": "True" if running else "False"}]
 
 
 _SET = re.compile(r"^(\w+)=(.*)$")

@@ -241,3 +241,27 @@ def test_a_skipped_index_loads_none_of_its_modules(tmp_path):
             "'unicron_plan.solvers.contingency')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["dp", "False", "False", "False"]
+
+
+def test_a_key_listed_both_as_planned_and_infeasible_is_bad_input(tmp_path):
+    doc = generate_instance(5, gpus=256, jobs=4, failed_nodes=0)
+    where = _index_dir(tmp_path, doc, lambda index: None)
+    index = json.loads((where / contingency.INDEX_FILE).read_text())
+    key, entry = next(iter(index["failures"].items()))
+    index["infeasible"][key] = {"failed_nodes": entry["failed_nodes"], "reason": "edited"}
+    (where / contingency.INDEX_FILE).write_text(json.dumps(index))  # (the keyed file no longer matches it)
+    failed = api.load_instance(_with_failure(doc, [doc["cluster"]["nodes"][1]["id"]]))
+    with pytest.raises(InvalidInstanceError, match="listed in failures too"):
+        api.solve(failed, contingency=where, contingency_use="always")
+
+
+def test_a_multiplier_too_large_to_use_falls_back_without_warnings(tmp_path):
+    import warnings
+
+    doc = generate_instance(5, gpus=256, jobs=4, failed_nodes=0)
+    where = _index_dir(tmp_path, doc, lambda index: index.update(multipliers={"a800": 1e308}))
+    failed = api.load_instance(_with_failure(doc, [doc["cluster"]["nodes"][1]["id"]]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (lam x y overflowed with a numpy warning on stderr)
+        plan = api.solve(failed, contingency=where, contingency_use="always")
+    assert plan.objective == pytest.approx(api.solve(failed).objective, rel=1e-9)

@@ -641,13 +641,18 @@ async def parse_document_async(text: "str | bytes", source: str = "<input>", fmt
 
 
 def _read_bytes(p: Path, kind: str) -> bytes:
-    """The bytes of a file of at most MAX_BYTES; a missing or unreadable file is bad input."""
+    """The bytes of a file of at most MAX_BYTES; a missing or unreadable file is bad input. What is not a
+    regular file (a pipe, a device: its size says nothing) is read up to one byte past the limit."""
     try:
         if p.is_dir():
             raise InvalidInstanceError(str(p), f"is a directory, not a {kind} file")
         if p.is_file() and p.stat().st_size > MAX_BYTES:
             raise InvalidInstanceError(str(p), f"larger than {MAX_BYTES} bytes")
-        return p.read_bytes()
+        with open(p, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:  # (a regular file that grew since, or a stream)
+            raise InvalidInstanceError(str(p), f"larger than {MAX_BYTES} bytes")
+        return data
     except FileNotFoundError:
         raise InvalidInstanceError(str(p), "no such file") from None
     except OSError as exc:

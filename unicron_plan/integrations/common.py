@@ -18,6 +18,34 @@ from unicron_plan.io import validation_error_to_invalid
 MAX_OBJECTS = 200_000
 
 
+def check_plan_shape(plan) -> None:
+    """A plan is one the planner could have made, as far as the plan alone tells (an export acts on it, and
+    its scripts run as root): each job once; each job's placement on distinct nodes, its GPUs summing to
+    the job's count, every entry at least one GPU; no job placed on a node the plan drains. InvalidInstanceError
+    naming the plan's field otherwise (``unicron-plan validate`` checks the rest against the instance)."""
+    seen: dict[str, int] = {}
+    placed: dict[str, str] = {}
+    for k, pj in enumerate(plan.jobs):
+        if pj.id in seen:
+            raise InvalidInstanceError(f"plan jobs[{k}].id", f"{pj.id!r} is listed twice (also jobs[{seen[pj.id]}])")
+        seen[pj.id] = k
+        nodes: set[str] = set()
+        for i, p in enumerate(pj.placement):
+            if p.node in nodes:
+                raise InvalidInstanceError(f"plan jobs[{k}].placement[{i}].node", f"{p.node!r} is listed twice")
+            if p.gpus < 1:
+                raise InvalidInstanceError(f"plan jobs[{k}].placement[{i}].gpus", f"{p.gpus}: at least 1")
+            nodes.add(p.node)
+            placed.setdefault(p.node, pj.id)
+        total = sum(p.gpus for p in pj.placement)
+        if total != pj.gpus:
+            raise InvalidInstanceError(f"plan jobs[{k}].placement", f"{total} GPUs placed for a count of {pj.gpus}")
+    for k, name in enumerate(plan.drained_nodes or []):
+        if name in placed:
+            raise InvalidInstanceError(f"plan drained_nodes[{k}]", f"{name!r} is drained, yet the plan places "
+                                                                   f"job {placed[name]!r} on it")
+
+
 def object_error(obj: str, path: str, message: str) -> InvalidInstanceError:
     """An error naming the scheduler object (``Node gpu-017``) and its field path."""
     return InvalidInstanceError(f"{obj} {path}" if path else obj, message)
@@ -45,6 +73,10 @@ def items_of(doc: Any, source: str, key: str = "items") -> list:
     if isinstance(doc, list):
         items = doc
     elif isinstance(doc, dict) and isinstance(doc.get(key), list):
+        meta = doc.get("metadata")
+        if isinstance(meta, dict) and (meta.get("continue") or meta.get("remainingItemCount")):
+            raise InvalidInstanceError(f"{source} metadata.continue", "a page of a longer list: give the whole "
+                                                                      "list (kubectl get ... -o json, no --chunk-size)")
         items = doc[key]
     elif isinstance(doc, dict) and "kind" in doc and "metadata" in doc:
         items = [doc]  # a single object (kubectl get KIND NAME -o json)

@@ -17,13 +17,13 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from pydantic import Field, field_validator
 
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.integrations.common import (MAX_OBJECTS, Cost, GpuMap, JobState, Lenient, NodeState,
-                                              build_instance, items_of, normalize_product, object_error,
+                                              build_instance, check_plan_shape, items_of, normalize_product, object_error,
                                               parse_object, parse_plan_fields)
 
 GPU = "nvidia.com/gpu"
@@ -44,6 +44,8 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: Pod labels naming the replica index (the controllers' own; the pod name ends with it too).
 INDEX_LABELS = {PYTORCH: "training.kubeflow.org/replica-index", VOLCANO: "volcano.sh/task-index",
                 DLROVER: "elasticjob.dlrover/replica-index"}
+#: Volcano job phases after which its controller never runs it again.
+VOLCANO_ENDED = ("Completing", "Completed", "Terminating", "Terminated", "Failed")
 #: Prefix of the node label a Volcano GPU task's template selects: its pods are placed through it.
 PLACEMENT_PREFIX = "unicron-plan/"
 
@@ -93,12 +95,22 @@ def label_key(value: str) -> str:
 
 # --- the objects, as far as the adapter reads them ---------------------------------------------
 
+class OwnerReference(Lenient):
+    """An object's owner (the controller that made a pod: its job)."""
+
+    apiVersion: str = ""
+    kind: str = ""
+    name: str = ""
+    uid: Optional[str] = None
+
+
 class Meta(Lenient):
     """Object metadata; names reach kubectl command lines, so they must follow Kubernetes' own rules."""
 
     name: str = Field(min_length=1)
     namespace: Optional[str] = None
     uid: Optional[str] = None
+    ownerReferences: list[OwnerReference] = Field(default_factory=list, max_length=64)
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     deletionTimestamp: Optional[str] = None
@@ -222,6 +234,18 @@ class RunPolicy(Lenient):
     schedulingPolicy: Optional[SchedulingPolicy] = None
 
 
+class ReplicaStatus(Lenient):
+    active: Optional[int] = None
+
+
+class JobStatus(Lenient):
+    """The training operator's job status (PyTorchJob, and DLRover's ElasticJob, which reuses it)."""
+
+    conditions: list[Condition] = Field(default_factory=list, max_length=256)
+    replicaStatuses: dict[str, ReplicaStatus] = Field(default_factory=dict, max_length=64)
+    phase: Optional[str] = None  # (DLRover)
+
+
 class PyTorchJobSpec(Lenient):
     pytorchReplicaSpecs: dict[str, ReplicaSpec] = Field(min_length=1)
     elasticPolicy: Optional[ElasticPolicy] = None
@@ -233,6 +257,7 @@ class PyTorchJob(Lenient):
     kind: str
     metadata: Meta
     spec: PyTorchJobSpec
+    status: JobStatus = Field(default_factory=JobStatus)
 
 
 class PartitionPolicy(Lenient):
@@ -258,6 +283,7 @@ class VolcanoState(Lenient):
 
 class VolcanoStatus(Lenient):
     state: VolcanoState = Field(default_factory=VolcanoState)
+    running: Optional[int] = None
 
 
 class VolcanoJobSpec(Lenient):
@@ -283,6 +309,7 @@ class ElasticJob(Lenient):
     kind: str
     metadata: Meta
     spec: ElasticJobSpec
+    status: JobStatus = Field(default_factory=JobStatus)
 
 
 MODELS = {PYTORCH: PyTorchJob, VOLCANO: VolcanoJob, DLROVER: ElasticJob}
@@ -344,6 +371,43 @@ class K8sJob:
     @property
     def id(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def finished(self) -> Optional[str]:
+        """Why the job has ended for good (its controller never runs it again), or None: a PyTorchJob or
+        ElasticJob with a condition Succeeded or Failed true (the training operator's IsFinished), a
+        DLRover phase Succeeded or Failed, a Volcano job Completing, Completed, Terminating, Terminated or
+        Failed (Aborted is a suspension: ResumeJob runs it again)."""
+        if self.key == VOLCANO:
+            phase = self.obj.status.state.phase
+            return f"status.state.phase {phase}" if phase in VOLCANO_ENDED else None
+        status = self.obj.status
+        ended = next((c.type for c in status.conditions if c.type in ("Succeeded", "Failed") and c.status == "True"),
+                     None)
+        if ended is not None:
+            return f"condition {ended}"
+        return f"status.phase {status.phase}" if status.phase in ("Succeeded", "Failed") else None
+
+    def reported_running(self) -> int:
+        """Pods its own status says are active (a PyTorchJob's or ElasticJob's replicaStatuses, at least 1
+        under a condition Running true; a Volcano job's ``running``); 0 when it does not say."""
+        if self.key == VOLCANO:
+            return max(self.obj.status.running or 0, 0)
+        status = self.obj.status
+        active = sum(max(r.active or 0, 0) for r in status.replicaStatuses.values())
+        running = any(c.type == "Running" and c.status == "True" for c in status.conditions)
+        return max(active, 1) if running else active
+
+    def owns(self, pod: "Pod") -> bool:
+        """Whether ``pod`` (labelled with this job's name) is this job's: a pod that names its owners is
+        this job's only when one of them is this job (same kind and group; same uid when both have one),
+        since the training operator labels the pods of every job kind it runs alike (a TFJob's pods carry
+        the same job-name label as a PyTorchJob of that name)."""
+        refs = pod.metadata.ownerReferences
+        if not refs:
+            return True
+        uid = self.obj.metadata.uid
+        return any(r.kind == self.key[1] and _group(r.apiVersion) == self.key[0] and r.name == self.name
+                   and (uid is None or r.uid is None or r.uid == uid) for r in refs)
 
     @property
     def kueue(self) -> bool:
@@ -589,16 +653,22 @@ def _live(pod: Pod) -> bool:
             and pod.status.phase in ("Running", "Pending", None))
 
 
-def _live_pods(pods_doc: Any):
-    """(label, pod) of every live pod of ``kubectl get pods -o json`` (parsed, errors naming the pod)."""
+def _pods_with_jobs(pods_doc: Any, jobs):
+    """(label, pod, its job or None, live) of every pod of ``kubectl get pods -o json`` (parsed, errors
+    naming the pod): its job is the one of ``jobs`` whose name label it carries in its namespace and
+    that owns it (:meth:`K8sJob.owns`)."""
+    by_label = {(JOB_LABELS[j.key], j.namespace, j.name): j for j in jobs}
     for i, raw in enumerate(items_of(pods_doc, "pods")):
         meta = raw.get("metadata") if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict) else {}
         name = meta.get("name") if isinstance(meta.get("name"), str) else f"items[{i}]"
         ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else "default"
         label = f"Pod {ns}/{name}"
         pod = parse_object(Pod, raw, label)
-        if _live(pod):
-            yield label, pod
+        ns = pod.metadata.namespace or "default"
+        owner = next((j for lab in JOB_LABELS.values() if lab in pod.metadata.labels
+                      for j in [by_label.get((lab, ns, pod.metadata.labels[lab]))] if j is not None and j.owns(pod)),
+                     None)
+        yield label, pod, owner, _live(pod)
 
 
 # --- import -----------------------------------------------------------------------------------
@@ -641,11 +711,14 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
             cordoned.add(st.id)
         states[st.id] = st
 
-    jobs = parse_jobs(jobs_doc, "jobs")
+    jobs = []
+    for j in parse_jobs(jobs_doc, "jobs"):
+        ended = j.finished()
+        if ended is None:
+            jobs.append(j)
+        elif warnings is not None:  # (its pods that still hold GPUs keep them, as unmanaged work's)
+            warnings.append(f"{j.label}: left out, it has ended ({ended})")
     cluster_types = {st.gpu_type for st in states.values()}
-    by_label: dict[tuple[str, str, str], K8sJob] = {}
-    for j in jobs:
-        by_label[(JOB_LABELS[j.key], j.namespace, j.name)] = j
     used: dict[str, int] = {n: 0 for n in states}
     job_state: dict[str, JobState] = {}
     for j in jobs:
@@ -663,16 +736,18 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
             js.allowed_where = (f'{rule.path}.nodeSelector["{PRODUCT_LABEL}"]' if rule.selector is not None else
                                 f"{rule.path}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
         job_state[j.id] = js
-    for label, pod in _live_pods(pods_doc):
+    listed: set[str] = set()  # jobs with a pod in the pods file, live or not
+    for label, pod, owner, live in _pods_with_jobs(pods_doc, jobs):
+        if owner is not None:
+            listed.add(owner.id)
+        if not live:
+            continue
         g = pod_gpus(pod.spec, label, "spec")
         node = pod.spec.nodeName
         if g == 0 or node not in states:
             if g and node not in states:
                 raise object_error(label, "spec.nodeName", f"{node!r} is not a GPU node of the nodes file")
             continue
-        ns = pod.metadata.namespace or "default"
-        owner = next((by_label[(lab, ns, pod.metadata.labels[lab])] for lab in JOB_LABELS.values()
-                      if lab in pod.metadata.labels and (lab, ns, pod.metadata.labels[lab]) in by_label), None)
         used[node] += g
         if owner is None:
             states[node].reserved_gpus += g  # work the planner does not manage keeps its GPUs
@@ -682,6 +757,11 @@ def import_k8s(nodes_doc: Any, pods_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_
         js.gpus += g
         if node not in js.nodes:
             js.nodes.append(node)
+    for j in jobs:  # a pods file that lacks a running job's pods (one namespace, one page) is not read as idle
+        if j.id not in listed and j.reported_running():
+            raise object_error(j.label, "status", f"it reports {j.reported_running()} running pod(s) and the pods "
+                                                  "file has none of its pods: give every pod (kubectl get pods -A "
+                                                  "-o json)")
     for n in cordoned:  # cordoned, not failed: nothing new may land there
         states[n].reserved_gpus += max(0, states[n].gpus - states[n].lost_gpus - used[n])
     for n, st in states.items():
@@ -856,19 +936,43 @@ def _node_name(name: str, where: str) -> str:
         raise InvalidInstanceError(where, f"{name!r}: a node name {exc}") from None
 
 
-def _node_products(nodes_doc: Any) -> dict[str, tuple[str, Optional[str], dict[str, str]]]:
-    """Node name -> (label, GPU product label value, labels) of ``kubectl get nodes -o json``."""
+class NodeFacts(NamedTuple):
+    """What an export reads of a node of ``kubectl get nodes -o json``."""
+
+    label: str
+    product: Optional[str]  # its GPU product label's value
+    labels: dict[str, str]
+    gpus: int  # its allocatable GPUs (its capacity when it gives none)
+
+
+def _node_products(nodes_doc: Any) -> dict[str, NodeFacts]:
+    """Node name -> :class:`NodeFacts` of ``kubectl get nodes -o json``."""
     out = {}
     for i, raw in enumerate(items_of(nodes_doc, "nodes")):
         meta = raw.get("metadata") if isinstance(raw, dict) and isinstance(raw.get("metadata"), dict) else {}
         label = f"Node {meta['name'] if isinstance(meta.get('name'), str) else f'items[{i}]'}"
         node = parse_object(Node, raw, label)
-        out[node.metadata.name] = (label, node.metadata.labels.get(PRODUCT_LABEL), node.metadata.labels)
+        cap, alloc = node.status.capacity, node.status.allocatable
+        gpus = _count(alloc.get(GPU, cap.get(GPU, 0)), label, f'status.allocatable["{GPU}"]')
+        out[node.metadata.name] = NodeFacts(label, node.metadata.labels.get(PRODUCT_LABEL), node.metadata.labels, gpus)
     return out
 
 
+def _check_node_totals(plan, nodes: dict[str, NodeFacts]) -> None:
+    """No node of the nodes file gets more GPUs from the plan's jobs together than it has."""
+    total: dict[str, int] = {}
+    for pj in plan.jobs:
+        for p in pj.placement:
+            total[p.node] = total.get(p.node, 0) + p.gpus
+    for name, g in total.items():
+        facts = nodes.get(name)
+        if facts is not None and g > facts.gpus:
+            raise InvalidInstanceError("plan jobs[*].placement", f"{g} GPUs placed on node {name}, which has "
+                                                                 f"{facts.gpus}")
+
+
 def _check_type(job: K8sJob, pj, k: int, placement: dict[str, int], gpu_map: GpuMap,
-                nodes: Optional[dict[str, tuple[str, Optional[str], dict[str, str]]]]) -> None:
+                nodes: Optional[dict[str, NodeFacts]]) -> None:
     """The plan's GPU type of the job is one its templates admit (the export never changes which
     types a job allows, and Volcano does not let an update change its templates); with the nodes
     file, every plan node's product label is one each GPU template admits, exactly as Kubernetes
@@ -881,7 +985,7 @@ def _check_type(job: K8sJob, pj, k: int, placement: dict[str, int], gpu_map: Gpu
     for node in placement if nodes is not None else ():
         if node not in nodes:
             raise object_error(job.label, f"plan jobs[{k}].placement", f"node {node!r} is not in the nodes file")
-        value = nodes[node][1]
+        value = nodes[node].product
         for rule in job.products:
             if rule.declared and (value is None or not _admits(rule, value)):
                 raise object_error(job.label, f"plan jobs[{k}].placement", (
@@ -899,16 +1003,14 @@ def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[s
     notes = notes if notes is not None else []
     gpu_map = gpu_map or GpuMap()
     nodes = _node_products(nodes_doc) if nodes_doc is not None else None
+    check_plan_shape(plan)
+    if nodes is not None:
+        _check_node_totals(plan, nodes)
     jobs = {j.id: j for j in parse_jobs(jobs_doc, "jobs")}
     if pods_doc is not None:
-        by_label = {(JOB_LABELS[j.key], j.namespace, j.name): j for j in jobs.values()}
-        for label, pod in _live_pods(pods_doc):
-            ns = pod.metadata.namespace or "default"
-            for lab in JOB_LABELS.values():
-                owner = by_label.get((lab, ns, pod.metadata.labels.get(lab)))
-                if owner is not None and pod_gpus(pod.spec, label, "spec"):
-                    owner.pods.append(pod)
-                    break
+        for label, pod, owner, live in _pods_with_jobs(pods_doc, jobs.values()):
+            if owner is not None and live and pod_gpus(pod.spec, label, "spec"):
+                owner.pods.append(pod)
     labels, changes, deletions = [], [], []
     for k, pj in enumerate(plan.jobs):
         job = jobs.get(pj.id)
@@ -916,6 +1018,10 @@ def export_k8s(plan, jobs_doc: Any, pods_doc: Any = None, notes: Optional[list[s
             raise InvalidInstanceError(f"plan jobs[{k}].id", f"{pj.id!r} is not a job of the jobs file")
         if pj.action in ("keep", "idle"):
             continue
+        ended = job.finished()
+        if ended is not None:  # (the plan was made before it ended: nothing of it can be carried out)
+            raise object_error(job.label, "status", f"it has ended ({ended}); the plan changes it: import the "
+                                                    "cluster again and plan afresh")
         placement = {_node_name(p.node, f"plan jobs[{k}].placement[{i}].node"): p.gpus
                      for i, p in enumerate(pj.placement)}
         if job.placement_left_to is not None and pj.gpus and pj.gpus == pj.previous_gpus \
@@ -1053,7 +1159,7 @@ def _placement_labels(job: K8sJob, placement: dict[str, int], nodes: Optional[di
     out = [_entry("v1", "Node", "", node, "merge", {"metadata": {"labels": {key: value}}})
            for node in sorted(placement)]
     left = {p.spec.nodeName for p in job.pods if p.spec.nodeName}
-    left |= {n for n, (_, _, labels) in (nodes or {}).items() if key in labels}
+    left |= {n for n, facts in (nodes or {}).items() if key in facts.labels}
     left = sorted(left - set(placement))
     out += [_entry("v1", "Node", "", node, "merge", {"metadata": {"labels": {key: None}}}) for node in left]
     return out

@@ -21,7 +21,7 @@ from pydantic import Field, field_validator, model_validator
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.text import escape
 from unicron_plan.integrations.common import (Cost, GpuMap, JobState, Lenient, NodeState, build_instance,
-                                              items_of, job_types, normalize_product, object_error, parse_object,
+                                              check_plan_shape, items_of, job_types, normalize_product, object_error, parse_object,
                                               parse_plan_fields)
 
 #: Slurm's own verdicts that a node is out of service (base states and flags of 22.05, and the
@@ -655,13 +655,10 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
     nodes: dict[str, SlurmNode] = {}
     if nodes_doc is not None:
         nodes = {n.name: n for n, _ in parse_nodes(nodes_doc)}
+    check_plan_shape(plan)
     drains: list[Step] = []
-    placed = {p.node: pj.id for pj in plan.jobs if pj.gpus for p in pj.placement}
     for k, name in enumerate(plan.drained_nodes or []):
         check_node_name(name, "plan", f"drained_nodes[{k}]")
-        if name in placed:  # (a plan that drains a node it places a job on was not made by the planner)
-            raise InvalidInstanceError(f"plan drained_nodes[{k}]", f"{name!r} is drained, yet the plan places "
-                                                                   f"job {placed[name]!r} on it")
         node = nodes.get(name)
         if node is None and nodes_doc is not None:
             raise InvalidInstanceError(f"plan drained_nodes[{k}]", f"{name!r} is not a node of the nodes file")

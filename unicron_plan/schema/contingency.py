@@ -71,4 +71,7 @@ class ContingencyIndex(_Open):
         for key, entry in self.failures.items():
             if entry.plan not in self.plans:
                 raise ValueError(f"failures.{key}.plan: unknown plan id {entry.plan!r}")
+        both = self.infeasible.keys() & self.failures.keys() if self.infeasible else ()
+        if both:  # (a failure has a plan or has none: an index saying both cannot be trusted either way)
+            raise ValueError(f"infeasible.{min(both)}: listed in failures too; a key is in one of the two")
         return self

@@ -591,8 +591,10 @@ def certified_optimal(jobs: list[JobTerms], capacity: int, counts: dict[str, int
     width = float(np.maximum.reduceat(np.abs(g), off[:-1]).sum())
 
     def bound(lam: float) -> tuple[np.ndarray, np.ndarray, float, float]:
-        """(G - lam y per entry, its maximum per job, UB(lam), the tolerance at lam)."""
-        red = g - lam * y
+        """(G - lam y per entry, its maximum per job, UB(lam), the tolerance at lam). A multiplier so large
+        that lam y overflows gives a bound that is not a number, which proves nothing (no comparison holds)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            red = g - lam * y
         top = np.maximum.reduceat(red, off[:-1])
         return red, top, lam * cap + math.fsum(top.tolist()), dp.REL_TOL * (lam * cap + width + 1.0)
 

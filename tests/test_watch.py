@@ -212,6 +212,33 @@ def test_watch_command_needs_a_coordinator():
     assert out.returncode == 2 and "--coordinator" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_watch_command_that_cannot_run_exits_as_a_shell_would(recorder, tmp_path):
+    plain = tmp_path / "not-executable"
+    plain.write_text("#!/bin/sh\necho never\n")
+    plain.chmod(0o644)
+    for cmd, code in ((str(tmp_path / "missing-command"), 127), (str(plain), 126), (str(tmp_path), 126)):
+        out = _cli("watch", "--coordinator", recorder.url, "--job", "9", "--rank", "0", "--", cmd)
+        assert out.returncode == code, out.stderr
+        assert out.stderr.count("\n") == 1 and cmd in out.stderr and "internal error" not in out.stderr
+    assert recorder.kinds() == ["exited_abnormally"] * 3
+    assert [s["exit_code"] for s in recorder.signals] == [127, 126, 126]
+
+
+def test_watch_rank_from_the_environment_must_be_a_rank(recorder):
+    env = {**os.environ, "RANK": "abc"}
+    out = _cli("watch", "--coordinator", recorder.url, "--job", "1", "--", sys.executable, "-c", "pass", env=env)
+    assert out.returncode == 2 and "--rank" in out.stderr and "$RANK='abc'" in out.stderr
+    assert "Traceback" not in out.stderr and recorder.signals == []
+    # a rank given on the command line is used; the environment's is then not read
+    out = _cli("watch", "--coordinator", recorder.url, "--job", "1", "--rank", "0", "--",
+               sys.executable, "-c", "pass", env=env)
+    assert out.returncode == 0, out.stderr
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RANK", "-1")
+        with pytest.raises(ValueError, match=r"\$RANK='-1' is not a rank"):
+            Watch.from_env(coordinator=recorder.url, job="1")
+
+
 # ----------------------------------------------------------------------------- node readers
 # Lines in the driver's formats (NVIDIA "Xid Errors" documentation: "NVRM: Xid (PCI:<address>): <code>, ..."; older
 # drivers print the address without "PCI:"), behind dmesg, journalctl -k and syslog prefixes.

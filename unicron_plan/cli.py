@@ -676,7 +676,10 @@ def _watch_target(coordinator, job, rank, node, token_file, need_job: bool = Tru
     from unicron_plan.errors import InvalidInstanceError
     from unicron_plan.watch import Watch, environment
 
-    env = environment()
+    try:
+        env = environment(rank=rank is None)
+    except ValueError as exc:  # $RANK and the like hold no rank
+        raise InvalidInstanceError("--rank", str(exc)) from None
     given = {"coordinator": coordinator, "job": job, "rank": rank, "node": node, "token_file": token_file}
     cfg = {k: v if v is not None else env[k] for k, v in given.items()}
     if not need_job and cfg["rank"] is None:

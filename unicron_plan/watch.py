@@ -239,8 +239,9 @@ class Watch:
         """A watch configured from the environment: ``UNICRON_COORDINATOR``, ``UNICRON_TOKEN_FILE``, the job
         from ``SLURM_JOB_ID``, the rank from ``RANK`` (torchrun), ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` or
         ``SLURM_PROCID``, the node from ``SLURMD_NODENAME``."""
-        env = environment()
-        env.update({k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in overrides.items() if v is not None}
+        env = environment() if "rank" not in given else {**environment(rank=False), "rank": None}
+        env.update(given)
         missing = [k for k in ("coordinator", "job", "rank") if env.get(k) is None]
         if missing:
             raise ValueError(f"{', '.join(missing)}: not given and not in the environment "
@@ -248,14 +249,31 @@ class Watch:
         return cls(**env)
 
 
-def environment() -> dict:
-    """The watch's settings found in the environment (absent ones are None)."""
+def environment(rank: bool = True) -> dict:
+    """The watch's settings found in the environment (absent ones are None; ``rank=False``: the
+    rank is not read). ValueError when the rank's variable holds no rank."""
     e = os.environ
-    # the launcher's rank first: under `mpirun` inside a Slurm job SLURM_PROCID is that of mpirun's daemon
-    rank = next((e[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID") if k in e), None)
     return {"coordinator": e.get("UNICRON_COORDINATOR"), "job": e.get("SLURM_JOB_ID"),
-            "rank": None if rank is None else int(rank), "node": e.get("SLURMD_NODENAME"),
+            "rank": environment_rank() if rank else None, "node": e.get("SLURMD_NODENAME"),
             "token_file": e.get("UNICRON_TOKEN_FILE")}
+
+
+#: Where the rank is found, in this order: the launcher's first (under `mpirun` inside a Slurm job
+#: SLURM_PROCID is that of mpirun's daemon).
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def environment_rank() -> int | None:
+    """The rank found in the environment (RANK_VARIABLES), or None; ValueError naming the variable
+    when its value is not a rank (a non-negative integer)."""
+    for name in RANK_VARIABLES:
+        if name in os.environ:
+            value = os.environ[name]
+            text = value.strip()
+            if not (text.isascii() and text.isdigit()):
+                raise ValueError(f"${name}={value[:64]!r} is not a rank")
+            return int(text)
+    return None
 
 
 #: Signals passed on to the supervised command; those in STOPPING mean "stop" (its exit is then not a failure).
@@ -271,13 +289,26 @@ def supervise(argv: list[str], watch: Watch) -> int:
     """Run ``argv``, passing its output through unchanged; report the error lines of its stderr
     (those :func:`unicron_plan.faults.signals.classify_text` names) and an abnormal exit. The exit
     status is the command's (128 + the signal when a signal ended it)."""
+    import errno
     import signal
     import subprocess
     import sys
 
     from unicron_plan.faults.signals import classify_text
 
-    child = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    try:
+        child = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    except OSError as exc:  # the shell's convention: 127 not found, 126 found but not runnable
+        code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
+        why = exc.strerror or type(exc).__name__
+        try:
+            sys.stderr.write(f"unicron-plan watch: {argv[0]}: {why}\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+        watch.report("exited_abnormally", f"{argv[0]} could not be run: {why}", exit_code=code, source="exit")
+        watch.stop()
+        return code
     stopped = []
 
     def forward(signum, frame):

@@ -206,6 +206,33 @@ def test_watch_command_forwards_signals_and_a_stop_is_no_failure(recorder, tmp_p
     assert recorder.kinds() == ["closed"]
 
 
+def test_watch_command_outlives_a_broken_stderr(recorder, tmp_path):
+    go, done = tmp_path / "go", tmp_path / "done"
+    script = (f"import pathlib, sys, time\n"
+              f"sys.stderr.write('first\\n'); sys.stderr.flush()\n"
+              f"for _ in range(6000):\n"
+              f"    if pathlib.Path({str(go)!r}).exists(): break\n"
+              f"    time.sleep(0.01)\n"
+              f"for k in range(50): sys.stderr.write(f'line {{k}}\\n'); sys.stderr.flush()\n"
+              f"sys.stderr.write('RuntimeError: CUDA error: device-side assert triggered\\n')\n"
+              f"pathlib.Path({str(done)!r}).write_text('x')\n"
+              f"sys.exit(5)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "unicron_plan.cli", "watch", "--coordinator", recorder.url,
+                             "--job", "9", "--rank", "0", "--", sys.executable, "-c", script],
+                            stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        assert proc.stderr.readline() == b"first\n"
+        proc.stderr.close()  # whoever read watch's stderr went away
+        go.write_text("x")
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    assert code == 5 and done.exists()  # it waited for the command and ended with its status
+    assert recorder.kinds() == ["cuda_error", "exited_abnormally"] and recorder.signals[1]["exit_code"] == 5
+
+
 def test_watch_command_needs_a_coordinator():
     env = {k: v for k, v in os.environ.items() if k not in ("UNICRON_COORDINATOR",)}
     out = _cli("watch", "--job", "1", "--rank", "0", "--", "true", env=env)

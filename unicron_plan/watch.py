@@ -327,8 +327,13 @@ def supervise(argv: list[str], watch: Watch) -> int:
     out = sys.stderr.buffer
     try:
         for raw in iter(lambda: child.stderr.readline(MAX_LINE), b""):
-            out.write(raw)
-            out.flush()
+            if out is not None:
+                try:
+                    out.write(raw)
+                    out.flush()
+                except OSError:  # our stderr is gone (its reader ended): keep supervising, drop the text
+                    out = None
+                    _silence_stderr()
             if reported >= MAX_LINES_REPORTED:
                 continue
             line = raw.decode("utf-8", "replace").rstrip("\n")
@@ -351,6 +356,16 @@ def supervise(argv: list[str], watch: Watch) -> int:
         watch.report("exited_abnormally", f"{argv[0]} exited with code {code}", exit_code=code, source="exit")
         watch.stop()
     return status
+
+
+def _silence_stderr() -> None:
+    """Point file descriptor 2 at /dev/null, so that later writes (logging, the exit's flush) cannot fail."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 2)
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def report_node(watch: Watch, lines, dcgm_text: str | None = None, max_reports: int = 100) -> int:

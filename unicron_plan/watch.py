@@ -368,14 +368,40 @@ def _silence_stderr() -> None:
         pass
 
 
-def report_node(watch: Watch, lines, dcgm_text: str | None = None, max_reports: int = 100) -> int:
-    """Report the Xid events of kernel log ``lines`` and the findings of ``dcgmi health -c -j`` output
+def kernel_events(lines, since: float | None = None, after: float | None = None, max_events: int = 100):
+    """The Xid events of kernel log ``lines`` to report, and the newest time an Xid line read says.
+
+    With ``since`` only the lines logged at or after it, with ``after`` only those logged later than
+    it (seconds since the epoch); with either, a line whose time cannot be read is left out (its age
+    is unknown: an old error reported again would isolate a repaired node). The first event of each
+    GPU and kind, at most ``max_events``."""
+    from unicron_plan.faults.xid import read_kernel_log
+
+    events, seen, newest = [], set(), None
+    for ev in read_kernel_log(lines):
+        if ev.time is not None and (newest is None or ev.time > newest):
+            newest = ev.time
+        if (since is not None or after is not None) and (
+                ev.time is None or (since is not None and ev.time < since) or (after is not None and ev.time <= after)):
+            continue
+        if (ev.kind, ev.pci) not in seen and len(seen) < max_events:
+            seen.add((ev.kind, ev.pci))
+            events.append(ev)
+    return events, newest
+
+
+def report_node(watch: Watch, lines, dcgm_text: str | None = None, max_reports: int = 100,
+                since: float | None = None, events=None) -> int:
+    """Report the Xid events of kernel log ``lines`` (with ``since``, only those logged at or after it;
+    or ``events`` chosen by :func:`kernel_events`) and the findings of ``dcgmi health -c -j`` output
     ``dcgm_text`` as errors of ``watch.node`` (no job: the coordinator acts on the node's jobs).
     Returns the number of reports (at most ``max_reports``; one per GPU and kind)."""
-    from unicron_plan.faults.xid import parse_dcgmi_health, read_kernel_log
+    from unicron_plan.faults.xid import parse_dcgmi_health
 
     seen: set = set()
-    found = [(ev.kind, ev.pci, ev.line, "kernel") for ev in read_kernel_log(lines)]
+    if events is None:
+        events = kernel_events(lines, since=since, max_events=max_reports)[0]
+    found = [(ev.kind, ev.pci, ev.line, "kernel") for ev in events]
     if dcgm_text:
         found += [(f.kind, f.gpu, f"DCGM {f.system} {f.health}: {f.message}", "dcgm")
                   for f in parse_dcgmi_health(dcgm_text)]

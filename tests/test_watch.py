@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import signal
@@ -206,10 +207,64 @@ def test_watch_command_forwards_signals_and_a_stop_is_no_failure(recorder, tmp_p
     assert recorder.kinds() == ["closed"]
 
 
+def test_watch_command_outlives_a_broken_stderr(recorder, tmp_path):
+    go, done = tmp_path / "go", tmp_path / "done"
+    script = (f"import pathlib, sys, time\n"
+              f"sys.stderr.write('first\\n'); sys.stderr.flush()\n"
+              f"for _ in range(6000):\n"
+              f"    if pathlib.Path({str(go)!r}).exists(): break\n"
+              f"    time.sleep(0.01)\n"
+              f"for k in range(50): sys.stderr.write(f'line {{k}}\\n'); sys.stderr.flush()\n"
+              f"sys.stderr.write('RuntimeError: CUDA error: device-side assert triggered\\n')\n"
+              f"pathlib.Path({str(done)!r}).write_text('x')\n"
+              f"sys.exit(5)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "unicron_plan.cli", "watch", "--coordinator", recorder.url,
+                             "--job", "9", "--rank", "0", "--", sys.executable, "-c", script],
+                            stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        assert proc.stderr.readline() == b"first\n"
+        proc.stderr.close()  # whoever read watch's stderr went away
+        go.write_text("x")
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    assert code == 5 and done.exists()  # it waited for the command and ended with its status
+    assert recorder.kinds() == ["cuda_error", "exited_abnormally"] and recorder.signals[1]["exit_code"] == 5
+
+
 def test_watch_command_needs_a_coordinator():
     env = {k: v for k, v in os.environ.items() if k not in ("UNICRON_COORDINATOR",)}
     out = _cli("watch", "--job", "1", "--rank", "0", "--", "true", env=env)
     assert out.returncode == 2 and "--coordinator" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_watch_command_that_cannot_run_exits_as_a_shell_would(recorder, tmp_path):
+    plain = tmp_path / "not-executable"
+    plain.write_text("#!/bin/sh\necho never\n")
+    plain.chmod(0o644)
+    for cmd, code in ((str(tmp_path / "missing-command"), 127), (str(plain), 126), (str(tmp_path), 126)):
+        out = _cli("watch", "--coordinator", recorder.url, "--job", "9", "--rank", "0", "--", cmd)
+        assert out.returncode == code, out.stderr
+        assert out.stderr.count("\n") == 1 and cmd in out.stderr and "internal error" not in out.stderr
+    assert recorder.kinds() == ["exited_abnormally"] * 3
+    assert [s["exit_code"] for s in recorder.signals] == [127, 126, 126]
+
+
+def test_watch_rank_from_the_environment_must_be_a_rank(recorder):
+    env = {**os.environ, "RANK": "abc"}
+    out = _cli("watch", "--coordinator", recorder.url, "--job", "1", "--", sys.executable, "-c", "pass", env=env)
+    assert out.returncode == 2 and "--rank" in out.stderr and "$RANK='abc'" in out.stderr
+    assert "Traceback" not in out.stderr and recorder.signals == []
+    # a rank given on the command line is used; the environment's is then not read
+    out = _cli("watch", "--coordinator", recorder.url, "--job", "1", "--rank", "0", "--",
+               sys.executable, "-c", "pass", env=env)
+    assert out.returncode == 0, out.stderr
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RANK", "-1")
+        with pytest.raises(ValueError, match=r"\$RANK='-1' is not a rank"):
+            Watch.from_env(coordinator=recorder.url, job="1")
 
 
 # ----------------------------------------------------------------------------- node readers
@@ -279,7 +334,7 @@ def test_watch_node_reports_each_gpu_and_kind_once(recorder, tmp_path):
     dcgm = tmp_path / "health.json"
     dcgm.write_text(json.dumps(DCGMI))
     out = _cli("watch-node", "--coordinator", recorder.url, "--node", "gpu-n3", "--kernel-log", str(log),
-               "--dcgmi", str(dcgm))
+               "--dcgmi", str(dcgm), "--since", "all")
     assert out.returncode == 0, out.stderr
     assert all(s["node"] == "gpu-n3" and s.get("job") is None for s in recorder.signals)
     pairs = {(e.kind, e.pci) for e in read_kernel_log(KERNEL_LOG.splitlines())}  # 48, 94, 95 on 3b:00: one
@@ -287,3 +342,56 @@ def test_watch_node_reports_each_gpu_and_kind_once(recorder, tmp_path):
     assert {s["source"] for s in recorder.signals} == {"kernel", "dcgm"}
     bad = _cli("watch-node", "--coordinator", recorder.url, "--dcgmi", str(log))
     assert bad.returncode == 2 and "--dcgmi" in bad.stderr
+
+
+def test_watch_node_reports_an_xid_line_once_and_never_an_old_one(recorder, tmp_path):
+    now = time.time()
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S+0000", time.gmtime(t))  # noqa: E731
+    old = f"{stamp(now - 3600)} n6 kernel: NVRM: Xid (PCI:0000:3b:00): 63, pid=1, Row Remapper: New row marked"
+    dmesg = "[ 12.5] NVRM: Xid (PCI:0000:3c:00): 79, pid=1, GPU has fallen off the bus."  # a time since boot
+    log = tmp_path / "kern.log"
+    days_ago = time.strftime("%b %d %H:%M:%S", time.localtime(now - 3 * 86400))  # journalctl -o short: no year
+    older = f"{days_ago} n6 kernel: NVRM: Xid (PCI:0000:3d:00): 48, pid=1, DBE"
+    log.write_text(f"{old}\n{older}\n{dmesg}\n")
+    args = ("watch-node", "--coordinator", recorder.url, "--node", "n6", "--kernel-log", str(log))
+    # by default a line logged before watch-node started is not reported: run again and again, no report
+    for _ in range(2):
+        out = _cli(*args)
+        assert out.returncode == 0, out.stderr
+    assert recorder.signals == []
+    # with a state file a periodic run reports each new line once
+    state = tmp_path / "xid.state"
+    assert _cli(*args, "--state", str(state)).returncode == 0 and recorder.signals == []
+    new = f"{stamp(now + 30)} n6 kernel: NVRM: Xid (PCI:0000:3e:00): 74, pid=1, NVLink: fatal error"
+    with log.open("a") as fh:
+        fh.write(new + "\n")
+    for _ in range(2):
+        out = _cli(*args, "--state", str(state))
+        assert out.returncode == 0, out.stderr
+    assert [(s["kind"], s["evidence"]) for s in recorder.signals] == [("nvlink_error", new)]
+    # --since: the lines logged at or after it
+    out = _cli(*args, "--since", stamp(now - 7200).replace("+0000", "Z"))
+    assert out.returncode == 0, out.stderr
+    since = [s["evidence"] for s in recorder.signals[1:]]
+    assert old in since and new in since and older not in since
+    for bad in (("--since", "yesterday"), ("--state", str(log))):
+        out = _cli(*args, *bad)
+        assert out.returncode == 2 and bad[0] in out.stderr and "Traceback" not in out.stderr
+
+
+def test_kernel_line_times():
+    from unicron_plan.faults.xid import line_time
+
+    at = calendar.timegm((2026, 12, 7, 4, 0, 0, 0, 0, 0))
+    assert line_time("2026-12-07T04:00:00+0000 n6 kernel: NVRM: Xid") == at
+    assert line_time("2026-12-07T05:00:00.250000+01:00 n6 kernel: NVRM: Xid") == at + 0.25
+    assert line_time("2026-12-07T04:00:00Z n6 kernel: x") == at
+    local = time.mktime((2026, 12, 7, 4, 0, 0, 0, 0, -1))
+    assert line_time("Dec 07 04:00:00 n6 kernel: NVRM: Xid", now=at) == local
+    assert line_time("Dec  7 04:00:00.5 n6 kernel: x", now=at) == local + 0.5
+    assert line_time("Dec 31 23:00:00 n6 kernel: x", now=calendar.timegm((2027, 1, 1, 12, 0, 0, 0, 0, 0))) == \
+        time.mktime((2026, 12, 31, 23, 0, 0, 0, 0, -1))  # last year's line read in January
+    assert line_time("[Mon Dec  7 04:00:00 2026] NVRM: Xid") == local
+    assert line_time("<4>[ 12.5] NVRM: Xid", boot=1000.0) == 1012.5
+    assert line_time("[ 12.5] NVRM: Xid") is None and line_time("NVRM: Xid (PCI:0000:3b:00): 79") is None
+    assert parse_kernel_line("Dec 07 04:00:00 n6 kernel: NVRM: Xid (PCI:0000:3b:00): 79, x", now=at).time == local

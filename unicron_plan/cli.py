@@ -676,7 +676,10 @@ def _watch_target(coordinator, job, rank, node, token_file, need_job: bool = Tru
     from unicron_plan.errors import InvalidInstanceError
     from unicron_plan.watch import Watch, environment
 
-    env = environment()
+    try:
+        env = environment(rank=rank is None)
+    except ValueError as exc:  # $RANK and the like hold no rank
+        raise InvalidInstanceError("--rank", str(exc)) from None
     given = {"coordinator": coordinator, "job": job, "rank": rank, "node": node, "token_file": token_file}
     cfg = {k: v if v is not None else env[k] for k, v in given.items()}
     if not need_job and cfg["rank"] is None:
@@ -712,30 +715,88 @@ def watch(command: list[str] = typer.Argument(..., help="The command to run, aft
     raise typer.Exit(supervise(list(command), _watch_target(coordinator, job, rank, node, token_file)))
 
 
+def _read_xid_state(path: str):
+    """The time of the newest Xid line an earlier `watch-node --state` run read, or None (no file)."""
+    import json
+    import math
+
+    from unicron_plan.errors import InvalidInstanceError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.loads(fh.read(4096))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InvalidInstanceError("--state", f"{path}: {exc.strerror}") from None
+    except ValueError:
+        doc = None
+    value = doc.get("kernel_log_read_to") if isinstance(doc, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidInstanceError("--state", f"{path}: not a watch-node state file")
+    return float(value)
+
+
+def _write_xid_state(path: str, read_to: float) -> None:
+    import json
+
+    from unicron_plan.errors import InvalidInstanceError
+    from unicron_plan.io import write_atomic
+
+    try:
+        write_atomic(path, json.dumps({"kernel_log_read_to": read_to}) + "\n")
+    except OSError as exc:
+        raise InvalidInstanceError("--state", f"{path}: {exc.strerror}") from None
+
+
 @app.command("watch-node")
 @handle_errors
 def watch_node(kernel_log: Optional[str] = typer.Option(None, "--kernel-log",
-                                                         help="A kernel log to read Xid lines from ('-': stdin; "
-                                                              "e.g. `journalctl -k -o short | ...`)."),
+                                                         help="A kernel log to read Xid lines from ('-': stdin; e.g. "
+                                                              "`journalctl -k -o short-iso-precise | ...`)."),
                dcgmi: Optional[str] = typer.Option(None, "--dcgmi",
                                                    help="Output of `dcgmi health -c -j` ('-': stdin)."),
                heartbeat: Optional[float] = typer.Option(None, "--heartbeat", min=0.05, max=3600.0,
                                                          help="Then send the node's heartbeat every so many "
                                                               "seconds until stopped (SIGTERM, SIGINT)."),
+               since: Optional[str] = typer.Option(
+                   None, "--since", help="Report only the Xid lines logged at or after this time: ISO 8601 "
+                                         "(2026-12-07T04:00:00Z; without a zone, local time), or 'all' (every "
+                                         "line, also one without a readable time). Default: when watch-node "
+                                         "starts, or with --state the newest line an earlier run read."),
+               state: Optional[str] = typer.Option(
+                   None, "--state", help="File keeping the time of the newest Xid line read: a later run "
+                                         "reports only lines logged after it (created if absent)."),
                coordinator: Optional[str] = _COORD, node: Optional[str] = _NODE,
                token_file: Optional[str] = _TOKEN) -> None:
     """Report a node's GPU errors (the driver's Xid lines, DCGM's health check) to the coordinator, and
-    with --heartbeat its health (a node that stops beating is lost: its failure, a plan follows)."""
+    with --heartbeat its health (a node that stops beating is lost: its failure, a plan follows).
+    Kernel lines logged before watch-node started are not reported unless --since or --state says so."""
     import signal
     import threading
+    import time
 
     from unicron_plan.errors import InvalidInstanceError
-    from unicron_plan.watch import node_heartbeat, report_node
+    from unicron_plan.watch import kernel_events, node_heartbeat, report_node
 
+    started = time.time()
     if kernel_log is None and dcgmi is None and heartbeat is None:
         raise InvalidInstanceError("--kernel-log", "give --kernel-log, --dcgmi, --heartbeat or several")
     if kernel_log == "-" and dcgmi == "-":
         raise InvalidInstanceError("--dcgmi", "only one of --kernel-log and --dcgmi can read stdin")
+    if (since is not None or state is not None) and kernel_log is None:
+        raise InvalidInstanceError("--since" if since is not None else "--state", "needs --kernel-log")
+    since_time = None
+    if since is not None and since != "all":
+        from unicron_plan.faults.xid import line_time
+
+        since_time = line_time(since.strip() + " ") if since.strip()[:1].isdigit() else None
+        if since_time is None:
+            raise InvalidInstanceError("--since", f"{since[:64]!r} is not an ISO 8601 time "
+                                                  "(2026-12-07T04:00:00Z) or 'all'")
+    read_to = _read_xid_state(state) if state is not None else None
+    if since is None and read_to is None:
+        since_time = started  # an earlier line may have been reported already: never again
 
     def opened(path):
         if path == "-":
@@ -758,10 +819,15 @@ def watch_node(kernel_log: Optional[str] = typer.Option(None, "--kernel-log",
     else:
         kw = {}
     target = _watch_target(coordinator, None, None, node, token_file, need_job=False, **kw)
+    events, newest = kernel_events(lines, since=since_time, after=read_to)
     try:
-        count = report_node(target, lines, dcgm_text)
+        count = report_node(target, [], dcgm_text, events=events)
     except ValueError as exc:  # not JSON
         raise InvalidInstanceError("--dcgmi", f"not JSON: {exc}") from None
+    if state is not None:
+        marks = [t for t in (read_to, since_time, newest) if t is not None]
+        if marks:
+            _write_xid_state(state, max(marks))
     if kernel_log is not None or dcgmi is not None:
         typer.echo(f"{count} report(s) for node {target.node}; {target.lost} not sent", err=True)
     if heartbeat is not None:

@@ -239,8 +239,9 @@ class Watch:
         """A watch configured from the environment: ``UNICRON_COORDINATOR``, ``UNICRON_TOKEN_FILE``, the job
         from ``SLURM_JOB_ID``, the rank from ``RANK`` (torchrun), ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` or
         ``SLURM_PROCID``, the node from ``SLURMD_NODENAME``."""
-        env = environment()
-        env.update({k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in overrides.items() if v is not None}
+        env = environment() if "rank" not in given else {**environment(rank=False), "rank": None}
+        env.update(given)
         missing = [k for k in ("coordinator", "job", "rank") if env.get(k) is None]
         if missing:
             raise ValueError(f"{', '.join(missing)}: not given and not in the environment "
@@ -248,14 +249,31 @@ class Watch:
         return cls(**env)
 
 
-def environment() -> dict:
-    """The watch's settings found in the environment (absent ones are None)."""
+def environment(rank: bool = True) -> dict:
+    """The watch's settings found in the environment (absent ones are None; ``rank=False``: the
+    rank is not read). ValueError when the rank's variable holds no rank."""
     e = os.environ
-    # the launcher's rank first: under `mpirun` inside a Slurm job SLURM_PROCID is that of mpirun's daemon
-    rank = next((e[k] for k in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID") if k in e), None)
     return {"coordinator": e.get("UNICRON_COORDINATOR"), "job": e.get("SLURM_JOB_ID"),
-            "rank": None if rank is None else int(rank), "node": e.get("SLURMD_NODENAME"),
+            "rank": environment_rank() if rank else None, "node": e.get("SLURMD_NODENAME"),
             "token_file": e.get("UNICRON_TOKEN_FILE")}
+
+
+#: Where the rank is found, in this order: the launcher's first (under `mpirun` inside a Slurm job
+#: SLURM_PROCID is that of mpirun's daemon).
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def environment_rank() -> int | None:
+    """The rank found in the environment (RANK_VARIABLES), or None; ValueError naming the variable
+    when its value is not a rank (a non-negative integer)."""
+    for name in RANK_VARIABLES:
+        if name in os.environ:
+            value = os.environ[name]
+            text = value.strip()
+            if not (text.isascii() and text.isdigit()):
+                raise ValueError(f"${name}={value[:64]!r} is not a rank")
+            return int(text)
+    return None
 
 
 #: Signals passed on to the supervised command; those in STOPPING mean "stop" (its exit is then not a failure).
@@ -271,13 +289,26 @@ def supervise(argv: list[str], watch: Watch) -> int:
     """Run ``argv``, passing its output through unchanged; report the error lines of its stderr
     (those :func:`unicron_plan.faults.signals.classify_text` names) and an abnormal exit. The exit
     status is the command's (128 + the signal when a signal ended it)."""
+    import errno
     import signal
     import subprocess
     import sys
 
     from unicron_plan.faults.signals import classify_text
 
-    child = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    try:
+        child = subprocess.Popen(argv, stderr=subprocess.PIPE)
+    except OSError as exc:  # the shell's convention: 127 not found, 126 found but not runnable
+        code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
+        why = exc.strerror or type(exc).__name__
+        try:
+            sys.stderr.write(f"unicron-plan watch: {argv[0]}: {why}\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+        watch.report("exited_abnormally", f"{argv[0]} could not be run: {why}", exit_code=code, source="exit")
+        watch.stop()
+        return code
     stopped = []
 
     def forward(signum, frame):
@@ -296,8 +327,13 @@ def supervise(argv: list[str], watch: Watch) -> int:
     out = sys.stderr.buffer
     try:
         for raw in iter(lambda: child.stderr.readline(MAX_LINE), b""):
-            out.write(raw)
-            out.flush()
+            if out is not None:
+                try:
+                    out.write(raw)
+                    out.flush()
+                except OSError:  # our stderr is gone (its reader ended): keep supervising, drop the text
+                    out = None
+                    _silence_stderr()
             if reported >= MAX_LINES_REPORTED:
                 continue
             line = raw.decode("utf-8", "replace").rstrip("\n")
@@ -322,14 +358,50 @@ def supervise(argv: list[str], watch: Watch) -> int:
     return status
 
 
-def report_node(watch: Watch, lines, dcgm_text: str | None = None, max_reports: int = 100) -> int:
-    """Report the Xid events of kernel log ``lines`` and the findings of ``dcgmi health -c -j`` output
+def _silence_stderr() -> None:
+    """Point file descriptor 2 at /dev/null, so that later writes (logging, the exit's flush) cannot fail."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 2)
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def kernel_events(lines, since: float | None = None, after: float | None = None, max_events: int = 100):
+    """The Xid events of kernel log ``lines`` to report, and the newest time an Xid line read says.
+
+    With ``since`` only the lines logged at or after it, with ``after`` only those logged later than
+    it (seconds since the epoch); with either, a line whose time cannot be read is left out (its age
+    is unknown: an old error reported again would isolate a repaired node). The first event of each
+    GPU and kind, at most ``max_events``."""
+    from unicron_plan.faults.xid import read_kernel_log
+
+    events, seen, newest = [], set(), None
+    for ev in read_kernel_log(lines):
+        if ev.time is not None and (newest is None or ev.time > newest):
+            newest = ev.time
+        if (since is not None or after is not None) and (
+                ev.time is None or (since is not None and ev.time < since) or (after is not None and ev.time <= after)):
+            continue
+        if (ev.kind, ev.pci) not in seen and len(seen) < max_events:
+            seen.add((ev.kind, ev.pci))
+            events.append(ev)
+    return events, newest
+
+
+def report_node(watch: Watch, lines, dcgm_text: str | None = None, max_reports: int = 100,
+                since: float | None = None, events=None) -> int:
+    """Report the Xid events of kernel log ``lines`` (with ``since``, only those logged at or after it;
+    or ``events`` chosen by :func:`kernel_events`) and the findings of ``dcgmi health -c -j`` output
     ``dcgm_text`` as errors of ``watch.node`` (no job: the coordinator acts on the node's jobs).
     Returns the number of reports (at most ``max_reports``; one per GPU and kind)."""
-    from unicron_plan.faults.xid import parse_dcgmi_health, read_kernel_log
+    from unicron_plan.faults.xid import parse_dcgmi_health
 
     seen: set = set()
-    found = [(ev.kind, ev.pci, ev.line, "kernel") for ev in read_kernel_log(lines)]
+    if events is None:
+        events = kernel_events(lines, since=since, max_events=max_reports)[0]
+    found = [(ev.kind, ev.pci, ev.line, "kernel") for ev in events]
     if dcgm_text:
         found += [(f.kind, f.gpu, f"DCGM {f.system} {f.health}: {f.message}", "dcgm")
                   for f in parse_dcgmi_health(dcgm_text)]

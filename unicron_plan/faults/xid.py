@@ -12,8 +12,10 @@ Example::
 
 from __future__ import annotations
 
+import calendar
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
@@ -60,6 +62,8 @@ class XidEvent:
     kind: str
     name: str
     line: str
+    #: When the line says it was logged (seconds since the epoch), None when it carries no readable time.
+    time: float | None = None
 
 
 def kind_of_xid(code: int) -> str:
@@ -67,8 +71,9 @@ def kind_of_xid(code: int) -> str:
     return XID_CATALOGUE.get(code, ("", UNLISTED_KIND))[1]
 
 
-def parse_kernel_line(line: str) -> XidEvent | None:
-    """The Xid event of one kernel log line (dmesg, ``journalctl -k`` or syslog prefix), or None."""
+def parse_kernel_line(line: str, now: float | None = None, boot: float | None = None) -> XidEvent | None:
+    """The Xid event of one kernel log line (dmesg, ``journalctl -k`` or syslog prefix), or None.
+    Its ``time`` is read from the prefix (:func:`line_time`; ``now`` and ``boot`` as there)."""
     line = line[:MAX_LINE].rstrip("\n")
     m = _XID.search(line)
     if m:
@@ -76,21 +81,100 @@ def parse_kernel_line(line: str) -> XidEvent | None:
         pid = _PID.search(m.group("rest"))
         name = XID_CATALOGUE.get(code, ("unlisted Xid",))[0]
         return XidEvent(m.group("pci").lower(), code, int(pid.group(1)) if pid else None, kind_of_xid(code), name,
-                        line)
+                        line, line_time(line, now, boot))
     m = _OFF_BUS.search(line)
     if m:
-        return XidEvent(m.group("pci").lower(), 79, None, kind_of_xid(79), XID_CATALOGUE[79][0], line)
+        return XidEvent(m.group("pci").lower(), 79, None, kind_of_xid(79), XID_CATALOGUE[79][0], line,
+                        line_time(line, now, boot))
     return None
 
 
 def read_kernel_log(lines: Iterable[str], max_lines: int = 1_000_000) -> Iterator[XidEvent]:
     """The Xid events of a kernel log, in order (at most ``max_lines`` lines are read)."""
+    now, boot = time.time(), boot_time()
     for k, line in enumerate(lines):
         if k >= max_lines:
             return
-        ev = parse_kernel_line(line)
+        ev = parse_kernel_line(line, now, boot)
         if ev is not None:
             yield ev
+
+
+# --------------------------------------------------------------------------- the time of a line
+_MONTHS = {m: k for k, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                                        "Dec"), 1)}
+# journalctl -o short-iso / short-iso-precise, RFC 5424 syslog: "2026-12-07T04:00:00.123456+00:00 host kernel: ..."
+_ISO = re.compile(r"\s*(?:<\d{1,3}>\d?\s*)?(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?"
+                  r"(Z|[+-]\d{2}:?\d{2})?(?=\s)")
+# journalctl -o short / short-precise, RFC 3164 syslog: "Dec 07 04:00:00[.123456] host kernel: ..." (no year)
+_SYSLOG = re.compile(r"\s*(?:<\d{1,3}>)?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?=\s)")
+# dmesg -T: "[Mon Dec  7 04:00:00 2026] NVRM: ..."
+_DMESG_T = re.compile(r"\s*(?:<\d{1,3}>)?\[\s*[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) "
+                      r"(\d{2}):(\d{2}):(\d{2}) (\d{4})\]")
+# dmesg: "[ 1021.402335] NVRM: ..." (seconds since boot)
+_DMESG = re.compile(r"\s*(?:<\d{1,3}>)?\[\s*(\d{1,10}(?:\.\d{1,9})?)\]")
+
+
+def boot_time() -> float | None:
+    """When this machine booted (seconds since the epoch, from /proc/uptime), or None."""
+    try:
+        with open("/proc/uptime", encoding="ascii") as fh:
+            return time.time() - float(fh.read(64).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _local(year: int, month: int, day: int, h: int, m: int, s: int) -> float | None:
+    try:
+        return time.mktime((year, month, day, h, m, s, 0, 0, -1))
+    except (OverflowError, ValueError):
+        return None
+
+
+def line_time(line: str, now: float | None = None, boot: float | None = None) -> float | None:
+    """When a kernel log line says it was logged, in seconds since the epoch, or None when its prefix
+    carries no time this reads: ISO 8601 (``journalctl -o short-iso``; without a zone, local time),
+    ``Dec 07 04:00:00`` (``journalctl -o short``, syslog: local time, the year the latest that is not
+    more than a day after ``now``), ``dmesg -T``'s ``[Mon Dec  7 04:00:00 2026]``, or dmesg's seconds
+    since ``boot`` (``[ 1021.402335]``; without ``boot``, None)."""
+    line = line[:MAX_LINE]
+    m = _ISO.match(line)
+    if m:
+        y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
+        frac = float("0." + m.group(7)) if m.group(7) else 0.0
+        zone = m.group(8)
+        if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and sec < 61):
+            return None
+        if zone is None:
+            t = _local(y, mo, d, h, mi, sec)
+            return None if t is None else t + frac
+        offset = 0
+        if zone != "Z":
+            z = zone.replace(":", "")
+            offset = (1 if z[0] == "+" else -1) * (int(z[1:3]) * 3600 + int(z[3:5]) * 60)
+        return calendar.timegm((y, mo, d, h, mi, sec, 0, 0, 0)) - offset + frac
+    m = _SYSLOG.match(line)
+    if m and m.group(1) in _MONTHS:
+        mo, d, h, mi, sec = _MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))
+        if not (1 <= d <= 31 and h < 24 and mi < 60 and sec < 61):
+            return None
+        frac = float("0." + m.group(6)) if m.group(6) else 0.0
+        now = time.time() if now is None else now
+        year = time.localtime(now).tm_year
+        t = _local(year, mo, d, h, mi, sec)
+        if t is not None and t > now + 86400:  # a December line read in January
+            t = _local(year - 1, mo, d, h, mi, sec)
+        return None if t is None else t + frac
+    m = _DMESG_T.match(line)
+    if m and m.group(1) in _MONTHS:
+        d, h, mi, sec = int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))
+        if not (1 <= d <= 31 and h < 24 and mi < 60 and sec < 61):
+            return None
+        return _local(int(m.group(6)), _MONTHS[m.group(1)], d, h, mi, sec)
+    m = _DMESG.match(line)
+    if m and boot is not None:
+        return boot + float(m.group(1))
+    return None
 
 
 # --------------------------------------------------------------------------- DCGM

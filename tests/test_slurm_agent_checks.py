@@ -5,18 +5,23 @@ commands, every accepted change read back, and the exit codes of ``agent slurm``
 from __future__ import annotations
 
 import copy
+import http.server
 import json
 import os
 import random
 import shlex
 import stat
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import httpx
 import pytest
 from servers import Server
 
+from unicron_plan.client import PlannerClient, ReplyError
 from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.integrations.agent import (AgentConfig, AgentError, CommandFailed, JobNow, NotApplied, SlurmAgent,
                                              SlurmCli, SlurmReadError, carry_out, check_plan_id)
@@ -403,3 +408,53 @@ def test_one_planned_job_with_an_invalid_comment_is_skipped_and_named(tmp_path, 
     assert {j["id"] for j in inst["jobs"]} == {"1", "3"}
     held = {n["id"]: n for n in inst["cluster"]["nodes"]}
     assert all(len(held[n]["failed_gpus"]) == held[n]["gpus"] for n in ("n4", "n5", "n6"))  # still job 2's
+
+
+# --- the coordinator's malformed replies, --reason -------------------------------------------------------
+
+def test_a_malformed_reply_is_a_reply_error():
+    for body in (b'{"entries": [{"revision": 11', b"{}", b'{"entries": [{"revision": "x"}]}'):
+        transport = httpx.MockTransport(lambda req, body=body: httpx.Response(
+            200, content=body, headers={"content-type": "application/json"}))
+        with PlannerClient("http://coordinator", transport=transport) as c:
+            with pytest.raises(ReplyError, match="reply to GET /v1/history is not valid"):
+                c.history()
+
+
+class _Foreign(http.server.BaseHTTPRequestHandler):
+    """Answers 200 with ``{}`` to everything (another service behind the coordinator's address)."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_POST = do_PUT = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+def test_agent_exits_2_naming_a_malformed_reply(tmp_path):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Foreign)
+    t = threading.Thread(target=httpd.serve_forever, daemon=True)
+    t.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        r = _agent(["--coordinator", url, "--once", "--state-dir", str(tmp_path / "state")])
+        _one_line_error(r, 2, "--coordinator", "reply to GET /healthz is not valid")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        t.join(timeout=10)
+
+
+def test_a_reason_with_a_control_character_is_refused_before_anything_is_posted(tmp_path):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    s.close()
+    r = _agent(["--coordinator", closed, "--once", "--state-dir", str(tmp_path / "state"), "--reason", "a\x01b"])
+    _one_line_error(r, 2, "--reason", "control character")

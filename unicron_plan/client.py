@@ -10,7 +10,8 @@ Example::
 
 Replies are pydantic models (unicron_plan.schema.service: RevisionReply, PlanReply, StateReply,
 HistoryEntry, HealthReply), so a type checker and an editor know their fields. Errors come back as :class:`PlannerError` with the HTTP status and the
-service's one-line message (``"<field>: <reason>"``).
+service's one-line message (``"<field>: <reason>"``); a 2xx reply that is not the one expected
+as :class:`ReplyError`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Optional
 from urllib.parse import quote
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from unicron_plan.extras import require
 from unicron_plan.schema import Instance, Job
@@ -41,6 +42,22 @@ class PlannerError(Exception):
         super().__init__(f"HTTP {status}: {message}")
 
 
+class ReplyError(ValueError):
+    """The service answered 2xx with a body that is not the reply expected (a truncated body, a
+    proxy's page, another service's JSON)."""
+
+    def __init__(self, method: str, path: str, why: str):
+        from unicron_plan.text import one_line
+
+        super().__init__(one_line(f"reply to {method} {path} is not valid: {why}", 300))
+
+
+def _why(exc: ValidationError) -> str:
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+    return f"{where}: {first.get('msg', str(exc))}"
+
+
 class PlannerClient:
     """Synchronous client; ``token`` is sent as ``Authorization: Bearer``."""
 
@@ -57,42 +74,54 @@ class PlannerClient:
             except ValueError:
                 message = r.text
             raise PlannerError(r.status_code, message)
-        return r.json() if r.headers.get("content-type", "").startswith("application/json") else r.text
+        if not r.headers.get("content-type", "").startswith("application/json"):
+            return r.text
+        try:
+            return r.json()
+        except ValueError as exc:
+            raise ReplyError(method, path, f"not JSON ({exc})") from None
+
+    def _reply(self, model: type[BaseModel], method: str, path: str, **kw) -> Any:
+        """The reply as ``model``; :class:`ReplyError` when it is not one."""
+        try:
+            return model.model_validate(self._call(method, path, **kw))
+        except ValidationError as exc:
+            raise ReplyError(method, path, _why(exc)) from None
 
     def put_cluster(self, instance: dict | Instance) -> RevisionReply:
         """Upload the cluster (a v1 instance without event)."""
-        return RevisionReply.model_validate(self._call("PUT", "/v1/cluster", json=_body(instance)))
+        return self._reply(RevisionReply, "PUT", "/v1/cluster", json=_body(instance))
 
     def post_event(self, event: dict, dry_run: bool = False, idempotency_key: Optional[str] = None) -> PlanReply:
         """Record ``event`` (unless ``dry_run``) and return the plan with ``plan_id`` and ``revision``."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return PlanReply.model_validate(self._call("POST", "/v1/events", json=_body(event),
-                                                   params={"dry_run": str(dry_run).lower()}, headers=headers))
+        return self._reply(PlanReply, "POST", "/v1/events", json=_body(event),
+                           params={"dry_run": str(dry_run).lower()}, headers=headers)
 
     def add_job(self, job: dict | Job) -> RevisionReply:
         """Add a queued job (``current.gpus`` 0)."""
-        return RevisionReply.model_validate(self._call("POST", "/v1/jobs", json=_body(job)))
+        return self._reply(RevisionReply, "POST", "/v1/jobs", json=_body(job))
 
     def remove_job(self, job_id: str) -> RevisionReply:
         """Remove a job (its GPUs are freed)."""
-        return RevisionReply.model_validate(self._call("DELETE", f"/v1/jobs/{quote(job_id, safe='')}"))
+        return self._reply(RevisionReply, "DELETE", f"/v1/jobs/{quote(job_id, safe='')}")
 
     def apply(self, plan_id: str) -> RevisionReply:
         """Confirm the plan was carried out; PlannerError 409 when the state moved on."""
-        return RevisionReply.model_validate(self._call("POST", f"/v1/plans/{quote(plan_id, safe='')}/apply"))
+        return self._reply(RevisionReply, "POST", f"/v1/plans/{quote(plan_id, safe='')}/apply")
 
     def get_plan(self, plan_id: str) -> PlanReply:
         """A recorded plan by id."""
-        return PlanReply.model_validate(self._call("GET", f"/v1/plans/{quote(plan_id, safe='')}"))
+        return self._reply(PlanReply, "GET", f"/v1/plans/{quote(plan_id, safe='')}")
 
     def state(self) -> StateReply:
         """The revision and the applied cluster with the pending event."""
-        return StateReply.model_validate(self._call("GET", "/v1/state"))
+        return self._reply(StateReply, "GET", "/v1/state")
 
     def history(self, since: int = 0, limit: Optional[int] = None) -> list[HistoryEntry]:
         """Log entries after revision ``since``, oldest first."""
         params = {"since": since, **({"limit": limit} if limit else {})}
-        return HistoryReply.model_validate(self._call("GET", "/v1/history", params=params)).entries
+        return self._reply(HistoryReply, "GET", "/v1/history", params=params).entries
 
     def post_signals(self, signals: list[dict]) -> dict:
         """In-band reports (docs/detection.md); the incidents they opened."""
@@ -100,11 +129,11 @@ class PlannerClient:
 
     def post_action(self, action: dict) -> RevisionReply:
         """Record what was done about an incident (history type ``action``)."""
-        return RevisionReply.model_validate(self._call("POST", "/v1/actions", json=action))
+        return self._reply(RevisionReply, "POST", "/v1/actions", json=action)
 
     def health(self) -> HealthReply:
         """Status, revision and the warm-contingency progress."""
-        return HealthReply.model_validate(self._call("GET", "/healthz"))
+        return self._reply(HealthReply, "GET", "/healthz")
 
     def metrics(self) -> str:
         """The Prometheus text exposition."""

@@ -183,7 +183,7 @@ def agent_slurm(coordinator: str = typer.Option(..., "--coordinator", help="URL 
     """Keep Slurm at the coordinator's plans: events in, scontrol out, apply confirmed."""
     import httpx
 
-    from unicron_plan.client import PlannerClient, PlannerError
+    from unicron_plan.client import PlannerClient, PlannerError, ReplyError
     from unicron_plan.errors import InvalidInstanceError
     from unicron_plan.integrations.agent import AgentConfig, AgentError
     from unicron_plan.integrations.restart import InBandAgent as SlurmAgent  # acts on in-band incidents too
@@ -194,6 +194,8 @@ def agent_slurm(coordinator: str = typer.Option(..., "--coordinator", help="URL 
     cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
     if not coordinator.startswith(("http://", "https://")):
         raise InvalidInstanceError("--coordinator", f"{coordinator[:80]!r} is not an http:// or https:// URL")
+    if not reason.isprintable():   # refused before anything is posted (it would name a drain's reason)
+        raise InvalidInstanceError("--reason", "holds a control character")
     token = None
     if token_file:
         try:
@@ -222,6 +224,8 @@ def agent_slurm(coordinator: str = typer.Option(..., "--coordinator", help="URL 
     except PlannerError as exc:
         raise InvalidInstanceError("--coordinator", f"{coordinator[:80]} answered HTTP {exc.status}: "
                                                     f"{str(exc.message)[:200]}") from None
+    except ReplyError as exc:
+        raise InvalidInstanceError("--coordinator", f"{coordinator[:80]}: {exc}") from None
     except httpx.HTTPError as exc:
         raise InvalidInstanceError("--coordinator", f"{coordinator[:80]}: {type(exc).__name__}: "
                                                     f"{str(exc)[:200]}") from None

@@ -9,6 +9,9 @@ time) and, per job and node, the incidents open now. It turns reports into incid
   its expected gap (the larger of its running average iteration time and its running
   average gap between heartbeats; at least ``min_hang_seconds``) is hung; the ranks of one job
   found hung in one check are one incident;
+- silence is measured only while the coordinator could hear: when the monitor's check comes more
+  than ``check_interval`` later than scheduled (the coordinator itself was paused or starved),
+  every silence clock is moved on by that delay before anyone is judged;
 - reports that arrive while an incident of the same job (or, for SEV1, node) is open, within
   ``incident_window`` and not more severe, are duplicates: counted, not recorded again. A job's
   incident closes early when one of its ranks has sent ``min_steps`` heartbeats since (it trains again).
@@ -40,7 +43,7 @@ class DetectorSettings:
     min_hang_seconds: float = 2.0     # ASSUMPTION: no hang is called on less (network and scheduling jitter)
     incident_window: float = 60.0     # ASSUMPTION: reports within a minute of an incident are its duplicates
     repeat_window: float = 300.0      # ASSUMPTION: a second SEV3 of a job within 5 minutes escalates to SEV2
-    check_interval: float = 0.25      # how often silent ranks are looked for
+    check_interval: float = 0.25      # how often silent ranks are looked for (a check later by more: a stall)
     max_ranks: int = 1_000_000        # most ranks tracked at once (bounded memory)
 
 
@@ -69,14 +72,15 @@ class Detector:
 
     def __init__(self, act: Callable[[dict], dict], jobs_on: Callable[[str], list[str]],
                  settings: DetectorSettings | None = None, clock: Callable[[], float] = time.monotonic,
-                 count: Callable[[str, str], None] = lambda kind, outcome: None):
-        self.act, self.jobs_on, self.clock, self.count = act, jobs_on, clock, count
+                 count: Callable[[str, str], None] = lambda kind, outcome: None, monitor: bool = True):
+        self.act, self.jobs_on, self.clock, self.count, self.monitor = act, jobs_on, clock, count, monitor
         self.settings = settings or DetectorSettings()
         self.lock = threading.Lock()
         self.ranks: dict[tuple[str, int], _Rank] = {}
         self.nodes: dict[str, _Rank] = {}  # node heartbeats (`watch-node --heartbeat`): node health
         self.open: dict[tuple[str, str], _Incident] = {}  # ("job"|"node", id) -> incident
         self.sev3_at: dict[str, float] = {}  # job -> time of its last SEV3 incident
+        self._due: float | None = None  # when the monitor's next check is due (None: no monitor running)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -106,6 +110,7 @@ class Detector:
     def _beat(self, sig) -> None:
         now = self.clock()
         with self.lock:
+            self._catch_up(now)  # a beat delivered late after a stall counts, the stall does not
             table, key = (self.ranks, (sig.job, sig.rank)) if sig.job is not None else (self.nodes, sig.node)
             r = table.get(key)
             if r is None:
@@ -185,17 +190,37 @@ class Detector:
         return out
 
     def start(self) -> None:
-        """The background thread that calls :meth:`check` every ``check_interval`` seconds."""
-        if self._thread is None:
+        """The background thread that calls :meth:`check` every ``check_interval`` seconds (the monitor;
+        none when the detector was made with ``monitor=False``: the caller checks)."""
+        if self._thread is None and self.monitor:
             self._thread = threading.Thread(target=self._loop, name="hang-check", daemon=True)
             self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.settings.check_interval):
+        interval = self.settings.check_interval
+        while True:
+            with self.lock:
+                self._due = self.clock() + interval
+            if self._stop.wait(interval):
+                return
             try:
+                with self.lock:
+                    self._catch_up(self.clock())
                 self.check()
             except Exception:  # noqa: BLE001 - a failed check (e.g. a closing store) must not end the thread
                 pass
+
+    def _catch_up(self, now: float) -> None:
+        """Silence counts only while the coordinator could hear (caller holds the lock). A monitor check
+        more than one interval later than scheduled means the coordinator itself was stopped (a paused
+        VM or process, swapping, CPU starvation): no heartbeat could be heard meanwhile, so every
+        silence clock moves on by the delay before anyone is judged silent. Whichever comes first after
+        the stall does this: the late check, or a heartbeat (which then counts, the stall not in its gap)."""
+        if self._due is None or now - self._due <= self.settings.check_interval:
+            return
+        stall, self._due = now - self._due, now
+        for r in (*self.ranks.values(), *self.nodes.values()):
+            r.last = min(r.last + stall, now)
 
     def close(self) -> None:
         self._stop.set()

@@ -138,6 +138,24 @@ def test_sev3_reattempts_then_escalates_within_the_window():
     assert acts[2]["severity"] == "SEV3"
 
 
+def test_one_fault_seen_by_several_ranks_is_one_sev3_and_only_its_recurrence_escalates():
+    d, acts, clock = _detector()
+    warn = "n4:123:456 [0] NCCL WARN NET/IB : Got async event : port error"
+    _beats(d, clock, "a", [0, 1, 2, 3], steps=4, seconds=0.5)
+    for r in (1, 2, 0):  # the ranks print the same warning within a fraction of a second
+        clock.now += 0.1
+        d.receive([_sig(rank=r, node="n4", kind="other_network_error", evidence=warn)])
+    assert [(a["severity"], a["action"], a["rank"]) for a in acts] == [("SEV3", "reattempt", 1)]
+    _beats(d, clock, "a", [0, 1, 2, 3], steps=4, seconds=0.5)  # the reattempt works: the job trains on
+    d.receive([_sig(rank=3, node="n4", kind="connection_reset")])  # the last rank's view of the same fault
+    assert len(acts) == 1 and "escalated_from" not in acts[0]
+    _beats(d, clock, "a", [0, 1, 2, 3], steps=20, seconds=0.5)
+    d.receive([_sig(rank=1, node="n4", kind="other_network_error", evidence=warn)])  # the fault again, later
+    assert [(a["severity"], a.get("escalated_from")) for a in acts] == [("SEV3", None), ("SEV2", "SEV3")]
+    d.receive([_sig(rank=r, node="n4", kind="other_network_error", evidence=warn) for r in (0, 2, 3)])
+    assert len(acts) == 2  # the other ranks' copies of the recurrence belong to its incident
+
+
 def _node_beats(d, clock, node, count, seconds):
     for _ in range(count):
         clock.now += seconds

@@ -4,7 +4,8 @@ A :class:`Detector` keeps, per rank, its heartbeats (steps and running average i
 time) and, per job and node, the incidents open now. It turns reports into incidents:
 
 - an error report is classified by :data:`unicron_plan.faults.signals.CLASSES` (kind ->
-  severity -> action); a SEV3 of a job that had one within ``repeat_window`` escalates to SEV2;
+  severity -> action); a SEV3 of a job that had one within ``repeat_window`` escalates to SEV2
+  (a repeat: the earlier one's incident is over and this is not another rank's copy of it);
 - a rank that has stepped ``min_steps`` times and then stays silent for ``hang_factor`` times
   its expected gap (the larger of its running average iteration time and its running
   average gap between heartbeats; at least ``min_hang_seconds``) is hung; the ranks of one job
@@ -15,6 +16,8 @@ time) and, per job and node, the incidents open now. It turns reports into incid
 - reports that arrive while an incident of the same job (or, for SEV1, node) is open, within
   ``incident_window`` and not more severe, are duplicates: counted, not recorded again. A job's
   incident closes early when one of its ranks has sent ``min_steps`` heartbeats since (it trains again).
+  A SEV3 from a rank of the job that has not reported its last SEV3 occurrence, within
+  ``incident_window`` of it, is the same fault seen by another rank: a duplicate too, never a repeat.
 
 Each incident is handed to ``act(record) -> dict`` (the coordinator records it in its
 history as type ``signal`` and carries out SEV1: the node's failure event, so a plan
@@ -32,6 +35,8 @@ from unicron_plan.faults.signals import ACTION_OF, CLASSES
 
 #: Severities from the most to the least severe.
 _RANK = {"SEV1": 0, "SEV2": 1, "SEV3": 2}
+#: The kinds classified SEV3 (reattempt), whose repeats escalate.
+_SEV3_KINDS = frozenset(kind for kind, cls in CLASSES.items() if cls.severity == "SEV3")
 
 
 @dataclass
@@ -42,7 +47,7 @@ class DetectorSettings:
     min_steps: int = 3                # ASSUMPTION: a few steps before a rank's average means something
     min_hang_seconds: float = 2.0     # ASSUMPTION: no hang is called on less (network and scheduling jitter)
     incident_window: float = 60.0     # ASSUMPTION: reports within a minute of an incident are its duplicates
-    repeat_window: float = 300.0      # ASSUMPTION: a second SEV3 of a job within 5 minutes escalates to SEV2
+    repeat_window: float = 300.0      # ASSUMPTION: a SEV3 of a job again within 5 minutes escalates to SEV2
     check_interval: float = 0.25      # how often silent ranks are looked for (a check later by more: a stall)
     max_ranks: int = 1_000_000        # most ranks tracked at once (bounded memory)
 
@@ -79,7 +84,7 @@ class Detector:
         self.ranks: dict[tuple[str, int], _Rank] = {}
         self.nodes: dict[str, _Rank] = {}  # node heartbeats (`watch-node --heartbeat`): node health
         self.open: dict[tuple[str, str], _Incident] = {}  # ("job"|"node", id) -> incident
-        self.sev3_at: dict[str, float] = {}  # job -> time of its last SEV3 incident
+        self.sev3: dict[str, tuple[float, set[int]]] = {}  # job -> (time, ranks) of its last SEV3 occurrence
         self._due: float | None = None  # when the monitor's next check is due (None: no monitor running)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -231,15 +236,21 @@ class Detector:
         s, now = self.settings, self.clock()
         job, node = rec["job"], rec["node"]
         with self.lock:
-            if rec["severity"] == "SEV3" and job is not None:
-                last = self.sev3_at.get(job)
-                self.sev3_at[job] = now
-                if last is not None and now - last <= s.repeat_window and not self._open_for(job, node, "SEV2", now):
+            last = self.sev3.get(job) if rec["severity"] == "SEV3" and job is not None else None
+            current = last is not None and now - last[0] <= s.incident_window  # its last SEV3 occurrence
+            copy = False
+            if last is not None and self._open_for(job, node, "SEV3", now) is None:
+                if current and rec["rank"] not in last[1]:
+                    copy = True  # another rank's report of the same fault: one occurrence, not a repeat
+                elif now - last[0] <= s.repeat_window:  # the fault again after its incident: the reattempt failed
                     rec.update(severity="SEV2", action=ACTION_OF["SEV2"], escalated_from="SEV3")
             found = self._open_for(job, node, rec["severity"], now)
-            if found is not None:
-                found.duplicates += 1
-                self._forget(job)
+            if found is not None or copy:
+                if current and len(last[1]) < 4096:  # the ranks that reported it (bounded memory)
+                    last[1].add(rec["rank"])
+                if found is not None:
+                    found.duplicates += 1
+                    self._forget(job)
                 self.count(rec["kind"], "duplicate")
                 return None
             jobs = [job] if job is not None else []
@@ -247,6 +258,8 @@ class Detector:
                 jobs = sorted(set(jobs) | set(self.jobs_on(node)))
             keys = [("job", j) for j in jobs] + ([("node", node)] if rec["severity"] == "SEV1" and node else [])
             inc = _Incident(now, rec["severity"], None, keys=keys)
+            if rec["kind"] in _SEV3_KINDS and job is not None:
+                self.sev3[job] = (now, {rec["rank"]})
             for k in keys:
                 self.open[k] = inc
             for j in jobs:
@@ -263,8 +276,8 @@ class Detector:
         s = self.settings
         for key in [k for k, inc in self.open.items() if now - inc.opened > s.incident_window]:
             del self.open[key]
-        for job in [j for j, at in self.sev3_at.items() if now - at > s.repeat_window]:
-            del self.sev3_at[job]
+        for job in [j for j, (at, _) in self.sev3.items() if now - at > s.repeat_window]:
+            del self.sev3[job]
 
     def _forget(self, job) -> None:
         """Drop the heartbeats of ``job``'s ranks: after an incident they start afresh (a restart is no hang)."""

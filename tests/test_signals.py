@@ -34,7 +34,7 @@ def _detector(**settings):
         return {"revision": len(acts), **rec}
 
     jobs = {"n1": ["a", "b"], "n2": ["a"]}
-    d = Detector(act, lambda node: jobs.get(node, []), DetectorSettings(**settings), clock=clock)
+    d = Detector(act, lambda node: jobs.get(node, []), DetectorSettings(**settings), clock=clock, monitor=False)
     return d, acts, clock
 
 
@@ -138,6 +138,24 @@ def test_sev3_reattempts_then_escalates_within_the_window():
     assert acts[2]["severity"] == "SEV3"
 
 
+def test_one_fault_seen_by_several_ranks_is_one_sev3_and_only_its_recurrence_escalates():
+    d, acts, clock = _detector()
+    warn = "n4:123:456 [0] NCCL WARN NET/IB : Got async event : port error"
+    _beats(d, clock, "a", [0, 1, 2, 3], steps=4, seconds=0.5)
+    for r in (1, 2, 0):  # the ranks print the same warning within a fraction of a second
+        clock.now += 0.1
+        d.receive([_sig(rank=r, node="n4", kind="other_network_error", evidence=warn)])
+    assert [(a["severity"], a["action"], a["rank"]) for a in acts] == [("SEV3", "reattempt", 1)]
+    _beats(d, clock, "a", [0, 1, 2, 3], steps=4, seconds=0.5)  # the reattempt works: the job trains on
+    d.receive([_sig(rank=3, node="n4", kind="connection_reset")])  # the last rank's view of the same fault
+    assert len(acts) == 1 and "escalated_from" not in acts[0]
+    _beats(d, clock, "a", [0, 1, 2, 3], steps=20, seconds=0.5)
+    d.receive([_sig(rank=1, node="n4", kind="other_network_error", evidence=warn)])  # the fault again, later
+    assert [(a["severity"], a.get("escalated_from")) for a in acts] == [("SEV3", None), ("SEV2", "SEV3")]
+    d.receive([_sig(rank=r, node="n4", kind="other_network_error", evidence=warn) for r in (0, 2, 3)])
+    assert len(acts) == 2  # the other ranks' copies of the recurrence belong to its incident
+
+
 def _node_beats(d, clock, node, count, seconds):
     for _ in range(count):
         clock.now += seconds
@@ -161,6 +179,61 @@ def test_a_silent_node_is_lost_and_its_jobs_hang_is_the_same_incident():
     assert acts[0]["jobs"] == ["a"]
     _node_beats(d, clock, "n1", 10, 0.5)
     assert d.check() == []  # the job's hang is part of the incident; n2 is not lost again until it beats
+
+
+class _Schedule:
+    """Stands in for the monitor's stop event: each wait runs ``step(k)`` (k = 0, 1, ...; it moves the
+    fake clock on and delivers what arrives), then the monitor checks; after ``waits`` waits it stops."""
+
+    def __init__(self, step, waits):
+        self.step, self.waits, self.k = step, waits, 0
+
+    def wait(self, seconds):
+        if self.k >= self.waits:
+            return True
+        self.step(self.k)
+        self.k += 1
+        return False
+
+
+def test_a_stall_of_the_coordinator_is_no_nodes_silence():
+    """The coordinator stopped for 5 s (twice): nothing could be heard, so no node and no rank was silent.
+    A node that really died during the second stall is lost after the threshold heard since the resume."""
+    clock, opened = Clock(), []
+
+    def act(rec):
+        opened.append((clock.now, rec))
+        return {"revision": len(opened)}
+
+    d = Detector(act, lambda node: {"n1": ["a"], "n2": ["a"]}.get(node, []), DetectorSettings(), clock=clock,
+                 monitor=False)
+    resumed = {}
+
+    def beats(nodes, k):
+        d.receive([_sig(rank=r, node=f"n{1 + r // 2}", kind="heartbeat", step=k + 2, iteration_seconds=0.25)
+                   for r in range(4) if f"n{1 + r // 2}" in nodes]
+                  + [Signal.model_validate({"node": n, "rank": 0, "kind": "heartbeat", "step": k + 2}) for n in nodes]
+                  + [_sig(job="b", rank=r, node="n3", kind="heartbeat", step=k + 2, iteration_seconds=0.25)
+                     for r in range(2)])  # job b: ranks alone, no node heartbeats
+
+    def step(k):  # the monitor checks every 0.25 s; every node and rank beats every 0.5 s
+        nodes = ("n1", "n2") if k < 80 else ("n1",)  # n2 (and its ranks) die in the second stall
+        if k == 41:
+            beats(nodes, k)  # the beats held up by the first stall, delivered after the monitor's first check
+        if k in (40, 80):
+            clock.now += 5.0  # the coordinator stopped: no check, nothing heard
+            resumed[k] = clock.now + 0.25
+        clock.now += 0.25
+        if k % 2 == 0 and k != 40:
+            beats(nodes, k)  # after the second stall the beats come before the monitor's check
+
+    d._stop = _Schedule(step, waits=120)
+    d._loop()
+    assert [r["node"] for _, r in opened if r["kind"] == "lost_connection"] == ["n2"]
+    assert [r["kind"] for _, r in opened] == ["lost_connection"]  # no hang of job b; job a's is n2's incident
+    lost_at = opened[0][0]
+    # n2 was last heard at most 0.5 s before the stall: lost once 2 s of silence were heard
+    assert resumed[80] + 1.5 < lost_at <= resumed[80] + 2.0
 
 
 def test_node_reader_report_names_the_nodes_jobs():

@@ -4,14 +4,20 @@ A :class:`Detector` keeps, per rank, its heartbeats (steps and running average i
 time) and, per job and node, the incidents open now. It turns reports into incidents:
 
 - an error report is classified by :data:`unicron_plan.faults.signals.CLASSES` (kind ->
-  severity -> action); a SEV3 of a job that had one within ``repeat_window`` escalates to SEV2;
+  severity -> action); a SEV3 of a job that had one within ``repeat_window`` escalates to SEV2
+  (a repeat: the earlier one's incident is over and this is not another rank's copy of it);
 - a rank that has stepped ``min_steps`` times and then stays silent for ``hang_factor`` times
   its expected gap (the larger of its running average iteration time and its running
   average gap between heartbeats; at least ``min_hang_seconds``) is hung; the ranks of one job
   found hung in one check are one incident;
+- silence is measured only while the coordinator could hear: when the monitor's check comes more
+  than ``check_interval`` later than scheduled (the coordinator itself was paused or starved),
+  every silence clock is moved on by that delay before anyone is judged;
 - reports that arrive while an incident of the same job (or, for SEV1, node) is open, within
   ``incident_window`` and not more severe, are duplicates: counted, not recorded again. A job's
   incident closes early when one of its ranks has sent ``min_steps`` heartbeats since (it trains again).
+  A SEV3 from a rank of the job that has not reported its last SEV3 occurrence, within
+  ``incident_window`` of it, is the same fault seen by another rank: a duplicate too, never a repeat.
 
 Each incident is handed to ``act(record) -> dict`` (the coordinator records it in its
 history as type ``signal`` and carries out SEV1: the node's failure event, so a plan
@@ -29,6 +35,8 @@ from unicron_plan.faults.signals import ACTION_OF, CLASSES
 
 #: Severities from the most to the least severe.
 _RANK = {"SEV1": 0, "SEV2": 1, "SEV3": 2}
+#: The kinds classified SEV3 (reattempt), whose repeats escalate.
+_SEV3_KINDS = frozenset(kind for kind, cls in CLASSES.items() if cls.severity == "SEV3")
 
 
 @dataclass
@@ -39,8 +47,8 @@ class DetectorSettings:
     min_steps: int = 3                # ASSUMPTION: a few steps before a rank's average means something
     min_hang_seconds: float = 2.0     # ASSUMPTION: no hang is called on less (network and scheduling jitter)
     incident_window: float = 60.0     # ASSUMPTION: reports within a minute of an incident are its duplicates
-    repeat_window: float = 300.0      # ASSUMPTION: a second SEV3 of a job within 5 minutes escalates to SEV2
-    check_interval: float = 0.25      # how often silent ranks are looked for
+    repeat_window: float = 300.0      # ASSUMPTION: a SEV3 of a job again within 5 minutes escalates to SEV2
+    check_interval: float = 0.25      # how often silent ranks are looked for (a check later by more: a stall)
     max_ranks: int = 1_000_000        # most ranks tracked at once (bounded memory)
 
 
@@ -69,14 +77,15 @@ class Detector:
 
     def __init__(self, act: Callable[[dict], dict], jobs_on: Callable[[str], list[str]],
                  settings: DetectorSettings | None = None, clock: Callable[[], float] = time.monotonic,
-                 count: Callable[[str, str], None] = lambda kind, outcome: None):
-        self.act, self.jobs_on, self.clock, self.count = act, jobs_on, clock, count
+                 count: Callable[[str, str], None] = lambda kind, outcome: None, monitor: bool = True):
+        self.act, self.jobs_on, self.clock, self.count, self.monitor = act, jobs_on, clock, count, monitor
         self.settings = settings or DetectorSettings()
         self.lock = threading.Lock()
         self.ranks: dict[tuple[str, int], _Rank] = {}
         self.nodes: dict[str, _Rank] = {}  # node heartbeats (`watch-node --heartbeat`): node health
         self.open: dict[tuple[str, str], _Incident] = {}  # ("job"|"node", id) -> incident
-        self.sev3_at: dict[str, float] = {}  # job -> time of its last SEV3 incident
+        self.sev3: dict[str, tuple[float, set[int]]] = {}  # job -> (time, ranks) of its last SEV3 occurrence
+        self._due: float | None = None  # when the monitor's next check is due (None: no monitor running)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -106,6 +115,7 @@ class Detector:
     def _beat(self, sig) -> None:
         now = self.clock()
         with self.lock:
+            self._catch_up(now)  # a beat delivered late after a stall counts, the stall does not
             table, key = (self.ranks, (sig.job, sig.rank)) if sig.job is not None else (self.nodes, sig.node)
             r = table.get(key)
             if r is None:
@@ -185,17 +195,37 @@ class Detector:
         return out
 
     def start(self) -> None:
-        """The background thread that calls :meth:`check` every ``check_interval`` seconds."""
-        if self._thread is None:
+        """The background thread that calls :meth:`check` every ``check_interval`` seconds (the monitor;
+        none when the detector was made with ``monitor=False``: the caller checks)."""
+        if self._thread is None and self.monitor:
             self._thread = threading.Thread(target=self._loop, name="hang-check", daemon=True)
             self._thread.start()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.settings.check_interval):
+        interval = self.settings.check_interval
+        while True:
+            with self.lock:
+                self._due = self.clock() + interval
+            if self._stop.wait(interval):
+                return
             try:
+                with self.lock:
+                    self._catch_up(self.clock())
                 self.check()
             except Exception:  # noqa: BLE001 - a failed check (e.g. a closing store) must not end the thread
                 pass
+
+    def _catch_up(self, now: float) -> None:
+        """Silence counts only while the coordinator could hear (caller holds the lock). A monitor check
+        more than one interval later than scheduled means the coordinator itself was stopped (a paused
+        VM or process, swapping, CPU starvation): no heartbeat could be heard meanwhile, so every
+        silence clock moves on by the delay before anyone is judged silent. Whichever comes first after
+        the stall does this: the late check, or a heartbeat (which then counts, the stall not in its gap)."""
+        if self._due is None or now - self._due <= self.settings.check_interval:
+            return
+        stall, self._due = now - self._due, now
+        for r in (*self.ranks.values(), *self.nodes.values()):
+            r.last = min(r.last + stall, now)
 
     def close(self) -> None:
         self._stop.set()
@@ -206,15 +236,21 @@ class Detector:
         s, now = self.settings, self.clock()
         job, node = rec["job"], rec["node"]
         with self.lock:
-            if rec["severity"] == "SEV3" and job is not None:
-                last = self.sev3_at.get(job)
-                self.sev3_at[job] = now
-                if last is not None and now - last <= s.repeat_window and not self._open_for(job, node, "SEV2", now):
+            last = self.sev3.get(job) if rec["severity"] == "SEV3" and job is not None else None
+            current = last is not None and now - last[0] <= s.incident_window  # its last SEV3 occurrence
+            copy = False
+            if last is not None and self._open_for(job, node, "SEV3", now) is None:
+                if current and rec["rank"] not in last[1]:
+                    copy = True  # another rank's report of the same fault: one occurrence, not a repeat
+                elif now - last[0] <= s.repeat_window:  # the fault again after its incident: the reattempt failed
                     rec.update(severity="SEV2", action=ACTION_OF["SEV2"], escalated_from="SEV3")
             found = self._open_for(job, node, rec["severity"], now)
-            if found is not None:
-                found.duplicates += 1
-                self._forget(job)
+            if found is not None or copy:
+                if current and len(last[1]) < 4096:  # the ranks that reported it (bounded memory)
+                    last[1].add(rec["rank"])
+                if found is not None:
+                    found.duplicates += 1
+                    self._forget(job)
                 self.count(rec["kind"], "duplicate")
                 return None
             jobs = [job] if job is not None else []
@@ -222,6 +258,8 @@ class Detector:
                 jobs = sorted(set(jobs) | set(self.jobs_on(node)))
             keys = [("job", j) for j in jobs] + ([("node", node)] if rec["severity"] == "SEV1" and node else [])
             inc = _Incident(now, rec["severity"], None, keys=keys)
+            if rec["kind"] in _SEV3_KINDS and job is not None:
+                self.sev3[job] = (now, {rec["rank"]})
             for k in keys:
                 self.open[k] = inc
             for j in jobs:
@@ -238,8 +276,8 @@ class Detector:
         s = self.settings
         for key in [k for k, inc in self.open.items() if now - inc.opened > s.incident_window]:
             del self.open[key]
-        for job in [j for j, at in self.sev3_at.items() if now - at > s.repeat_window]:
-            del self.sev3_at[job]
+        for job in [j for j, (at, _) in self.sev3.items() if now - at > s.repeat_window]:
+            del self.sev3[job]
 
     def _forget(self, job) -> None:
         """Drop the heartbeats of ``job``'s ranks: after an incident they start afresh (a restart is no hang)."""

@@ -327,3 +327,46 @@ def test_api_threads_are_bounded():
     for threads in (0, 10 ** 6, True, 2.5):
         with pytest.raises(InvalidInstanceError, match="threads"):
             api.solve(TINY, threads=threads)
+
+
+@pytest.mark.parametrize("source", [None, 3, ["x"], b"{}", object(), "", "   "])
+def test_api_sources_of_another_type_are_bad_input(source):
+    from unicron_plan import api
+    from unicron_plan.errors import InvalidInstanceError
+
+    for call in (api.load_instance, api.load_plan, api.solve):
+        with pytest.raises(InvalidInstanceError):
+            call(source)
+
+
+@pytest.mark.parametrize("limit", [0, -1.0, float("nan"), float("inf"), 1e10, 10 ** 400, True, "5"])
+def test_api_time_limits_are_bounded(limit):
+    from unicron_plan import api
+    from unicron_plan.errors import InvalidInstanceError
+
+    with pytest.raises(InvalidInstanceError, match="time_limit_seconds"):
+        api.solve(TINY, time_limit_seconds=limit)
+
+
+@pytest.mark.parametrize("limit", ["1e10", "inf", "nan"])
+def test_cli_time_limit_is_bounded(runner, limit):
+    res = runner.invoke(app, ["solve", str(TINY), "--time-limit", limit])
+    assert res.exit_code == 2 and "--time-limit" in res.stderr and not res.stdout
+
+
+def test_a_plot_into_a_fifo_writes_into_it_and_keeps_it(tmp_path):
+    # (a rename over a device or FIFO replaced it: run as root with --plot /dev/null, /dev/null was gone)
+    import os
+    import threading
+
+    pytest.importorskip("matplotlib")
+    fifo = tmp_path / "plot.fifo"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    res = CliRunner().invoke(app, ["simulate", str(ROOT / "scenarios" / "gpt3-mix-1024-a800.json"), "-q",
+                                   "--policy", "unicron", "--plot", str(fifo)])
+    reader.join(timeout=120)
+    assert res.exit_code == 0, res.output
+    assert fifo.is_fifo() and got and got[0].startswith(b"\x89PNG")

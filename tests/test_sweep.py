@@ -185,3 +185,20 @@ def test_default_policies_add_type_bound_on_a_mixed_fleet_as_simulate_does(insta
     assert set(res["points"][0]["ratios"]) == set(res["policies"]) - {"unicron"}
     named = sw.run_sweep(sw.Sweep.model_validate(dict(spec, policies=["unicron", "greedy"])), base, workers=1)
     assert named["policies"] == ["unicron", "greedy"]  # policies the file names are run as named
+
+
+def test_a_policy_that_earns_nothing_gives_null_ratios_not_infinity(tmp_path):
+    # every weight 0 (the format allows it): no seed has a ratio, and the JSON holds nulls, never Infinity
+    scenario = read_json(SCENARIO)
+    for job in scenario["jobs"]:
+        job["weight"] = 0.0
+    (tmp_path / "zero.json").write_text(json.dumps(scenario))
+    (tmp_path / "sweep.json").write_text(json.dumps({
+        "scenario": "zero.json", "grid": {}, "policies": ["unicron", "greedy"], "seed": 1,
+        "replications": {"min": 2, "max": 2, "batch": 1, "target_half_width": 0.5}}))
+    res = CliRunner().invoke(app, ["sweep", str(tmp_path / "sweep.json"), "--json", "-q"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    ratio = out["points"][0]["ratios"]["greedy"]
+    assert ratio == {"mean": None, "ci95": None, "half_width": None, "n": 0, "wins": 0}
+    assert out["points"][0]["converged"] is False and "Infinity" not in res.stdout

@@ -20,7 +20,8 @@ from unicron_plan.io import parse_json, parse_json_tables, parse_model, read_jso
 from unicron_plan.schema import Instance, Plan
 from unicron_plan.schema.instance import read_node_columns, read_tables_once, settle_tables
 from unicron_plan.core.checks import check_instance
-from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS, MAX_THREADS, SolverOptions, get_solver
+from unicron_plan.solvers import (DEFAULT_TIME_LIMIT_SECONDS, MAX_THREADS, MAX_TIME_LIMIT_SECONDS, SolverOptions,
+                                  get_solver)
 from unicron_plan.plan.validate import ValidationReport
 from unicron_plan.plan.validate import validate_plan as _validate
 
@@ -30,6 +31,12 @@ def _load(model, source: Any, keep: list | None = None):
         return source
     if isinstance(source, dict):
         return parse_model(model, source)
+    what = model.__name__.lower()
+    if not isinstance(source, (str, os.PathLike)):
+        raise InvalidInstanceError(what, f"a path, a JSON text, a dict or a {model.__name__}, "
+                                         f"not {type(source).__name__}")
+    if isinstance(source, str) and not source.strip():
+        raise InvalidInstanceError(what, "an empty path")
     text = isinstance(source, str) and source.lstrip().startswith("{")
     if model is not Instance:
         doc = parse_json(source) if text else read_json(source)
@@ -132,6 +139,11 @@ def solve(instance: Instance | str | os.PathLike | dict, solver: str | None = No
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                 or not 1 <= threads <= MAX_THREADS):
         raise InvalidInstanceError("threads", f"{threads!r}: give an integer in [1, {MAX_THREADS}]")
+    if time_limit_seconds is not None and (isinstance(time_limit_seconds, bool)
+                                           or not isinstance(time_limit_seconds, (int, float))
+                                           or not 0 < time_limit_seconds <= MAX_TIME_LIMIT_SECONDS):
+        raise InvalidInstanceError("time_limit_seconds", f"{time_limit_seconds!r}: give seconds above 0 and at most "
+                                                         f"{MAX_TIME_LIMIT_SECONDS:g} (None: no limit)")
 
     # The limit is wall time from the call (or ``started``): reading, building and placing count too.
     # The slowdown is measured over this call, or over the whole process when ``started`` is given.

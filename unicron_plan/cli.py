@@ -45,7 +45,8 @@ def _fail(code: int, message: str) -> None:
 
 
 from unicron_plan.progress import working  # noqa: E402,F401 (light: imports only on use)
-from unicron_plan.solvers import DEFAULT_TIME_LIMIT_SECONDS, MAX_THREADS  # noqa: E402 (light: no solver is imported)
+from unicron_plan.solvers import (DEFAULT_TIME_LIMIT_SECONDS, MAX_THREADS,  # noqa: E402 (light: no solver
+                                  MAX_TIME_LIMIT_SECONDS)  # is imported)
 
 
 def handle_errors(fn):
@@ -93,7 +94,7 @@ def solve(instance: Path = typer.Argument(..., help="Instance JSON file."),
                                            "default: dp, or auto when the instance has constraints the DP cannot express."),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the plan here instead of stdout."),
           time_limit: float = typer.Option(
-              DEFAULT_TIME_LIMIT_SECONDS, "--time-limit", min=0.001,
+              DEFAULT_TIME_LIMIT_SECONDS, "--time-limit", min=0.001, max=MAX_TIME_LIMIT_SECONDS,
               help="Wall-clock seconds from the start, for every solver: when it runs out the best plan "
                    "found so far is returned as 'feasible' with its bound and gap."),
           threads: Optional[int] = typer.Option(None, "--threads", min=1, max=MAX_THREADS,

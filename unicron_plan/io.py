@@ -1070,12 +1070,7 @@ def write_atomic(path: str | os.PathLike, text: str, mode: int | None = None, du
     :func:`check_output_path`) are bad input (exit 2).
     """
     p = check_output_path(path)
-    if p.exists() and not p.is_file():  # a FIFO or character device: write into it, keep it
-        try:
-            with open(p, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise InvalidInstanceError(str(p), f"cannot write: {exc.strerror or exc}") from None
+    if _wrote_into_special(p, text.encode("utf-8")):
         return
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -1096,9 +1091,30 @@ def write_atomic(path: str | os.PathLike, text: str, mode: int | None = None, du
         raise
 
 
+def _wrote_into_special(p: Path, data: bytes) -> bool:
+    """Whether ``p`` is there and is no regular file (a FIFO or a character device, /dev/stdout): then
+    ``data`` is written into it and it is kept, never replaced by a rename."""
+    if not p.exists() or p.is_file():
+        return False
+    try:
+        with open(p, "wb") as fh:
+            fh.write(data)
+    except OSError as exc:
+        raise InvalidInstanceError(str(p), f"cannot write: {exc.strerror or exc}") from None
+    return True
+
+
 def save_figure_atomic(fig, path: str | os.PathLike, dpi: int = 100) -> None:
-    """Save a matplotlib figure as PNG through a temporary file and a rename."""
+    """Save a matplotlib figure as PNG through a temporary file and a rename (a FIFO or character device
+    is written into, as :func:`write_atomic` does)."""
     p = check_output_path(path)
+    if p.exists() and not p.is_file():
+        from io import BytesIO  # (the standard library's)
+
+        buf = BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi)
+        _wrote_into_special(p, buf.getvalue())
+        return
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".png")

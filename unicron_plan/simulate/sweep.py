@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -102,16 +101,22 @@ def run_task(scenario_data: dict, policies: list[str], seed: int) -> dict[str, f
 
 
 def ratio_stats(runs: list[dict[str, float]], policy: str) -> dict[str, Any]:
-    """Mean, 95% interval and half-width of the per-seed ratio unicron / ``policy``."""
+    """Mean, 95% interval and half-width of the per-seed ratio unicron / ``policy``; all None (``n`` 0) when no
+    seed has a ratio (the policy earned nothing in every run)."""
     from unicron_plan.simulate.run import _ci95
 
     ratios = [r["unicron"] / r[policy] for r in runs if r[policy] > 0]
     if not ratios:
-        return {"mean": None, "ci95": None, "half_width": math.inf, "n": 0, "wins": 0}
+        return {"mean": None, "ci95": None, "half_width": None, "n": 0, "wins": 0}
     lo, hi = _ci95(ratios)
     wins = sum(1 for x in ratios if x >= 1 - 1e-12)  # seeds where unicron earned at least as much
     return {"mean": float(np.mean(ratios)), "ci95": [lo, hi], "half_width": (hi - lo) / 2, "n": len(ratios),
             "wins": wins}
+
+
+def _converged(stats: dict[str, Any], target: float) -> bool:
+    """Whether a ratio's interval is narrow enough (one with no ratio never is)."""
+    return stats["half_width"] is not None and stats["half_width"] <= target
 
 
 class _ProcessBackend:
@@ -194,7 +199,7 @@ def run_sweep(sweep: Sweep, base: dict, backend: str = "process", address: Optio
                 progress(len(tasks))
             todo = {}
             for p in range(len(points)):
-                wide = any(ratio_stats(runs[p], name)["half_width"] > rep.target_half_width
+                wide = any(not _converged(ratio_stats(runs[p], name), rep.target_half_width)
                            for name in policies if name != "unicron")
                 if wide and len(runs[p]) < rep.max:
                     todo[p] = min(rep.batch, rep.max - len(runs[p]))
@@ -205,7 +210,7 @@ def run_sweep(sweep: Sweep, base: dict, backend: str = "process", address: Optio
         ratios = {name: ratio_stats(runs[p], name) for name in policies if name != "unicron"}
         rows.append({"point": point, "seeds": len(runs[p]), "seed_values": seeds[p][:len(runs[p])],
                      "ratios": ratios,
-                     "converged": all(r["half_width"] <= rep.target_half_width for r in ratios.values()),
+                     "converged": all(_converged(r, rep.target_half_width) for r in ratios.values()),
                      "weighted_tflop_mean": {name: float(np.mean([r[name] for r in runs[p]]))
                                              for name in policies}})
     return {"name": sweep.name, "scenario": sweep.scenario, "policies": policies, "seed": sweep.seed,

@@ -19,6 +19,9 @@ from unicron_plan.errors import MissingExtraError, SolverUnavailableError
 #: time: no input makes a solve run longer unless the caller asks for it.
 DEFAULT_TIME_LIMIT_SECONDS = 60.0
 
+#: Longest time limit, seconds (about 11.6 days): the IP backends turn a deadline into a timestamp.
+MAX_TIME_LIMIT_SECONDS = 1e6
+
 #: Most worker threads an IP backend is given (each thread of HiGHS or CP-SAT holds its own memory).
 MAX_THREADS = 256
 

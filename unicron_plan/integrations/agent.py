@@ -48,9 +48,9 @@ from typing import Any, Callable, Optional
 
 from unicron_plan.errors import InvalidInstanceError, UnicronError
 from unicron_plan.integrations.common import Cost, GpuMap
-from unicron_plan.integrations.slurm import (COMMENT_PREFIX, HOLDING, START_PAUSE, Step, UnboundGpus, append_reason,
-                                             check_document, compress, export_slurm, expand, import_slurm, parse_jobs,
-                                             parse_nodes, render_script)
+from unicron_plan.integrations.slurm import (COMMENT_PREFIX, HOLDING, RESERVATION_PREFIX, START_PAUSE, StalePlan, Step,
+                                             UnboundGpus, append_reason, check_document, compress, export_slurm,
+                                             expand, import_slurm, parse_jobs, parse_nodes, render_script)
 from unicron_plan.text import one_line
 
 #: A plan id as the coordinator makes them (``p17``), checked before it names a directory.
@@ -455,8 +455,6 @@ def with_isolated(inst: dict, isolated: frozenset[str] | set[str]) -> Optional[d
     return {"kind": "failure", "failed_nodes": nodes, "failed_gpus": gpus}
 
 
-#: The names of the reservations the agent makes (``unicron-p17``): any other is left alone.
-RESERVATION_PREFIX = "unicron-"
 #: A Slurm user name as the reservation's Users= list takes it.
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
@@ -609,8 +607,11 @@ class SlurmAgent:
 
     def _propose(self, plan: dict, nodes_doc: dict, jobs_doc: dict, drift: list[str]) -> dict:
         pid = check_plan_id(plan.get("plan_id"), "coordinator plan_id")
-        steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
-                             gpu_map=self.cfg.gpu_map)
+        try:
+            steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
+                                 gpu_map=self.cfg.gpu_map, keep_healthy_drains=True)
+        except StalePlan as exc:
+            return self._stale(pid, exc)
         from unicron_plan.io import write_atomic
 
         out = self.cfg.state_dir / f"proposal-{pid}"
@@ -674,8 +675,11 @@ class SlurmAgent:
         plan = j["plan"]
         pid = check_plan_id(plan.get("plan_id"), "journal plan_id")
         nodes_doc, jobs_doc = self.cli.read()
-        steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
-                             gpu_map=self.cfg.gpu_map)
+        try:
+            steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
+                                 gpu_map=self.cfg.gpu_map, keep_healthy_drains=True)
+        except StalePlan as exc:
+            return self._stale(pid, exc)
         resv = self._reserve(pid, steps, jobs_doc, self._budget(start))
         diff: list[str] = []
         try:
@@ -715,6 +719,14 @@ class SlurmAgent:
         self.journal.save({"status": "applied", "plan_id": pid, "commands": commands})
         self.log({"applied": pid})
         return {"status": "applied", "plan_id": pid, "commands": commands}
+
+    def _stale(self, pid: str, exc: StalePlan) -> dict:
+        """A plan Slurm no longer matches: nothing is done this pass; the journal says drift, so
+        the next pass uploads what Slurm shows and plans afresh."""
+        diff = [str(exc)]
+        self.log({"drift": diff, "plan_id": pid})
+        self.journal.save({"status": "drift", "plan_id": pid})
+        return {"status": "not-reached", "plan_id": pid, "drift": diff, "commands": []}
 
     # -- reservations ----------------------------------------------------------------------------
     def _reserve(self, pid: str, steps: list[Step], jobs_doc: dict, seconds: float) -> Optional[str]:

@@ -48,6 +48,9 @@ START_PAUSE = 2
 NODE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
 #: The data_parser / openapi versions whose documents this reader was checked against.
 KNOWN_VERSIONS = ("v0.0.37", "v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42")
+#: The names of the reservations the agent makes around a move (``unicron-p17``): a node in one is
+#: not another team's.
+RESERVATION_PREFIX = "unicron-"
 
 
 class UnboundGpus(InvalidInstanceError):
@@ -644,24 +647,133 @@ def _check_type(job: SlurmJob, obj: str, pj, planned: list[str], nodes: dict[str
                                                 f"{pj.gpu_type}")
 
 
+#: Job states after which Slurm never runs the job again (base states of every version).
+ENDED = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
+                   "PREEMPTED", "REVOKED", "TIMEOUT"})
+#: The end of every refusal of a plan the cluster no longer matches.
+STALE = "the cluster changed since the plan: import and plan again"
+
+
+class StalePlan(InvalidInstanceError):
+    """The plan no longer matches the cluster documents the export is given: nothing is done."""
+
+    def __init__(self, field: str, what: str):
+        super().__init__(field, f"{what}; {STALE}")
+
+
+def _text(raw: Any, key: str) -> str:
+    value = raw.get(key) if isinstance(raw, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _where(nodes_doc: Any, jobs_doc: Any) -> tuple[dict[str, tuple[set[str], str]], dict[str, tuple[set[str], str]]]:
+    """Partitions and reservation of each node (``partitions``, ``reservation``: the name, printed
+    from Slurm 23.02 on) and of each job (``partition``, a list when submitted to several;
+    ``resv_name``), as the documents give them (empty when they do not)."""
+    nodes: dict[str, tuple[set[str], str]] = {}
+    if nodes_doc is not None:
+        for raw in items_of(nodes_doc, "nodes", key="nodes"):
+            parts = raw.get("partitions") if isinstance(raw, dict) else None
+            parts = _as_list(parts) if isinstance(parts, (str, list)) else []
+            nodes[_text(raw, "name")] = ({p for p in parts if isinstance(p, str) and p}, _text(raw, "reservation"))
+    jobs: dict[str, tuple[set[str], str]] = {}
+    for raw in items_of(jobs_doc, "jobs", key="jobs"):
+        jid = str(_number(raw.get("job_id"))) if isinstance(raw, dict) else ""
+        jobs[jid] = (set(_as_list(_text(raw, "partition"))), _text(raw, "resv_name"))
+    return nodes, jobs
+
+
+def _check_current(plan, jobs: dict[str, tuple[SlurmJob, str]], nodes: dict[str, SlurmNode], nodes_doc: Any,
+                   jobs_doc: Any, keep_healthy_drains: bool) -> None:
+    """Refuse (:class:`StalePlan`) a plan the cluster documents no longer match: a change of a job
+    that has ended or left squeue, a placement on a node that is now failed (FAILED_FLAGS), outside
+    the job's partitions, in a reservation the job does not use, or held by a job the plan does not
+    manage, and (unless ``keep_healthy_drains``) a drain of a node Slurm shows in service again.
+    Jobs the plan keeps, or keeps idle, are not changed and not checked."""
+    where_nodes, where_jobs = _where(nodes_doc, jobs_doc)
+    managed = {pj.id for pj in plan.jobs}
+    holders: dict[str, str] = {}
+    for jid, (job, obj) in jobs.items():
+        if jid in managed:
+            continue
+        names = job_nodes(job, obj)
+        if names and job_gpus(job, obj, len(names)):
+            for n in names:
+                holders.setdefault(n, jid)
+    for k, pj in enumerate(plan.jobs):
+        if pj.id not in jobs:
+            raise StalePlan(f"plan jobs[{k}].id", f"job {pj.id!r} is not in the jobs file")
+        if pj.action in ("keep", "idle"):
+            continue
+        job, obj = jobs[pj.id]
+        ended = sorted(job.flags & ENDED)
+        if ended:
+            raise StalePlan(f"plan jobs[{k}].action", f"the plan changes job {pj.id} ({pj.action}), which has "
+                                                      f"ended ({'+'.join(ended)})")
+        if not job.flags & PLANNED:   # only COMPLETING (it has left), or parked (SPECIAL_EXIT, STOPPED...)
+            raise StalePlan(f"plan jobs[{k}].action", f"the plan changes job {pj.id} ({pj.action}), which is "
+                                                      f"no longer running or pending ({'+'.join(sorted(job.flags))})")
+        parts, resv = where_jobs.get(pj.id, (set(), ""))
+        current = set(job_nodes(job, obj))
+        for i, p in enumerate(pj.placement):
+            f = f"plan jobs[{k}].placement[{i}].node"
+            node = nodes.get(p.node)
+            if node is None:
+                if nodes_doc is not None:
+                    raise StalePlan(f, f"node {p.node!r} is not in the nodes file")
+            elif node.flags & FAILED_FLAGS:
+                raise StalePlan(f, f"node {p.node} is now {'+'.join(sorted(node.flags & FAILED_FLAGS))}")
+            node_parts, node_resv = where_nodes.get(p.node, (set(), ""))
+            if parts and node_parts and not parts & node_parts:
+                raise StalePlan(f, f"node {p.node} is in partition {','.join(sorted(node_parts))}, not in job "
+                                   f"{pj.id}'s {','.join(sorted(parts))}")
+            # a node in a reservation: the job's own (or one whose name Slurm 22.05 does not print, when
+            # the job uses one), or the agent's around a move, is no other team's
+            reserved = node_resv or (node is not None and "RESERVED" in node.flags)
+            theirs = not (resv and (not node_resv or node_resv in _as_list(resv))) \
+                and not node_resv.startswith(RESERVATION_PREFIX)
+            if reserved and theirs and p.node not in current:
+                raise StalePlan(f, f"node {p.node} is in reservation {node_resv or '(RESERVED)'}, which job "
+                                   f"{pj.id} does not use")
+            if p.node in holders:
+                raise StalePlan(f, f"node {p.node} is held by job {holders[p.node]}, which the plan does not "
+                                   "manage")
+    if nodes_doc is not None and not keep_healthy_drains:
+        for k, name in enumerate(plan.drained_nodes or []):
+            node = nodes.get(name)
+            if node is not None and not node.flags & FAILED_FLAGS:
+                raise StalePlan(f"plan drained_nodes[{k}]", f"node {name} is in service again "
+                                                            f"({'+'.join(sorted(node.flags)) or 'no state'})")
+
+
 def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unicron-plan: failed",
-                 gpu_map: Optional[GpuMap] = None) -> list[Step]:
+                 gpu_map: Optional[GpuMap] = None, keep_healthy_drains: bool = False) -> list[Step]:
     """The steps that carry out the plan, in order: drain the plan's drained nodes (their
     reasons kept), hold the pending jobs the plan keeps idle, free GPUs (shrink, suspend,
     requeue the jobs that move, to another GPU type too, or grow), then place the moved,
-    grown and resumed jobs."""
+    grown and resumed jobs.
+
+    A plan the documents no longer match is refused first (:class:`StalePlan`, see
+    :func:`_check_current`). ``keep_healthy_drains``: the plan's drains of nodes Slurm shows in
+    service are carried out (the agent's coordinator takes a node out on an in-band verdict
+    Slurm does not see) instead of refused."""
     gpu_map = gpu_map or GpuMap()
     jobs = {str(j.job_id): (j, obj) for j, obj in parse_jobs(jobs_doc)}
     nodes: dict[str, SlurmNode] = {}
     if nodes_doc is not None:
         nodes = {n.name: n for n, _ in parse_nodes(nodes_doc)}
     check_plan_shape(plan)
-    drains: list[Step] = []
     for k, name in enumerate(plan.drained_nodes or []):
         check_node_name(name, "plan", f"drained_nodes[{k}]")
+    for k, pj in enumerate(plan.jobs):
+        for i, p in enumerate(pj.placement):
+            check_node_name(p.node, "plan", f"jobs[{k}].placement[{i}].node")
+    _check_current(plan, jobs, nodes, nodes_doc, jobs_doc, keep_healthy_drains)
+    drains: list[Step] = []
+    for k, name in enumerate(plan.drained_nodes or []):
         node = nodes.get(name)
         if node is None and nodes_doc is not None:
-            raise InvalidInstanceError(f"plan drained_nodes[{k}]", f"{name!r} is not a node of the nodes file")
+            raise StalePlan(f"plan drained_nodes[{k}]", f"node {name!r} is not in the nodes file")
         if node is not None and node.flags & {"DRAIN", "DRAINED", "DRAINING"}:
             continue
         if node is None:   # no nodes file: the node's reason is read when the step runs
@@ -670,8 +782,6 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
             drains.append(Step("drain", node=name, reason=append_reason(node.reason, reason)))
     holds, frees, takes = [], [], []
     for k, pj in enumerate(plan.jobs):
-        if pj.id not in jobs:
-            raise InvalidInstanceError(f"plan jobs[{k}].id", f"{pj.id!r} is not a job of the jobs file")
         job, obj = jobs[pj.id]
         flags = job.flags
         planned = [check_node_name(p.node, "plan", f"jobs[{k}].placement") for p in pj.placement]
@@ -707,7 +817,7 @@ _SCRIPT_HEAD = """\
 #!/bin/sh
 # Generated by unicron-plan export slurm. Each step runs only when the cluster is not
 # there yet, so running the script again is harmless. A failed command stops the script
-# after releasing the jobs it requeued for a move (they then run where Slurm puts them);
+# after releasing every job it held or requeue-held (they then run where Slurm puts them);
 # the next export finishes the plan.
 set -u
 moved=''
@@ -755,18 +865,19 @@ def render_script(steps: list[Step]) -> str:
         j = str(st.job)
         target = q(f"RUNNING {compress(st.nodes)}") if st.nodes else "''"
         if st.kind == "hold":
-            out.append(f"case \"$(job_state {j})\" in PENDING*)\n  held {j} || "
-                       + _run(st.commands()[0]) + "  ;;\nesac\n")
+            out.append(f"case \"$(job_state {j})\" in PENDING*)\n  held {j} || {{ moved=\"$moved {j}\"; "
+                       + _run(st.commands()[0]).rstrip("\n") + "; }\n  ;;\nesac\n")
         elif st.kind == "shrink":
             out.append(f"if [ \"$(job_state {j})\" != {target} ]; then\n" + _run(st.commands()[0], "  ") + "fi\n")
         elif st.kind == "suspend":
-            out.append(f"case \"$(job_state {j})\" in\n  RUNNING*|SUSPENDED*) "
+            out.append(f"case \"$(job_state {j})\" in\n  RUNNING*|SUSPENDED*) moved=\"$moved {j}\"; "
                        + _run(st.commands()[0]).rstrip("\n") + " ;;\n"
-                       + f"  PENDING*) held {j} || {shlex.join(['scontrol', 'hold', j])} || fail 'scontrol hold {j}' ;;\n"
+                       + f"  PENDING*) held {j} || {{ moved=\"$moved {j}\"; "
+                       + f"{shlex.join(['scontrol', 'hold', j])} || fail 'scontrol hold {j}'; }} ;;\n"
                        + "esac\n")
         elif st.kind == "requeue":
             out.append(f"s=\"$(job_state {j})\"\nif [ \"$s\" != {target} ]; then\n  case \"$s\" in RUNNING*|SUSPENDED*)\n"
-                       + _run(st.commands()[0], "    ") + f"    moved=\"$moved {j}\" ;;\n  esac\nfi\n")
+                       + f"    moved=\"$moved {j}\"\n" + _run(st.commands()[0], "    ") + "    ;;\n  esac\nfi\n")
         elif st.kind == "place":
             update, release = st.commands()
             out.append(f"if [ \"$(job_state {j})\" != {target} ]; then\n  settled {j}\n" + _run(update, "  ")

@@ -120,7 +120,7 @@ def test_a_drain_of_a_node_in_service_again_is_refused_unless_kept():
     nodes[0] = _node("n1", "idle")
     _refused(plan, nodes, jobs, r"drained_nodes\[0\]: node n1 is in service again \(IDLE\)")
     # the agent's coordinator takes nodes out on in-band verdicts Slurm does not see: kept
-    steps = export_slurm(plan, *reversed(_docs(nodes, jobs)), keep_healthy_drains=True)
+    steps = export_slurm(plan, *reversed(_docs(nodes, jobs)), by_agent=True)
     assert steps[0].kind == "drain" and steps[0].node == "n1"
 
 

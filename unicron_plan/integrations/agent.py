@@ -609,7 +609,7 @@ class SlurmAgent:
         pid = check_plan_id(plan.get("plan_id"), "coordinator plan_id")
         try:
             steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
-                                 gpu_map=self.cfg.gpu_map, keep_healthy_drains=True)
+                                 gpu_map=self.cfg.gpu_map, by_agent=True)
         except StalePlan as exc:
             return self._stale(pid, exc)
         from unicron_plan.io import write_atomic
@@ -677,7 +677,7 @@ class SlurmAgent:
         nodes_doc, jobs_doc = self.cli.read()
         try:
             steps = export_slurm(_plan_object(plan), jobs_doc, nodes_doc, reason=self.cfg.reason,
-                                 gpu_map=self.cfg.gpu_map, keep_healthy_drains=True)
+                                 gpu_map=self.cfg.gpu_map, by_agent=True)
         except StalePlan as exc:
             return self._stale(pid, exc)
         resv = self._reserve(pid, steps, jobs_doc, self._budget(start))

@@ -684,11 +684,13 @@ def _where(nodes_doc: Any, jobs_doc: Any) -> tuple[dict[str, tuple[set[str], str
 
 
 def _check_current(plan, jobs: dict[str, tuple[SlurmJob, str]], nodes: dict[str, SlurmNode], nodes_doc: Any,
-                   jobs_doc: Any, keep_healthy_drains: bool) -> None:
+                   jobs_doc: Any, by_agent: bool) -> None:
     """Refuse (:class:`StalePlan`) a plan the cluster documents no longer match: a change of a job
     that has ended or left squeue, a placement on a node that is now failed (FAILED_FLAGS), outside
     the job's partitions, in a reservation the job does not use, or held by a job the plan does not
-    manage, and (unless ``keep_healthy_drains``) a drain of a node Slurm shows in service again.
+    manage, and (unless ``by_agent``) a drain of a node Slurm shows in service again. ``by_agent``: a
+    node whose reservation is unnamed (Slurm 22.05's flag RESERVED) is not refused (the agent's own).
+
     Jobs the plan keeps, or keeps idle, are not changed and not checked."""
     where_nodes, where_jobs = _where(nodes_doc, jobs_doc)
     managed = {pj.id for pj in plan.jobs}
@@ -729,7 +731,7 @@ def _check_current(plan, jobs: dict[str, tuple[SlurmJob, str]], nodes: dict[str,
                                    f"{pj.id}'s {','.join(sorted(parts))}")
             # a node in a reservation: the job's own (or one whose name Slurm 22.05 does not print, when
             # the job uses one), or the agent's around a move, is no other team's
-            reserved = node_resv or (node is not None and "RESERVED" in node.flags)
+            reserved = node_resv or (node is not None and "RESERVED" in node.flags and not by_agent)
             theirs = not (resv and (not node_resv or node_resv in _as_list(resv))) \
                 and not node_resv.startswith(RESERVATION_PREFIX)
             if reserved and theirs and p.node not in current:
@@ -738,7 +740,7 @@ def _check_current(plan, jobs: dict[str, tuple[SlurmJob, str]], nodes: dict[str,
             if p.node in holders:
                 raise StalePlan(f, f"node {p.node} is held by job {holders[p.node]}, which the plan does not "
                                    "manage")
-    if nodes_doc is not None and not keep_healthy_drains:
+    if nodes_doc is not None and not by_agent:
         for k, name in enumerate(plan.drained_nodes or []):
             node = nodes.get(name)
             if node is not None and not node.flags & FAILED_FLAGS:
@@ -747,16 +749,17 @@ def _check_current(plan, jobs: dict[str, tuple[SlurmJob, str]], nodes: dict[str,
 
 
 def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unicron-plan: failed",
-                 gpu_map: Optional[GpuMap] = None, keep_healthy_drains: bool = False) -> list[Step]:
+                 gpu_map: Optional[GpuMap] = None, by_agent: bool = False) -> list[Step]:
     """The steps that carry out the plan, in order: drain the plan's drained nodes (their
     reasons kept), hold the pending jobs the plan keeps idle, free GPUs (shrink, suspend,
     requeue the jobs that move, to another GPU type too, or grow), then place the moved,
     grown and resumed jobs.
 
     A plan the documents no longer match is refused first (:class:`StalePlan`, see
-    :func:`_check_current`). ``keep_healthy_drains``: the plan's drains of nodes Slurm shows in
-    service are carried out (the agent's coordinator takes a node out on an in-band verdict
-    Slurm does not see) instead of refused."""
+    :func:`_check_current`). ``by_agent``: called by the agent, whose plans' drains of nodes Slurm
+    shows in service are carried out (its coordinator takes a node out on an in-band verdict Slurm
+    does not see) instead of refused, and whose own reservations around a move Slurm 22.05 shows as
+    the flag RESERVED without a name (such a node is not taken for another team's)."""
     gpu_map = gpu_map or GpuMap()
     jobs = {str(j.job_id): (j, obj) for j, obj in parse_jobs(jobs_doc)}
     nodes: dict[str, SlurmNode] = {}
@@ -768,7 +771,7 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
     for k, pj in enumerate(plan.jobs):
         for i, p in enumerate(pj.placement):
             check_node_name(p.node, "plan", f"jobs[{k}].placement[{i}].node")
-    _check_current(plan, jobs, nodes, nodes_doc, jobs_doc, keep_healthy_drains)
+    _check_current(plan, jobs, nodes, nodes_doc, jobs_doc, by_agent)
     drains: list[Step] = []
     for k, name in enumerate(plan.drained_nodes or []):
         node = nodes.get(name)

@@ -173,7 +173,7 @@ def test_a_node_in_another_reservation_is_withheld():
 
 
 def test_a_named_reservation_is_offered_only_to_its_jobs():
-    """23.11 and later name a node's reservation: a planned job in it may use the node."""
+    """scontrol show nodes names a node's reservation: a planned job in it may use the node."""
     nodes, jobs = _real()
     _node(nodes, "n8").update(state_flags=["RESERVED"], reservation="team-b")
     assert _import(nodes, jobs)[0]["cluster"]["nodes"][-1]["failed_gpus"] == list(range(8))

@@ -161,7 +161,7 @@ class SlurmNode(Lenient):
     features: list[str] = Field(default_factory=list)
     reason: str = ""
     partitions: list[str] = Field(default_factory=list)
-    reservation: str = ""                                   # v0.0.40+: the active reservation's name
+    reservation: str = ""                                   # scontrol show nodes: the active reservation
 
     @field_validator("state", "state_flags", "features", "partitions", mode="before")
     @classmethod
@@ -576,8 +576,8 @@ def _withheld(nodes: dict[str, SlurmNode], states: dict[str, NodeState], jobs: l
               planned: list[SlurmJob]) -> dict[str, str]:
     """The nodes whose GPUs are not offered to the plan (none failed, none a planned job holds),
     each with why: a node out of use for a while (WITHHELD_FLAGS: powered down by power saving,
-    due to reboot, in maintenance); one in an active reservation (RESERVED, or ``reservation``
-    on 23.11 and later) that no planned job is in; and, when every planned job and the node name
+    due to reboot, in maintenance); one in an active reservation (RESERVED, or a node
+    ``reservation``) that no planned job is in; and, when every planned job and the node name
     their partitions, one in none of the planned jobs' partitions. Slurm would not start a
     planned job there, and draining it would keep it out after it comes back."""
     used = {n for js in jobs for n in js.nodes}

@@ -363,7 +363,8 @@ def _slurm_job(job_id: int, name: str, nodes: list[str], gtype: str, comment: st
             "tasks_per_node": _noval(gpn), "node_count": _noval(max(n, 1)), "partition": "gpu",
             "priority": _noval(0 if hold else 4294901700), "qos": "normal", "requeue": True,
             "restart_cnt": 0, "shared": [], "exclusive": ["true"], "start_time": _noval(1732953600),
-            "state_description": "", "state_reason": "JobHeldUser" if hold else "None",
+            # a held job is one the planner suspended (scontrol requeuehold): its hold is the planner's own
+            "state_description": "job requeued in held state" if hold else "", "state_reason": "JobHeldUser" if hold else "None",
             "submit_time": _noval(1732953000), "tasks": _noval(gpn * max(n, 1)), "time_limit": _noval(10080),
             "tres_req_str": f"cpu={24 * gpn * max(n, 1)},node={max(n, 1)},billing=1,gres/gpu={gpn * max(n, 1)}",
             "tres_alloc_str": (f"cpu={24 * gpn * n},mem={250 * n}G,node={n},billing={24 * gpn * n},"

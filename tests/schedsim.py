@@ -255,12 +255,13 @@ def apply_slurm(steps, nodes_doc: dict, jobs_doc: dict) -> tuple[dict, dict]:
             job = job_by[int(words[2])]
             job["_gtype"] = gres_type(job) if job["nodes"] else None
             run_on(job, [], "")
-            job["hold"] = True
+            # as Slurm shows a job requeued held
+            job.update(hold=True, state_reason="JobHeldUser", state_description="job requeued in held state")
         elif words[1] == "hold":
             assert job_by[int(words[2])]["job_state"] == ["PENDING"], words
-            job_by[int(words[2])]["hold"] = True
+            job_by[int(words[2])].update(hold=True, state_reason="JobHeldAdmin", state_description="")
         elif words[1] == "release":
-            job_by[int(words[2])]["hold"] = False
+            job_by[int(words[2])].update(hold=False, state_reason="None", state_description="")
         else:
             raise AssertionError(words)
     busy = {n for j in jobs["jobs"] if j["job_state"] == ["RUNNING"] for n in hostlist.expand_hostlist(j["nodes"])}

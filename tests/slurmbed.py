@@ -144,16 +144,17 @@ def agent(url: str, state_dir: Path, **cfg):
                       log=lambda rec: print(json.dumps(rec)[:600], flush=True))
 
 
-def slurm_view(on_bad_job=None) -> tuple[dict[str, tuple[int, set]], set]:
+def slurm_view(on_bad_job=None, own_holds=frozenset()) -> tuple[dict[str, tuple[int, set]], set]:
     """Planned jobs -> (GPUs, nodes) and the nodes with no GPU for them (failed, or held whole by
     other work: the coordinator writes both as every GPU out), as Slurm shows them now
-    (``on_bad_job``: as the agent reads, a planned job with invalid fields left out)."""
+    (``on_bad_job``: as the agent reads, a planned job with invalid fields left out; ``own_holds``:
+    as the agent reads, the jobs the coordinator keeps idle are held by the planner)."""
     from unicron_plan.integrations.agent import SlurmCli
     from unicron_plan.integrations.common import Cost, GpuMap
     from unicron_plan.integrations.slurm import import_slurm
 
     inst = import_slurm(*SlurmCli().read(), cost=Cost(expected_run_seconds=36000), gpu_map=GpuMap(),
-                        on_bad_job=on_bad_job)
+                        on_bad_job=on_bad_job, own_holds=own_holds)
     whole = {n["id"] for n in inst["cluster"]["nodes"] if len(n["failed_gpus"]) == n["gpus"]}
     return ({j["id"]: (j["current"]["gpus"], set(j["current"]["nodes"])) for j in inst["jobs"]},
             set((inst.get("event") or {}).get("failed_nodes", [])) | whole)
@@ -167,6 +168,13 @@ def coordinator_view(url: str, token: str | None = None) -> tuple[dict[str, tupl
     inst = httpx.get(url + "/v1/state", timeout=30, headers=headers).json()["instance"]
     failed = {n["id"] for n in inst["cluster"]["nodes"] if len(n["failed_gpus"]) == n["gpus"]}
     return {j["id"]: (j["current"]["gpus"], set(j["current"]["nodes"])) for j in inst["jobs"]}, failed
+
+
+def views_agree(url: str, token: str | None = None) -> bool:
+    """The coordinator's view equals Slurm's, read as the agent reads it (the jobs the coordinator
+    keeps idle are held by the planner)."""
+    coord = coordinator_view(url, token)
+    return coord == slurm_view(own_holds={j for j, (gpus, _) in coord[0].items() if not gpus})
 
 
 def plan_of(url: str, plan_id: str, token: str | None = None) -> dict:

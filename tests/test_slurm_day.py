@@ -24,7 +24,8 @@ import pytest
 
 from servers import Server
 from slurmbed import (TESTBED, THROUGHPUT, coordinator_view, job_states, node_of, node_states, ours, plan_of,
-                      require_testbed, reset, sbatch, sh, slurm_view, submit, wait_running, wait_until)
+                      require_testbed, reset, sbatch, sh, slurm_view, submit, views_agree, wait_running,
+                      wait_until)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slurm_day]
 
@@ -108,7 +109,7 @@ def healed(srv, plan_id: str | None, faulted: set[str] = frozenset(), token: str
     for n in faulted:
         if n in drained:
             assert reasons[n].startswith(reason), (n, reasons[n])   # the operator's (or Slurm's) reason kept
-    assert coordinator_view(srv.url, token) == slurm_view()
+    assert views_agree(srv.url, token), (coordinator_view(srv.url, token), slurm_view())
 
 
 def _pass_until(agent, want: tuple = ("applied",), seconds: float = 120, interval: float = 1) -> dict:

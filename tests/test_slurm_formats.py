@@ -37,7 +37,8 @@ def _import(nodes, jobs):
 
 def test_real_2205_capture_is_read():
     """sinfo --json / squeue --json of the testbed: n7 is drained (state "mixed",
-    state_flags ["DRAIN"]) and holds an unplanned 4-GPU job; job 3 is held."""
+    state_flags ["DRAIN"]) and holds an unplanned 4-GPU job; job 3 is held by its owner (JobHeldUser),
+    so it is left out; requeued held by the planner, it is planned."""
     nodes, jobs = _real()
     assert doc_version(nodes) == doc_version(jobs) == "v0.0.38"
     inst = _import(nodes, jobs)
@@ -49,9 +50,11 @@ def test_real_2205_capture_is_read():
     assert {n["id"]: n["failed_gpus"] for n in _import(nodes, jobs)["cluster"]["nodes"]}["n7"] == [0, 1, 2, 3]
     by_job = {j["id"]: j for j in inst["jobs"]}
     assert by_job["1"]["current"] == {"gpus": 24, "nodes": ["n1", "n2", "n3"]}
-    assert by_job["3"]["current"] == {"gpus": 0, "nodes": []}
+    assert "3" not in by_job
     held = {j["job_id"] for j in jobs["jobs"] if j["job_state"] == "PENDING"}
     assert held == {3}
+    next(j for j in jobs["jobs"] if j["job_id"] == 3)["state_description"] = "job requeued in held state"
+    assert {j["id"]: j for j in _import(nodes, jobs)["jobs"]}["3"]["current"] == {"gpus": 0, "nodes": []}
 
 
 def test_2205_without_tres_accounting_counts_gpus_from_gres_detail():
@@ -129,14 +132,17 @@ def test_newer_versions_read_like_the_real_capture(version):
 
 
 def test_held_job_on_every_version():
-    """A held job is not planned onto nodes it does not hold: on 22.05 the hold is only in
-    state_reason; on v0.0.40+ in ``hold``. The export releases it when the plan starts it."""
+    """A job the planner held (requeued held) is not planned onto nodes it does not hold: on 22.05
+    the hold is only in state_reason; on v0.0.40+ in ``hold``. The export releases it when the
+    plan starts it."""
     from unicron_plan import api
 
     for nodes, jobs in (_real(), _newer("v0.0.40")):
         for j in jobs["jobs"]:
             if j["job_id"] == 2:   # job 2 ends: its nodes go to the held job 3 and to job 1
                 j["job_state"] = "COMPLETED" if isinstance(j["job_state"], str) else ["COMPLETED"]
+            if j["job_id"] == 3:
+                j["state_description"] = "job requeued in held state"
         plan = api.solve(_import(nodes, jobs))
         steps = export_slurm(plan, jobs, nodes)
         assert any(s.kind == "place" and s.job == 3 for s in steps)

@@ -37,8 +37,8 @@ def job(jobs: dict, job_id: int) -> dict:
 
 def test_capture_reads_types_from_gres_and_comments():
     """37: gpu:h100:8 requested (H100 only) on n1-n6; 38: untyped GPUs, constraint [h100|a100],
-    gpu-types=h100,a100, requeued by Slurm when its node n7 went down; 39: held, gpu-types=a100,h100;
-    40: unplanned, 4 GPUs of n8 withheld."""
+    gpu-types=h100,a100, requeued by Slurm when its node n7 went down (pending, BeginTime, planned);
+    39: held by its owner, gpu-types=a100,h100 (left out); 40: unplanned, 4 GPUs of n8 withheld."""
     inst = imported()
     types = {n["id"]: n["gpu_type"] for n in inst["cluster"]["nodes"]}
     assert {types[f"n{i}"] for i in range(1, 9)} == {"h100"} and {types[f"n{i}"] for i in range(9, 13)} == {"a100"}
@@ -46,6 +46,11 @@ def test_capture_reads_types_from_gres_and_comments():
     assert jobs["37"]["throughput"]["gpu_type"] == "h100" and "by_type" not in jobs["37"]["throughput"]
     assert jobs["38"]["throughput"] == {"gpu_type": "h100", "by_type": {
         "h100": {"8": 100.0, "16": 195.0}, "a100": {"8": 35.0, "16": 68.0, "24": 100.0, "32": 130.0}}}
+    assert "39" not in jobs                                    # its owner's hold is not the planner's to lift
+    held = job(load()[1], 39)
+    held["state_description"] = "job requeued in held state"   # the planner's own hold: planned
+    jobs = {j["id"]: j for j in imported(jobs={**load()[1], "jobs": [held if j["job_id"] == 39 else j
+                                                                      for j in load()[1]["jobs"]]})["jobs"]}
     assert jobs["39"]["throughput"]["gpu_type"] == "a100"     # queued: the first type it lists
     assert jobs["38"]["tp"] == 8 and inst["event"]["failed_nodes"] == ["n7"]
     assert api.load_instance(inst)

@@ -529,8 +529,8 @@ class SlurmAgent:
         if j.get("status") == "carrying":
             return self._finish(j, start)
         nodes_doc, jobs_doc = self._read_settled(start)
-        inst = self._import(nodes_doc, jobs_doc)
         state = _dict(self.client.state())
+        inst = self._import(nodes_doc, jobs_doc, state.get("instance"))
         known = self.failed.load()
         isolated = self._isolated(state.get("instance"))
         events, drift = events_between(state.get("instance"), inst,
@@ -586,11 +586,18 @@ class SlurmAgent:
                 return nodes_doc, jobs_doc
             time.sleep(0.5)
 
-    def _import(self, nodes_doc: dict, jobs_doc: dict) -> dict:
+    def _import(self, nodes_doc: dict, jobs_doc: dict, coord: Optional[dict]) -> dict:
+        """Slurm's cluster as an instance. The coordinator's jobs that its plan keeps idle
+        (``coord``, its instance) are held by this agent (``scontrol hold``, ``requeuehold``), so
+        their holds are the planner's own: they stay planned; any other hold is the owner's or an
+        administrator's, and that job is left out (one line each)."""
+        own = {j["id"] for j in (coord or {}).get("jobs", []) if not j["current"]["gpus"]}
+        warnings: list[str] = []
         try:
             # a planned job with invalid planning fields: one line naming it, the others planned
             return import_slurm(nodes_doc, jobs_doc, cost=self.cfg.cost, gpu_map=self.cfg.gpu_map,
-                                rack_feature=self.cfg.rack_feature, on_bad_job=self._skip)
+                                rack_feature=self.cfg.rack_feature, on_bad_job=self._skip, warnings=warnings,
+                                own_holds=own)
         except UnboundGpus as exc:
             if exc.asked and self.cfg.mode == "apply":   # it runs without its GPUs: restarted, Slurm binds them
                 self.cli.run(["scontrol", "requeue", str(exc.job_id)], record=True)
@@ -599,6 +606,9 @@ class SlurmAgent:
             raise SlurmReadError(f"Slurm's cluster is not a valid instance: {exc}") from None
         except InvalidInstanceError as exc:
             raise SlurmReadError(f"Slurm's cluster is not a valid instance: {exc}") from None
+        finally:
+            for line in warnings:
+                self.log({"warning": line})
 
     def _skip(self, obj: str, exc: Exception) -> None:
         if obj not in self._skipped:
@@ -652,7 +662,7 @@ class SlurmAgent:
         the nodes in ``isolated``, which the coordinator took out on its own and Slurm may still show in
         service; else the planned jobs left pending as arrivals). None when there is nothing to plan."""
         nodes_doc, jobs_doc = self._read_settled(time.monotonic())
-        inst = self._import(nodes_doc, jobs_doc)
+        inst = self._import(nodes_doc, jobs_doc, _dict(self.client.state()).get("instance"))
         self._upload(inst)
         event = with_isolated(inst, isolated)
         if event:

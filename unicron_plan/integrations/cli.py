@@ -76,8 +76,14 @@ def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show 
     from unicron_plan.integrations.slurm import import_slurm as run
     from unicron_plan.io import dumps, emit, read_json
 
+    from unicron_plan.text import one_line
+
     cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)
-    doc = run(read_json(nodes), read_json(jobs), cost=cost, gpu_map=gmap, rack_feature=rack_feature, name=name)
+    warnings: list[str] = []
+    doc = run(read_json(nodes), read_json(jobs), cost=cost, gpu_map=gmap, rack_feature=rack_feature, name=name,
+              warnings=warnings)
+    for line in warnings:
+        typer.echo("warning: " + one_line(line), err=True)
     emit(dumps(doc), out)
 
 

@@ -6,7 +6,8 @@ commands out.
 Slurm gives a job the same GPUs on every node it runs on, and training jobs
 take whole nodes, so each planned job gets ``tp`` = the GPUs of its nodes and
 the plan moves whole nodes. A job is planned when its comment starts with
-``unicron-plan:``; other jobs keep their GPUs. docs/integrations.md lists every field.
+``unicron-plan:`` and the planner may move it (:meth:`SlurmJob.not_planned`); other jobs keep
+their GPUs. docs/integrations.md lists every field and rule.
 """
 
 from __future__ import annotations
@@ -30,12 +31,32 @@ from unicron_plan.integrations.common import (Cost, GpuMap, JobState, Lenient, N
 #: (and UNKNOWN) is not a verdict: Slurm flags a node that missed a ping, and every node after
 #: slurmctld restarts until its slurmd registers again; a node that stays silent is set DOWN by
 #: Slurm after SlurmdTimeout, and that is the verdict the agent acts on.
-FAILED_FLAGS = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "POWER_DOWN",
-                          "POWERED_DOWN", "POWERING_DOWN", "POWER_DRAIN", "REBOOT", "REBOOT_REQUESTED",
-                          "REBOOT_ISSUED", "MAINT", "MAINTENANCE", "INVALID_REG", "FUTURE"})
+FAILED_FLAGS = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "POWER_DRAIN",
+                          "INVALID_REG", "FUTURE"})
+#: A node out of use for a while by plan of the operator or Slurm, not a failure: powered off (or
+#: being powered off) by power saving, rebooting or due to reboot, in a maintenance reservation.
+#: Its GPUs are withheld from the plan (as those of work the planner does not manage), never
+#: drained: it comes back by itself. RESERVED (a node in an active reservation) is withheld too,
+#: unless a planned job runs on it or is in its reservation (see :func:`_withheld`).
+WITHHELD_FLAGS = frozenset({"POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "REBOOT", "REBOOT_REQUESTED",
+                            "REBOOT_ISSUED", "MAINT", "MAINTENANCE"})
 HOLDING = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "RESIZING"})
 PLANNED = frozenset({"RUNNING", "SUSPENDED", "CONFIGURING", "PENDING"})
 HELD_REASONS = frozenset({"JOBHELDUSER", "JOBHELDADMIN"})
+#: The ``state_reason`` of a pending job that waits only for nodes or its turn, so the planner may
+#: place it: not evaluated yet (None), Resources, Priority, and its required nodes being unavailable
+#: or down (ReqNodeNotAvail, NodeDown: a placed job whose nodes were taken or failed). A pending
+#: job waiting for anything else (Dependency, BeginTime, a hold, a reservation, partition, QOS or
+#: association limits, licenses...) is not planned: placing it would free nodes it cannot use, or
+#: override what its owner asked for.
+STARTABLE_REASONS = frozenset({"NONE", "RESOURCES", "PRIORITY", "REQNODENOTAVAIL", "NODEDOWN"})
+#: Reasons of a requeued job (``restart_cnt`` > 0) waiting only for Slurm's requeue delay: Slurm
+#: sets a requeued job's begin time about two minutes ahead (after a node failure, or the
+#: planner's own requeue), and cleans up its previous run.
+REQUEUED_REASONS = frozenset({"BEGINTIME", "CLEANING"})
+#: The reason Slurm shows (``state_description``) for a job requeued with ``scontrol requeuehold``,
+#: as the planner suspends a running job: a hold that is the planner's own.
+REQUEUE_HELD = "requeued in held state"
 COMMENT_PREFIX = "unicron-plan:"
 #: Longest job comment read as planning fields (a longer one is refused, naming the job).
 MAX_COMMENT_CHARS = 65536
@@ -142,8 +163,10 @@ class SlurmNode(Lenient):
     gres: str = ""
     features: list[str] = Field(default_factory=list)
     reason: str = ""
+    partitions: list[str] = Field(default_factory=list)
+    reservation: str = ""                                   # scontrol show nodes: the active reservation
 
-    @field_validator("state", "state_flags", "features", mode="before")
+    @field_validator("state", "state_flags", "features", "partitions", mode="before")
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _as_list(value)
@@ -168,6 +191,13 @@ class SlurmJob(Lenient):
     user_name: str = ""
     job_state: list[str]
     state_reason: str = ""
+    state_description: str = ""
+    restart_cnt: Optional[int] = None
+    partition: str = ""                # one or more, comma-separated
+    resv_name: str = ""
+    array_job_id: Optional[int] = None
+    array_task_string: str = ""
+    het_job_id: Optional[int] = None
     nodes: str = ""
     comment: str = ""
     tres_alloc_str: str = ""
@@ -186,7 +216,8 @@ class SlurmJob(Lenient):
     def _numbers(cls, data: Any) -> Any:
         if isinstance(data, dict):
             data = dict(data)
-            for key in ("job_id", "priority", "tasks", "tasks_per_node", "node_count", "cpus_per_task"):
+            for key in ("job_id", "priority", "tasks", "tasks_per_node", "node_count", "cpus_per_task",
+                        "restart_cnt", "array_job_id", "het_job_id"):
                 if key in data:
                     data[key] = _number(data[key])
         return data
@@ -195,6 +226,11 @@ class SlurmJob(Lenient):
     @classmethod
     def _lists(cls, value: Any) -> Any:
         return _as_list(value)
+
+    @field_validator("state_description", "partition", "resv_name", "array_task_string", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> Any:
+        return "" if value is None else value
 
     @property
     def flags(self) -> set[str]:
@@ -226,6 +262,29 @@ class SlurmJob(Lenient):
         if self.hold is not None:
             return self.hold
         return "PENDING" in self.flags and self.state_reason.upper() in HELD_REASONS
+
+    def not_planned(self, own_holds: frozenset[str] | set[str] = frozenset()) -> Optional[str]:
+        """Why a job with planning fields is not planned (None: it is): a job array or a
+        heterogeneous job (a bare job id in ``scontrol`` acts on every task or component), or a
+        pending job that waits for something other than nodes or its turn (see
+        STARTABLE_REASONS). A held job is planned only when the hold is the planner's own: a job
+        requeued held (``scontrol requeuehold``, as the export suspends a job) or one named in
+        ``own_holds``."""
+        if self.array_job_id or self.array_task_string:
+            return f"a task of job array {self.array_job_id or self.job_id}"
+        if self.het_job_id:
+            return f"a component of heterogeneous job {self.het_job_id}"
+        if "PENDING" not in self.flags:
+            return None
+        reason = self.state_reason.strip() or "None"
+        if self.held:
+            if REQUEUE_HELD in self.state_description or str(self.job_id) in own_holds:
+                return None
+            return f"pending, held ({reason})"
+        key = reason.upper()
+        if key in STARTABLE_REASONS or (key in REQUEUED_REASONS and (self.restart_cnt or 0) > 0):
+            return None
+        return f"pending, waiting for {reason}"
 
 
 _GRES_ITEM = re.compile(r"([^,(]+)(\([^)]*\))?")
@@ -423,7 +482,9 @@ def job_nodes(job: SlurmJob, obj: str) -> list[str]:
 
 def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
                  rack_feature: Optional[str] = None, name: str = "slurm",
-                 on_bad_job: Optional[Callable[[str, InvalidInstanceError], None]] = None) -> dict:
+                 on_bad_job: Optional[Callable[[str, InvalidInstanceError], None]] = None,
+                 warnings: Optional[list[str]] = None,
+                 own_holds: frozenset[str] | set[str] = frozenset()) -> dict:
     """Build the v1 instance from the nodes (``scontrol show nodes --json`` or, before
     Slurm 23.02, ``sinfo --json``) and the jobs (``squeue --json``).
 
@@ -431,8 +492,16 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
     its request give that do not fit) is an error naming the job; given ``on_bad_job``, it is
     reported there instead (``on_bad_job(obj, error)``) and kept out of the instance as work the
     planner does not manage (its GPUs stay its own), so one wrong submission does not stop the
-    planning of the others."""
+    planning of the others.
+
+    A job with planning fields that the planner must not move (:meth:`SlurmJob.not_planned`: a job
+    array or heterogeneous job, a pending job waiting for something other than nodes, a hold that
+    is not the planner's own; ``own_holds``: ids of held jobs the caller held itself) is left out
+    as work the planner does not manage, with a line in ``warnings``. Nodes out of use for a while
+    (WITHHELD_FLAGS) or in another reservation, or in none of the planned jobs' partitions, are
+    withheld (see :func:`_withheld`)."""
     states: dict[str, NodeState] = {}
+    slurm_nodes: dict[str, SlurmNode] = {}
     for node, obj in parse_nodes(nodes_doc):
         product, gpus = gpu_gres(node.gres, obj, "gres")
         if gpus == 0:
@@ -444,12 +513,14 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
             rack = next((f for f in node.features if f.startswith(rack_feature)), None)
         states[node.name] = NodeState(id=node.name, gpu_type=gpu_map.resolve(product, obj, "gres"), gpus=gpus,
                                       rack=rack, failed=bool(FAILED_FLAGS & node.flags))
+        slurm_nodes[node.name] = node
     node_size: dict[str, set[int]] = {}
     node_types = {n: st.gpu_type for n, st in states.items()}
     for st in states.values():
         node_size.setdefault(st.gpu_type, set()).add(st.gpus)
 
     jobs: list[JobState] = []
+    planned_jobs: list[SlurmJob] = []
     seen: set[str] = set()
     for job, obj in parse_jobs(jobs_doc):
         flags = job.flags
@@ -462,6 +533,12 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
             fields = None
         if fields is not None and "COMPLETING" in flags and not flags & PLANNED:
             continue   # a planned job that ended: gone (job_exit); its nodes are free in seconds
+        if fields is not None and flags & PLANNED:
+            why = job.not_planned(own_holds)
+            if why is not None:   # work the planner does not manage: its GPUs stay its own
+                if warnings is not None:
+                    warnings.append(f"{obj}: left out, {why}")
+                fields = None
         holds = bool(flags & HOLDING)
         names = job_nodes(job, obj)
         total = job_gpus(job, obj, len(names)) if holds else 0
@@ -490,7 +567,43 @@ def import_slurm(nodes_doc: Any, jobs_doc: Any, *, cost: Cost, gpu_map: GpuMap,
                     states[n].reserved_gpus += g
             continue
         jobs.append(js)
+        planned_jobs.append(job)
+    for n, why in _withheld(slurm_nodes, states, jobs, planned_jobs).items():
+        states[n].reserved_gpus = states[n].gpus
+        if warnings is not None:
+            warnings.append(f"Node {n}: withheld from the plan, {why}")
     return build_instance(name, list(states.values()), jobs, cost, gpu_map)
+
+
+def _withheld(nodes: dict[str, SlurmNode], states: dict[str, NodeState], jobs: list[JobState],
+              planned: list[SlurmJob]) -> dict[str, str]:
+    """The nodes whose GPUs are not offered to the plan (none failed, none a planned job holds),
+    each with why: a node out of use for a while (WITHHELD_FLAGS: powered down by power saving,
+    due to reboot, in maintenance); one in an active reservation (RESERVED, or a node
+    ``reservation``) that no planned job is in; and, when every planned job and the node name
+    their partitions, one in none of the planned jobs' partitions. Slurm would not start a
+    planned job there, and draining it would keep it out after it comes back."""
+    used = {n for js in jobs for n in js.nodes}
+    resv = {j.resv_name for j in planned if j.resv_name}
+    parts: Optional[set[str]] = set()
+    for j in planned:
+        if not j.partition:
+            parts = None
+            break
+        parts.update(p for p in j.partition.split(",") if p)
+    out: dict[str, str] = {}
+    for name, node in nodes.items():
+        if states[name].failed or name in used:
+            continue
+        flags = node.flags
+        if flags & WITHHELD_FLAGS:
+            out[name] = f"out of use for a while ({', '.join(sorted(flags & WITHHELD_FLAGS))}), not failed"
+        elif ("RESERVED" in flags or node.reservation) and not (node.reservation and node.reservation in resv):
+            out[name] = f"in reservation {node.reservation!r} of other work" if node.reservation else \
+                "in an active reservation of other work (RESERVED)"
+        elif parts and node.partitions and not parts & set(node.partitions):
+            out[name] = f"in no partition of a planned job (it is in {','.join(node.partitions)})"
+    return out
 
 
 def _planned_job(job: SlurmJob, obj: str, fields: dict[str, str], holds: bool, total: int, names: list[str],

@@ -71,9 +71,11 @@ def test_a_job_pending_for_other_than_nodes_is_left_out_and_untouched(reason):
 
 
 @pytest.mark.parametrize("reason,restart_cnt", [("Resources", 0), ("Priority", 0), ("None", 0),
-                                                ("ReqNodeNotAvail", 0), ("NodeDown", 0), ("BeginTime", 1)])
+                                                ("ReqNodeNotAvail", 0), ("NodeDown", 0), ("BeginTime", 1),
+                                                ("BadConstraints", 1)])
 def test_a_job_waiting_for_nodes_or_its_turn_is_planned(reason, restart_cnt):
-    """BeginTime after a requeue (restart_cnt > 0) is Slurm's requeue delay: planned."""
+    """BeginTime after a requeue (restart_cnt > 0) is Slurm's requeue delay, and BadConstraints after one a
+    move whose nodes are gone (placed again): planned."""
     nodes, jobs = _pending(reason, restart_cnt)
     inst, warnings = _import(nodes, jobs)
     assert {j["id"]: j for j in inst["jobs"]}["3"]["current"] == {"gpus": 0, "nodes": []}

@@ -50,10 +50,11 @@ HELD_REASONS = frozenset({"JOBHELDUSER", "JOBHELDADMIN"})
 #: association limits, licenses...) is not planned: placing it would free nodes it cannot use, or
 #: override what its owner asked for.
 STARTABLE_REASONS = frozenset({"NONE", "RESOURCES", "PRIORITY", "REQNODENOTAVAIL", "NODEDOWN"})
-#: Reasons of a requeued job (``restart_cnt`` > 0) waiting only for Slurm's requeue delay: Slurm
-#: sets a requeued job's begin time about two minutes ahead (after a node failure, or the
-#: planner's own requeue), and cleans up its previous run.
-REQUEUED_REASONS = frozenset({"BEGINTIME", "CLEANING"})
+#: Reasons of a requeued job (``restart_cnt`` > 0) waiting only for Slurm's requeue delay or for a
+#: placement: Slurm sets a requeued job's begin time about two minutes ahead (after a node failure, or
+#: the planner's own requeue), cleans up its previous run, and shows BadConstraints when the nodes a
+#: move asked for are no longer to be had (the planner places it again).
+REQUEUED_REASONS = frozenset({"BEGINTIME", "CLEANING", "BADCONSTRAINTS"})
 #: The reason Slurm shows (``state_description``) for a job requeued with ``scontrol requeuehold``,
 #: as the planner suspends a running job: a hold that is the planner's own.
 REQUEUE_HELD = "requeued in held state"

@@ -819,7 +819,7 @@ def _check_current(plan, jobs: dict[str, tuple[SlurmJob, str]], nodes: dict[str,
     for k, pj in enumerate(plan.jobs):
         if pj.id not in jobs:
             raise StalePlan(f"plan jobs[{k}].id", f"job {pj.id!r} is not in the jobs file")
-        if pj.action in ("keep", "idle"):
+        if pj.action in ("keep", "idle") or pj.gpus == 0:   # (a suspension of a job that has left: nothing to do)
             continue
         job, obj = jobs[pj.id]
         ended = sorted(job.flags & ENDED)

@@ -1070,7 +1070,8 @@ def write_atomic(path: str | os.PathLike, text: str, mode: int | None = None, du
     :func:`check_output_path`) are bad input (exit 2).
     """
     p = check_output_path(path)
-    if _wrote_into_special(p, text.encode("utf-8")):
+    if _special(p):
+        _write_into(p, text.encode("utf-8"))
         return
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -1091,29 +1092,31 @@ def write_atomic(path: str | os.PathLike, text: str, mode: int | None = None, du
         raise
 
 
-def _wrote_into_special(p: Path, data: bytes) -> bool:
-    """Whether ``p`` is there and is no regular file (a FIFO or a character device, /dev/stdout): then
-    ``data`` is written into it and it is kept, never replaced by a rename."""
-    if not p.exists() or p.is_file():
-        return False
+def _special(p: Path) -> bool:
+    """Whether ``p`` is there and is no regular file (a FIFO or a character device, /dev/stdout): an output
+    written into, never replaced by a rename."""
+    return p.exists() and not p.is_file()
+
+
+def _write_into(p: Path, data: bytes) -> None:
+    """Write ``data`` into the FIFO or device ``p`` (see :func:`_special`); bad input when it cannot be."""
     try:
         with open(p, "wb") as fh:
             fh.write(data)
     except OSError as exc:
         raise InvalidInstanceError(str(p), f"cannot write: {exc.strerror or exc}") from None
-    return True
 
 
 def save_figure_atomic(fig, path: str | os.PathLike, dpi: int = 100) -> None:
     """Save a matplotlib figure as PNG through a temporary file and a rename (a FIFO or character device
     is written into, as :func:`write_atomic` does)."""
     p = check_output_path(path)
-    if p.exists() and not p.is_file():
+    if _special(p):
         from io import BytesIO  # (the standard library's)
 
         buf = BytesIO()
         fig.savefig(buf, format="png", dpi=dpi)
-        _wrote_into_special(p, buf.getvalue())
+        _write_into(p, buf.getvalue())
         return
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -240,7 +240,7 @@ class Watch:
         from ``SLURM_JOB_ID``, the rank from ``RANK`` (torchrun), ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK`` or
         ``SLURM_PROCID``, the node from ``SLURMD_NODENAME``."""
         given = {k: v for k, v in overrides.items() if v is not None}
-        env = environment() if "rank" not in given else {**environment(rank=False), "rank": None}
+        env = environment(rank="rank" not in given)
         env.update(given)
         missing = [k for k in ("coordinator", "job", "rank") if env.get(k) is None]
         if missing:

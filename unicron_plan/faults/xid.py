@@ -124,6 +124,11 @@ def boot_time() -> float | None:
         return None
 
 
+def _clock_ok(day: int, h: int, m: int, s: int) -> bool:
+    """A day of a month and a time of day as a log prints them (a leap second allowed)."""
+    return 1 <= day <= 31 and h < 24 and m < 60 and s < 61
+
+
 def _local(year: int, month: int, day: int, h: int, m: int, s: int) -> float | None:
     try:
         return time.mktime((year, month, day, h, m, s, 0, 0, -1))
@@ -143,7 +148,7 @@ def line_time(line: str, now: float | None = None, boot: float | None = None) ->
         y, mo, d, h, mi, sec = (int(g) for g in m.groups()[:6])
         frac = float("0." + m.group(7)) if m.group(7) else 0.0
         zone = m.group(8)
-        if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and sec < 61):
+        if not (1 <= mo <= 12 and _clock_ok(d, h, mi, sec)):
             return None
         if zone is None:
             t = _local(y, mo, d, h, mi, sec)
@@ -156,7 +161,7 @@ def line_time(line: str, now: float | None = None, boot: float | None = None) ->
     m = _SYSLOG.match(line)
     if m and m.group(1) in _MONTHS:
         mo, d, h, mi, sec = _MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))
-        if not (1 <= d <= 31 and h < 24 and mi < 60 and sec < 61):
+        if not _clock_ok(d, h, mi, sec):
             return None
         frac = float("0." + m.group(6)) if m.group(6) else 0.0
         now = time.time() if now is None else now
@@ -168,7 +173,7 @@ def line_time(line: str, now: float | None = None, boot: float | None = None) ->
     m = _DMESG_T.match(line)
     if m and m.group(1) in _MONTHS:
         d, h, mi, sec = int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5))
-        if not (1 <= d <= 31 and h < 24 and mi < 60 and sec < 61):
+        if not _clock_ok(d, h, mi, sec):
             return None
         return _local(int(m.group(6)), _MONTHS[m.group(1)], d, h, mi, sec)
     m = _DMESG.match(line)

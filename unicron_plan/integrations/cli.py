@@ -75,7 +75,6 @@ def import_slurm(nodes: Path = typer.Option(..., "--nodes", help="scontrol show 
     require("hostlist", "import slurm")
     from unicron_plan.integrations.slurm import import_slurm as run
     from unicron_plan.io import dumps, emit, read_json
-
     from unicron_plan.text import one_line
 
     cost, gmap = _common(expected_run_seconds, node_mtbf_hours, default_transition_seconds, gpu_type, gpu_map)

@@ -87,7 +87,8 @@ def restart_in_place(cli: SlurmCli, job: int, verify_seconds: float = 60.0, befo
     nodes = nodes or now_nodes
     if not nodes:
         return {"outcome": "failed", "detail": f"job {job} is {state or 'unknown to Slurm'}: no nodes to restart on"}
-    n, hl = len(nodes), compress(nodes)
+    hl = compress(nodes)
+    requeue_hold, place, *start = restart_commands(job, nodes)
 
     def failed(detail: str) -> dict:
         return {"outcome": "failed", "detail": detail + _undo(cli, job), "failed_nodes": _unresponsive(cli, nodes)}
@@ -106,7 +107,7 @@ def restart_in_place(cli: SlurmCli, job: int, verify_seconds: float = 60.0, befo
         requeue = 0 <= restarts <= before
     if requeue and state in ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", ""):
         try:
-            cli.run(["scontrol", "requeuehold", str(job)], record=True)
+            cli.run(requeue_hold, record=True)
         except CommandFailed as exc:
             return failed(str(exc))
     deadline = time.monotonic() + SETTLE_SECONDS
@@ -115,11 +116,11 @@ def restart_in_place(cli: SlurmCli, job: int, verify_seconds: float = 60.0, befo
             return failed(f"job {job} still completing after {SETTLE_SECONDS:g} s")
         time.sleep(0.25)
     try:
-        cli.run(["scontrol", "update", f"JobId={job}", f"NumNodes={n}-{n}", f"ReqNodeList={hl}"], record=True)
+        cli.run(place, record=True)
         # started within the second its previous run's credential was revoked, slurmd refuses the job
         # and Slurm ends it ("Job credential revoked"): the same pause as a placed job's (Step "start")
         time.sleep(START_PAUSE)
-        for argv in (["scontrol", "update", f"JobId={job}", "StartTime=now"], ["scontrol", "release", str(job)]):
+        for argv in start:
             cli.run(argv, record=True)
     except CommandFailed as exc:
         return failed(str(exc))
@@ -135,7 +136,8 @@ def restart_in_place(cli: SlurmCli, job: int, verify_seconds: float = 60.0, befo
 
 
 def restart_commands(job: int, nodes: list[str]) -> list[list[str]]:
-    """The commands of a restart in place of ``job`` on ``nodes`` (what ``--mode propose`` lists)."""
+    """The commands of a restart in place of ``job`` on ``nodes``, in order: requeued held, pinned to its
+    nodes, started now and released (what :func:`restart_in_place` runs and ``--mode propose`` lists)."""
     n, hl = len(nodes), compress(nodes)
     return [["scontrol", "requeuehold", str(job)],
             ["scontrol", "update", f"JobId={job}", f"NumNodes={n}-{n}", f"ReqNodeList={hl}"],
@@ -191,6 +193,13 @@ def act_on_signals(client, cli: SlurmCli, state_dir: Path, verify_seconds: float
         journal.save(j)
     report = [] if report is None else report
     covered = _covered(j)
+
+    def posted(action: dict) -> None:
+        """A restart's action not run by :func:`_restart`: logged, posted and kept for the pass's result."""
+        log({"restart": action})
+        client.post_action(action)
+        report.append(action)
+
     doing = j.get("doing")
     if doing and propose:   # left by a pass in --mode apply: finished by the next such pass
         log({"signal": doing.get("signal") if isinstance(doing, dict) else None,
@@ -243,9 +252,7 @@ def act_on_signals(client, cli: SlurmCli, state_dir: Path, verify_seconds: float
                         action = {"signal": entry.revision, "action": "restart", "job": job, "commands": [],
                                   "outcome": "done" if outcome == "done" else "failed",
                                   "detail": f"covered by the restart for signal {first} ({outcome})"}
-                        log({"restart": action})
-                        client.post_action(action)
-                        report.append(action)
+                        posted(action)
                         continue
                     state, nodes = _job_state(cli, int(job))
                     before = _restarts(cli, int(job))
@@ -253,9 +260,7 @@ def act_on_signals(client, cli: SlurmCli, state_dir: Path, verify_seconds: float
                         action = {"signal": entry.revision, "action": "restart", "job": job, "commands": [],
                                   "outcome": "failed", "detail": f"job {job}: Slurm's restart count could not "
                                                                  "be read (scontrol show job): not restarted"}
-                        log({"restart": action})
-                        client.post_action(action)
-                        report.append(action)
+                        posted(action)
                         continue
                     doing = {"signal": entry.revision, "job": job, "nodes": nodes, "before": before, "upto": upto}
                     j["doing"] = doing

@@ -775,38 +775,17 @@ class StalePlan(InvalidInstanceError):
         super().__init__(field, f"{what}; {STALE}")
 
 
-def _text(raw: Any, key: str) -> str:
-    value = raw.get(key) if isinstance(raw, dict) else None
-    return value if isinstance(value, str) else ""
-
-
-def _where(nodes_doc: Any, jobs_doc: Any) -> tuple[dict[str, tuple[set[str], str]], dict[str, tuple[set[str], str]]]:
-    """Partitions and reservation of each node (``partitions``, ``reservation``: the name, printed
-    from Slurm 23.02 on) and of each job (``partition``, a list when submitted to several;
-    ``resv_name``), as the documents give them (empty when they do not)."""
-    nodes: dict[str, tuple[set[str], str]] = {}
-    if nodes_doc is not None:
-        for raw in items_of(nodes_doc, "nodes", key="nodes"):
-            parts = raw.get("partitions") if isinstance(raw, dict) else None
-            parts = _as_list(parts) if isinstance(parts, (str, list)) else []
-            nodes[_text(raw, "name")] = ({p for p in parts if isinstance(p, str) and p}, _text(raw, "reservation"))
-    jobs: dict[str, tuple[set[str], str]] = {}
-    for raw in items_of(jobs_doc, "jobs", key="jobs"):
-        jid = str(_number(raw.get("job_id"))) if isinstance(raw, dict) else ""
-        jobs[jid] = (set(_as_list(_text(raw, "partition"))), _text(raw, "resv_name"))
-    return nodes, jobs
-
-
 def _check_current(plan, jobs: dict[str, tuple[SlurmJob, str]], nodes: dict[str, SlurmNode], nodes_doc: Any,
-                   jobs_doc: Any, by_agent: bool) -> None:
+                   by_agent: bool) -> None:
     """Refuse (:class:`StalePlan`) a plan the cluster documents no longer match: a change of a job
     that has ended or left squeue, a placement on a node that is now failed (FAILED_FLAGS), outside
     the job's partitions, in a reservation the job does not use, or held by a job the plan does not
     manage, and (unless ``by_agent``) a drain of a node Slurm shows in service again. ``by_agent``: a
     node whose reservation is unnamed (Slurm 22.05's flag RESERVED) is not refused (the agent's own).
 
-    Jobs the plan keeps, or keeps idle, are not changed and not checked."""
-    where_nodes, where_jobs = _where(nodes_doc, jobs_doc)
+    Jobs the plan keeps, or keeps idle, are not changed and not checked. Partitions and reservations are
+    read as the documents give them (a node's ``reservation`` name is printed from Slurm 23.02 on), empty
+    when they do not."""
     managed = {pj.id for pj in plan.jobs}
     holders: dict[str, str] = {}
     for jid, (job, obj) in jobs.items():
@@ -829,7 +808,7 @@ def _check_current(plan, jobs: dict[str, tuple[SlurmJob, str]], nodes: dict[str,
         if not job.flags & PLANNED:   # only COMPLETING (it has left), or parked (SPECIAL_EXIT, STOPPED...)
             raise StalePlan(f"plan jobs[{k}].action", f"the plan changes job {pj.id} ({pj.action}), which is "
                                                       f"no longer running or pending ({'+'.join(sorted(job.flags))})")
-        parts, resv = where_jobs.get(pj.id, (set(), ""))
+        parts, resv = set(_as_list(job.partition)), job.resv_name
         current = set(job_nodes(job, obj))
         for i, p in enumerate(pj.placement):
             f = f"plan jobs[{k}].placement[{i}].node"
@@ -839,7 +818,8 @@ def _check_current(plan, jobs: dict[str, tuple[SlurmJob, str]], nodes: dict[str,
                     raise StalePlan(f, f"node {p.node!r} is not in the nodes file")
             elif node.flags & FAILED_FLAGS:
                 raise StalePlan(f, f"node {p.node} is now {'+'.join(sorted(node.flags & FAILED_FLAGS))}")
-            node_parts, node_resv = where_nodes.get(p.node, (set(), ""))
+            node_parts, node_resv = ({q for q in node.partitions if q}, node.reservation) if node is not None \
+                else (set(), "")
             if parts and node_parts and not parts & node_parts:
                 raise StalePlan(f, f"node {p.node} is in partition {','.join(sorted(node_parts))}, not in job "
                                    f"{pj.id}'s {','.join(sorted(parts))}")
@@ -885,7 +865,7 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
     for k, pj in enumerate(plan.jobs):
         for i, p in enumerate(pj.placement):
             check_node_name(p.node, "plan", f"jobs[{k}].placement[{i}].node")
-    _check_current(plan, jobs, nodes, nodes_doc, jobs_doc, by_agent)
+    _check_current(plan, jobs, nodes, nodes_doc, by_agent)
     drains: list[Step] = []
     for k, name in enumerate(plan.drained_nodes or []):
         node = nodes.get(name)
@@ -901,7 +881,7 @@ def export_slurm(plan, jobs_doc: Any, nodes_doc: Any = None, reason: str = "unic
     for k, pj in enumerate(plan.jobs):
         job, obj = jobs[pj.id]
         flags = job.flags
-        planned = [check_node_name(p.node, "plan", f"jobs[{k}].placement") for p in pj.placement]
+        planned = [p.node for p in pj.placement]   # (names checked above)
         if pj.action == "keep":
             continue
         if pj.gpus == 0:

@@ -16,7 +16,7 @@ import stat
 import threading
 
 MAX_BYTES = 512 * 1024 * 1024  # a larger input file is refused before it is read
-READ_AHEAD_BYTES = 8 << 20  # a smaller file is read in the call: a thread would not pay for itself
+READ_AHEAD_BYTES = 1 << 20  # a smaller file is read in the call: a thread would not pay for itself
 
 #: The ``solve`` command's options that take a value (the word after one is not the instance).
 SOLVE_VALUE_OPTIONS = frozenset({"--solver", "-s", "--out", "-o", "--time-limit", "--threads", "--contingency",

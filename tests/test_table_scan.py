@@ -184,7 +184,10 @@ def test_the_read_ahead_answers_only_for_the_same_file_unchanged(tmp_path, monke
     _big_instance(path, seed=7)  # rewritten since
     os.utime(path, ns=(1, 1))
     assert readahead.take(path) == (False, None)
-    for args in (["solve", str(tmp_path)], ["solve", str(tmp_path / "missing.json")], ["validate", str(path)]):
+    fifo = tmp_path / "i.fifo"
+    os.mkfifo(fifo)  # (a pipe is never opened: that would wait for a writer)
+    for args in (["solve", str(tmp_path)], ["solve", str(tmp_path / "missing.json")], ["validate", str(path)],
+                 ["solve", str(fifo)], ["solve", "/dev/zero"]):
         readahead.start(args)
         assert readahead._pending is None
     monkeypatch.setattr(readahead, "READ_AHEAD_BYTES", 1 << 40)

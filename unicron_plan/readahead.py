@@ -53,7 +53,10 @@ def start(args: list[str]) -> None:
         from unicron_plan import _tablescan
     except ImportError:
         return
-    try:
+    try:  # (looked at before it is opened: opening a pipe would wait for its writer)
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or not READ_AHEAD_BYTES <= st.st_size <= MAX_BYTES:
+            return
         f = open(path, "rb", buffering=0)
     except (OSError, ValueError):
         return

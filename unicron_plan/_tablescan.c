@@ -31,6 +31,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -609,9 +610,14 @@ static PyObject *strip(PyObject *Py_UNUSED(self), PyObject *args)
     Py_buffer view = {0};
     int fd = -1;
     if (PyLong_Check(arg)) {
-        fd = (int)PyLong_AsLong(arg);
-        if (fd < 0 && PyErr_Occurred())
+        long given = PyLong_AsLong(arg);
+        if (given == -1 && PyErr_Occurred())
             goto done;
+        if (given < 0 || given > INT_MAX) {
+            PyErr_SetString(PyExc_ValueError, "a file descriptor is a non-negative int");
+            goto done;
+        }
+        fd = (int)given;
     } else if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
         goto done;
     }

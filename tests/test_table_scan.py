@@ -1,21 +1,18 @@
-"""The compiled table scan (unicron_plan._tablescan) and the console script's read-ahead of a solve
-command's instance file (unicron_plan.readahead): a file read in slices of any size gives what its bytes
-give at once; a table's numbers are Python's own (ints of 64 bits, correctly rounded floats) or the
-text goes to the other readers; the read-ahead answers only for the very file, unchanged."""
+"""The compiled table scan (unicron_plan._tablescan): a file read in slices of any size gives what its
+bytes give at once; a table's numbers are Python's own (ints of 64 bits, correctly rounded floats) or the
+text goes to the other readers; whitespace dropped never joins two tokens; tables are taken only from
+their place in the format."""
 
 from __future__ import annotations
 
 import json
 import os
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from unicron_plan import io, readahead
-from unicron_plan.tools.generate import generate_instance
+from unicron_plan import io
 
 from test_tables_as_arrays import _as_lists, _mutated, _plain_value, _random_json, _same_json
 
@@ -134,80 +131,3 @@ def test_the_scan_leaves_no_table_at_another_place():
     assert _as_lists(fast) == doc and type(fast["counts"]) is list and type(fast["jobs"][0]["compact"]["counts"]) is list
     repeated = (b'{"jobs": [{"throughput": {"compact": {"counts": [1], "tflops": [1.0], "counts": [2]}}}]}')
     assert io._with_table_arrays(repeated) is io._UNDECIDED
-
-
-@pytest.mark.parametrize("args, expected", [
-    (["solve", "i.json"], "i.json"),
-    (["solve", "i.json", "--time-limit", "2", "-o", "out.json"], "i.json"),
-    (["solve", "-o", "out.json", "--solver", "dp", "i.json", "--timings"], "i.json"),
-    (["solve", "--", "-i.json"], "-i.json"),
-    (["solve"], None),
-    (["solve", "a.json", "b.json"], None),
-    (["validate", "i.json"], None),
-    ([], None),
-])
-def test_the_instance_of_a_solve_command_line(args, expected):
-    assert readahead.solve_instance(args) == expected
-
-
-def test_the_options_that_take_a_value_are_the_solve_commands():
-    from unicron_plan.cli import app, command
-
-    solve = command(app).get_command(None, "solve")
-    taking = {name for p in solve.params if not getattr(p, "is_flag", False) and p.param_type_name == "option"
-              for name in p.opts}
-    assert taking == readahead.SOLVE_VALUE_OPTIONS
-
-
-def _big_instance(path, seed=5):
-    doc = generate_instance(seed, gpus=64, jobs=3, nodes_per_rack=8)
-    path.write_text(json.dumps(doc, indent=2))
-    return doc
-
-
-def test_the_read_ahead_answers_only_for_the_same_file_unchanged(tmp_path, monkeypatch):
-    monkeypatch.setattr(readahead, "READ_AHEAD_BYTES", 1)
-    monkeypatch.setattr(readahead, "_pending", None)
-    path = tmp_path / "i.json"
-    _big_instance(path)
-    with open(path, "rb", buffering=0) as f:
-        direct = _tablescan.strip(f.fileno())
-    readahead.start(["solve", str(path), "--time-limit", "2"])
-    taken, scan = readahead.take(path)
-    assert taken and _same_scans(scan, direct)
-    assert readahead.take(path) == (False, None)  # once only
-    readahead.start(["solve", str(path)])
-    other = tmp_path / "other.json"
-    _big_instance(other, seed=6)
-    assert readahead.take(other) == (False, None)  # another file: read by the caller
-    readahead.start(["solve", str(path)])
-    _big_instance(path, seed=7)  # rewritten since
-    os.utime(path, ns=(1, 1))
-    assert readahead.take(path) == (False, None)
-    fifo = tmp_path / "i.fifo"
-    os.mkfifo(fifo)  # (a pipe is never opened: that would wait for a writer)
-    for args in (["solve", str(tmp_path)], ["solve", str(tmp_path / "missing.json")], ["validate", str(path)],
-                 ["solve", str(fifo)], ["solve", "/dev/zero"]):
-        readahead.start(args)
-        assert readahead._pending is None
-    monkeypatch.setattr(readahead, "READ_AHEAD_BYTES", 1 << 40)
-    readahead.start(["solve", str(path)])
-    assert readahead._pending is None  # a small file: read in the call
-
-
-def test_the_console_script_solves_as_the_command_line_does(tmp_path):
-    """launch.main (the installed ``unicron-plan``) with a file read ahead gives the plan of cli.main."""
-    path = tmp_path / "i.json"
-    doc = generate_instance(11, gpus=8 * 2048, jobs=128, nodes_per_rack=8)
-    path.write_text(json.dumps(doc, indent=2))
-    assert path.stat().st_size >= readahead.READ_AHEAD_BYTES
-    plans = []
-    for entry in ("unicron_plan.launch", "unicron_plan.cli"):
-        out = tmp_path / f"{entry}.json"
-        run = subprocess.run([sys.executable, "-c", f"import sys; from {entry} import main; main()", "solve",
-                              str(path), "-o", str(out), "--quiet"], capture_output=True, text=True, timeout=600)
-        assert run.returncode == 0, run.stderr
-        plan = json.loads(out.read_text())
-        plan["solver"].pop("wall_seconds", None)
-        plans.append(plan)
-    assert plans[0] == plans[1]

@@ -330,11 +330,9 @@ static int table_number(Scan *s, const char *p, const char *end, const char **st
         if (failed)
             return 0;
 #endif
-        if (read != text + n)
+        if (read != text + n || v - v != 0.0) /* (or overflowed to infinity: w * 10^e above can not) */
             return 0;
     }
-    if (v - v != 0.0) /* overflowed to infinity */
-        return 0;
     return out_f64(&s->tflops, v) < 0 ? -1 : 1;
 }
 

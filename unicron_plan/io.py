@@ -21,9 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from unicron_plan import readahead
 from unicron_plan.errors import InvalidInstanceError
-from unicron_plan.readahead import MAX_BYTES
 from unicron_plan.text import is_unicode
 
 try:  # without it every text takes the json module's parse (the same values and errors, slower)
@@ -40,6 +38,7 @@ except ImportError:  # pragma: no cover - built by `pip install`
     _tablescan = None
 
 MAX_DEPTH = 64  # nesting of arrays and objects; every document of the format needs fewer than 10
+MAX_BYTES = 512 * 1024 * 1024  # a larger input file is refused before it is read
 MAX_NUMBER_CHARS = 100  # a longer integer literal is refused (no field needs more than 20 digits)
 
 
@@ -435,8 +434,7 @@ def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
 def _file_with_table_arrays(p: Path, nodes: "dict | None" = None) -> "tuple[Any, bool]":
     """(:func:`_with_table_arrays` of the file at ``p``, whether it was tried). With the compiled scan,
     it reads a regular file of 1 to MAX_BYTES bytes in slices, in one pass (:func:`_scanned`; a file
-    that grew past MAX_BYTES meanwhile gives _UNDECIDED), or takes the scan the console script read
-    ahead (:func:`unicron_plan.readahead.take`). Without it, simdjson reads the file
+    that grew past MAX_BYTES meanwhile gives _UNDECIDED). Without it, simdjson reads the file
     itself (its own padded buffer: no copy of the text in Python, a quarter less memory touched by the
     read at 1,048,576 GPUs) and the start check and the colons and brackets counted in a pass over the
     file in slices. Tried only on a regular file of 1 to MAX_BYTES bytes whose status last changed
@@ -456,13 +454,11 @@ def _file_with_table_arrays(p: Path, nodes: "dict | None" = None) -> "tuple[Any,
     if not stat.S_ISREG(before.st_mode) or not 0 < before.st_size <= MAX_BYTES:
         return _UNDECIDED, False
     if _tablescan is not None:  # one pass over the file: the text it counts is the text it reads
-        taken, scan = readahead.take(p)
-        if not taken:
-            try:
-                with open(p, "rb", buffering=0) as f:
-                    scan = _tablescan.strip(f.fileno(), MAX_BYTES)
-            except (OSError, ValueError):
-                return _UNDECIDED, False
+        try:
+            with open(p, "rb", buffering=0) as f:
+                scan = _tablescan.strip(f.fileno(), MAX_BYTES)
+        except (OSError, ValueError):
+            return _UNDECIDED, False
         return _scanned(scan, nodes), True
     if before.st_ctime_ns > time.time_ns() - _SETTLED_NS:
         return _UNDECIDED, False

@@ -131,3 +131,16 @@ def test_the_scan_leaves_no_table_at_another_place():
     assert _as_lists(fast) == doc and type(fast["counts"]) is list and type(fast["jobs"][0]["compact"]["counts"]) is list
     repeated = (b'{"jobs": [{"throughput": {"compact": {"counts": [1], "tflops": [1.0], "counts": [2]}}}]}')
     assert io._with_table_arrays(repeated) is io._UNDECIDED
+
+
+def test_a_kept_table_is_what_model_construct_makes():
+    """The deferred table's lean constructor gives what pydantic's model_construct gives."""
+    from unicron_plan.schema.instance import CompactTable
+
+    counts, tflops = np.array([1, 2], dtype=np.int64), np.array([1.5, 2.5])
+    lean, full = CompactTable._kept(counts, tflops), CompactTable.model_construct(counts=counts, tflops=tflops)
+    for name in ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__"):
+        assert getattr(lean, name) == getattr(full, name) if name != "__dict__" else \
+            all(getattr(lean, name)[k] is getattr(full, name)[k] for k in ("counts", "tflops"))
+    assert set(lean.__dict__) == set(full.__dict__) and type(lean) is type(full)
+    assert lean.arrays()[0].tolist() == [1, 2] and lean.model_dump() == full.model_dump()

@@ -26,3 +26,31 @@ def tiny_instance() -> dict:
 def library_instances() -> list[Path]:
     """Every instance file of the library."""
     return sorted((ROOT / "instances").glob("*.json"))
+
+
+@pytest.fixture(params=["scan", "simdjson"])
+def array_reader(request, monkeypatch) -> str:
+    """The reader of compact tables as arrays under test: the compiled scan (``io._tablescan``; under
+    CI=true it must be built), or simdjson, which reads them where the scan is not built."""
+    import os
+
+    from unicron_plan import io
+
+    if request.param == "scan":
+        if io._tablescan is None:
+            if os.environ.get("CI") == "true":
+                pytest.fail("the compiled table scan (unicron_plan._tablescan) is not built")
+            pytest.skip("the compiled table scan is not built")
+    else:
+        if io._simdjson is None:
+            pytest.skip("simdjson is not installed")
+        monkeypatch.setattr(io, "_tablescan", None)
+    return request.param
+
+
+def without_array_reader(monkeypatch) -> None:
+    """Compact tables read as lists, as the plain reader reads them (neither array reader)."""
+    from unicron_plan import io
+
+    monkeypatch.setattr(io, "_tablescan", None)
+    monkeypatch.setattr(io, "_simdjson", None)

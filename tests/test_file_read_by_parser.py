@@ -1,7 +1,7 @@
-"""An instance file read by simdjson from its path (io._file_with_table_arrays): the same value, node
-columns and errors as the same bytes read into memory and parsed (io._with_table_arrays, then the plain
-reader); tried only on a settled regular file within the size limit, and a file that changes while it is
-read is left to the plain reader."""
+"""An instance file read from its path by the array reader (io._file_with_table_arrays: the compiled scan
+in one pass, or simdjson): the same value, node columns and errors as the same bytes read into memory
+and parsed (io._with_table_arrays, then the plain reader); simdjson tries only a settled regular file
+within the size limit, and a file that changes while it reads it is left to the plain reader."""
 
 from __future__ import annotations
 
@@ -21,13 +21,19 @@ from unicron_plan.tools.generate import generate_instance
 from test_tables_as_arrays import _as_lists, _mutated, _random_json
 from test_tables_read_once import _doc, _outcome, _same_instances, _spoil
 
-pytestmark = pytest.mark.skipif(io._simdjson is None, reason="simdjson is not installed")
+
+@pytest.fixture
+def settled(monkeypatch, array_reader):
+    """Each array reader; files count as settled as soon as written (the tests' files are fresh)."""
+    monkeypatch.setattr(io, "_SETTLED_NS", 0)
 
 
 @pytest.fixture
-def settled(monkeypatch):
-    """Files count as settled as soon as written (the tests' files are fresh)."""
-    monkeypatch.setattr(io, "_SETTLED_NS", 0)
+def simdjson_files(monkeypatch):
+    """simdjson reads the files (the compiled scan set aside)."""
+    if io._simdjson is None:
+        pytest.skip("simdjson is not installed")
+    monkeypatch.setattr(io, "_tablescan", None)
 
 
 def _from_bytes(path, nodes=None):
@@ -143,7 +149,7 @@ def test_counts_in_slices_are_bytes_count(size, tmp_path, monkeypatch):
         assert io._file_counts(path, before) is None
 
 
-def test_only_settled_regular_files_within_the_limit_are_tried(tmp_path, monkeypatch):
+def test_only_settled_regular_files_within_the_limit_are_tried(tmp_path, monkeypatch, simdjson_files):
     doc = json.dumps(_doc(random.Random(1), 2))
     path = tmp_path / "i.json"
     path.write_text(doc)
@@ -183,7 +189,7 @@ def _changed_while_read(monkeypatch, change):
 
 
 @pytest.mark.parametrize("how", ["same size", "longer", "shorter", "replaced"])
-def test_a_file_changed_while_read_goes_to_the_plain_reader(how, tmp_path, monkeypatch):
+def test_a_file_changed_while_read_goes_to_the_plain_reader(how, tmp_path, monkeypatch, simdjson_files):
     """A write between the parse and the count (the counts then of another text) is seen: the value is
     the plain reader's of the file as it is then (here a repeated key, which the plain reader refuses)."""
     doc = json.dumps(_doc(random.Random(2), 2))
@@ -213,7 +219,7 @@ def test_a_file_changed_while_read_goes_to_the_plain_reader(how, tmp_path, monke
         io.read_json_tables(path)  # (the change again: the plain reader refuses what it reads)
 
 
-def test_unchanged_files_keep_the_parse(tmp_path, monkeypatch):
+def test_unchanged_files_keep_the_parse(tmp_path, monkeypatch, simdjson_files):
     doc = _doc(random.Random(3), 3)
     path = tmp_path / "i.json"
     path.write_text(json.dumps(doc))

@@ -27,8 +27,15 @@ def modules(root: Path = ROOT) -> dict[str, Path]:
     return out
 
 
-def import_graph(mods: dict[str, Path]) -> nx.DiGraph:
-    """An edge a -> b when module a imports module b (``from pkg import sub`` names the submodule)."""
+def compiled(root: Path = ROOT) -> set[str]:
+    """Dotted names of the package's compiled modules (one C file each): they import nothing."""
+    return {".".join(p.relative_to(root).with_suffix("").parts) for p in (root / PACKAGE).rglob("*.c")}
+
+
+def import_graph(mods: dict[str, Path], root: Path = ROOT) -> nx.DiGraph:
+    """An edge a -> b when module a imports module b (``from pkg import sub`` names the submodule, a
+    compiled one too)."""
+    known = set(mods) | compiled(root)
     graph = nx.DiGraph()
     for name, path in mods.items():
         graph.add_node(name)
@@ -42,11 +49,11 @@ def import_graph(mods: dict[str, Path]) -> nx.DiGraph:
                     here = name.split(".") if is_package else name.split(".")[:-1]
                     here = here[:len(here) - node.level + 1]
                     base = ".".join(here + ([node.module] if node.module else []))
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
             else:
                 continue
             for target in targets:
-                while target and target not in mods:  # import a.b.c of a module a.b: the edge is to a.b
+                while target and target not in known:  # import a.b.c of a module a.b: the edge is to a.b
                     target = target.rpartition(".")[0]
                 if target and target != name:
                     graph.add_edge(name, target)
@@ -68,7 +75,7 @@ def test_the_check_finds_a_circle_through_a_lazy_import(tmp_path):
     (pkg / "sub" / "a.py").write_text("from unicron_plan.sub import b\n")
     (pkg / "sub" / "b.py").write_text("def f():\n    from . import c\n")
     (pkg / "sub" / "c.py").write_text("def g():\n    from unicron_plan.sub.a import f\n")
-    cycles = list(nx.simple_cycles(import_graph(modules(tmp_path))))
+    cycles = list(nx.simple_cycles(import_graph(modules(tmp_path), tmp_path)))
     assert [sorted(c) for c in cycles] == [["unicron_plan.sub.a", "unicron_plan.sub.b", "unicron_plan.sub.c"]]
 
 

@@ -20,7 +20,11 @@ from unicron_plan.tools.generate import generate_instance
 
 from test_tables_as_arrays import _as_lists
 
-pytestmark = pytest.mark.skipif(io._simdjson is None, reason="simdjson is not installed")
+
+
+@pytest.fixture(autouse=True)
+def _reader(array_reader):
+    """Every test with each reader of tables as arrays."""
 
 WIDE = [2**63 - 1, 2**63, 2**64 - 1, -(2**63), 1e19, -1e19, 9.3e18, 1e300]
 

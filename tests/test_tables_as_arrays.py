@@ -1,4 +1,4 @@
-"""Compact tables read as arrays: the reader (io._with_table_arrays, simdjson) gives each
+"""Compact tables read as arrays: the reader (io._with_table_arrays: the compiled scan, or simdjson) gives each
 ``jobs[k].throughput.compact`` table as two numpy arrays and the rest of the document as the plain
 reader does; an instance so loaded is the per-entry path's (the same dump, lists, arrays, fingerprint),
 and whatever the fast reader is not certain of goes to the plain reader, with the same errors."""
@@ -18,16 +18,20 @@ from unicron_plan.errors import InvalidInstanceError
 from unicron_plan.plan.contingency import content_digest, fingerprint
 from unicron_plan.schema import Instance
 
+from conftest import without_array_reader
 from test_tables_read_once import _doc, _outcome, _same_instances, _spoil
 
-pytestmark = pytest.mark.skipif(io._simdjson is None, reason="simdjson is not installed")
+
+@pytest.fixture(autouse=True)
+def _reader(array_reader):
+    """Every test with each reader of tables as arrays."""
 
 
 def _plain(monkeypatch):
-    """Load as the code without the array reader does (simdjson absent)."""
+    """Load as the code without an array reader does (neither the scan nor simdjson)."""
     def load(text):
         with monkeypatch.context() as m:
-            m.setattr(io, "_simdjson", None)
+            without_array_reader(m)
             return api.load_instance(text)
     return load
 

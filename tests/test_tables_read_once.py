@@ -20,12 +20,12 @@ from unicron_plan.tools.generate import generate_instance
 
 @pytest.fixture(autouse=True, params=["tables as arrays", "tables as lists"])
 def _reader(request, monkeypatch):
-    """Every test with the reader of compact tables as arrays (simdjson) and without it (the lists kept as
-    read, which the other also falls back to)."""
+    """Every test with the reader of compact tables as arrays (the compiled scan where it is built, else
+    simdjson) and without it (the lists kept as read, which the other also falls back to)."""
     if request.param == "tables as lists":
-        from unicron_plan import io
+        from conftest import without_array_reader
 
-        monkeypatch.setattr(io, "_simdjson", None)
+        without_array_reader(monkeypatch)
 
 
 def _doc(rng: random.Random, jobs: int) -> dict:
@@ -157,9 +157,9 @@ def test_each_way_of_spoiling_one_table_of_several(kind, group, monkeypatch):
 def test_a_good_document_keeps_its_lists(monkeypatch):
     """The path is taken: the instance holds the parsed document's lists themselves (read as lists:
     without the reader of tables as arrays, tests/test_tables_as_arrays.py)."""
-    from unicron_plan import io
+    from conftest import without_array_reader
 
-    monkeypatch.setattr(io, "_simdjson", None)
+    without_array_reader(monkeypatch)
     keep: list = []
     doc = _doc(random.Random(7), 3)
     instance = api._load(Instance, json.dumps(doc), keep)

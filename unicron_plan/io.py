@@ -32,6 +32,10 @@ try:  # without it an instance's compact tables are read as lists (the same inst
     import simdjson as _simdjson
 except ImportError:  # pragma: no cover - a declared dependency
     _simdjson = None
+try:  # the compiled table scan (optional: without it simdjson reads the tables; the same values)
+    from unicron_plan import _tablescan
+except ImportError:  # pragma: no cover - built by `pip install`
+    _tablescan = None
 
 MAX_DEPTH = 64  # nesting of arrays and objects; every document of the format needs fewer than 10
 MAX_BYTES = 512 * 1024 * 1024  # a larger input file is refused before it is read
@@ -244,9 +248,55 @@ def _with_table_arrays(data: bytes, nodes: "dict | None" = None) -> Any:
     a reader of the cluster's nodes as columns (``nodes["read"]``, see :func:`_nodes_stand_in`), the
     entries it accepts are not walked again, and a value kept gets ``nodes["raw"]`` (its
     ``cluster.nodes`` list) and ``nodes["columns"]`` (their columns) set."""
+    if _tablescan is not None:
+        return _scanned(_tablescan.strip(data), nodes)
     if _simdjson is None or _OBJECT_FIRST.match(data) is None:
         return _UNDECIDED
     return _tables_read(lambda parser: parser.parse(data), lambda: _byte_counts(data, b":["), nodes)
+
+
+def _scanned(scan: "tuple | None", nodes: "dict | None") -> Any:
+    """:func:`_with_table_arrays` of a text the compiled scan read (``_tablescan.strip``'s answer:
+    the text without its tables' entries, those entries, and the text's colons and opening brackets;
+    None when the text is not for it): orjson reads the rest, and every ``[]`` the scan left in
+    ``jobs[k].throughput.compact`` gets its table's entries, in the text's order. _UNDECIDED when orjson
+    refuses the rest, or a ``counts`` or ``tflops`` there is not a table the scan took out (then it
+    is not two arrays of numbers), or the rest fails :func:`_checked_tables`'s count."""
+    if scan is None or _orjson is None:
+        return _UNDECIDED
+    rest, counts, tflops, tables, colons, brackets, _ = scan
+    try:
+        doc = _orjson.loads(rest)
+    except _orjson.JSONDecodeError:
+        return _UNDECIDED
+    del rest
+    if type(doc) is not dict:
+        return _UNDECIDED
+    import numpy as np
+
+    columns = (np.frombuffer(counts, dtype=np.int64), np.frombuffer(tflops, dtype=np.float64))
+    found = np.frombuffer(tables, dtype=np.int64).reshape(-1, 3).tolist()  # (kind, first, entries)
+    taken = 0
+    jobs = doc.get("jobs")
+    for job in jobs if type(jobs) is list else ():
+        throughput = job.get("throughput") if type(job) is dict else None
+        table = throughput.get("compact") if type(throughput) is dict else None
+        if type(table) is not dict:
+            continue
+        for key, value in table.items():
+            if key != "counts" and key != "tflops":
+                continue
+            if value != [] or taken == len(found) or found[taken][0] != (key == "tflops"):
+                return _UNDECIDED
+            kind, first, entries = found[taken]
+            table[key] = columns[kind][first:first + entries]
+            taken += 1
+        if len(table) != 2 or "counts" not in table or "tflops" not in table \
+                or len(table["counts"]) != len(table["tflops"]):
+            return _UNDECIDED
+    if taken != len(found):
+        return _UNDECIDED
+    return _checked_tables(doc, taken // 2, colons, brackets, nodes)
 
 
 def _tables_read(parse, counts, nodes: "dict | None") -> Any:
@@ -294,14 +344,22 @@ def _tables_read(parse, counts, nodes: "dict | None") -> Any:
         del top, value
     except Exception:  # any refusal or surprise: the plain reader decides (and names the error)
         return _UNDECIDED
+    counted = counts()
+    if counted is None:
+        return _UNDECIDED
+    return _checked_tables(doc, tables, *counted, nodes)
+
+
+def _checked_tables(doc: dict, tables: int, colons: int, brackets: int, nodes: "dict | None") -> Any:
+    """``doc`` (its ``tables`` compact tables read as arrays, from a text of ``colons`` colons and
+    ``brackets`` opening brackets outside strings) when it holds as many members and arrays as those
+    say (no key repeated, no array nested in a table), no number outside the tables of 2**63 or more
+    in magnitude and no nesting deeper than MAX_DEPTH; else _UNDECIDED. With ``nodes``, see
+    :func:`_with_table_arrays`."""
     shaped, more_members, more_arrays, columns = _nodes_stand_in(doc, nodes)
     members, depth, wide, arrays = _shape(shaped, arrays=True)
     if wide or depth + (1 if tables else 0) > MAX_DEPTH:
         return _UNDECIDED
-    counted = counts()
-    if counted is None:
-        return _UNDECIDED
-    colons, brackets = counted
     if members + more_members != colons or arrays + more_arrays + 2 * tables != brackets:
         return _UNDECIDED
     if columns is not None:
@@ -374,7 +432,9 @@ def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
 
 
 def _file_with_table_arrays(p: Path, nodes: "dict | None" = None) -> "tuple[Any, bool]":
-    """(:func:`_with_table_arrays` of the file at ``p``, whether it was tried), simdjson reading the file
+    """(:func:`_with_table_arrays` of the file at ``p``, whether it was tried). With the compiled scan,
+    it reads a regular file of 1 to MAX_BYTES bytes in slices, in one pass (:func:`_scanned`; a file
+    that grew past MAX_BYTES meanwhile gives _UNDECIDED). Without it, simdjson reads the file
     itself (its own padded buffer: no copy of the text in Python, a quarter less memory touched by the
     read at 1,048,576 GPUs) and the start check and the colons and brackets counted in a pass over the
     file in slices. Tried only on a regular file of 1 to MAX_BYTES bytes whose status last changed
@@ -382,7 +442,7 @@ def _file_with_table_arrays(p: Path, nodes: "dict | None" = None) -> "tuple[Any,
     before); a file whose device, inode, size, modification or status change time differ after the
     pass from before the parse, or that is not as long as its size said, gives _UNDECIDED (the two
     reads may have seen different texts)."""
-    if _simdjson is None:
+    if _simdjson is None and _tablescan is None:
         return _UNDECIDED, False
     import stat
     import time
@@ -391,8 +451,16 @@ def _file_with_table_arrays(p: Path, nodes: "dict | None" = None) -> "tuple[Any,
         before = os.stat(p)
     except (OSError, ValueError):
         return _UNDECIDED, False
-    if not stat.S_ISREG(before.st_mode) or not 0 < before.st_size <= MAX_BYTES \
-            or before.st_ctime_ns > time.time_ns() - _SETTLED_NS:
+    if not stat.S_ISREG(before.st_mode) or not 0 < before.st_size <= MAX_BYTES:
+        return _UNDECIDED, False
+    if _tablescan is not None:  # one pass over the file: the text it counts is the text it reads
+        try:
+            with open(p, "rb", buffering=0) as f:
+                scan = _tablescan.strip(f.fileno(), MAX_BYTES)
+        except (OSError, ValueError):
+            return _UNDECIDED, False
+        return _scanned(scan, nodes), True
+    if before.st_ctime_ns > time.time_ns() - _SETTLED_NS:
         return _UNDECIDED, False
     return _tables_read(lambda parser: parser.load(os.fsencode(p)), lambda: _file_counts(p, before), nodes), True
 

@@ -286,16 +286,28 @@ class CompactTable(StrictModel):
         if type(deferred) is list and type(data) is dict and len(data) == 2:
             counts, tflops = data.get("counts"), data.get("tflops")
             if type(counts) is list and type(tflops) is list and counts and len(counts) == len(tflops):
-                table = cls.model_construct(counts=counts, tflops=tflops)
+                table = cls._kept(counts, tflops)
                 deferred.append(table)
                 return table
             if type(counts) is np.ndarray and type(tflops) is np.ndarray and counts.dtype == np.int64 \
                     and tflops.dtype == np.float64 and counts.ndim == tflops.ndim == 1 \
                     and 0 < len(counts) == len(tflops):  # read as arrays: settle_tables checks them
-                table = cls.model_construct(counts=counts, tflops=tflops)
+                table = cls._kept(counts, tflops)
                 deferred.append(table)
                 return table
         return handler(data)
+
+    @classmethod
+    def _kept(cls, counts, tflops) -> "CompactTable":
+        """``cls.model_construct(counts=counts, tflops=tflops)`` (both fields set, no extra, the private
+        attribute at its default) without its per-field walk: 8,192 tables at 1,048,576 GPUs."""
+        table = cls.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(table, "__dict__", {"counts": counts, "tflops": tflops})
+        setattr_(table, "__pydantic_fields_set__", {"counts", "tflops"})
+        setattr_(table, "__pydantic_extra__", None)
+        setattr_(table, "__pydantic_private__", {"_arrays": None})
+        return table
 
     def _made_lists(self) -> None:
         """Make the ``counts`` and ``tflops`` lists from the arrays when the table holds only those."""

@@ -51,10 +51,12 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         except (KeyError, OverflowError):  # a node outside the cluster, a count beyond int64: models
             held = None
     models = placement_models(wheres) if held is None else [[]] * len(wheres)
+    ys = [int(raw.counts[j.id]) for j in problem.jobs]
+    moves = _moved_on_arrays(problem, held, ys)
+    if moves is None:
+        moves = [cost.is_moved(j.x, y, where, previous.get(j.id, {})) for j, y, where in zip(problem.jobs, ys, wheres)]
     entries = []  # each job's fields but its reason (explained for all jobs at once, below)
-    for j, where, shares in zip(problem.jobs, wheres, models):
-        y = int(raw.counts[j.id])
-        moved = cost.is_moved(j.x, y, where, previous.get(j.id, {}))
+    for j, where, shares, y, moved in zip(problem.jobs, wheres, models, ys, moves):
         f_y = j.f_of(y)
         total_waf += f_y
         changed = bool(cost.is_changed(y, j.x, j.hit, j.exiting, moved))
@@ -90,3 +92,16 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     if held is not None:
         plan.hold_placements(held)
     return plan
+
+
+def _moved_on_arrays(problem: Problem, held, ys: list) -> "list[bool] | None":
+    """:func:`cost.is_moved` of every job at once (:func:`cost.moved_on_arrays`), from the placement held as
+    arrays on the cluster's positions and the previous splits as arrays; None when either is not at hand
+    (the jobs' not the instance's, in its order)."""
+    state = problem.state
+    jobs = problem.jobs
+    if held is None or held.names is not state.node_ids() or len(held) != len(jobs) \
+            or any(j.index != k for k, j in enumerate(jobs)):
+        return None
+    return cost.moved_on_arrays([j.x for j in jobs], ys, held.starts, held.node, held.gpus, len(held.names),
+                                state.previous_arrays())

@@ -107,7 +107,9 @@ def place_held(problem: Problem, counts: dict[str, int]) -> tuple[dict[str, dict
     state = problem.state
     kept = None  # the stays' splits as arrays, when the state holds the previous splits so
     if state.idle is None:
-        free, result, movers, kept = problem._stays(counts)
+        free, result, movers, kept = problem._stays(counts, as_array=True)
+        if isinstance(free, np.ndarray):
+            free = _FreeGPUs(state.order, free)
     else:
         free, result, movers = _stays_idle(problem, counts)
     result = _placed(problem, counts, free, result, movers)
@@ -140,6 +142,33 @@ def place_held(problem: Problem, counts: dict[str, int]) -> tuple[dict[str, dict
         else:
             out[jid] = dict(islice(pairs, size))
     return out, held
+
+
+class _FreeGPUs:
+    """Free GPUs per node id, as :meth:`Problem.stays` gives them (every node, in cluster order), held in
+    a list by cluster position: read and written by node id, without a dict entry per node."""
+
+    __slots__ = ("order", "left")
+
+    def __init__(self, order: dict[str, int], left: np.ndarray):
+        self.order, self.left = order, left.tolist()
+
+    def __getitem__(self, nid: str) -> int:
+        return self.left[self.order[nid]]
+
+    def __setitem__(self, nid: str, gpus: int) -> None:
+        self.left[self.order[nid]] = gpus
+
+    def __len__(self) -> int:
+        return len(self.left)
+
+    def values(self) -> list[int]:
+        """The free GPUs of every node, in cluster order."""
+        return self.left
+
+    def update(self, items: dict[str, int]) -> None:
+        for nid, gpus in items.items():
+            self[nid] = gpus
 
 
 def by_job_then_position(pos: np.ndarray, lengths: np.ndarray, size: int) -> np.ndarray:

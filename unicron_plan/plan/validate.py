@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
@@ -22,7 +21,7 @@ from unicron_plan.core.problem import action_of, resolve_tables, resolve_type_ta
 from unicron_plan.schema import Instance, Plan
 from unicron_plan.core.checks import check_instance
 from unicron_plan.plan.reasons import JobFacts, changes_of, explain_jobs
-from unicron_plan.schema.placements import NodeTotals, node_totals
+from unicron_plan.schema.placements import LazySplits, NodeTotals, SplitView, node_totals
 
 REL_TOL = 1e-9
 _node, _gpus = attrgetter("node"), attrgetter("gpus")  # of a placement entry
@@ -335,7 +334,7 @@ def _clean_jobs(instance: Instance, plan: Plan, tables, state, held: "_Held", d_
             listed = set(nodes)
             if listed != split.keys() or len(nodes) != len(listed):
                 return None
-    views = list(map(_SplitView, repeat(splits), range(m)))  # each job's split, made when first read
+    views = list(map(SplitView, repeat(splits), range(m)))  # each job's split, made when first read
     weights = [job.weight for job in jobs]
     w = _floats(weights)
     if w is None or any(type(v) is not float for v in weights):
@@ -417,7 +416,7 @@ class _Held:
 
     def __init__(self, arrays, state):
         self.arrays = arrays
-        self.splits = _Splits(arrays)
+        self.splits = LazySplits(arrays)
         starts = arrays.starts
         lengths = np.diff(starts)
         self.lengths = lengths.tolist()
@@ -507,48 +506,6 @@ class _Held:
             used = np.concatenate([used, np.asarray(gpus, dtype=np.int64)])
         self.used = node_totals(at, used, len(self.order))
         return _overfilled_at(self.state, self.used)
-
-
-class _Splits(Sequence):
-    """Each job's {node id: GPUs} of a plan's placement arrays, ``arrays.splits()[k]``, made when first read."""
-
-    def __init__(self, arrays):
-        self.arrays, self.ends = arrays, arrays.starts.tolist()
-        self._made: list = [None] * len(arrays)
-        self._gpus: list | None = None
-
-    def __len__(self) -> int:
-        return len(self._made)
-
-    def __getitem__(self, k: int) -> dict[str, int]:
-        split = self._made[k]
-        if split is None:
-            if self._gpus is None:
-                self._gpus = self.arrays.gpus.tolist()
-            a, b = self.ends[k], self.ends[k + 1]
-            split = self._made[k] = dict(zip(self.arrays.node_ids()[a:b], self._gpus[a:b]))
-        return split
-
-
-class _SplitView(Mapping):
-    """Job ``k``'s split of :class:`_Splits`, read through (made on the first read)."""
-
-    __slots__ = ("splits", "k")
-
-    def __init__(self, splits: _Splits, k: int):
-        self.splits, self.k = splits, k
-
-    def __getitem__(self, nid: str) -> int:
-        return self.splits[self.k][nid]
-
-    def __iter__(self):
-        return iter(self.splits[self.k])
-
-    def __len__(self) -> int:
-        return len(self.splits[self.k])
-
-    def __repr__(self) -> str:
-        return repr(self.splits[self.k])
 
 
 def _check_reasons(plan: Plan, facts, state, d_run: float, bad, always: bool = False, used=None):

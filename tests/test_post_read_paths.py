@@ -174,3 +174,25 @@ def test_held_checks_fall_back_where_the_arrays_do_not_decide():
         assert other.distinct() is None
     huge = _Held(PlacementArrays(arrays.names, arrays.starts, arrays.node, arrays.gpus * 0 + 2**61), problem.state)
     assert len(arrays.gpus) < 2 or huge.sums() is None
+
+
+def test_positions_on_short_keys_are_the_dict_lookups():
+    from unicron_plan.core.checks import _positions
+
+    rng = random.Random(3)
+    keyed = 0
+    for _ in range(3000):
+        alphabet = rng.choice(["ab\x00c\u00e9Z9-", "abcZ9-", "ab", "n0123456789"])
+        longest = rng.choice([8, 8, 10])
+        ids = list(dict.fromkeys("".join(rng.choice(alphabet) for _ in range(rng.randint(0, longest)))
+                                 for _ in range(rng.randint(1, 30))))
+        if rng.random() < 0.1:
+            ids.append(rng.choice(ids))  # a repeated id: the dict's last position
+        names = [rng.choice(ids) if rng.random() < 0.7 else
+                 "".join(rng.choice(alphabet) for _ in range(rng.randint(0, longest))) for _ in range(rng.randint(0, 30))]
+        at = dict(zip(ids, range(len(ids))))
+        got = _positions(ids, at, names)
+        assert got.dtype == np.int64 and got.tolist() == [at.get(s, -1) for s in names]
+        keyed += len(at) == len(ids) and bool(names) and all(len(s) <= 8 and s.isascii() and "\x00" not in s
+                                                            for s in ids + names)
+    assert keyed > 300

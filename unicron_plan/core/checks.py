@@ -139,7 +139,7 @@ def _listed_nodes(instance: Instance, ids: list, types: list, kinds: list, healt
     sizes = np.fromiter(map(len, lists), dtype=np.int64, count=m)
     at = at if at is not None else dict(zip(ids, range(n)))  # id -> position
     flat = list(chain.from_iterable(lists))
-    pos = np.fromiter(map(at.get, flat, repeat(-1)), dtype=np.int64, count=len(flat))
+    pos = _positions(ids, at, flat)
     code = {t: k for k, t in enumerate(kinds)}
     if codes is not None:
         node_type = np.asarray([code[t] for t in codes[0]], dtype=np.int64).reshape(len(codes[0]))[codes[1]]
@@ -159,6 +159,51 @@ def _listed_nodes(instance: Instance, ids: list, types: list, kinds: list, healt
     wrong[twice] = True
     held = np.bincount(owner, weights=np.where(known, hb[at_known], 0), minlength=m) if n else np.zeros(m)
     return pos, hb, wrong.tolist(), held.astype(np.int64).tolist()
+
+
+def _positions(ids: list, at: dict, names: list) -> np.ndarray:
+    """``at.get(name, -1)`` of each of ``names`` (``at``: id -> position of ``ids``), as int64: found on the
+    strings' short keys (:func:`_short_keys`) when the ids are distinct and every string has one, a sort
+    and a binary search in place of a dict lookup per name (each of which reads the node id it finds, a
+    string elsewhere in memory); else looked up."""
+    if names and len(at) == len(ids):
+        key_ids = _short_keys(ids)
+        key_names = _short_keys(names) if key_ids is not None else None
+        if key_names is not None:
+            order = np.argsort(key_ids, kind="stable")
+            ranked = key_ids[order]
+            k = np.minimum(np.searchsorted(ranked, key_names), len(ranked) - 1)
+            return np.where(ranked[k] == key_names, order[k], -1)
+    return np.fromiter(map(at.get, names, repeat(-1)), dtype=np.int64, count=len(names))
+
+
+def _short_keys(strings: list) -> "np.ndarray | None":
+    """Each of ``strings`` as a uint64 of its characters' bytes (zeros after them): equal keys for equal
+    strings and only for them, when each is a str of at most 8 ASCII characters, none of them NUL; else None."""
+    n = len(strings)
+    if not n or set(map(type, strings)) != {str}:
+        return None
+    try:
+        text = "\x00".join(strings).encode("ascii")
+    except UnicodeEncodeError:
+        return None
+    raw = np.frombuffer(text, dtype=np.uint8)
+    cuts = np.flatnonzero(raw == 0)
+    if len(cuts) != n - 1:  # (a NUL within a string)
+        return None
+    starts = np.zeros(n, dtype=np.int64)
+    starts[1:] = cuts + 1
+    ends = np.full(n, len(raw), dtype=np.int64)
+    ends[:-1] = cuts
+    lengths = ends - starts
+    if int(lengths.max()) > 8:
+        return None
+    padded = np.zeros(len(raw) + 8, dtype=np.uint8)
+    padded[:len(raw)] = raw
+    lanes = np.arange(8, dtype=np.int64)
+    chars = padded[starts[:, None] + lanes]
+    chars[lanes >= lengths[:, None]] = 0
+    return chars.view(">u8").reshape(n).astype(np.uint64)
 
 
 def _check_other_types(job, where: str, declared) -> None:

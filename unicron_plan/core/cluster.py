@@ -414,7 +414,7 @@ class HealthyCluster:
     @cached_property
     def arrays(self) -> NodeArrays:
         """The nodes as :class:`NodeArrays` (made on first use, then kept)."""
-        return _node_arrays(self.columns.types, self.columns.racks, self.columns.gpus)
+        return _column_arrays(self.columns)
 
 
 def node_arrays(nodes: dict[str, NodeHealth]) -> NodeArrays:
@@ -433,6 +433,33 @@ def _node_arrays(types: Sequence[str], racks: Sequence[str | None], gpus: Sequen
     return NodeArrays(np.array(gpus, dtype=np.int64).reshape(n),
                       np.asarray(codes, dtype=np.int64).reshape(n), groups, kinds,
                       np.asarray([type_index[t] for t, _ in groups], dtype=np.int64).reshape(len(groups)))
+
+
+def _column_arrays(columns: NodeColumns) -> NodeArrays:
+    """:func:`_node_arrays` of nodes as columns, the (GPU type, rack) codes from the types' codes
+    (:meth:`NodeColumns.type_codes`) and the racks' (each in order of first appearance), joined on arrays:
+    the same arrays and dict (codes in order of each pair's first node)."""
+    kinds, type_code = columns.type_codes()
+    racks = columns.racks
+    n = len(racks)
+    rack_at: dict = {}
+    rack_code = np.fromiter(map(rack_at.setdefault, racks, map(len, repeat(rack_at))), dtype=np.int64, count=n)
+    names = list(rack_at)
+    if len(kinds) <= 1:  # one GPU type: a pair's code is its rack's
+        group, pairs = rack_code, [(k, r) for k in kinds for r in names]
+    else:
+        key = type_code * len(names) + rack_code
+        unique, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        by_first = np.argsort(first, kind="stable")
+        code = np.empty(len(unique), dtype=np.int64)
+        code[by_first] = np.arange(len(unique), dtype=np.int64)
+        group = code[inverse.reshape(n)]
+        pairs = [(kinds[k // len(names)], names[k % len(names)]) for k in unique[by_first].tolist()]
+    groups = dict(zip(pairs, range(len(pairs))))
+    index = {t: k for k, t in enumerate(kinds)}
+    return NodeArrays(np.array(columns.gpus, dtype=np.int64).reshape(n), np.asarray(group, dtype=np.int64).reshape(n),
+                      groups, list(kinds),
+                      np.asarray([index[t] for t, _ in pairs], dtype=np.int64).reshape(len(pairs)))
 
 
 _health = partial(tuple.__new__, NodeHealth)  # a NodeHealth from an iterable of its fields, made in C

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import sub
+from operator import attrgetter, sub
 
 import numpy as np
 
@@ -138,10 +138,11 @@ class Problem:
         free, result, movers, _ = self._stays(counts)
         return free, result, movers
 
-    def _stays(self, counts: dict[str, int]):
+    def _stays(self, counts: dict[str, int], as_array: bool = False):
         """:meth:`stays`, and the kept splits as (positions, GPUs, the kept jobs' places in ``jobs``):
         the positions and GPUs one split after another in job order (``state.previous_arrays``), when the
-        state holds them (else None)."""
+        state holds them (else None). ``as_array``: the free GPUs then as an int64 array in cluster order
+        (:meth:`ClusterState.node_ids`) instead of a dict."""
         result: dict[str, dict[str, int]] = {j.id: {} for j in self.jobs}
         movers = []
         kept = []
@@ -162,7 +163,8 @@ class Problem:
         left = self.state.usable_array() if taken is not None else None
         if left is not None:  # the free GPUs left, on arrays
             np.subtract.at(left, *taken)
-            return dict(zip(self.state.node_ids(), left.tolist())), result, movers, (*taken, places)
+            free = left if as_array else dict(zip(self.state.node_ids(), left.tolist()))
+            return free, result, movers, (*taken, places)
         free = self.state.usable_gpus()
         nodes = list(chain.from_iterable(kept))
         if len(set(nodes)) == len(nodes):  # each node in one split: the free GPUs left, in C calls
@@ -431,15 +433,22 @@ def _x_entries(flat: FlatTables, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -> FlatTables:
     """The :class:`FlatTables` of the instance's jobs (``tables`` from :func:`resolve_tables`)."""
-    arrays = [_table_arrays(job, tables[job.id]) for job in instance.jobs]
-    off = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum([len(keys) + 1 for keys, _ in arrays], out=off[1:])
-    # each job's entries written in place into the two arrays (zeros: the count 0 and its F), with no
-    # array of all entries but these: F = weight x TFLOP/s (cost.waf) of one job at a time
-    counts, f = np.zeros(int(off[-1]), dtype=np.int64), np.zeros(int(off[-1]))
-    for job, (keys, vals), lo, hi in zip(instance.jobs, arrays, off[:-1].tolist(), off[1:].tolist()):
-        counts[lo + 1:hi] = keys
-        f[lo + 1:hi] = cost.waf(np.float64(job.weight), np.asarray(vals, dtype=float))
+    jobs = instance.jobs
+    arrays = [_table_arrays(job, tables[job.id]) for job in jobs]
+    m = len(arrays)
+    sizes = np.fromiter((len(keys) + 1 for keys, _ in arrays), dtype=np.int64, count=m)
+    off = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(sizes, out=off[1:])
+    if not m:
+        return FlatTables(np.zeros(0, dtype=np.int64), np.zeros(0), off)
+    # every job's entries after a zero (the count 0 and its F), joined in one call each; F = weight x
+    # TFLOP/s (cost.waf) elementwise, each job's weight repeated over its entries (the same products)
+    zero_count, zero_f = np.zeros(1, dtype=np.int64), np.zeros(1)
+    counts = np.concatenate([part for keys, _ in arrays for part in (zero_count, keys)]).astype(np.int64, copy=False)
+    f = np.concatenate([part for _, vals in arrays for part in (zero_f, vals)]).astype(float, copy=False)
+    weights = np.fromiter(map(np.float64, map(attrgetter("weight"), jobs)), dtype=np.float64, count=m)
+    np.multiply(np.repeat(weights, sizes), f, out=f)  # cost.waf: weight x TFLOP/s
+    f[off[:-1]] = 0.0
     counts.flags.writeable = f.flags.writeable = False
     return FlatTables(counts, f, off)
 

@@ -8,11 +8,10 @@ from pydantic import TypeAdapter
 
 from unicron_plan.core import cost
 from unicron_plan.core.problem import Problem, RawSolution, action_of
-from unicron_plan.plan.placement import place, place_held
+from unicron_plan.plan.placement import HeldPlacement, place, place_held
 from unicron_plan.plan.reasons import JobFacts, changes_of, explain_jobs
 from unicron_plan.schema import Plan, PlanJob, SolverInfo, Status
-from unicron_plan.schema.placements import (NodeTotals, PlacementArrays,
-                                            node_totals, placement_models)
+from unicron_plan.schema.placements import NodeTotals, PlacementArrays, node_totals, placement_models
 
 
 _JOBS = TypeAdapter(list[PlanJob])
@@ -39,22 +38,31 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     previous = problem.state.previous
     wheres = []
     facts = []
-    for j in problem.jobs:
+    lazy = isinstance(placement, HeldPlacement) and bool((held.gpus > 0).all())  # (place_held places no 0)
+    if lazy:  # each job's split read through the arrays (made when first read), its nodes those of its entries
+        wheres = list(map(placement.view, range(len(problem.jobs))))
+        ids, ends = held.node_ids(), placement.splits.ends
+        node_lists = [ids[a:b] for a, b in zip(ends, ends[1:])]
+    for j in problem.jobs if not lazy else ():
         where = placement.get(j.id, {})
         if 0 in where.values():
             where = {n: g for n, g in where.items() if g > 0}
             held = None  # (then made from the splits below)
         wheres.append(where)
+    if not lazy:
+        node_lists = list(map(list, wheres))
     if arrays and held is None:
         try:
             held = PlacementArrays.from_splits(wheres, problem.state.node_ids(), problem.state.order)
         except (KeyError, OverflowError):  # a node outside the cluster, a count beyond int64: models
             held = None
     models = placement_models(wheres) if held is None else [[]] * len(wheres)
+    ys = [int(raw.counts[j.id]) for j in problem.jobs]
+    moves = _moved_on_arrays(problem, held, ys)
+    if moves is None:
+        moves = [cost.is_moved(j.x, y, where, previous.get(j.id, {})) for j, y, where in zip(problem.jobs, ys, wheres)]
     entries = []  # each job's fields but its reason (explained for all jobs at once, below)
-    for j, where, shares in zip(problem.jobs, wheres, models):
-        y = int(raw.counts[j.id])
-        moved = cost.is_moved(j.x, y, where, previous.get(j.id, {}))
+    for j, where, shares, y, moved, nodes in zip(problem.jobs, wheres, models, ys, moves, node_lists):
         f_y = j.f_of(y)
         total_waf += f_y
         changed = bool(cost.is_changed(y, j.x, j.hit, j.exiting, moved))
@@ -63,7 +71,7 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         action = action_of(j.x, y, j.hit, moved)
         entries.append(dict(
             id=j.id, previous_gpus=j.x, gpus=y, action=action,
-            nodes=list(where), placement=shares, waf_tflops=f_y, transition_penalty=penalty, hit=j.hit,
+            nodes=nodes, placement=shares, waf_tflops=f_y, transition_penalty=penalty, hit=j.hit,
             gain=gains[-1], gpu_type=j.gpu_type, parallelism=j.layouts.get(y) if y else None,
             transition_seconds=j.d_trans if changed and j.x else 0.0,
             placement_left_to=problem.instance.jobs[j.index].placement_left_to))
@@ -90,3 +98,16 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
     if held is not None:
         plan.hold_placements(held)
     return plan
+
+
+def _moved_on_arrays(problem: Problem, held, ys: list) -> "list[bool] | None":
+    """:func:`cost.is_moved` of every job at once (:func:`cost.moved_on_arrays`), from the placement held as
+    arrays on the cluster's positions and the previous splits as arrays; None when either is not at hand
+    (the jobs' not the instance's, in its order)."""
+    state = problem.state
+    jobs = problem.jobs
+    if held is None or held.names is not state.node_ids() or len(held) != len(jobs) \
+            or any(j.index != k for k, j in enumerate(jobs)):
+        return None
+    return cost.moved_on_arrays([j.x for j in jobs], ys, held.starts, held.node, held.gpus, len(held.names),
+                                state.previous_arrays())

@@ -15,13 +15,14 @@ can always be placed.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from itertools import chain, islice
 from operator import lt
 
 import numpy as np
 
 from unicron_plan.core.problem import Problem
-from unicron_plan.schema.placements import PlacementArrays
+from unicron_plan.schema.placements import LazySplits, PlacementArrays, SplitView
 
 
 def place(problem: Problem, counts: dict[str, int], start=None) -> dict[str, dict[str, int]]:
@@ -99,15 +100,18 @@ def _in_cluster_order(state, result: dict[str, dict[str, int]]) -> dict[str, dic
     return out
 
 
-def place_held(problem: Problem, counts: dict[str, int]) -> tuple[dict[str, dict[str, int]], PlacementArrays | None]:
+def place_held(problem: Problem, counts: dict[str, int]) -> tuple[Mapping[str, dict[str, int]], PlacementArrays | None]:
     """:func:`place`'s placement, and the same as :class:`PlacementArrays` (a job per job of ``problem``,
     in order; node positions in ``problem.state.node_ids()``), sorted into cluster order on arrays:
-    the nodes' positions are looked up once for both. None for the arrays when a count does not fit
+    the nodes' positions are looked up once for both, and the placement is then a :class:`HeldPlacement`
+    of the arrays (each split made when first read). None for the arrays when a count does not fit
     int64 (the placement is then :func:`place`'s)."""
     state = problem.state
     kept = None  # the stays' splits as arrays, when the state holds the previous splits so
     if state.idle is None:
-        free, result, movers, kept = problem._stays(counts)
+        free, result, movers, kept = problem._stays(counts, as_array=True)
+        if isinstance(free, np.ndarray):
+            free = _FreeGPUs(state.order, free)
     else:
         free, result, movers = _stays_idle(problem, counts)
     result = _placed(problem, counts, free, result, movers)
@@ -131,15 +135,62 @@ def place_held(problem: Problem, counts: dict[str, int]) -> tuple[dict[str, dict
     np.cumsum(lengths, out=starts[1:])
     held = PlacementArrays(state.node_ids(), starts, pos, gpus)
     previous = state.previous if state.in_order else {}
-    pairs = zip(held.node_ids(), gpus.tolist())  # each job's entries in turn, in cluster order
-    out = {}
-    for (jid, split), size in zip(result.items(), lengths.tolist()):
-        if split is previous.get(jid):
-            out[jid] = split
-            next(islice(pairs, size, size), None)  # (its entries passed over)
-        else:
-            out[jid] = dict(islice(pairs, size))
-    return out, held
+    kept = {jid: split for jid, split in result.items() if split is previous.get(jid)}
+    return HeldPlacement(list(result), held, kept), held
+
+
+class HeldPlacement(Mapping):
+    """{job id: {node id: GPUs}} of a placement held as arrays (:class:`PlacementArrays`, job ``k`` the
+    ``k``-th id), each split made from them when first read; ``kept``: the splits the placement kept as
+    they were (a staying job's previous split itself, in cluster order), given as those dicts."""
+
+    def __init__(self, ids: list[str], arrays: PlacementArrays, kept: dict[str, dict[str, int]]):
+        self.ids, self.arrays, self.kept = ids, arrays, kept
+        self.splits = LazySplits(arrays)
+        self._at = dict(zip(ids, range(len(ids))))
+
+    def __getitem__(self, jid: str) -> dict[str, int]:
+        k = self._at[jid]
+        split = self.kept.get(jid)
+        return split if split is not None else self.splits[k]
+
+    def __iter__(self):
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def view(self, k: int) -> Mapping[str, int]:
+        """Job ``k``'s split, read through (made on the first read)."""
+        split = self.kept.get(self.ids[k])
+        return split if split is not None else SplitView(self.splits, k)
+
+
+class _FreeGPUs:
+    """Free GPUs per node id, as :meth:`Problem.stays` gives them (every node, in cluster order), held in
+    a list by cluster position: read and written by node id, without a dict entry per node."""
+
+    __slots__ = ("order", "left")
+
+    def __init__(self, order: dict[str, int], left: np.ndarray):
+        self.order, self.left = order, left.tolist()
+
+    def __getitem__(self, nid: str) -> int:
+        return self.left[self.order[nid]]
+
+    def __setitem__(self, nid: str, gpus: int) -> None:
+        self.left[self.order[nid]] = gpus
+
+    def __len__(self) -> int:
+        return len(self.left)
+
+    def values(self) -> list[int]:
+        """The free GPUs of every node, in cluster order."""
+        return self.left
+
+    def update(self, items: dict[str, int]) -> None:
+        for nid, gpus in items.items():
+            self[nid] = gpus
 
 
 def by_job_then_position(pos: np.ndarray, lengths: np.ndarray, size: int) -> np.ndarray:

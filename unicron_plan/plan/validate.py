@@ -21,7 +21,7 @@ from unicron_plan.core.problem import action_of, resolve_tables, resolve_type_ta
 from unicron_plan.schema import Instance, Plan
 from unicron_plan.core.checks import check_instance
 from unicron_plan.plan.reasons import JobFacts, changes_of, explain_jobs
-from unicron_plan.schema.placements import NodeTotals, node_totals
+from unicron_plan.schema.placements import LazySplits, NodeTotals, SplitView, node_totals
 
 REL_TOL = 1e-9
 _node, _gpus = attrgetter("node"), attrgetter("gpus")  # of a placement entry
@@ -52,8 +52,8 @@ def _in_service(state):
     if state.healthy is None or state.touched is None:
         usable = state.usable_ids()
         return lambda nids, gtype: nids <= usable.get(gtype, set())
-    by_type, drained = state.healthy.ids_by_type, set(state.drained_nodes)
-    return lambda nids, gtype: nids <= by_type.get(gtype, frozenset()) and drained.isdisjoint(nids)
+    healthy, drained = state.healthy, set(state.drained_nodes)  # (the ids per type made on the first test)
+    return lambda nids, gtype: nids <= healthy.ids_by_type.get(gtype, frozenset()) and drained.isdisjoint(nids)
 
 
 def validate_plan(instance: Instance, plan: Plan, *, derived=None, reasons: bool = False,
@@ -313,20 +313,28 @@ def _clean_jobs(instance: Instance, plan: Plan, tables, state, held: "_Held", d_
     exits = [jid in exiting_ids for jid in ids]
     if any(e and y != 0 for e, y in zip(exits, ys)):
         return None
+    codes = held.types
+    if not all(map(held.in_service, range(m), now_types)) or any(t not in codes for t in now_types):
+        return None  # (hence every node of every job is one of the cluster's: held.distinct, held.sums)
     splits, lengths = held.splits, held.lengths
-    if any(len(split) != n for split, n in zip(splits, lengths)):
+    distinct, sums = held.distinct(), held.sums()
+    if distinct is None:  # (the checks on the splits themselves)
+        distinct = not any(len(split) != n for split, n in zip(splits, lengths))
+    if not distinct:
         return None  # (a node listed twice)
-    if [sum(split.values()) for split in splits] != ys:
+    if sums is None:
+        sums = [sum(split.values()) for split in splits]
+    if sums != ys:
         return None
-    for pj, split in zip(pjs, splits):
+    named, ends = held.arrays.node_ids(), held.ends
+    for k, (pj, a, b) in enumerate(zip(pjs, ends, ends[1:])):
         nodes = pj.nodes
-        if nodes != list(split):  # (as planned: the nodes in the placement's order)
+        if nodes != named[a:b]:  # (as planned: the nodes in the placement's order, the split's keys)
+            split = splits[k]
             listed = set(nodes)
             if listed != split.keys() or len(nodes) != len(listed):
                 return None
-    codes = held.types
-    if not all(map(held.in_service, range(m), now_types)) or any(t not in codes for t in now_types):
-        return None
+    views = list(map(SplitView, repeat(splits), range(m)))  # each job's split, made when first read
     weights = [job.weight for job in jobs]
     w = _floats(weights)
     if w is None or any(type(v) is not float for v in weights):
@@ -384,7 +392,7 @@ def _clean_jobs(instance: Instance, plan: Plan, tables, state, held: "_Held", d_
         return None
     f_x_list, f_y_list, g_list, changed_list = f_x.tolist(), f_y.tolist(), g.tolist(), changed.tolist()
     problems: list[str] = []
-    for job, split, x, y, hit, fx, gk, ch in zip(jobs, splits, xs, ys, hits, f_x_list, g_list, changed_list):
+    for job, split, x, y, hit, fx, gk, ch in zip(jobs, views, xs, ys, hits, f_x_list, g_list, changed_list):
         _check_constraints(job, f"job {job.id!r}", state, split, x, y, hit, fx * d_run, gk, ch, problems.append)
     if problems:
         return None
@@ -397,7 +405,7 @@ def _clean_jobs(instance: Instance, plan: Plan, tables, state, held: "_Held", d_
         total_waf += fy
     gains = [gk if v is None else v for v, gk in zip(given["gain"], g_list)]
     facts = list(zip(pjs, map(JobFacts, ids, actions, xs, ys, hits, exits, changed_list, f_x_list, f_y_list,
-                              d_trans_list, gains, splits, prevs)))
+                              d_trans_list, gains, views, prevs)))
     return total, total_waf, used_per_type, sum(changed_list), facts
 
 
@@ -408,10 +416,11 @@ class _Held:
 
     def __init__(self, arrays, state):
         self.arrays = arrays
-        self.splits = arrays.splits()
+        self.splits = LazySplits(arrays)
         starts = arrays.starts
         lengths = np.diff(starts)
         self.lengths = lengths.tolist()
+        self.ends = self.splits.ends
         ids = state.node_ids()
         if arrays.names is ids:
             pos = arrays.node
@@ -437,6 +446,45 @@ class _Held:
         self.one = one.tolist()
         self.types = {t: k for k, t in enumerate(nodes.types)}
         self.placed: list[int] = []  # the jobs found in service, for the per-node totals
+
+    def _as_made(self) -> bool:
+        """Whether the entries are one job's after another's from the first (as the planner makes them)."""
+        starts = self.arrays.starts
+        return (len(starts) > 0 and int(starts[0]) == 0 and int(starts[-1]) == len(self.pos)
+                and min(self.lengths, default=0) >= 0)
+
+    def distinct(self) -> "bool | None":
+        """Whether no job lists a node twice, found on the positions (None when the entries are not as made
+        or some node is not the cluster's: then read off the splits)."""
+        pos = self.pos
+        if not self._as_made() or (len(pos) and int(pos.min()) < 0):
+            return None
+        if len(pos) < 2:
+            return True
+        starts = self.arrays.starts
+        # each job's positions ascending (as placed): distinct; else sorted by job, then position
+        rising = np.empty(len(pos), dtype=bool)
+        rising[0] = True
+        np.greater(pos[1:], pos[:-1], out=rising[1:])
+        rising[starts[:-1][np.asarray(self.lengths) > 0]] = True
+        if rising.all():
+            return True
+        size = len(self.order) + 1
+        if len(self.lengths) * size >= 2**62:
+            return None
+        key = np.sort(np.repeat(np.arange(len(self.lengths), dtype=np.int64), self.lengths) * size + pos)
+        return not bool((key[1:] == key[:-1]).any())
+
+    def sums(self) -> "list[int] | None":
+        """Each job's GPUs over its entries (None when the entries are not as made or the sums could
+        overflow int64: then summed off the splits)."""
+        gpus = self.arrays.gpus
+        if not self._as_made() or (len(gpus) and int(np.abs(gpus).max()) * len(gpus) >= 2**62):
+            return None
+        total = np.zeros(len(gpus) + 1, dtype=np.int64)
+        np.cumsum(gpus, out=total[1:])
+        starts = self.arrays.starts
+        return (total[starts[1:]] - total[starts[:-1]]).tolist()
 
     def in_service(self, k: int, gtype: str) -> bool:
         """Whether job ``k``'s nodes are all in service and of GPU type ``gtype`` (true for no node)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from itertools import accumulate, chain, islice
 from operator import methodcaller
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from pydantic import TypeAdapter
@@ -76,6 +76,49 @@ class PlacementArrays:
         """Each job's list of :class:`Placement` models (:func:`placement_models`)."""
         ids, gpus, ends = self.node_ids(), self.gpus.tolist(), self.starts.tolist()
         return _cut(_shared(list(zip(ids, gpus))), ends)
+
+
+class LazySplits(Sequence):
+    """Each job's {node id: GPUs} of ``arrays`` (:class:`PlacementArrays`), ``arrays.splits()[k]``, made
+    when first read (a reader that needs few of them makes no dict for the others)."""
+
+    def __init__(self, arrays: PlacementArrays):
+        self.arrays, self.ends = arrays, arrays.starts.tolist()
+        self._made: list = [None] * len(arrays)
+        self._gpus: list | None = None
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def __getitem__(self, k: int) -> dict[str, int]:
+        split = self._made[k]
+        if split is None:
+            if self._gpus is None:
+                self._gpus = self.arrays.gpus.tolist()
+            a, b = self.ends[k], self.ends[k + 1]
+            split = self._made[k] = dict(zip(self.arrays.node_ids()[a:b], self._gpus[a:b]))
+        return split
+
+
+class SplitView(Mapping):
+    """Job ``k``'s split of :class:`LazySplits`, read through (made on the first read)."""
+
+    __slots__ = ("splits", "k")
+
+    def __init__(self, splits: LazySplits, k: int):
+        self.splits, self.k = splits, k
+
+    def __getitem__(self, nid: str) -> int:
+        return self.splits[self.k][nid]
+
+    def __iter__(self):
+        return iter(self.splits[self.k])
+
+    def __len__(self) -> int:
+        return len(self.splits[self.k])
+
+    def __repr__(self) -> str:
+        return repr(self.splits[self.k])
 
 
 class NodeTotals:

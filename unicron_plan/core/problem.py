@@ -431,6 +431,7 @@ def _x_entries(flat: FlatTables, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.where(found, flat.f[at], np.nan), (at[found] if exact else None)
 
 
+@np.errstate(over="ignore")  # a weight x TFLOP/s that overflows is bad input: check_magnitudes names it
 def flat_tables(instance: Instance, tables: Mapping[str, Mapping[int, float]]) -> FlatTables:
     """The :class:`FlatTables` of the instance's jobs (``tables`` from :func:`resolve_tables`)."""
     jobs = instance.jobs

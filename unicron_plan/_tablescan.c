@@ -124,7 +124,7 @@ static inline int out_byte(Out *o, char c)
     return 0;
 }
 
-static int out_bytes(Out *o, const char *p, Py_ssize_t n)
+static inline int out_bytes(Out *o, const void *p, Py_ssize_t n)
 {
     if (out_grow(o, n) < 0)
         return -1;
@@ -133,23 +133,8 @@ static int out_bytes(Out *o, const char *p, Py_ssize_t n)
     return 0;
 }
 
-static inline int out_i64(Out *o, int64_t v)
-{
-    if (o->len + 8 > o->cap && out_grow(o, 8) < 0)
-        return -1;
-    memcpy(o->data + o->len, &v, 8);
-    o->len += 8;
-    return 0;
-}
-
-static inline int out_f64(Out *o, double v)
-{
-    if (o->len + 8 > o->cap && out_grow(o, 8) < 0)
-        return -1;
-    memcpy(o->data + o->len, &v, 8);
-    o->len += 8;
-    return 0;
-}
+static inline int out_i64(Out *o, int64_t v) { return out_bytes(o, &v, 8); }
+static inline int out_f64(Out *o, double v) { return out_bytes(o, &v, 8); }
 
 static void out_free(Out *o)
 {

@@ -79,7 +79,7 @@ def _table_text(counts: str, tflops: str) -> bytes:
                                      "99999999999999999999", "0001", "1.0", "1e2", "01", "-", "+1", "1 2"])
 def test_counts_are_ints_of_64_bits_or_the_text_goes_to_the_plain_reader(literal):
     """An integer literal of 64 bits is read as the plain reader reads it; any other number (or text)
-    leaves the decision to simdjson or the plain reader, whose answers the file then gets."""
+    leaves the decision to the plain reader, whose answer the file then gets."""
     data = _table_text(literal, "1.5")
     fast = io._with_table_arrays(data)
     plain, err = _plain_value(data)
@@ -100,7 +100,7 @@ def test_tflops_read_to_the_bits_of_the_plain_reader(literal):
     fast = io._with_table_arrays(data)
     plain, err = _plain_value(data)
     if fast is io._UNDECIDED:
-        # (a literal that overflows, or longer than the scan reads: simdjson or the plain reader decides)
+        # (a literal that overflows, or longer than the scan reads: the plain reader decides)
         assert err is not None or len(literal) > 64 or float(literal) == float("inf")
         return
     assert err is None

@@ -15,6 +15,12 @@ each phase (seconds from the process's start, ``--timings``), the plan's status 
 (bound over objective). ``near-linear`` has no row: its JSON at this size is about 1 GB, over the
 reader's 512 MiB limit (benchmarks/dp_speed.py times its DP in arrays). About a minute with
 ``--runs 5`` on a quiet machine; the load average is printed before and after.
+
+``--files F ...`` times those instance files instead (a row per file, named by its stem), e.g. the
+1,048,576-GPU instances of benchmarks/million.py:
+
+    for k in synthetic model identical; do PYTHONPATH=. python benchmarks/million.py /tmp/m/$k.json --curves $k; done
+    PYTHONPATH=. python benchmarks/time_limit_131k.py --files /tmp/m/*.json
 """
 
 from __future__ import annotations
@@ -63,20 +69,22 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=131072)
     ap.add_argument("--jobs", type=int, default=1024)
     ap.add_argument("--kinds", default=",".join(f"{k}:{s}" for k, s in ROWS), help="KIND:STATE,...")
+    ap.add_argument("--files", nargs="+", type=Path, help="instance files to time instead of generated ones")
     ap.add_argument("--json")
     a = ap.parse_args()
     from dp_speed import make_doc
 
-    rows = [tuple(r.split(":")) for r in a.kinds.split(",")]
+    rows = [] if a.files else [tuple(r.split(":")) for r in a.kinds.split(",")]
     load_before = os.getloadavg()
-    results: dict[str, list[dict]] = {f"{k} {s}": [] for k, s in rows}
+    results: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
-        paths = {}
+        paths = {f.stem: f for f in a.files or ()}
         for kind, state in rows:
             path = tmp / f"{kind}-{state}.json"
             path.write_text(json.dumps(make_doc(kind, state, a.gpus, a.jobs)))
             paths[f"{kind} {state}"] = path
+        results = {name: [] for name in paths}
         for name, path in paths.items():  # warm-up: the file cache and the interpreter's files
             one(path, tmp / "plan.json", a.limit)
         for _ in range(a.runs):
@@ -84,7 +92,8 @@ def main() -> None:
                 results[name].append(one(path, tmp / "plan.json", a.limit))
     load_after = os.getloadavg()
     summary = []
-    print(f"{a.gpus} GPUs x {a.jobs} jobs, --time-limit {a.limit:g}, {a.runs} runs per kind; load average "
+    print(f"{'the files given' if a.files else f'{a.gpus} GPUs x {a.jobs} jobs'}, --time-limit {a.limit:g}, "
+          f"{a.runs} runs per kind; load average "
           f"before {load_before[0]:.1f}, after {load_after[0]:.1f}")
     print(f"{'kind':30s} {'wall med':>8s} {'max':>6s} {'cpu med':>7s} {'within':>6s}  "
           + " ".join(f"{p:>8s}" for p in PHASES) + "  solution  worst gap")

@@ -13,11 +13,11 @@
  *   colons, brackets  the colons and opening brackets of the text outside strings;
  *   length    the bytes read.
  * or None when the text is not for this pass: a table array that is empty or holds other than
- * numbers of JSON's grammar (counts: integer literals of 64 bits; tflops: any number, read as the
- * nearest double, none that overflows), a first byte but whitespace that is not a brace, nesting
- * deeper than MAX_NESTING, a text that ends inside a table, or one of more than limit bytes (when
- * limit is not negative). Nothing else is checked here: the
- * rest is for the strict parser to refuse or accept, and a caller that finds the tables at other
+ * numbers of JSON's grammar of at most MAX_TOKEN characters (counts: integer literals of 64 bits;
+ * tflops: any number, read as the nearest double, none that overflows; an integer literal -0 is 0),
+ * a first byte but whitespace that is not a brace, nesting deeper than MAX_NESTING, a text that ends
+ * inside a string or a table, or one of more than limit bytes (when limit is not negative). Nothing
+ * else is checked here: the rest is for the strict parser to refuse or accept, and a caller that finds the tables at other
  * places than this pass did reads the text another way. Every string is copied byte for byte (a
  * quote after a backslash does not end it); a key is compared only when written without escapes.
  *

@@ -12,7 +12,7 @@ import pytest
 
 from unicron_plan import api
 from unicron_plan.core import cost
-from unicron_plan.core.cluster import _column_arrays, _node_arrays
+from unicron_plan.core.cluster import NodeArrays, _node_arrays
 from unicron_plan.core.problem import FlatTables, build_problem, flat_tables, resolve_tables
 from unicron_plan.plan.assemble import _moved_on_arrays, to_plan
 from unicron_plan.plan.placement import HeldPlacement, place, place_held
@@ -38,6 +38,16 @@ def _instances(count: int, seed: int):
         yield api.load_instance(doc)
 
 
+def _pairs_one_by_one(types, racks, gpus) -> NodeArrays:
+    """The node arrays with a code per (GPU type, rack) pair found one node at a time, as a dict."""
+    groups: dict = {}
+    codes = [groups.setdefault(pair, len(groups)) for pair in zip(types, racks)]
+    kinds = list(dict.fromkeys(t for t, _ in groups))
+    n = len(codes)
+    return NodeArrays(np.array(gpus, dtype=np.int64).reshape(n), np.asarray(codes, dtype=np.int64).reshape(n), groups,
+                      kinds, np.asarray([kinds.index(t) for t, _ in groups], dtype=np.int64).reshape(len(groups)))
+
+
 def test_the_nodes_group_codes_from_columns_are_those_of_the_pairs():
     rng = random.Random(1)
     for _ in range(400):
@@ -47,11 +57,13 @@ def test_the_nodes_group_codes_from_columns_are_those_of_the_pairs():
         racks = [rng.choice([None, "r1", "r2", "r3", "r10"]) for _ in range(n)]
         gpus = [rng.randint(0, 8) for _ in range(n)]
         columns = NodeColumns([f"n{k}" for k in range(n)], types, racks, gpus, {}, {}, {})
-        want, got = _node_arrays(types, racks, columns.gpus), _column_arrays(columns)
-        assert list(got.groups.items()) == list(want.groups.items())  # (the codes in order of first node)
-        assert got.types == want.types
-        for a, b in ((got.gpus, want.gpus), (got.group, want.group), (got.group_type, want.group_type)):
-            assert a.dtype == b.dtype and np.array_equal(a, b)
+        want = _pairs_one_by_one(types, racks, columns.gpus)
+        for got in (_node_arrays(types, racks, columns.gpus),
+                    _node_arrays(columns.types, columns.racks, columns.gpus, columns.type_codes())):
+            assert list(got.groups.items()) == list(want.groups.items())  # (the codes in order of first node)
+            assert got.types == want.types
+            for a, b in ((got.gpus, want.gpus), (got.group, want.group), (got.group_type, want.group_type)):
+                assert a.dtype == b.dtype and np.array_equal(a, b)
 
 
 def _flat_job_by_job(instance, tables) -> FlatTables:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from unicron_plan.schema import Instance
-from unicron_plan.schema.nodes import NodeColumns
+from unicron_plan.schema.nodes import NodeColumns, type_codes
 
 if TYPE_CHECKING:  # networkx is imported lazily: it costs ~0.25 s of CLI start-up
     import networkx as nx
@@ -414,7 +414,8 @@ class HealthyCluster:
     @cached_property
     def arrays(self) -> NodeArrays:
         """The nodes as :class:`NodeArrays` (made on first use, then kept)."""
-        return _column_arrays(self.columns)
+        columns = self.columns
+        return _node_arrays(columns.types, columns.racks, columns.gpus, columns.type_codes())
 
 
 def node_arrays(nodes: dict[str, NodeHealth]) -> NodeArrays:
@@ -423,24 +424,13 @@ def node_arrays(nodes: dict[str, NodeHealth]) -> NodeArrays:
         else _node_arrays([], [], [])
 
 
-def _node_arrays(types: Sequence[str], racks: Sequence[str | None], gpus: Sequence[int]) -> NodeArrays:
-    """The :class:`NodeArrays` of nodes given as columns (GPU types, racks, GPUs) in cluster order."""
-    groups: dict[tuple[str, str | None], int] = {}
-    codes = list(map(groups.setdefault, zip(types, racks), map(len, repeat(groups))))  # in C
-    n = len(codes)
-    kinds = list(dict.fromkeys(t for t, _ in groups))
-    type_index = {t: k for k, t in enumerate(kinds)}
-    return NodeArrays(np.array(gpus, dtype=np.int64).reshape(n),
-                      np.asarray(codes, dtype=np.int64).reshape(n), groups, kinds,
-                      np.asarray([type_index[t] for t, _ in groups], dtype=np.int64).reshape(len(groups)))
-
-
-def _column_arrays(columns: NodeColumns) -> NodeArrays:
-    """:func:`_node_arrays` of nodes as columns, the (GPU type, rack) codes from the types' codes
-    (:meth:`NodeColumns.type_codes`) and the racks' (each in order of first appearance), joined on arrays:
-    the same arrays and dict (codes in order of each pair's first node)."""
-    kinds, type_code = columns.type_codes()
-    racks = columns.racks
+def _node_arrays(types: Sequence[str], racks: Sequence[str | None], gpus: Sequence[int],
+                 codes: "tuple[list, np.ndarray] | None" = None) -> NodeArrays:
+    """The :class:`NodeArrays` of nodes given as columns (GPU types, racks, GPUs) in cluster order; ``codes``:
+    the types' codes when known (:meth:`NodeColumns.type_codes`). The (GPU type, rack) codes in order of
+    each pair's first node, from the types' codes and the racks' (each in order of first appearance),
+    joined on arrays."""
+    kinds, type_code = codes if codes is not None else type_codes(types)
     n = len(racks)
     rack_at: dict = {}
     rack_code = np.fromiter(map(rack_at.setdefault, racks, map(len, repeat(rack_at))), dtype=np.int64, count=n)
@@ -457,7 +447,7 @@ def _column_arrays(columns: NodeColumns) -> NodeArrays:
         pairs = [(kinds[k // len(names)], names[k % len(names)]) for k in unique[by_first].tolist()]
     groups = dict(zip(pairs, range(len(pairs))))
     index = {t: k for k, t in enumerate(kinds)}
-    return NodeArrays(np.array(columns.gpus, dtype=np.int64).reshape(n), np.asarray(group, dtype=np.int64).reshape(n),
+    return NodeArrays(np.array(gpus, dtype=np.int64).reshape(n), np.asarray(group, dtype=np.int64).reshape(n),
                       groups, list(kinds),
                       np.asarray([index[t] for t, _ in pairs], dtype=np.int64).reshape(len(pairs)))
 

@@ -74,14 +74,7 @@ class NodeColumns:
         """(the GPU types in order of their first node, each node's index among them: int64, read-only),
         made once."""
         if self._codes is None:
-            kinds: dict[str, int] = dict.fromkeys(self.types)
-            if len(kinds) == 1:
-                codes = np.zeros(len(self.types), dtype=np.int64)
-            else:
-                kinds = {t: k for k, t in enumerate(kinds)}
-                codes = np.fromiter(map(kinds.__getitem__, self.types), dtype=np.int64, count=len(self.types))
-            codes.flags.writeable = False
-            self._codes = (list(kinds), codes)
+            self._codes = type_codes(self.types)
         return self._codes
 
     def failed_of(self, k: int) -> list:
@@ -129,6 +122,18 @@ class NodeColumns:
         return cls(ids, list(map(attrgetter("gpu_type"), nodes)), list(map(attrgetter("rack"), nodes)),
                    list(map(attrgetter("gpus"), nodes)), failed, repair,
                    dict.fromkeys(OPTIONAL, True))
+
+
+def type_codes(types: Sequence[str]) -> tuple[list, np.ndarray]:
+    """(the GPU types in order of their first node, each node's index among them: int64, read-only)."""
+    kinds: dict[str, int] = dict.fromkeys(types)
+    if len(kinds) <= 1:
+        codes = np.zeros(len(types), dtype=np.int64)
+    else:
+        kinds = {t: k for k, t in enumerate(kinds)}
+        codes = np.fromiter(map(kinds.__getitem__, types), dtype=np.int64, count=len(types))
+    codes.flags.writeable = False
+    return list(kinds), codes
 
 
 def _text_ok(strings) -> bool:

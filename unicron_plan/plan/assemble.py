@@ -43,13 +43,13 @@ def to_plan(problem: Problem, raw: RawSolution, solver_name: str, wall_seconds: 
         wheres = list(map(placement.view, range(len(problem.jobs))))
         ids, ends = held.node_ids(), placement.splits.ends
         node_lists = [ids[a:b] for a, b in zip(ends, ends[1:])]
-    for j in problem.jobs if not lazy else ():
-        where = placement.get(j.id, {})
-        if 0 in where.values():
-            where = {n: g for n, g in where.items() if g > 0}
-            held = None  # (then made from the splits below)
-        wheres.append(where)
-    if not lazy:
+    else:
+        for j in problem.jobs:
+            where = placement.get(j.id, {})
+            if 0 in where.values():
+                where = {n: g for n, g in where.items() if g > 0}
+                held = None  # (then made from the splits below)
+            wheres.append(where)
         node_lists = list(map(list, wheres))
     if arrays and held is None:
         try:

@@ -285,13 +285,11 @@ class CompactTable(StrictModel):
         deferred = context.get("compact_tables") if type(context) is dict else None
         if type(deferred) is list and type(data) is dict and len(data) == 2:
             counts, tflops = data.get("counts"), data.get("tflops")
-            if type(counts) is list and type(tflops) is list and counts and len(counts) == len(tflops):
-                table = cls._kept(counts, tflops)
-                deferred.append(table)
-                return table
-            if type(counts) is np.ndarray and type(tflops) is np.ndarray and counts.dtype == np.int64 \
-                    and tflops.dtype == np.float64 and counts.ndim == tflops.ndim == 1 \
-                    and 0 < len(counts) == len(tflops):  # read as arrays: settle_tables checks them
+            as_lists = type(counts) is list and type(tflops) is list and counts and len(counts) == len(tflops)
+            as_arrays = type(counts) is np.ndarray and type(tflops) is np.ndarray and counts.dtype == np.int64 \
+                and tflops.dtype == np.float64 and counts.ndim == tflops.ndim == 1 \
+                and 0 < len(counts) == len(tflops)  # read as arrays: settle_tables checks them
+            if as_lists or as_arrays:
                 table = cls._kept(counts, tflops)
                 deferred.append(table)
                 return table

@@ -233,9 +233,11 @@ def _arrays_of_table(table: Any) -> dict:
 
 def _with_table_arrays(data: bytes, nodes: "dict | None" = None) -> Any:
     """The value of JSON ``data`` (a document whose top is an object) with each
-    ``jobs[k].throughput.compact`` table read by simdjson as two numpy arrays (see
-    :func:`_arrays_of_table`), no Python object per entry, and the rest as Python values; or _UNDECIDED,
-    and the plain reader decides: simdjson is absent, or refuses the text (malformed text, NaN,
+    ``jobs[k].throughput.compact`` table read as two numpy arrays, no Python object per entry, and the
+    rest as Python values: by the compiled scan where it is built (:func:`_scanned`, orjson reading the
+    rest), else by simdjson (:func:`_arrays_of_table`); or _UNDECIDED, and the plain reader decides: the
+    scan declines the text (see unicron_plan/_tablescan.c), or neither reader is there, or the reader
+    (simdjson, or orjson on the scan's rest) refuses the text (malformed text, NaN,
     Infinity, a float that overflows, an integer wider than 64 bits, a lone surrogate, bytes that are
     not UTF-8), or a table is not two equally long non-empty arrays of numbers (counts integers), or
     the text starts with other than JSON's whitespace and a brace (a byte-order mark), or a number

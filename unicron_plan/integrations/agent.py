@@ -193,7 +193,7 @@ def _requeue(cli: SlurmCli, job: int, deadline: float) -> None:
     cli.run(["scontrol", "requeuehold", str(job)], record=True)
     now = _settle(cli, job, deadline)
     if now.state not in ("PENDING", ""):
-        raise NotApplied(f"scontrol requeuehold {job}: the job is {now.state or 'gone'}, not pending")
+        raise NotApplied(f"scontrol requeuehold {job}: the job is {now.state}, not pending")
 
 
 def _place(cli: SlurmCli, st: Step, deadline: float) -> None:
